@@ -1,0 +1,55 @@
+"""The Backend protocol: what any backend must do for the controller, and nothing more.
+
+A backend starts and stops workers where it is told, moves handles, and reports events. It
+makes no decisions: how many workers, where, and how much may queue are the policies' job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from conveyor.cluster import NodeInfo
+from conveyor.engine.messages import BackendEvent, Handle, WorkerPlacement
+from conveyor.engine.spec import StageSpec
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """Mechanism only. Implementations: ``LocalBackend`` (processes on this machine)."""
+
+    #: Bytes that queued payloads may use in all, split across edges by the backpressure policy.
+    memory_budget_bytes: int
+
+    def open(self) -> None:
+        """Acquire what the run needs (stores, connections). Called once before anything else."""
+
+    def nodes(self) -> list[NodeInfo]:
+        """The cluster as it is now; called every autoscale cycle."""
+
+    def now(self) -> float:
+        """Monotonic seconds (a virtual clock on the simulator)."""
+
+    def put(self, obj: Any, label: str) -> Handle:
+        """Store a driver-side object (a source task) and return its handle."""
+
+    def get(self, handle: Handle) -> Any:
+        """Fetch a payload to the driver and release it (last-stage outputs only)."""
+
+    def free(self, handles: Sequence[Handle]) -> None:
+        """Release payloads that will never be read (inputs that finally failed)."""
+
+    def start_worker(self, worker_id: str, stage: StageSpec, placement: WorkerPlacement) -> None:
+        """Start a worker; ``WorkerReady`` or ``WorkerSetupFailed`` follows from ``poll``."""
+
+    def stop_worker(self, worker_id: str) -> None:
+        """Let the worker finish what it holds, tear down, and report ``WorkerStopped``."""
+
+    def submit(self, worker_id: str, batches: list[tuple[int, list[Handle]]]) -> None:
+        """Hand batches ``(batch_id, handles)`` to a ready worker."""
+
+    def poll(self, timeout: float) -> list[BackendEvent]:
+        """Events since the last call, waiting up to ``timeout`` seconds for the first."""
+
+    def shutdown(self) -> None:
+        """Stop every worker (teardown runs), release everything; safe to call twice."""

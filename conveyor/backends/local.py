@@ -1,0 +1,395 @@
+"""The embedded local backend: worker processes on this machine, payloads in shared memory.
+
+One host process per stage loads the stage once and forks its workers (see ``local_host``).
+Workers talk to the controller over socket pairs; the controller only ever sees handles.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any
+
+import psutil
+
+from conveyor.backends.devices import detect_cpus, detect_gpus
+from conveyor.backends.local_host import recv_ctrl, send_ctrl
+from conveyor.backends.shm_store import ShmStore
+from conveyor.cluster import NodeInfo, WorkerInfo
+from conveyor.engine.messages import (
+    BackendEvent,
+    BatchesDone,
+    BatchFailed,
+    BatchOutcome,
+    ErrorInfo,
+    Handle,
+    WorkerDied,
+    WorkerPlacement,
+    WorkerReady,
+    WorkerSetupFailed,
+    WorkerStopped,
+)
+from conveyor.engine.spec import StageSpec
+from conveyor.errors import BackendError
+
+NODE_ID = "local"
+_HOST_MAIN = "from conveyor.backends.local_host import main; main()"
+#: How long a worker whose connection closed may wait for its exit status before we give up.
+EXIT_STATUS_WAIT_S = 1.0
+
+
+@dataclass(eq=False)
+class _Host:
+    stage: StageSpec
+    proc: subprocess.Popen[bytes]
+    ctrl: socket.socket
+    loaded: bool = False
+    failed: ErrorInfo | None = None
+    waiting: list[str] = field(default_factory=list)  # workers asked for before it loaded
+
+
+@dataclass(eq=False)
+class _Worker:
+    worker_id: str
+    stage: StageSpec
+    conn: Connection
+    host: _Host
+    pid: int | None = None
+    ready: bool = False
+    stopping: bool = False
+    closed_at: float | None = None  # when its connection hit EOF
+    exit_reason: str | None = None
+
+
+class LocalBackend:
+    """Workers as processes on this machine.
+
+    ``num_cpus``/``num_gpus`` default to what the machine has; declared values are honoured
+    even when larger (for I/O-bound work and tests with fake GPUs). ``memory_budget_bytes``
+    bounds the payload bytes that may sit in queues between stages. ``gpu_memory_gb`` is the
+    memory of one GPU, used to turn ``Resources(gpu_memory_gb=...)`` into a fraction; it is
+    read from NVML when not given.
+    """
+
+    def __init__(
+        self,
+        num_cpus: float | None = None,
+        num_gpus: int | None = None,
+        memory_budget_bytes: int | None = None,
+        gpu_memory_gb: float | None = None,
+    ) -> None:
+        for label, value in (("num_cpus", num_cpus), ("num_gpus", num_gpus),
+                             ("memory_budget_bytes", memory_budget_bytes),
+                             ("gpu_memory_gb", gpu_memory_gb)):
+            if value is not None and value <= 0:
+                raise ValueError(f"LocalBackend: {label} must be > 0, got {value!r}")
+        if num_gpus is not None and int(num_gpus) != num_gpus:
+            raise ValueError(f"LocalBackend: num_gpus must be a whole number, got {num_gpus!r}")
+        inventory = detect_gpus()
+        self.num_cpus = float(num_cpus) if num_cpus is not None else float(detect_cpus())
+        count = int(num_gpus) if num_gpus is not None else len(inventory.physical_ids)
+        physical = list(inventory.physical_ids)
+        # Declared GPUs beyond the hardware get the next indices (fake GPUs for tests).
+        while len(physical) < count:
+            physical.append(str(len(physical)))
+        self.gpu_ids = physical[:count]
+        self.gpu_memory_gb = gpu_memory_gb if gpu_memory_gb is not None else inventory.memory_gb
+        total = psutil.virtual_memory().total
+        self.memory_budget_bytes = int(memory_budget_bytes or min(total // 10, 2 << 30))
+        self._store: ShmStore | None = None
+        self._hosts: dict[str, _Host] = {}
+        self._workers: dict[str, _Worker] = {}
+        self._by_fd: dict[int, _Worker | _Host] = {}
+        self._selector: selectors.BaseSelector | None = None
+        self._events: list[BackendEvent] = []
+
+    # -- cluster --------------------------------------------------------------------------
+    def nodes(self) -> list[NodeInfo]:
+        return [NodeInfo(NODE_ID, self.num_cpus, len(self.gpu_ids), self.gpu_memory_gb)]
+
+    def now(self) -> float:
+        return time.monotonic()
+
+    def open(self) -> None:
+        if self._store is None:
+            self._store = ShmStore.create()
+            self._selector = selectors.DefaultSelector()
+
+    @property
+    def store(self) -> ShmStore:
+        if self._store is None:
+            raise BackendError("LocalBackend used before open()")
+        return self._store
+
+    # -- payloads -------------------------------------------------------------------------
+    def put(self, obj: Any, label: str) -> Handle:
+        return self.store.put(obj, label)
+
+    def get(self, handle: Handle) -> Any:
+        obj = ShmStore.get(handle)
+        ShmStore.delete([handle])
+        return obj
+
+    def free(self, handles: Sequence[Handle]) -> None:
+        ShmStore.delete(handles)
+
+    def shared_bytes(self) -> int:
+        """Bytes of payloads currently held in shared memory (for benchmarks and monitors)."""
+        return self.store.bytes_on_disk() if self._store else 0
+
+    # -- workers --------------------------------------------------------------------------
+    def _host_for(self, stage: StageSpec) -> _Host:
+        host = self._hosts.get(stage.name)
+        if host is not None and host.proc.poll() is None and host.failed is None:
+            return host
+        stage_file = self.store.root / f"stage-{stage.index}.pkl"
+        stage_file.write_bytes(stage.payload)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        env = dict(os.environ)
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(self.gpu_ids)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _HOST_MAIN, str(theirs.fileno())],
+            pass_fds=[theirs.fileno()],
+            env=env,
+            start_new_session=False,
+        )
+        theirs.close()
+        host = _Host(stage, proc, ours)
+        self._hosts[stage.name] = host
+        send_ctrl(ours, ("init", {
+            "sys_path": list(sys.path),
+            "stage_file": str(stage_file),
+            "stage_name": stage.name,
+            "node": self.nodes()[0],
+            "store_root": str(self.store.root),
+            "node_setup": stage.has_node_setup,
+        }))
+        ours.setblocking(False)
+        self._register(ours, host)
+        return host
+
+    def _register(self, fileobj: Any, owner: _Worker | _Host) -> None:
+        assert self._selector is not None
+        self._selector.register(fileobj, selectors.EVENT_READ, owner)
+
+    def _unregister(self, fileobj: Any) -> None:
+        assert self._selector is not None
+        with contextlib.suppress(KeyError, ValueError):
+            self._selector.unregister(fileobj)
+
+    def start_worker(self, worker_id: str, stage: StageSpec, placement: WorkerPlacement) -> None:
+        self.open()
+        host = self._host_for(stage)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn = Connection(ours.detach())
+        worker = _Worker(worker_id, stage, conn, host)
+        self._workers[worker_id] = worker
+        self._register(conn, worker)
+        info = WorkerInfo(worker_id, stage.name, placement.node_id, placement.gpu_ids,
+                          placement.gpu_fraction)
+        env = {"CUDA_VISIBLE_DEVICES": ",".join(self.gpu_ids[i] for i in placement.gpu_ids),
+               "CONVEYOR_WORKER_ID": worker_id}
+        try:
+            send_ctrl(host.ctrl, ("fork", worker_id, info, env), [theirs.fileno()])
+        except OSError as exc:
+            self._fail_worker(worker, ErrorInfo("BackendError", f"could not start worker: {exc}"))
+        finally:
+            theirs.close()
+        if not host.loaded:
+            host.waiting.append(worker_id)
+
+    def stop_worker(self, worker_id: str) -> None:
+        worker = self._workers.get(worker_id)
+        if worker is None or worker.stopping:
+            return
+        worker.stopping = True
+        try:
+            worker.conn.send_bytes(pickle.dumps(("stop",)))
+        except OSError:
+            pass  # already gone: the EOF path reports it
+
+    def submit(self, worker_id: str, batches: list[tuple[int, list[Handle]]]) -> None:
+        worker = self._workers.get(worker_id)
+        if worker is None:
+            return
+        try:
+            worker.conn.send_bytes(pickle.dumps(("work", batches), protocol=5))
+        except OSError:
+            pass  # it died; its in-flight work is retried when the death is reported
+
+    # -- events ---------------------------------------------------------------------------
+    def _fail_worker(self, worker: _Worker, error: ErrorInfo) -> None:
+        self._drop(worker)
+        self._events.append(WorkerSetupFailed(worker.worker_id, error))
+
+    def _drop(self, worker: _Worker) -> None:
+        self._workers.pop(worker.worker_id, None)
+        self._unregister(worker.conn)
+        with contextlib.suppress(OSError):
+            worker.conn.close()
+
+    def _on_host_message(self, host: _Host) -> None:
+        while True:
+            try:
+                got = recv_ctrl(host.ctrl)
+            except BlockingIOError:
+                return
+            except OSError:
+                got = None
+            if got is None:
+                self._on_host_gone(host)
+                return
+            (kind, *args), fds = got
+            for fd in fds:
+                os.close(fd)
+            if kind == "loaded":
+                host.loaded = True
+                host.waiting.clear()
+            elif kind == "load_failed":
+                host.failed = args[0]
+                for worker_id in host.waiting:
+                    worker = self._workers.get(worker_id)
+                    if worker is not None:
+                        self._fail_worker(worker, args[0])
+                host.waiting.clear()
+            elif kind == "forked":
+                worker = self._workers.get(args[0])
+                if worker is not None:
+                    worker.pid = args[1]
+            elif kind == "exited":
+                worker = self._workers.get(args[0])
+                if worker is not None:
+                    worker.exit_reason = args[1]
+
+    def _on_host_gone(self, host: _Host) -> None:
+        self._unregister(host.ctrl)
+        with contextlib.suppress(OSError):
+            host.ctrl.close()
+        if self._hosts.get(host.stage.name) is host:
+            del self._hosts[host.stage.name]
+        error = host.failed or ErrorInfo(
+            "WorkerDied", f"the host process of stage {host.stage.name!r} exited "
+            f"(code {host.proc.poll()})")
+        for worker_id in host.waiting:
+            worker = self._workers.get(worker_id)
+            if worker is not None:
+                self._fail_worker(worker, error)
+        host.waiting.clear()
+
+    def _on_worker_message(self, worker: _Worker) -> None:
+        try:
+            msg = pickle.loads(worker.conn.recv_bytes())
+        except (EOFError, OSError):
+            self._unregister(worker.conn)
+            worker.closed_at = time.monotonic()
+            return
+        kind = msg[0]
+        if kind == "done":
+            outcomes = []
+            for batch_id, outputs, filtered, busy, error in msg[1]:
+                if error is None:
+                    outcomes.append(BatchOutcome(batch_id, outputs, filtered, busy))
+                else:
+                    self._events.append(BatchFailed(worker.worker_id, batch_id, error))
+            if outcomes:
+                self._events.append(BatchesDone(worker.worker_id, outcomes))
+        elif kind == "ready":
+            worker.ready = True
+            self._events.append(WorkerReady(worker.worker_id, msg[1]))
+        elif kind == "setup_failed":
+            self._fail_worker(worker, msg[1])
+        elif kind == "stopped":
+            self._drop(worker)
+            self._events.append(WorkerStopped(worker.worker_id))
+
+    def _reap_closed(self) -> None:
+        now = time.monotonic()
+        for worker in list(self._workers.values()):
+            if worker.closed_at is None:
+                continue
+            if worker.exit_reason is None and now - worker.closed_at < EXIT_STATUS_WAIT_S:
+                continue
+            reason = worker.exit_reason or "its connection closed"
+            self._drop(worker)
+            if worker.stopping:
+                self._events.append(WorkerStopped(worker.worker_id))
+            elif not worker.ready:
+                self._events.append(WorkerSetupFailed(worker.worker_id, ErrorInfo(
+                    "WorkerDied", f"worker process died during setup ({reason})")))
+            else:
+                self._events.append(WorkerDied(worker.worker_id, f"worker process {reason}"))
+
+    def poll(self, timeout: float) -> list[BackendEvent]:
+        assert self._selector is not None
+        pending_close = any(w.closed_at is not None for w in self._workers.values())
+        if self._events:
+            timeout = 0.0
+        elif pending_close:
+            timeout = min(timeout, 0.01)
+        if self._selector.get_map():
+            for key, _ in self._selector.select(max(timeout, 0.0)):
+                owner = key.data
+                if isinstance(owner, _Host):
+                    self._on_host_message(owner)
+                else:
+                    self._on_worker_message(owner)
+        elif timeout > 0:
+            time.sleep(timeout)
+        if pending_close or any(w.closed_at is not None for w in self._workers.values()):
+            self._reap_closed()
+        events, self._events = self._events, []
+        return events
+
+    # -- teardown -------------------------------------------------------------------------
+    def kill_worker(self, worker_id: str) -> None:
+        """Hard-kill a worker (tests and the shutdown path); its death is reported as usual."""
+        worker = self._workers.get(worker_id)
+        if worker is not None and worker.pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(worker.pid, signal.SIGKILL)
+
+    def worker_pids(self) -> dict[str, int]:
+        return {w.worker_id: w.pid for w in self._workers.values() if w.pid is not None}
+
+    def shutdown(self, grace_s: float = 10.0) -> None:
+        if self._store is None:
+            return
+        for worker_id in list(self._workers):
+            self.stop_worker(worker_id)
+        deadline = time.monotonic() + grace_s
+        while self._workers and time.monotonic() < deadline:
+            self.poll(0.05)
+        for worker in list(self._workers.values()):
+            if worker.pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(worker.pid, signal.SIGKILL)
+            self._drop(worker)
+        for host in list(self._hosts.values()):
+            with contextlib.suppress(OSError):
+                send_ctrl(host.ctrl, ("exit",))
+        for host in list(self._hosts.values()):
+            try:
+                host.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                host.proc.kill()
+                host.proc.wait()
+            self._unregister(host.ctrl)
+            with contextlib.suppress(OSError):
+                host.ctrl.close()
+        self._hosts.clear()
+        self._events.clear()
+        if self._selector is not None:
+            self._selector.close()
+        self._selector = None
+        self._store.destroy()
+        self._store = None

@@ -1,0 +1,131 @@
+"""Payloads in shared memory for the local backend: the controller moves paths, never bytes.
+
+Small payloads travel inline in the handle (a syscall costs more than copying them). Larger
+ones are written once by their producer to a file under ``/dev/shm`` and mapped by their
+consumer; pickle protocol 5 keeps array and Arrow buffers out of band, so those are read
+straight from the mapping without a copy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import mmap
+import os
+import pickle
+import shutil
+import struct
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+
+from conveyor.engine.messages import Handle
+
+INLINE_LIMIT = 32 * 1024
+_MAGIC = b"CVY1"
+_HEADER = struct.Struct("<4sIQ")  # magic, number of out-of-band buffers, pickle length
+_LEN = struct.Struct("<Q")
+_ALIGN = 64
+
+
+def default_root() -> Path:
+    base = Path("/dev/shm")
+    if not (base.is_dir() and os.access(base, os.W_OK)):
+        base = Path(tempfile.gettempdir())
+    return base
+
+
+def sweep_stale(base: Path) -> None:
+    """Remove run directories left by processes that no longer exist (after a hard crash)."""
+    for entry in base.glob("conveyor-*"):
+        try:
+            pid = int(entry.name.split("-")[1])
+        except (IndexError, ValueError):
+            continue
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            shutil.rmtree(entry, ignore_errors=True)
+        except PermissionError:
+            continue
+
+
+class ShmStore:
+    """One run's payload directory; each process names its files with its own prefix."""
+
+    def __init__(self, root: Path, owner: str) -> None:
+        self.root = root
+        self.owner = owner
+        self._seq = itertools.count()
+
+    @classmethod
+    def create(cls) -> ShmStore:
+        base = default_root()
+        sweep_stale(base)
+        root = base / f"conveyor-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        root.mkdir(mode=0o700)
+        return cls(root, "d")
+
+    def put(self, obj: Any, label: str) -> Handle:
+        buffers: list[pickle.PickleBuffer] = []
+        data = cloudpickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
+        size = len(data) + sum(b.raw().nbytes for b in buffers)
+        if size <= INLINE_LIMIT and not buffers:
+            return Handle(data, size, label)
+        path = os.path.join(self.root, f"{self.owner}-{next(self._seq)}")
+        with open(path, "wb") as f:
+            f.write(_HEADER.pack(_MAGIC, len(buffers), len(data)))
+            f.write(data)
+            offset = _HEADER.size + len(data)
+            for buf in buffers:
+                raw = buf.raw()
+                offset += _LEN.size
+                pad = -offset % _ALIGN
+                f.write(_LEN.pack(raw.nbytes) + b"\0" * pad)
+                f.write(raw)
+                offset += pad + raw.nbytes
+        return Handle(path, size, label)
+
+    @staticmethod
+    def get(handle: Handle) -> Any:
+        ref = handle.ref
+        if isinstance(ref, bytes):
+            return pickle.loads(ref)
+        with open(ref, "rb") as f:
+            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+        view = memoryview(mapped)
+        magic, count, length = _HEADER.unpack_from(view, 0)
+        if magic != _MAGIC:
+            raise ValueError(f"payload {ref} is corrupt (bad header)")
+        offset = _HEADER.size
+        data = view[offset : offset + length]
+        offset += length
+        buffers = []
+        for _ in range(count):
+            (nbytes,) = _LEN.unpack_from(view, offset)
+            offset += _LEN.size
+            offset += -offset % _ALIGN
+            buffers.append(view[offset : offset + nbytes])
+            offset += nbytes
+        return pickle.loads(data, buffers=buffers)
+
+    @staticmethod
+    def delete(handles: Any) -> None:
+        for handle in handles:
+            if isinstance(handle.ref, str):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(handle.ref)
+
+    def bytes_on_disk(self) -> int:
+        total = 0
+        with contextlib.suppress(FileNotFoundError), os.scandir(self.root) as entries:
+            for entry in entries:
+                with contextlib.suppress(FileNotFoundError):
+                    total += entry.stat().st_size
+        return total
+
+    def destroy(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)

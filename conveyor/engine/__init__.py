@@ -1,0 +1,1 @@
+"""The backend-agnostic engine: controller, queues accounting, measurements, policies."""

@@ -1,0 +1,605 @@
+"""The control loop: admit inputs, dispatch batches, collect results, retry, rescale.
+
+Backend-agnostic: it talks to a backend only through the ``Backend`` protocol and moves
+``Handle``s, never payloads (except the last stage's outputs it hands back to the caller).
+Decisions come from the pure policies; this module only applies them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from conveyor.engine.events import Monitor, RunSnapshot, StageSnapshot
+from conveyor.engine.messages import (
+    BatchesDone,
+    BatchFailed,
+    ErrorInfo,
+    Handle,
+    WorkerDied,
+    WorkerReady,
+    WorkerSetupFailed,
+    WorkerStopped,
+)
+from conveyor.engine.observe import StageMeter
+from conveyor.engine.policies.autoscale import (
+    AutoscaleConfig,
+    AutoscaleState,
+    Budget,
+    StageObservation,
+    plan,
+)
+from conveyor.engine.policies.backpressure import EdgeBudget, EdgeState, edge_budget, may_feed
+from conveyor.engine.policies.placement import Ledger
+from conveyor.engine.spec import StageSpec
+from conveyor.errors import BackendError, StageSetupError
+from conveyor.result import FailureRecord, RunResult, StageStats
+from conveyor.tasks.base import EmptyTask, Task
+
+if TYPE_CHECKING:
+    from conveyor.backends.base import Backend
+
+#: a second message may wait at a worker only for stages this fast (hides the round trip)
+PREFETCH_BELOW_S = 0.05
+#: how much work one message to a worker should carry for very fast stages
+MESSAGE_TARGET_S = 0.002
+MAX_BATCHES_PER_MESSAGE = 64
+#: first decision soon after the first measurements, never more often than this
+MIN_AUTOSCALE_SPACING_S = 0.2
+TICK_S = 0.25
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    """Settings of one run; the executors expose them (each one is read below)."""
+
+    max_attempts: int = 3
+    autoscale: AutoscaleConfig = field(default_factory=AutoscaleConfig)
+    autoscale_interval_s: float = 1.0
+    edge_max_tasks: int = 1024
+    edge_max_bytes: int | None = None
+    stage_at_a_time: bool = False
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ValueError(f"max_attempts must be >= 1, got {self.max_attempts}")
+        if self.autoscale_interval_s <= 0:
+            raise ValueError(f"autoscale_interval_s must be > 0, got {self.autoscale_interval_s}")
+        if self.edge_max_tasks < 1:
+            raise ValueError(f"edge_max_tasks must be >= 1, got {self.edge_max_tasks}")
+        if self.edge_max_bytes is not None and self.edge_max_bytes < 1:
+            raise ValueError(f"edge_max_bytes must be >= 1, got {self.edge_max_bytes}")
+
+
+class _Entry:
+    """A task waiting at or travelling through a stage."""
+
+    __slots__ = ("attempts", "handle")
+
+    def __init__(self, handle: Handle, attempts: int = 0) -> None:
+        self.handle = handle
+        self.attempts = attempts
+
+
+@dataclass(eq=False)
+class _Batch:
+    batch_id: int
+    stage: int
+    worker_id: str
+    entries: list[_Entry]
+    alone: bool
+
+
+@dataclass(eq=False)
+class _Worker:
+    worker_id: str
+    stage: int
+    ready: bool = False
+    stopping: bool = False
+    messages: deque[list[int]] = field(default_factory=deque)  # batch ids per message sent
+    alone: bool = False  # holds a suspect task: gets nothing else meanwhile
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.messages)
+
+
+@dataclass(eq=False)
+class _Stage:
+    spec: StageSpec
+    stats: StageStats
+    queue: deque[_Entry] = field(default_factory=deque)
+    queued_bytes: int = 0
+    retry: deque[_Entry] = field(default_factory=deque)
+    workers: dict[str, _Worker] = field(default_factory=dict)
+    meter: StageMeter = field(default_factory=StageMeter)
+    in_flight_tasks: int = 0
+    target: int = 0
+    done: bool = False
+
+    @property
+    def live(self) -> list[_Worker]:
+        return [w for w in self.workers.values() if not w.stopping]
+
+    @property
+    def backlog(self) -> int:
+        return len(self.queue) + len(self.retry) + self.in_flight_tasks
+
+
+class Controller:
+    """Runs one built pipeline on one backend. Iterate it to get last-stage outputs."""
+
+    def __init__(
+        self,
+        specs: list[StageSpec],
+        backend: Backend,
+        initial_tasks: Iterable[Any] | None,
+        config: ControllerConfig,
+        pipeline_name: str = "pipeline",
+        monitors: Iterable[Monitor] = (),
+    ) -> None:
+        self.backend = backend
+        self.config = config
+        self.pipeline_name = pipeline_name
+        self.monitors = list(monitors)
+        self.stages = [_Stage(spec, StageStats(spec.name)) for spec in specs]
+        self.source: Iterator[Any] = iter([EmptyTask()] if initial_tasks is None else initial_tasks)
+        self.source_done = False
+        self.admitted = 0
+        self.outputs = 0
+        self.final: deque[Handle] = deque()
+        self.failures: list[FailureRecord] = []
+        self.batches: dict[int, _Batch] = {}
+        self.batch_ids = itertools.count()
+        self.worker_seq = itertools.count()
+        self.autoscale_state = AutoscaleState()
+        self.ledger: Ledger | None = None
+        self.budgets: list[EdgeBudget] = []
+        self.result = RunResult()
+        self._t0 = 0.0
+        self._next_autoscale = 0.0
+        self._last_autoscale = -math.inf
+        self._next_tick = 0.0
+        self._startup_s: float | None = None
+        self._first_output_s: float | None = None
+        self._closed = False
+
+    # -- the loop -------------------------------------------------------------------------
+    def __iter__(self) -> Iterator[Any]:
+        return self._run()
+
+    def _run(self) -> Iterator[Any]:
+        backend = self.backend
+        backend.open()
+        self._t0 = backend.now()
+        try:
+            self._begin()
+            while True:
+                self._admit()
+                self._dispatch()
+                while self.final:
+                    yield self._take_output()
+                if self._finished():
+                    break
+                now = backend.now()
+                wait = max(0.0, min(self._next_autoscale, self._next_tick) - now)
+                for event in backend.poll(wait):
+                    self._on_event(event)
+                now = backend.now()
+                self._update_done()
+                if now >= self._next_autoscale:
+                    self._autoscale(now)
+                self._reconcile()
+                if now >= self._next_tick:
+                    self._tick(now)
+            self._finish()
+        finally:
+            self._close()
+
+    def _take_output(self) -> Any:
+        handle = self.final.popleft()
+        if self._first_output_s is None:
+            self._first_output_s = self.backend.now() - self._t0
+        self.outputs += 1
+        return self.backend.get(handle)
+
+    def _begin(self) -> None:
+        nodes = self.backend.nodes()
+        self.ledger = Ledger.of(nodes)
+        n = len(self.stages)
+        budget = edge_budget(
+            self.backend.memory_budget_bytes, n, self.config.edge_max_tasks,
+            self.config.edge_max_bytes,
+        )
+        self.budgets = [budget] * n
+        for monitor in self.monitors:
+            monitor.on_start(self.pipeline_name, [s.spec.name for s in self.stages])
+        self._admit()
+        self._update_done()
+        self._autoscale(self.backend.now(), initial=True)
+        self._reconcile()
+        missing = [s.spec.name for s in self.stages if s.target > 0 and not s.workers]
+        if missing:
+            raise BackendError(
+                f"no node can host a worker of stage(s) {', '.join(missing)}; the cluster has "
+                f"{self.ledger.totals()[0]:g} CPUs and {self.ledger.totals()[1]:g} GPUs"
+            )
+
+    # -- inputs ---------------------------------------------------------------------------
+    def _edge(self, stage_index: int) -> EdgeState:
+        """The queue *into* stage ``stage_index`` (or the final outputs past the last stage)."""
+        if stage_index >= len(self.stages):
+            return EdgeState(len(self.final), sum(h.nbytes for h in self.final))
+        stage = self.stages[stage_index]
+        producer_expected = (0.0, 0.0)
+        if stage_index > 0:
+            up = self.stages[stage_index - 1]
+            fanout = up.meter.fanout.value if up.meter.fanout.value is not None else 1.0
+            size = up.meter.out_bytes.value or 0.0
+            producer_expected = (up.in_flight_tasks * fanout, up.in_flight_tasks * size)
+        return EdgeState(
+            len(stage.queue) + len(stage.retry), stage.queued_bytes, *producer_expected
+        )
+
+    def _may_feed(self, stage_index: int) -> bool:
+        if self.config.stage_at_a_time:
+            return True
+        nxt = stage_index + 1
+        consumer_batch = self.stages[nxt].spec.batch_size if nxt < len(self.stages) else 1
+        budget = self.budgets[min(nxt, len(self.budgets) - 1)]
+        return may_feed(self._edge(nxt), budget, consumer_batch)
+
+    def _enqueue(self, stage_index: int, entry: _Entry) -> None:
+        stage = self.stages[stage_index]
+        stage.queue.append(entry)
+        stage.queued_bytes += entry.handle.nbytes
+        stats = stage.stats
+        if len(stage.queue) > stats.queue_hwm_tasks:
+            stats.queue_hwm_tasks = len(stage.queue)
+        if stage.queued_bytes > stats.queue_hwm_bytes:
+            stats.queue_hwm_bytes = stage.queued_bytes
+
+    def _admit(self) -> None:
+        if self.source_done:
+            return
+        first = self.stages[0]
+        budget = self.budgets[0]
+        while self.config.stage_at_a_time or may_feed(
+            EdgeState(len(first.queue) + len(first.retry), first.queued_bytes),
+            budget, first.spec.batch_size,
+        ):
+            try:
+                task = next(self.source)
+            except StopIteration:
+                self.source_done = True
+                return
+            label = str(self.admitted)
+            if isinstance(task, Task):
+                task.task_id = label
+            self.admitted += 1
+            self._enqueue(0, _Entry(self.backend.put(task, label)))
+
+    # -- dispatch -------------------------------------------------------------------------
+    def _upstream_done(self, index: int) -> bool:
+        return self.source_done if index == 0 else self.stages[index - 1].done
+
+    def _dispatch(self) -> None:
+        for index in range(len(self.stages) - 1, -1, -1):
+            stage = self.stages[index]
+            if stage.queue or stage.retry:
+                self._dispatch_stage(index, stage)
+
+    def _dispatch_stage(self, index: int, stage: _Stage) -> None:
+        ready = [w for w in stage.workers.values() if w.ready and not w.stopping and not w.alone]
+        if not ready:
+            return
+        # suspects first, each alone on an idle worker
+        while stage.retry and self._may_feed(index):
+            idle = next((w for w in ready if w.in_flight == 0), None)
+            if idle is None:
+                break
+            self._send(index, idle, [[stage.retry.popleft()]], alone=True)
+            ready.remove(idle)
+        batch_size = stage.spec.batch_size
+        task_time = stage.meter.task_time.value
+        depth = 2 if task_time is not None and task_time * batch_size < PREFETCH_BELOW_S else 1
+        upstream_done = self._upstream_done(index)
+        while stage.queue and self._may_feed(index):
+            if len(stage.queue) < batch_size and not upstream_done:
+                return  # wait for a full batch; the remainder goes once upstream is done
+            worker = min(ready, key=lambda w: w.in_flight, default=None)
+            if worker is None or worker.in_flight >= depth:
+                return
+            full_batches = max(1, len(stage.queue) // batch_size)
+            count = 1
+            if task_time is not None:
+                count = int(MESSAGE_TARGET_S / max(task_time * batch_size, 1e-7))
+                fair = math.ceil(full_batches / len(ready))
+                count = max(1, min(count, fair, MAX_BATCHES_PER_MESSAGE))
+            batches = []
+            for _ in range(count):
+                if not stage.queue:
+                    break
+                take = min(batch_size, len(stage.queue))
+                entries = [stage.queue.popleft() for _ in range(take)]
+                stage.queued_bytes -= sum(e.handle.nbytes for e in entries)
+                batches.append(entries)
+            self._send(index, worker, batches, alone=False)
+
+    def _send(self, index: int, worker: _Worker, groups: list[list[_Entry]], alone: bool) -> None:
+        stage = self.stages[index]
+        ids, payload = [], []
+        for entries in groups:
+            batch_id = next(self.batch_ids)
+            self.batches[batch_id] = _Batch(batch_id, index, worker.worker_id, entries, alone)
+            ids.append(batch_id)
+            payload.append((batch_id, [e.handle for e in entries]))
+            stage.in_flight_tasks += len(entries)
+        worker.messages.append(ids)
+        worker.alone = alone
+        self.backend.submit(worker.worker_id, payload)
+
+    # -- events ---------------------------------------------------------------------------
+    def _on_event(self, event: Any) -> None:
+        if isinstance(event, BatchesDone):
+            self._on_done(event)
+        elif isinstance(event, BatchFailed):
+            batch = self._pop_batch(event.worker_id, event.batch_id)
+            if batch is not None:
+                self._retry_or_fail(batch.stage, batch.entries, event.error)
+        elif isinstance(event, WorkerReady):
+            worker = self._worker(event.worker_id)
+            if worker is not None:
+                worker.ready = True
+                self.stages[worker.stage].meter.setup_s.update(event.setup_s)
+                if self._startup_s is None and all(
+                    s.done or any(w.ready for w in s.workers.values()) for s in self.stages
+                ):
+                    self._startup_s = self.backend.now() - self._t0
+        elif isinstance(event, WorkerDied):
+            self._on_worker_gone(event.worker_id, ErrorInfo("WorkerDied", event.reason))
+        elif isinstance(event, WorkerStopped):
+            self._on_worker_gone(
+                event.worker_id, ErrorInfo("WorkerDied", "worker stopped with work in flight")
+            )
+        elif isinstance(event, WorkerSetupFailed):
+            worker = self._worker(event.worker_id)
+            name = self.stages[worker.stage].spec.name if worker else event.worker_id
+            raise StageSetupError(
+                name, f"{event.error.type}: {event.error.message}", event.error.traceback
+            )
+
+    def _worker(self, worker_id: str) -> _Worker | None:
+        for stage in self.stages:
+            worker = stage.workers.get(worker_id)
+            if worker is not None:
+                return worker
+        return None
+
+    def _pop_batch(self, worker_id: str, batch_id: int) -> _Batch | None:
+        batch = self.batches.pop(batch_id, None)
+        if batch is None:
+            return None
+        stage = self.stages[batch.stage]
+        stage.in_flight_tasks -= len(batch.entries)
+        worker = stage.workers.get(worker_id)
+        if worker is not None and worker.messages:
+            message = worker.messages[0]
+            if batch_id in message:
+                message.remove(batch_id)
+                if not message:
+                    worker.messages.popleft()
+                    if not worker.messages:
+                        worker.alone = False
+        return batch
+
+    def _on_done(self, event: BatchesDone) -> None:
+        for outcome in event.outcomes:
+            batch = self._pop_batch(event.worker_id, outcome.batch_id)
+            if batch is None:
+                continue
+            stage = self.stages[batch.stage]
+            stats = stage.stats
+            n_in = len(batch.entries)
+            n_out = len(outcome.outputs)
+            stats.tasks_in += n_in
+            stats.tasks_out += n_out
+            stats.filtered += outcome.filtered
+            stats.busy_s += outcome.busy_s
+            first_measurement = not stage.meter.measured
+            stage.meter.record(n_in, n_out, sum(h.nbytes for h in outcome.outputs), outcome.busy_s)
+            if first_measurement:
+                self._next_autoscale = min(
+                    self._next_autoscale, self._last_autoscale + MIN_AUTOSCALE_SPACING_S
+                )
+            nxt = batch.stage + 1
+            if nxt < len(self.stages):
+                for handle in outcome.outputs:
+                    self._enqueue(nxt, _Entry(handle))
+            else:
+                self.final.extend(outcome.outputs)
+
+    def _retry_or_fail(self, index: int, entries: list[_Entry], error: ErrorInfo) -> None:
+        stage = self.stages[index]
+        for entry in entries:
+            entry.attempts += 1
+            if entry.attempts >= self.config.max_attempts:
+                stage.stats.failed += 1
+                self.failures.append(FailureRecord(
+                    stage=stage.spec.name,
+                    task=entry.handle.label,
+                    error_type=error.type,
+                    message=error.message,
+                    traceback=error.traceback,
+                    attempts=entry.attempts,
+                ))
+                self.backend.free([entry.handle])
+            else:
+                stage.stats.retried += 1
+                stage.retry.append(entry)
+
+    def _on_worker_gone(self, worker_id: str, error: ErrorInfo) -> None:
+        worker = self._worker(worker_id)
+        if worker is None:
+            return
+        stage = self.stages[worker.stage]
+        del stage.workers[worker_id]
+        if self.ledger is not None:
+            self.ledger.release(worker_id)
+        if not worker.stopping:
+            stage.stats.worker_deaths += 1
+        for batch_id in [b for m in worker.messages for b in m]:
+            batch = self.batches.pop(batch_id, None)
+            if batch is not None:
+                stage.in_flight_tasks -= len(batch.entries)
+                self._retry_or_fail(worker.stage, batch.entries, error)
+
+    # -- completion -----------------------------------------------------------------------
+    def _update_done(self) -> None:
+        for index, stage in enumerate(self.stages):
+            if not stage.done and self._upstream_done(index) and stage.backlog == 0:
+                stage.done = True
+                stage.stats.final_workers = len(stage.live)
+                stage.target = 0  # free its resources for the stages still working
+
+    def _finished(self) -> bool:
+        self._update_done()
+        return self.stages[-1].done and not self.final
+
+    # -- scaling --------------------------------------------------------------------------
+    def _observations(self) -> list[StageObservation]:
+        obs = []
+        for index, stage in enumerate(self.stages):
+            spec = stage.spec
+            res = spec.resources
+            gpus = float(res.whole_gpus) if res.gpus >= 1 else res.gpus
+            if res.gpu_memory_gb and self.ledger is not None:
+                node = next(iter(self.ledger.nodes.values()), None)
+                if node is not None and node.gpu_memory_gb:
+                    gpus = res.gpu_fraction(node.gpu_memory_gb)
+            obs.append(StageObservation(
+                name=spec.name,
+                cpus=res.cpus,
+                gpus=gpus,
+                batch_size=spec.batch_size,
+                pinned=spec.num_workers,
+                workers=len(stage.live),
+                task_time_s=stage.meter.task_time.value,
+                fanout=stage.meter.fanout.value,
+                backlog=stage.backlog,
+                upstream_done=self._upstream_done(index),
+                setup_s=stage.meter.setup_s.value,
+            ))
+        return obs
+
+    def _autoscale(self, now: float, initial: bool = False) -> None:
+        assert self.ledger is not None
+        self._last_autoscale = now
+        self._next_autoscale = now + self.config.autoscale_interval_s
+        gone = self.ledger.refresh(self.backend.nodes())
+        del gone  # workers on a vanished node are reported dead by the backend
+        cpus, gpus = self.ledger.totals()
+        obs = self._observations()
+        budget = Budget(cpus, gpus)
+        if self.config.stage_at_a_time:
+            current = next((i for i, s in enumerate(self.stages) if not s.done), None)
+            for index, stage in enumerate(self.stages):
+                if index == current:
+                    stage.target = plan([obs[index]], budget, self.config.autoscale, now,
+                                        self.autoscale_state)[0]
+                else:
+                    stage.target = 0
+            return
+        if initial:
+            # cold start: one worker per stage (or its pin) until measurements arrive
+            for stage, o in zip(self.stages, obs, strict=True):
+                stage.target = 0 if o.finished else (o.pinned or 1)
+            return
+        targets = plan(obs, budget, self.config.autoscale, now, self.autoscale_state)
+        for stage, target in zip(self.stages, targets, strict=True):
+            stage.target = target
+
+    def _reconcile(self) -> None:
+        assert self.ledger is not None
+        for stage in self.stages:
+            live = stage.live
+            excess = len(live) - stage.target
+            if excess <= 0:
+                continue
+            # stop the least useful first: not ready yet, then idle, then busy
+            live.sort(key=lambda w: (w.ready, w.in_flight))
+            for worker in live[:excess]:
+                worker.stopping = True
+                self.backend.stop_worker(worker.worker_id)
+        order = sorted(self.stages, key=lambda s: len(s.live) / max(s.target, 1))
+        for stage in order:
+            while len(stage.live) < stage.target:
+                worker_id = f"{stage.spec.name}-{next(self.worker_seq)}"
+                placement = self.ledger.allocate(worker_id, stage.spec.resources)
+                if placement is None:
+                    break
+                stage.workers[worker_id] = _Worker(worker_id, stage.spec.index)
+                peak = len(stage.workers)
+                if peak > stage.stats.peak_workers:
+                    stage.stats.peak_workers = peak
+                self.backend.start_worker(worker_id, stage.spec, placement)
+
+    # -- reporting ------------------------------------------------------------------------
+    def snapshot(self, now: float) -> RunSnapshot:
+        stages = []
+        for stage in self.stages:
+            ready = sum(1 for w in stage.workers.values() if w.ready and not w.stopping)
+            stages.append(StageSnapshot(
+                name=stage.spec.name,
+                workers_ready=ready,
+                workers_starting=len(stage.live) - ready,
+                target=stage.target,
+                queued=len(stage.queue) + len(stage.retry),
+                queued_bytes=stage.queued_bytes,
+                in_flight=stage.in_flight_tasks,
+                tasks_in=stage.stats.tasks_in,
+                tasks_out=stage.stats.tasks_out,
+                filtered=stage.stats.filtered,
+                failed=stage.stats.failed,
+                task_time_s=stage.meter.task_time.value,
+                done=stage.done,
+            ))
+        return RunSnapshot(self.pipeline_name, now - self._t0, self.admitted, self.outputs,
+                           tuple(stages), self.source_done)
+
+    def _tick(self, now: float) -> None:
+        self._next_tick = now + TICK_S
+        if self.monitors:
+            snap = self.snapshot(now)
+            for monitor in self.monitors:
+                monitor.on_tick(snap)
+
+    def _finish(self) -> None:
+        now = self.backend.now()
+        result = self.result
+        result.failures = self.failures
+        result.wall_s = now - self._t0
+        result.startup_s = self._startup_s if self._startup_s is not None else result.wall_s
+        result.first_output_s = self._first_output_s
+        result.stats = {s.spec.name: s.stats for s in self.stages}
+        result.counts = {
+            "inputs": self.admitted,
+            "outputs": self.outputs,
+            "filtered": sum(s.stats.filtered for s in self.stages),
+            "failed": len(self.failures),
+        }
+        if self.monitors:
+            snap = self.snapshot(now)
+            for monitor in self.monitors:
+                monitor.on_tick(snap)
+                monitor.on_end(result)
+
+    def _close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.backend.shutdown()

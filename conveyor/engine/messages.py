@@ -1,0 +1,99 @@
+"""What backends and the controller say to each other: handles, placements and worker events.
+
+Backends import these; the controller never imports a backend.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+
+class Handle(NamedTuple):
+    """A task's payload as the controller sees it: an opaque reference, its size and its id.
+
+    ``ref`` is backend-specific (inline bytes or a shared-memory path locally, an ObjectRef on
+    Ray, a token in the simulator). The controller never looks inside.
+    """
+
+    ref: Any
+    nbytes: int
+    label: str
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerPlacement:
+    """Where a worker runs: its node and, for GPU workers, device indices and share."""
+
+    node_id: str
+    gpu_ids: tuple[int, ...] = ()
+    gpu_fraction: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorInfo:
+    """An exception as text, so it crosses process boundaries whatever its type."""
+
+    type: str
+    message: str
+    traceback: str = ""
+
+    @classmethod
+    def from_exception(cls, exc: BaseException) -> ErrorInfo:
+        import traceback
+
+        return cls(
+            type=type(exc).__name__,
+            message=str(exc),
+            traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class BatchOutcome:
+    """A batch a worker finished: output handles, how many inputs gave nothing, busy time."""
+
+    batch_id: int
+    outputs: list[Handle]
+    filtered: int
+    busy_s: float
+
+
+# -- events a backend reports from poll() ------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class WorkerReady:
+    worker_id: str
+    setup_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSetupFailed:
+    worker_id: str
+    error: ErrorInfo
+
+
+@dataclass(frozen=True, slots=True)
+class BatchesDone:
+    worker_id: str
+    outcomes: list[BatchOutcome]
+
+
+@dataclass(frozen=True, slots=True)
+class BatchFailed:
+    worker_id: str
+    batch_id: int
+    error: ErrorInfo
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerDied:
+    worker_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerStopped:
+    worker_id: str
+
+
+BackendEvent = WorkerReady | WorkerSetupFailed | BatchesDone | BatchFailed | WorkerDied | WorkerStopped

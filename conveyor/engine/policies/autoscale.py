@@ -1,0 +1,169 @@
+"""How many workers each stage should have: measured speeds + queues + budget -> targets.
+
+The model: a stage's worker handles ``1 / task_time`` tasks per second, and stage ``i`` sees
+``r_i`` tasks per source task (the product of upstream fan-outs). Pipeline throughput is
+limited by the stage with the least capacity ``n_i / (r_i * task_time_i)``; targets come from
+water-filling: repeatedly give one worker to the current bottleneck while it fits the budget.
+When the bottleneck cannot grow, nothing else is added: extra workers elsewhere would only
+hold resources the pipeline cannot use.
+
+Stability: a new plan is adopted only if it raises predicted throughput by ``min_gain`` (or a
+correction is forced: an idle stage with work, a finished stage holding workers, a tail with
+fewer batches left than workers). Removals wait ``scale_down_delay_s``, stretched by the stage's
+measured setup time, so a stage whose workers are expensive to start is not shrunk on a
+transient starvation and grown again. Starvation does not change task times, which is all the
+model sizes by, so it rarely proposes such a removal in the first place.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class AutoscaleConfig:
+    """Knobs of the autoscaler (each read below and covered by tests)."""
+
+    #: smallest relative throughput gain worth moving workers for
+    min_gain: float = 0.05
+    #: how long a proposed removal must persist before it happens (cheap stages)
+    scale_down_delay_s: float = 1.0
+    #: removals of a stage wait at least this many times its measured setup time
+    setup_cost_factor: float = 3.0
+    #: upper bound on workers of one stage (matters for stages that reserve no resources)
+    max_workers_per_stage: int = 64
+
+    def __post_init__(self) -> None:
+        if self.min_gain < 0:
+            raise ValueError(f"AutoscaleConfig.min_gain must be >= 0, got {self.min_gain}")
+        if self.scale_down_delay_s < 0:
+            raise ValueError("AutoscaleConfig.scale_down_delay_s must be >= 0")
+        if self.setup_cost_factor < 0:
+            raise ValueError("AutoscaleConfig.setup_cost_factor must be >= 0")
+        if self.max_workers_per_stage < 1:
+            raise ValueError("AutoscaleConfig.max_workers_per_stage must be >= 1")
+
+
+@dataclass(frozen=True, slots=True)
+class StageObservation:
+    name: str
+    cpus: float
+    gpus: float  # per worker: a fraction below 1, else whole GPUs
+    batch_size: int = 1
+    pinned: int | None = None
+    workers: int = 0  # live workers, starting or ready, not being stopped
+    task_time_s: float | None = None  # busy seconds per input task, None until measured
+    fanout: float | None = None  # outputs per input, None until measured
+    backlog: int = 0  # tasks queued for or in flight at this stage
+    upstream_done: bool = False  # no input beyond the backlog will arrive
+    setup_s: float | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.upstream_done and self.backlog == 0
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    cpus: float
+    gpus: float
+
+
+@dataclass
+class AutoscaleState:
+    """What the policy remembers between calls: since when each removal has been proposed."""
+
+    down_since: dict[str, float] = field(default_factory=dict)
+
+
+def _weights(stages: Sequence[StageObservation]) -> list[float]:
+    """Worker-seconds each stage needs per source task (relative load)."""
+    measured = [s.task_time_s for s in stages if s.task_time_s]
+    default = max(measured) if measured else 1.0
+    weights, reach = [], 1.0
+    for s in stages:
+        weights.append(reach * (s.task_time_s if s.task_time_s else default))
+        reach *= s.fanout if s.fanout is not None else 1.0
+        reach = max(reach, 1e-9)
+    return weights
+
+
+def throughput(counts: Sequence[int], weights: Sequence[float], active: Sequence[bool]) -> float:
+    """Predicted source tasks per second: the least capacity among active stages."""
+    rates = [c / w for c, w, a in zip(counts, weights, active, strict=True) if a and w > 0]
+    return min(rates) if rates else math.inf
+
+
+def _cap(s: StageObservation, config: AutoscaleConfig) -> int:
+    cap = config.max_workers_per_stage
+    if s.upstream_done:
+        cap = min(cap, math.ceil(s.backlog / s.batch_size))
+    return cap
+
+
+def plan(
+    stages: Sequence[StageObservation],
+    budget: Budget,
+    config: AutoscaleConfig,
+    now: float,
+    state: AutoscaleState,
+) -> list[int]:
+    """Target worker count per stage for this cycle."""
+    weights = _weights(stages)
+    active = [not s.finished for s in stages]
+    current = [s.workers for s in stages]
+    base, caps = [], []
+    for s in stages:
+        if s.finished:
+            base.append(0)
+            caps.append(0)
+        elif s.pinned is not None:
+            base.append(s.pinned)
+            caps.append(s.pinned)
+        else:
+            base.append(1)
+            caps.append(max(1, _cap(s, config)))
+    target = list(base)
+    cpus = budget.cpus - sum(n * s.cpus for n, s in zip(target, stages, strict=True))
+    gpus = budget.gpus - sum(n * s.gpus for n, s in zip(target, stages, strict=True))
+    heap = [(target[i] / weights[i], i) for i, s in enumerate(stages)
+            if active[i] and s.pinned is None and target[i] < caps[i]]
+    heapq.heapify(heap)
+    while heap:
+        _, i = heapq.heappop(heap)
+        s = stages[i]
+        if s.cpus > cpus + 1e-9 or s.gpus > gpus + 1e-9:
+            break  # the bottleneck cannot grow: adding elsewhere would not raise throughput
+        target[i] += 1
+        cpus -= s.cpus
+        gpus -= s.gpus
+        if target[i] < caps[i]:
+            heapq.heappush(heap, (target[i] / weights[i], i))
+
+    forced = any(
+        (t > 0) != (c > 0)  # a stage gains its first worker or a finished one frees its last
+        or c > caps[i]  # more workers than batches left, or a pin changed
+        or (s.pinned is not None and c != s.pinned)
+        for i, (s, t, c) in enumerate(zip(stages, target, current, strict=True))
+    )
+    if not forced:
+        gain = throughput(target, weights, active) / max(throughput(current, weights, active), 1e-12)
+        if gain < 1.0 + config.min_gain:
+            target = list(current)  # not worth the churn
+
+    # hysteresis on removals: a stage shrinks only after the proposal has held long enough
+    result = []
+    for i, (s, t, c) in enumerate(zip(stages, target, current, strict=True)):
+        must = s.finished or c > caps[i]
+        if t < c and not must:
+            since = state.down_since.setdefault(s.name, now)
+            hold = max(config.scale_down_delay_s, config.setup_cost_factor * (s.setup_s or 0.0))
+            if now - since < hold:
+                t = c
+        else:
+            state.down_since.pop(s.name, None)
+        result.append(t)
+    return result

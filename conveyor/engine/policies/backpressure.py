@@ -1,0 +1,45 @@
+"""How much may queue on each edge between two stages, in tasks and in bytes.
+
+An edge is the queue in front of a stage. Its producer may be given more input only while the
+edge, counting what the producer's in-flight batches are expected to add, is under both budgets.
+Bytes are what bound memory, so a fan-out of 1 -> 2,000 counts as 2,000 payloads, not one.
+One rule breaks the classic fan-in deadlock: while the consumer cannot form a full batch from
+what is queued, the producer is never held back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class EdgeBudget:
+    max_tasks: int
+    max_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class EdgeState:
+    queued_tasks: int
+    queued_bytes: int
+    #: outputs the producer's in-flight batches are expected to add (from measured fan-out)
+    expected_tasks: float = 0.0
+    expected_bytes: float = 0.0
+
+
+def edge_budget(
+    memory_budget_bytes: int, num_edges: int, max_tasks: int, max_bytes: int | None = None
+) -> EdgeBudget:
+    """Split the backend's memory budget evenly across edges unless a per-edge cap is given."""
+    per_edge = max_bytes if max_bytes is not None else memory_budget_bytes // max(1, num_edges)
+    return EdgeBudget(max_tasks=max(1, max_tasks), max_bytes=max(1, per_edge))
+
+
+def may_feed(edge: EdgeState, budget: EdgeBudget, consumer_batch_size: int) -> bool:
+    """Whether the producer of ``edge`` may start another batch."""
+    if edge.queued_tasks < consumer_batch_size:
+        return True
+    return (
+        edge.queued_tasks + edge.expected_tasks < budget.max_tasks
+        and edge.queued_bytes + edge.expected_bytes < budget.max_bytes
+    )

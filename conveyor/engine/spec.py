@@ -1,0 +1,34 @@
+"""A built stage as the engine sees it: shape, batch size, pin, and the serialized stage."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import cloudpickle
+
+from conveyor.resources import Resources
+
+
+@dataclass(eq=False)
+class StageSpec:
+    """Immutable description of one stage of a built pipeline.
+
+    ``payload`` is the stage object serialized by value once on the driver, so stages defined
+    in ``__main__``, a notebook cell or a function work on every backend.
+    """
+
+    index: int
+    name: str
+    resources: Resources
+    batch_size: int
+    num_workers: int | None
+    stage: Any = field(repr=False)
+    has_node_setup: bool = False
+    _payload: bytes | None = field(default=None, repr=False)
+
+    @property
+    def payload(self) -> bytes:
+        if self._payload is None:
+            self._payload = cloudpickle.dumps(self.stage, protocol=5)
+        return self._payload

@@ -1,0 +1,30 @@
+"""Exceptions a user may catch; each message names the stage or input and what is wrong."""
+
+from __future__ import annotations
+
+
+class ConveyorError(Exception):
+    """Base of every error Conveyor raises on purpose."""
+
+
+class PipelineBuildError(ConveyorError, ValueError):
+    """The pipeline cannot be built: an invalid stage, a name clash, a missing declared input."""
+
+
+class StageSetupError(ConveyorError):
+    """A stage's ``setup`` or ``setup_on_node`` raised; the run was stopped.
+
+    ``remote_traceback`` is the traceback text from the worker where it happened.
+    """
+
+    def __init__(self, stage: str, message: str, remote_traceback: str = "") -> None:
+        self.stage = stage
+        self.remote_traceback = remote_traceback
+        text = f"stage {stage!r} failed to set up: {message}"
+        if remote_traceback:
+            text += f"\n--- traceback from the worker ---\n{remote_traceback.rstrip()}"
+        super().__init__(text)
+
+
+class BackendError(ConveyorError):
+    """The backend could not do what the controller asked (e.g. a worker shape fits no node)."""

@@ -1,0 +1,94 @@
+"""What every executor shares: a backend, controller settings, monitors, and the Run handle."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from conveyor.engine.controller import Controller, ControllerConfig
+from conveyor.engine.events import Monitor
+from conveyor.engine.policies.autoscale import AutoscaleConfig
+from conveyor.engine.spec import StageSpec
+from conveyor.result import RunResult
+
+if TYPE_CHECKING:
+    from conveyor.backends.base import Backend
+
+
+class Run:
+    """An iterator over a running pipeline's last-stage outputs.
+
+    Nothing starts until the first ``next()``. ``result`` is complete once the iterator is
+    exhausted; ``close()`` (or leaving a ``with`` block) stops every worker early.
+    """
+
+    def __init__(self, controller: Controller) -> None:
+        self._controller = controller
+        self._iter: Iterator[Any] | None = None
+
+    def __iter__(self) -> Run:
+        return self
+
+    def __next__(self) -> Any:
+        if self._iter is None:
+            self._iter = iter(self._controller)
+        return next(self._iter)
+
+    @property
+    def result(self) -> RunResult:
+        return self._controller.result
+
+    def close(self) -> None:
+        if self._iter is not None:
+            self._iter.close()  # type: ignore[attr-defined]
+        else:
+            self._controller.backend.shutdown()
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Executor:
+    """Runs built pipelines on a backend (``LocalBackend()`` unless given)."""
+
+    stage_at_a_time = False
+
+    def __init__(
+        self,
+        backend: Backend | None = None,
+        *,
+        max_attempts: int = 3,
+        autoscale: AutoscaleConfig | None = None,
+        autoscale_interval_s: float = 1.0,
+        edge_max_tasks: int = 1024,
+        edge_max_bytes: int | None = None,
+        monitors: Iterable[Monitor] = (),
+    ) -> None:
+        if backend is None:
+            from conveyor.backends.local import LocalBackend
+
+            backend = LocalBackend()
+        self.backend = backend
+        self.config = ControllerConfig(
+            max_attempts=max_attempts,
+            autoscale=autoscale or AutoscaleConfig(),
+            autoscale_interval_s=autoscale_interval_s,
+            edge_max_tasks=edge_max_tasks,
+            edge_max_bytes=edge_max_bytes,
+            stage_at_a_time=self.stage_at_a_time,
+        )
+        self.monitors = list(monitors)
+
+    def start(
+        self,
+        specs: list[StageSpec],
+        initial_tasks: Iterable[Any] | None = None,
+        pipeline_name: str = "pipeline",
+    ) -> Run:
+        controller = Controller(
+            specs, self.backend, initial_tasks, self.config, pipeline_name, self.monitors
+        )
+        return Run(controller)

@@ -1,0 +1,156 @@
+"""Pipeline: an ordered list of stages, built into engine specs and handed to an executor."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from conveyor.engine.spec import StageSpec
+from conveyor.errors import PipelineBuildError
+from conveyor.result import RunResult
+from conveyor.stage import CompositeStage, ProcessingStage, declared_names, validate_stage
+
+if TYPE_CHECKING:
+    from conveyor.executors.base import Executor, Run
+
+
+class Pipeline:
+    """An ordered chain of stages. ``run()`` returns a ``RunResult``; ``stream()`` yields outputs."""
+
+    def __init__(
+        self,
+        name: str,
+        stages: Sequence[ProcessingStage[Any, Any]] | None = None,
+        description: str | None = None,
+    ) -> None:
+        self.name = name
+        self.description = description
+        self.stages: list[ProcessingStage[Any, Any]] = []
+        for stage in stages or []:
+            self.add_stage(stage)
+
+    def add_stage(self, stage: ProcessingStage[Any, Any]) -> Pipeline:
+        if isinstance(stage, type) and issubclass(stage, ProcessingStage):
+            raise TypeError(
+                f"Pipeline {self.name!r}: add_stage got the class {stage.__name__}; pass an "
+                f"instance, e.g. {stage.__name__}()"
+            )
+        if not isinstance(stage, ProcessingStage):
+            raise TypeError(
+                f"Pipeline {self.name!r}: add_stage expects a ProcessingStage, got {stage!r}"
+            )
+        self.stages.append(stage)
+        return self
+
+    # -- build ----------------------------------------------------------------------------
+    def _expand(self) -> list[ProcessingStage[Any, Any]]:
+        flat: list[ProcessingStage[Any, Any]] = []
+
+        def visit(stage: ProcessingStage[Any, Any], depth: int) -> None:
+            if depth > 16:
+                raise PipelineBuildError(f"composite stage {stage.name!r} nests too deeply")
+            if isinstance(stage, CompositeStage):
+                parts = stage.decompose()
+                if not parts:
+                    raise PipelineBuildError(f"composite stage {stage.name!r} decomposed to nothing")
+                for part in parts:
+                    if not isinstance(part, ProcessingStage):
+                        raise PipelineBuildError(
+                            f"composite stage {stage.name!r} decomposed into {part!r}, "
+                            "which is not a ProcessingStage"
+                        )
+                    visit(part, depth + 1)
+            else:
+                flat.append(stage)
+
+        for stage in self.stages:
+            visit(stage, 0)
+        return flat
+
+    def build(self) -> list[StageSpec]:
+        """Expand composites, validate every stage and the declared contracts between them."""
+        if not self.stages:
+            raise PipelineBuildError(f"pipeline {self.name!r} has no stages")
+        flat = self._expand()
+        seen: dict[str, int] = {}
+        specs: list[StageSpec] = []
+        for index, stage in enumerate(flat):
+            try:
+                validate_stage(stage)
+            except ValueError as exc:
+                raise PipelineBuildError(f"pipeline {self.name!r}: {exc}") from None
+            name = stage.name
+            if name in seen:
+                seen[name] += 1
+                name = f"{name}_{seen[stage.name]}"
+            else:
+                seen[name] = 1
+            specs.append(
+                StageSpec(
+                    index=index,
+                    name=name,
+                    resources=stage.resources,
+                    batch_size=stage.batch_size,
+                    num_workers=stage.num_workers,
+                    stage=stage,
+                    has_node_setup=stage.overrides("setup_on_node"),
+                )
+            )
+        for up, down in zip(flat, flat[1:], strict=False):
+            produced, needed = declared_names(up.outputs()), declared_names(down.inputs())
+            if produced is not None and needed is not None and not needed <= produced:
+                missing = ", ".join(sorted(needed - produced))
+                raise PipelineBuildError(
+                    f"pipeline {self.name!r}: stage {down.name!r} needs {missing}, which the "
+                    f"previous stage {up.name!r} does not declare in outputs() "
+                    f"(it declares: {', '.join(sorted(produced)) or 'nothing'})"
+                )
+        return specs
+
+    def describe(self) -> str:
+        """Human-readable plan: each stage's resources, batch size and declared contract."""
+        specs = self.build()
+        lines = [f"Pipeline {self.name!r}" + (f": {self.description}" if self.description else "")]
+        for spec in specs:
+            stage = spec.stage
+            pin = f"{spec.num_workers} (pinned)" if spec.num_workers else "autoscaled"
+            lines.append(f"  {spec.index + 1}. {spec.name} [{type(stage).__name__}]")
+            lines.append(f"     resources: {spec.resources.describe()}")
+            lines.append(f"     batch_size: {spec.batch_size}   workers: {pin}")
+            ins, outs = declared_names(stage.inputs()), declared_names(stage.outputs())
+            if ins:
+                lines.append(f"     inputs: {', '.join(sorted(ins))}")
+            if outs:
+                lines.append(f"     outputs: {', '.join(sorted(outs))}")
+        return "\n".join(lines)
+
+    # -- run ------------------------------------------------------------------------------
+    def _executor(self, executor: Executor | None) -> Executor:
+        if executor is None:
+            from conveyor.executors.streaming import StreamingExecutor
+
+            executor = StreamingExecutor()
+        return executor
+
+    def run(
+        self, executor: Executor | None = None, initial_tasks: Iterable[Any] | None = None
+    ) -> RunResult:
+        """Run to completion and return every last-stage output with the run's records."""
+        run = self._executor(executor).start(self.build(), initial_tasks, pipeline_name=self.name)
+        outputs = list(run)
+        result = run.result
+        result.outputs = outputs
+        return result
+
+    def stream(
+        self, executor: Executor | None = None, initial_tasks: Iterable[Any] | None = None
+    ) -> Run:
+        """Iterator of last-stage outputs, each yielded as soon as it is ready.
+
+        The returned ``Run`` is also a context manager; ``close()`` (or leaving the ``with``)
+        stops the run early. After exhaustion ``run.result`` holds the records.
+        """
+        return self._executor(executor).start(self.build(), initial_tasks, pipeline_name=self.name)
+
+    def __repr__(self) -> str:
+        return f"Pipeline({self.name!r}, stages={[s.name for s in self.stages]})"

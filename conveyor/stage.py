@@ -1,0 +1,196 @@
+"""The stage API: ``ProcessingStage``, ``@processing_stage`` and ``CompositeStage``.
+
+A stage is plain configuration plus code. Everything the engine needs is a class attribute with
+a default, so subclasses need not call ``super().__init__()``; ``with_()`` returns a modified copy.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any, Generic, TypeVar
+
+from conveyor.cluster import NodeInfo, WorkerInfo
+from conveyor.resources import Resources
+
+In = TypeVar("In")
+Out = TypeVar("Out")
+
+_UNSET: Any = object()
+
+
+class ProcessingStage(Generic[In, Out]):
+    """One step of a pipeline, run as a pool of workers.
+
+    Override ``process`` (one task in; one output, a list, or ``None`` out) or ``process_batch``
+    (``batch_size`` tasks in, a list out). ``setup`` runs once per worker (load a model there),
+    ``setup_on_node`` once per stage per node before any ``setup`` on that node (download
+    weights there), ``teardown`` once per worker at the end, also after a failure.
+    """
+
+    name: str = "ProcessingStage"
+    resources: Resources = Resources(cpus=1.0)
+    batch_size: int = 1
+    num_workers: int | None = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" not in cls.__dict__:
+            cls.name = cls.__name__
+
+    # -- the work -------------------------------------------------------------------------
+    def process(self, task: In) -> Out | list[Out] | None:
+        raise NotImplementedError(f"stage {self.name!r} implements neither process nor process_batch")
+
+    def process_batch(self, tasks: list[In]) -> list[Out]:
+        outputs: list[Out] = []
+        for task in tasks:
+            result = self.process(task)
+            if result is None:
+                continue
+            if isinstance(result, list):
+                outputs.extend(result)
+            else:
+                outputs.append(result)
+        return outputs
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def setup_on_node(self, node: NodeInfo, worker: WorkerInfo) -> None:
+        """Once per stage per node, before that node's ``setup`` calls."""
+
+    def setup(self, worker: WorkerInfo) -> None:
+        """Once per worker, before its first batch."""
+
+    def teardown(self) -> None:
+        """Once per worker at the end of the run, also when the run fails."""
+
+    # -- declared contract ----------------------------------------------------------------
+    def inputs(self) -> Sequence[str] | tuple[Sequence[str], Sequence[str]] | None:
+        """Attributes (or data columns) every input task must have; ``None`` = undeclared."""
+        return None
+
+    def outputs(self) -> Sequence[str] | tuple[Sequence[str], Sequence[str]] | None:
+        """Attributes (or data columns) every output task has; ``None`` = undeclared."""
+        return None
+
+    # -- configuration --------------------------------------------------------------------
+    def with_(
+        self,
+        *,
+        name: str = _UNSET,
+        resources: Resources = _UNSET,
+        batch_size: int = _UNSET,
+        num_workers: int | None = _UNSET,
+    ) -> ProcessingStage[In, Out]:
+        """A copy with the given settings replaced; ``num_workers`` pins the pool size."""
+        new = copy.deepcopy(self)
+        for key, value in (
+            ("name", name),
+            ("resources", resources),
+            ("batch_size", batch_size),
+            ("num_workers", num_workers),
+        ):
+            if value is not _UNSET:
+                setattr(new, key, value)
+        validate_stage(new)
+        return new
+
+    def overrides(self, method: str) -> bool:
+        """Whether this stage's class replaces the base implementation of ``method``."""
+        return getattr(type(self), method) is not getattr(ProcessingStage, method)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
+
+
+def validate_stage(stage: ProcessingStage[Any, Any]) -> None:
+    """Raise ``ValueError`` naming the stage and field when its settings are unusable."""
+    label = getattr(stage, "name", type(stage).__name__)
+    if not isinstance(stage.name, str) or not stage.name:
+        raise ValueError(f"stage {type(stage).__name__}: name must be a non-empty string")
+    if not isinstance(stage.resources, Resources):
+        raise ValueError(
+            f"stage {label!r}: resources must be a conveyor.Resources, got {stage.resources!r}"
+        )
+    if isinstance(stage.batch_size, bool) or not isinstance(stage.batch_size, int):
+        raise ValueError(f"stage {label!r}: batch_size must be an int, got {stage.batch_size!r}")
+    if stage.batch_size < 1:
+        raise ValueError(f"stage {label!r}: batch_size must be >= 1, got {stage.batch_size}")
+    workers = stage.num_workers
+    if workers is not None and (
+        isinstance(workers, bool) or not isinstance(workers, int) or workers < 1
+    ):
+        raise ValueError(f"stage {label!r}: num_workers must be None or an int >= 1, got {workers!r}")
+    if not isinstance(stage, CompositeStage) and not (
+        stage.overrides("process") or stage.overrides("process_batch")
+    ):
+        raise ValueError(f"stage {label!r} implements neither process nor process_batch")
+
+
+def declared_names(spec: Any) -> set[str] | None:
+    """Normalize ``inputs()``/``outputs()``: a list of names, or Curator's (attrs, columns)."""
+    if spec is None:
+        return None
+    if isinstance(spec, tuple) and len(spec) == 2 and all(isinstance(p, (list, tuple)) for p in spec):
+        names = [*spec[0], *spec[1]]
+    else:
+        names = list(spec)
+    return {str(n) for n in names} or None
+
+
+class FunctionStage(ProcessingStage[Any, Any]):
+    """A stage made from a one-argument function by ``@processing_stage``."""
+
+    def __init__(self, fn: Callable[[Any], Any]) -> None:
+        self.fn = fn
+        self.name = getattr(fn, "__name__", "function_stage")
+
+    def process(self, task: Any) -> Any:
+        return self.fn(task)
+
+
+def processing_stage(
+    fn: Callable[[Any], Any] | None = None,
+    *,
+    name: str | None = None,
+    resources: Resources | None = None,
+    batch_size: int | None = None,
+) -> Any:
+    """Turn a one-argument function into a stage instance (usable bare or with arguments)."""
+
+    def wrap(function: Callable[[Any], Any]) -> FunctionStage:
+        params = [
+            p
+            for p in inspect.signature(function).parameters.values()
+            if p.default is inspect.Parameter.empty
+            and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+        if len(params) != 1:
+            raise TypeError(
+                f"@processing_stage: {getattr(function, '__name__', function)!r} must take "
+                f"exactly one required positional argument (the task), it takes {len(params)}"
+            )
+        stage = FunctionStage(function)
+        if name is not None:
+            stage.name = name
+        if resources is not None:
+            stage.resources = resources
+        if batch_size is not None:
+            stage.batch_size = batch_size
+        validate_stage(stage)
+        return stage
+
+    if fn is not None:
+        return wrap(fn)
+    return wrap
+
+
+class CompositeStage(ProcessingStage[In, Out]):
+    """A stage that expands into several stages when the pipeline is built."""
+
+    def decompose(self) -> list[ProcessingStage[Any, Any]]:
+        raise NotImplementedError(f"composite stage {self.name!r} must implement decompose()")
+
+    def process(self, task: In) -> Out | list[Out] | None:
+        raise RuntimeError(f"composite stage {self.name!r} is expanded at build time, never run")

@@ -1,0 +1,23 @@
+"""A group of files to be read together by one call (the unit a partitioning stage emits)."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from conveyor.tasks.base import Task
+
+
+@dataclass
+class FileGroupTask(Task[list[str]]):
+    """Paths (local or URLs) plus options for the reader that consumes them."""
+
+    data: list[str] = field(default_factory=list)
+    reader_config: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def content_id(self) -> str:
+        """Stable id from the sorted paths: the same files give the same id across runs."""
+        digest = hashlib.sha1("\n".join(sorted(self.data)).encode()).hexdigest()
+        return digest[:16]
