@@ -88,13 +88,15 @@ class LocalBackend:
         memory_budget_bytes: int | None = None,
         gpu_memory_gb: float | None = None,
     ) -> None:
-        for label, value in (("num_cpus", num_cpus), ("num_gpus", num_gpus),
+        for label, value in (("num_cpus", num_cpus),
                              ("memory_budget_bytes", memory_budget_bytes),
                              ("gpu_memory_gb", gpu_memory_gb)):
             if value is not None and value <= 0:
                 raise ValueError(f"LocalBackend: {label} must be > 0, got {value!r}")
-        if num_gpus is not None and int(num_gpus) != num_gpus:
-            raise ValueError(f"LocalBackend: num_gpus must be a whole number, got {num_gpus!r}")
+        if num_gpus is not None and (num_gpus < 0 or int(num_gpus) != num_gpus):
+            raise ValueError(
+                f"LocalBackend: num_gpus must be a whole number >= 0, got {num_gpus!r}"
+            )
         inventory = detect_gpus()
         self.num_cpus = float(num_cpus) if num_cpus is not None else float(detect_cpus())
         count = int(num_gpus) if num_gpus is not None else len(inventory.physical_ids)
@@ -150,7 +152,7 @@ class LocalBackend:
     # -- workers --------------------------------------------------------------------------
     def _host_for(self, stage: StageSpec) -> _Host:
         host = self._hosts.get(stage.name)
-        if host is not None and host.proc.poll() is None and host.failed is None:
+        if host is not None and host.proc.poll() is None:
             return host
         stage_file = self.store.root / f"stage-{stage.index}.pkl"
         stage_file.write_bytes(stage.payload)
@@ -262,6 +264,10 @@ class LocalBackend:
                     if worker is not None:
                         self._fail_worker(worker, args[0])
                 host.waiting.clear()
+            elif kind == "fork_failed":
+                worker = self._workers.get(args[0])
+                if worker is not None:
+                    self._fail_worker(worker, args[1])
             elif kind == "forked":
                 worker = self._workers.get(args[0])
                 if worker is not None:

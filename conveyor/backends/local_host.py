@@ -169,9 +169,13 @@ class Host:
         try:
             stage, store, _node = self.load(init)
         except BaseException as exc:  # noqa: BLE001 - reported; the driver ends the run
-            send_ctrl(self.ctrl, ("load_failed", ErrorInfo.from_exception(exc)))
-            return
-        send_ctrl(self.ctrl, ("loaded",))
+            failure: ErrorInfo | None = ErrorInfo.from_exception(exc)
+            send_ctrl(self.ctrl, ("load_failed", failure))
+        else:
+            failure = None
+            send_ctrl(self.ctrl, ("loaded",))
+        # A host that failed to load stays until told to exit: closing with requests unread
+        # would reset the socket and lose the error report.
         while True:
             readable, _, _ = select.select([self.ctrl, self.wake_r], [], [])
             if self.wake_r in readable:
@@ -186,7 +190,11 @@ class Host:
             (kind, *args), fds = got
             if kind == "fork":
                 worker_id, info, env = args
-                self.fork_worker(stage, store, info, env, fds[0])
+                if failure is not None:
+                    os.close(fds[0])
+                    send_ctrl(self.ctrl, ("fork_failed", worker_id, failure))
+                else:
+                    self.fork_worker(stage, store, info, env, fds[0])
 
     def shutdown(self, grace_s: float = 5.0) -> None:
         """Give workers time to tear down, then make sure none is left."""

@@ -1,0 +1,214 @@
+"""LocalBackend specifics: devices, lifecycle hooks, payload store, validation."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from conveyor import Pipeline, ProcessingStage, Resources
+from conveyor.backends import LocalBackend
+from conveyor.backends.shm_store import INLINE_LIMIT, ShmStore, sweep_stale
+from conveyor.cluster import NodeInfo, WorkerInfo
+from conveyor.errors import BackendError
+from conveyor.executors import StreamingExecutor
+
+
+class RecordEnv(ProcessingStage[int, tuple[str, str]]):
+    """Each worker notes its CUDA_VISIBLE_DEVICES and placement in a file at setup."""
+
+    def __init__(self, out: Path, resources: Resources, workers: int) -> None:
+        self.out = out
+        self.resources = resources
+        self.num_workers = workers
+
+    def setup(self, worker: WorkerInfo) -> None:
+        line = f"{os.environ['CUDA_VISIBLE_DEVICES']}|{worker.gpu_fraction}|{worker.gpu_ids}"
+        (self.out / worker.worker_id).write_text(line)
+
+    def process(self, task: int) -> tuple[str, str]:
+        time.sleep(0.01)
+        return (os.environ["CUDA_VISIBLE_DEVICES"], str(task))
+
+
+def _env_lines(out: Path) -> list[str]:
+    return sorted(p.read_text() for p in out.iterdir())
+
+
+def test_fractional_gpu_workers_share_a_device(tmp_path: Path) -> None:
+    stage = RecordEnv(tmp_path, Resources(cpus=0.1, gpus=0.5), workers=4)
+    Pipeline("p", [stage]).run(StreamingExecutor(LocalBackend(num_cpus=2, num_gpus=2)), range(8))
+    assert _env_lines(tmp_path) == ["0|0.5|(0,)", "0|0.5|(0,)", "1|0.5|(1,)", "1|0.5|(1,)"]
+
+
+def test_whole_gpu_workers_get_distinct_devices(tmp_path: Path) -> None:
+    stage = RecordEnv(tmp_path, Resources(cpus=0.1, gpus=1), workers=2)
+    Pipeline("p", [stage]).run(StreamingExecutor(LocalBackend(num_cpus=2, num_gpus=2)), range(4))
+    assert _env_lines(tmp_path) == ["0|1.0|(0,)", "1|1.0|(1,)"]
+
+
+def test_multi_gpu_worker_sees_all_its_devices(tmp_path: Path) -> None:
+    stage = RecordEnv(tmp_path, Resources(cpus=0.1, gpus=2), workers=1)
+    Pipeline("p", [stage]).run(StreamingExecutor(LocalBackend(num_cpus=2, num_gpus=2)), range(2))
+    assert _env_lines(tmp_path) == ["0,1|1.0|(0, 1)"]
+
+
+def test_cpu_workers_see_no_gpu(tmp_path: Path) -> None:
+    stage = RecordEnv(tmp_path, Resources(cpus=0.5), workers=2)
+    result = Pipeline("p", [stage]).run(
+        StreamingExecutor(LocalBackend(num_cpus=2, num_gpus=2)), range(4)
+    )
+    assert {env for env, _ in result.outputs} == {""}
+
+
+def test_gpu_memory_becomes_a_fraction_of_the_placed_gpu(tmp_path: Path) -> None:
+    stage = RecordEnv(tmp_path, Resources(cpus=0.1, gpu_memory_gb=20), workers=4)
+    backend = LocalBackend(num_cpus=2, num_gpus=1, gpu_memory_gb=80)
+    Pipeline("p", [stage]).run(StreamingExecutor(backend), range(8))
+    assert _env_lines(tmp_path) == ["0|0.25|(0,)"] * 4
+
+
+def test_gpu_memory_without_known_gpu_memory_is_a_clear_error(tmp_path: Path) -> None:
+    stage = RecordEnv(tmp_path, Resources(cpus=0.1, gpu_memory_gb=20), workers=1)
+    with pytest.raises(BackendError, match="no node can host a worker of stage"):
+        Pipeline("p", [stage]).run(
+            StreamingExecutor(LocalBackend(num_cpus=2, num_gpus=1)), range(2)
+        )
+
+
+def test_stage_that_fits_nowhere_is_a_clear_error(tmp_path: Path) -> None:
+    stage = RecordEnv(tmp_path, Resources(cpus=1, gpus=1), workers=1)
+    with pytest.raises(BackendError, match="0 GPUs"):
+        Pipeline("p", [stage]).run(StreamingExecutor(LocalBackend(num_cpus=2, num_gpus=0)), [1])
+
+
+class Lifecycle(ProcessingStage[int, int]):
+    """Writes marker files so the test can check the order and count of hook calls."""
+
+    resources = Resources(cpus=0.25)
+    num_workers = 3
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+
+    def setup_on_node(self, node: NodeInfo, worker: WorkerInfo) -> None:
+        time.sleep(0.2)  # a slow download: setups must wait for it
+        (self.out / f"node-{node.node_id}-{os.getpid()}").touch()
+
+    def setup(self, worker: WorkerInfo) -> None:
+        if not list(self.out.glob("node-*")):
+            raise RuntimeError("setup ran before setup_on_node finished")
+        (self.out / f"setup-{worker.worker_id}").touch()
+
+    def teardown(self) -> None:
+        (self.out / f"teardown-{os.getpid()}").touch()
+
+    def process(self, task: int) -> int:
+        time.sleep(0.01)
+        return task
+
+
+def test_lifecycle_hooks_run_once_in_order(tmp_path: Path) -> None:
+    result = Pipeline("p", [Lifecycle(tmp_path)]).run(
+        StreamingExecutor(LocalBackend(num_cpus=2)), range(30)
+    )
+    assert len(result.outputs) == 30
+    assert len(list(tmp_path.glob("node-*"))) == 1
+    assert len(list(tmp_path.glob("setup-*"))) == 3
+    assert len(list(tmp_path.glob("teardown-*"))) == 3
+
+
+def test_shm_store_round_trips_large_payloads_without_copying_arrays(tmp_path: Path) -> None:
+    store = ShmStore(tmp_path, "t")
+    array = np.arange(1_000_000, dtype=np.float64)
+    handle = store.put({"a": array, "meta": "x"}, "7")
+    assert isinstance(handle.ref, str) and handle.nbytes > array.nbytes
+    back = ShmStore.get(handle)
+    assert back["meta"] == "x" and np.array_equal(back["a"], array)
+    assert not back["a"].flags.owndata  # a view of the mapping, not a copy
+    back["a"][0] = -1  # private mapping: writable, and the file is untouched
+    assert ShmStore.get(handle)["a"][0] == 0
+    ShmStore.delete([handle])
+    assert not Path(handle.ref).exists()
+
+
+def test_small_payloads_travel_inline(tmp_path: Path) -> None:
+    store = ShmStore(tmp_path, "t")
+    handle = store.put(list(range(10)), "0")
+    assert isinstance(handle.ref, bytes) and handle.nbytes <= INLINE_LIMIT
+    assert ShmStore.get(handle) == list(range(10))
+    assert not list(tmp_path.iterdir())
+
+
+def test_corrupt_payload_is_reported(tmp_path: Path) -> None:
+    bad = tmp_path / "bad"
+    bad.write_bytes(b"garbage" * 100)
+    from conveyor.engine.messages import Handle
+
+    with pytest.raises(ValueError, match="corrupt"):
+        ShmStore.get(Handle(str(bad), 700, "0"))
+
+
+def test_stale_run_directories_are_swept(tmp_path: Path) -> None:
+    dead = tmp_path / "conveyor-999999999-abc"
+    alive = tmp_path / f"conveyor-{os.getpid()}-abc"
+    dead.mkdir()
+    alive.mkdir()
+    sweep_stale(tmp_path)
+    assert not dead.exists() and alive.exists()
+
+
+def test_run_directory_is_removed_after_the_run() -> None:
+    backend = LocalBackend(num_cpus=2)
+    seen: list[Any] = []
+
+    class Big(ProcessingStage[int, bytes]):
+        resources = Resources(cpus=0.5)
+
+        def process(self, task: int) -> bytes:
+            return b"x" * (1 << 20)
+
+    run = Pipeline("p", [Big()]).stream(StreamingExecutor(backend), range(3))
+    seen.append(next(run))
+    root = backend.store.root
+    assert root.exists()
+    seen.extend(run)
+    assert len(seen) == 3 and not root.exists()
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"num_cpus": 0}, "num_cpus must be > 0"),
+        ({"num_gpus": -1}, "num_gpus must be a whole number >= 0"),
+        ({"num_gpus": 1.5}, "whole number"),
+        ({"memory_budget_bytes": 0}, "memory_budget_bytes must be > 0"),
+    ],
+)
+def test_invalid_backend_arguments(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        LocalBackend(**kwargs)
+
+
+def test_declared_resources_are_honoured_and_detection_works() -> None:
+    backend = LocalBackend(num_cpus=64, num_gpus=8, memory_budget_bytes=1 << 20)
+    node = backend.nodes()[0]
+    assert (node.cpus, node.gpus) == (64, 8)
+    assert backend.memory_budget_bytes == 1 << 20
+    detected = LocalBackend()
+    assert detected.nodes()[0].cpus == len(os.sched_getaffinity(0))
+
+
+def test_cuda_visible_devices_restricts_detection(monkeypatch: pytest.MonkeyPatch) -> None:
+    from conveyor.backends import devices
+
+    monkeypatch.setattr(devices, "_nvml", lambda: (["0", "1", "2", "3"], 80.0))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    backend = LocalBackend(num_cpus=1)
+    assert backend.gpu_ids == ["2", "3"] and backend.gpu_memory_gb == 80.0
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert LocalBackend(num_cpus=1).gpu_ids == []

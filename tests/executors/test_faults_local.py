@@ -1,0 +1,228 @@
+"""Failure handling on the local backend: retries, poison inputs, dead workers, bad setup."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from conveyor import Pipeline, ProcessingStage, Resources, StageSetupError
+from conveyor.backends import LocalBackend
+from conveyor.executors import BatchExecutor, StreamingExecutor
+
+
+class FlakyOnce(ProcessingStage[int, int]):
+    """Fails the first attempt of every input divisible by 5 (state kept on disk)."""
+
+    resources = Resources(cpus=0.5)
+
+    def __init__(self, marker_dir: Path) -> None:
+        self.marker_dir = marker_dir
+
+    def process(self, task: int) -> int:
+        if task % 5 == 0:
+            marker = self.marker_dir / str(task)
+            if not marker.exists():
+                marker.touch()
+                raise RuntimeError(f"transient failure on {task}")
+        return task
+
+
+class Poison(ProcessingStage[int, int]):
+    """Raises, or kills its own worker, on one input; passes the others."""
+
+    resources = Resources(cpus=0.5)
+
+    def __init__(self, bad: int, how: str = "raise", batch_size: int = 1) -> None:
+        self.bad = bad
+        self.how = how
+        self.batch_size = batch_size
+
+    def process(self, task: int) -> int:
+        if task == self.bad:
+            if self.how == "raise":
+                raise ValueError(f"cannot handle {task}")
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(0.002)
+        return task
+
+
+EXECUTORS = [StreamingExecutor, BatchExecutor]
+
+
+@pytest.mark.parametrize("executor_type", EXECUTORS)
+def test_transient_exceptions_are_retried(tmp_path: Path, executor_type: type) -> None:
+    result = Pipeline("p", [FlakyOnce(tmp_path)]).run(
+        executor_type(LocalBackend(num_cpus=2)), initial_tasks=range(20)
+    )
+    assert sorted(result.outputs) == list(range(20))
+    assert result.failures == []
+    assert result.stats["FlakyOnce"].retried == 4
+
+
+@pytest.mark.parametrize("executor_type", EXECUTORS)
+def test_persistent_exception_becomes_one_failure_record(executor_type: type) -> None:
+    result = Pipeline("p", [Poison(13)]).run(
+        executor_type(LocalBackend(num_cpus=2)), initial_tasks=range(30)
+    )
+    assert sorted(result.outputs) == [i for i in range(30) if i != 13]
+    assert len(result.failures) == 1
+    record = result.failures[0]
+    assert (record.stage, record.task, record.error_type, record.attempts) == (
+        "Poison", "13", "ValueError", 3
+    )
+    assert "cannot handle 13" in record.message and "cannot handle 13" in str(record)
+    assert "raise ValueError" in record.traceback
+    assert result.counts == {"inputs": 30, "outputs": 29, "filtered": 0, "failed": 1}
+
+
+def test_max_attempts_is_honoured() -> None:
+    result = Pipeline("p", [Poison(3)]).run(
+        StreamingExecutor(LocalBackend(num_cpus=2), max_attempts=1), initial_tasks=range(5)
+    )
+    assert [f.attempts for f in result.failures] == [1]
+    assert result.stats["Poison"].retried == 0
+
+
+def test_exception_in_a_batch_does_not_fail_its_batch_mates() -> None:
+    result = Pipeline("p", [Poison(7, batch_size=4)]).run(
+        StreamingExecutor(LocalBackend(num_cpus=2)), initial_tasks=range(16)
+    )
+    assert sorted(result.outputs) == [i for i in range(16) if i != 7]
+    assert [f.task for f in result.failures] == ["7"]
+
+
+@pytest.mark.parametrize("executor_type", EXECUTORS)
+def test_a_worker_killing_input_is_isolated(executor_type: type) -> None:
+    stage = Poison(11, how="kill", batch_size=2)
+    result = Pipeline("p", [stage]).run(
+        executor_type(LocalBackend(num_cpus=2)), initial_tasks=range(40)
+    )
+    assert sorted(result.outputs) == [i for i in range(40) if i != 11]
+    assert len(result.failures) == 1
+    record = result.failures[0]
+    assert record.task == "11" and record.error_type == "WorkerDied"
+    assert "SIGKILL" in record.message
+    assert result.stats["Poison"].worker_deaths == 3
+
+
+def test_worker_killed_from_outside_is_replaced_and_nothing_is_lost() -> None:
+    class Slow(ProcessingStage[int, int]):
+        resources = Resources(cpus=0.5)
+        num_workers = 2
+
+        def process(self, task: int) -> int:
+            time.sleep(0.05)
+            return task
+
+    backend = LocalBackend(num_cpus=2)
+    run = Pipeline("p", [Slow()]).stream(StreamingExecutor(backend), initial_tasks=range(40))
+    outputs = [next(run)]
+    victims = list(backend.worker_pids().values())
+    assert victims
+    os.kill(victims[0], signal.SIGKILL)
+    outputs.extend(run)
+    assert sorted(outputs) == list(range(40))
+    assert run.result.failures == []
+    assert run.result.stats["Slow"].worker_deaths == 1
+
+
+class BadSetup(ProcessingStage[int, int]):
+    resources = Resources(cpus=0.5)
+
+    def setup(self, worker: Any) -> None:
+        raise OSError("model weights not found at /nowhere")
+
+    def process(self, task: int) -> int:
+        return task
+
+
+@pytest.mark.parametrize("executor_type", EXECUTORS)
+def test_setup_failure_ends_the_run_naming_the_stage(executor_type: type) -> None:
+    started = time.monotonic()
+    with pytest.raises(StageSetupError) as info:
+        Pipeline("p", [ProcessingStageOk(), BadSetup()]).run(
+            executor_type(LocalBackend(num_cpus=2)), initial_tasks=range(10)
+        )
+    assert time.monotonic() - started < 10
+    err = info.value
+    assert err.stage == "BadSetup"
+    assert "model weights not found" in str(err)
+    assert "raise OSError" in err.remote_traceback
+
+
+class ProcessingStageOk(ProcessingStage[int, int]):
+    resources = Resources(cpus=0.5)
+
+    def process(self, task: int) -> int:
+        return task
+
+
+def test_unloadable_stage_is_a_setup_error() -> None:
+    class Unpicklable(ProcessingStage[int, int]):
+        resources = Resources(cpus=0.5)
+
+        def __reduce__(self) -> Any:
+            return (_raise_on_load, ())
+
+        def process(self, task: int) -> int:
+            return task
+
+    with pytest.raises(StageSetupError, match="cannot be loaded here"):
+        Pipeline("p", [Unpicklable()]).run(StreamingExecutor(LocalBackend(num_cpus=2)), [1])
+
+
+def _raise_on_load() -> None:
+    raise ImportError("cannot be loaded here")
+
+
+def test_ctrl_c_stops_every_worker(tmp_path: Path) -> None:
+    script = tmp_path / "long.py"
+    script.write_text(textwrap.dedent("""
+        import sys, time
+        from conveyor import Pipeline, ProcessingStage, Resources
+        from conveyor.backends import LocalBackend
+        from conveyor.executors import StreamingExecutor
+
+        class Slow(ProcessingStage):
+            resources = Resources(cpus=0.25)
+            out = sys.argv[1]
+            def teardown(self):
+                open(self.out + "/teardown-" + str(id(self)), "w").close()
+            def process(self, x):
+                time.sleep(0.2)
+                return x
+
+        run = Pipeline("p", [Slow()]).stream(
+            StreamingExecutor(LocalBackend(num_cpus=2)), initial_tasks=range(10_000))
+        for i, _ in enumerate(run):
+            if i == 0:
+                print("running", flush=True)
+    """))
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(tmp_path)], stdout=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "running"
+        tree = psutil.Process(proc.pid).children(recursive=True)
+        assert tree, "the run should have worker processes"
+        os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+        proc.wait(timeout=20)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode != 0
+    time.sleep(0.2)
+    assert not [p for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert list(tmp_path.glob("teardown-*")), "workers should tear down on Ctrl-C"
