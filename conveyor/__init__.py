@@ -1,26 +1,50 @@
-"""Conveyor: streaming, resource-aware, auto-balanced pipelines for curating datasets."""
+"""Conveyor: streaming, resource-aware, auto-balanced pipelines for curating datasets.
 
-from conveyor.engine.policies.autoscale import AutoscaleConfig
-from conveyor.errors import ConveyorError, PipelineBuildError, StageSetupError
-from conveyor.pipeline import Pipeline
-from conveyor.resources import Resources
-from conveyor.result import FailureRecord, RunResult, StageStats
-from conveyor.stage import CompositeStage, ProcessingStage, processing_stage
+Names are imported on first use so that worker processes, which need only a few modules,
+start fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "AutoscaleConfig",
-    "CompositeStage",
-    "ConveyorError",
-    "FailureRecord",
-    "Pipeline",
-    "PipelineBuildError",
-    "ProcessingStage",
-    "Resources",
-    "RunResult",
-    "StageSetupError",
-    "StageStats",
-    "__version__",
-    "processing_stage",
-]
+_EXPORTS = {
+    "AutoscaleConfig": "conveyor.engine.policies.autoscale",
+    "CompositeStage": "conveyor.stage",
+    "ConveyorError": "conveyor.errors",
+    "FailureRecord": "conveyor.result",
+    "Pipeline": "conveyor.pipeline",
+    "PipelineBuildError": "conveyor.errors",
+    "ProcessingStage": "conveyor.stage",
+    "Resources": "conveyor.resources",
+    "RunResult": "conveyor.result",
+    "StageSetupError": "conveyor.errors",
+    "StageStats": "conveyor.result",
+    "processing_stage": "conveyor.stage",
+}
+
+__all__ = [*_EXPORTS, "__version__"]
+
+if TYPE_CHECKING:
+    from conveyor.engine.policies.autoscale import AutoscaleConfig
+    from conveyor.errors import ConveyorError, PipelineBuildError, StageSetupError
+    from conveyor.pipeline import Pipeline
+    from conveyor.resources import Resources
+    from conveyor.result import FailureRecord, RunResult, StageStats
+    from conveyor.stage import CompositeStage, ProcessingStage, processing_stage
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'conveyor' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

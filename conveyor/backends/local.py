@@ -186,7 +186,7 @@ class LocalBackend:
 
     def _unregister(self, fileobj: Any) -> None:
         assert self._selector is not None
-        with contextlib.suppress(KeyError, ValueError):
+        with contextlib.suppress(KeyError, ValueError, OSError):
             self._selector.unregister(fileobj)
 
     def start_worker(self, worker_id: str, stage: StageSpec, placement: WorkerPlacement) -> None:
@@ -231,11 +231,14 @@ class LocalBackend:
 
     # -- events ---------------------------------------------------------------------------
     def _fail_worker(self, worker: _Worker, error: ErrorInfo) -> None:
+        if worker.worker_id not in self._workers:
+            return
         self._drop(worker)
         self._events.append(WorkerSetupFailed(worker.worker_id, error))
 
     def _drop(self, worker: _Worker) -> None:
-        self._workers.pop(worker.worker_id, None)
+        if self._workers.pop(worker.worker_id, None) is None:
+            return
         self._unregister(worker.conn)
         with contextlib.suppress(OSError):
             worker.conn.close()

@@ -167,6 +167,7 @@ class Controller:
         self._startup_s: float | None = None
         self._first_output_s: float | None = None
         self._closed = False
+        self._initial_workers: set[str] = set()
 
     # -- the loop -------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:
@@ -222,6 +223,7 @@ class Controller:
         self._update_done()
         self._autoscale(self.backend.now(), initial=True)
         self._reconcile()
+        self._initial_workers = {w for s in self.stages for w in s.workers}
         missing = [s.spec.name for s in self.stages if s.target > 0 and not s.workers]
         if missing:
             raise BackendError(
@@ -356,9 +358,8 @@ class Controller:
             if worker is not None:
                 worker.ready = True
                 self.stages[worker.stage].meter.setup_s.update(event.setup_s)
-                if self._startup_s is None and all(
-                    s.done or any(w.ready for w in s.workers.values()) for s in self.stages
-                ):
+                self._initial_workers.discard(worker.worker_id)
+                if self._startup_s is None and not self._initial_workers:
                     self._startup_s = self.backend.now() - self._t0
         elif isinstance(event, WorkerDied):
             self._on_worker_gone(event.worker_id, ErrorInfo("WorkerDied", event.reason))
@@ -446,6 +447,7 @@ class Controller:
         worker = self._worker(worker_id)
         if worker is None:
             return
+        self._initial_workers.discard(worker_id)
         stage = self.stages[worker.stage]
         del stage.workers[worker_id]
         if self.ledger is not None:
@@ -465,6 +467,8 @@ class Controller:
                 stage.done = True
                 stage.stats.final_workers = len(stage.live)
                 stage.target = 0  # free its resources for the stages still working
+                self._next_autoscale = min(self._next_autoscale, self._last_autoscale
+                                           + MIN_AUTOSCALE_SPACING_S)
 
     def _finished(self) -> bool:
         self._update_done()
