@@ -26,7 +26,21 @@ _EXPORTS = {
     "processing_stage": "conveyor.stage",
 }
 
-__all__ = [*_EXPORTS, "__version__"]
+__all__ = [
+    "AutoscaleConfig",
+    "CompositeStage",
+    "ConveyorError",
+    "FailureRecord",
+    "Pipeline",
+    "PipelineBuildError",
+    "ProcessingStage",
+    "Resources",
+    "RunResult",
+    "StageSetupError",
+    "StageStats",
+    "__version__",
+    "processing_stage",
+]
 
 if TYPE_CHECKING:
     from conveyor.engine.policies.autoscale import AutoscaleConfig

@@ -10,7 +10,7 @@ _EXPORTS = {
     "LocalBackend": "conveyor.backends.local",
 }
 
-__all__ = list(_EXPORTS)
+__all__ = ["Backend", "LocalBackend"]
 
 if TYPE_CHECKING:
     from conveyor.backends.base import Backend

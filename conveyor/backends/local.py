@@ -88,9 +88,11 @@ class LocalBackend:
         memory_budget_bytes: int | None = None,
         gpu_memory_gb: float | None = None,
     ) -> None:
-        for label, value in (("num_cpus", num_cpus),
-                             ("memory_budget_bytes", memory_budget_bytes),
-                             ("gpu_memory_gb", gpu_memory_gb)):
+        for label, value in (
+            ("num_cpus", num_cpus),
+            ("memory_budget_bytes", memory_budget_bytes),
+            ("gpu_memory_gb", gpu_memory_gb),
+        ):
             if value is not None and value <= 0:
                 raise ValueError(f"LocalBackend: {label} must be > 0, got {value!r}")
         if num_gpus is not None and (num_gpus < 0 or int(num_gpus) != num_gpus):
@@ -168,14 +170,20 @@ class LocalBackend:
         theirs.close()
         host = _Host(stage, proc, ours)
         self._hosts[stage.name] = host
-        send_ctrl(ours, ("init", {
-            "sys_path": list(sys.path),
-            "stage_file": str(stage_file),
-            "stage_name": stage.name,
-            "node": self.nodes()[0],
-            "store_root": str(self.store.root),
-            "node_setup": stage.has_node_setup,
-        }))
+        send_ctrl(
+            ours,
+            (
+                "init",
+                {
+                    "sys_path": list(sys.path),
+                    "stage_file": str(stage_file),
+                    "stage_name": stage.name,
+                    "node": self.nodes()[0],
+                    "store_root": str(self.store.root),
+                    "node_setup": stage.has_node_setup,
+                },
+            ),
+        )
         ours.setblocking(False)
         self._register(ours, host)
         return host
@@ -197,10 +205,13 @@ class LocalBackend:
         worker = _Worker(worker_id, stage, conn, host)
         self._workers[worker_id] = worker
         self._register(conn, worker)
-        info = WorkerInfo(worker_id, stage.name, placement.node_id, placement.gpu_ids,
-                          placement.gpu_fraction)
-        env = {"CUDA_VISIBLE_DEVICES": ",".join(self.gpu_ids[i] for i in placement.gpu_ids),
-               "CONVEYOR_WORKER_ID": worker_id}
+        info = WorkerInfo(
+            worker_id, stage.name, placement.node_id, placement.gpu_ids, placement.gpu_fraction
+        )
+        env = {
+            "CUDA_VISIBLE_DEVICES": ",".join(self.gpu_ids[i] for i in placement.gpu_ids),
+            "CONVEYOR_WORKER_ID": worker_id,
+        }
         try:
             send_ctrl(host.ctrl, ("fork", worker_id, info, env), [theirs.fileno()])
         except OSError as exc:
@@ -215,19 +226,16 @@ class LocalBackend:
         if worker is None or worker.stopping:
             return
         worker.stopping = True
-        try:
+        with contextlib.suppress(OSError):  # already gone: the EOF path reports it
             worker.conn.send_bytes(pickle.dumps(("stop",)))
-        except OSError:
-            pass  # already gone: the EOF path reports it
 
     def submit(self, worker_id: str, batches: list[tuple[int, list[Handle]]]) -> None:
         worker = self._workers.get(worker_id)
         if worker is None:
             return
-        try:
+        # if it died, its in-flight work is retried when the death is reported
+        with contextlib.suppress(OSError):
             worker.conn.send_bytes(pickle.dumps(("work", batches), protocol=5))
-        except OSError:
-            pass  # it died; its in-flight work is retried when the death is reported
 
     # -- events ---------------------------------------------------------------------------
     def _fail_worker(self, worker: _Worker, error: ErrorInfo) -> None:
@@ -287,8 +295,9 @@ class LocalBackend:
         if self._hosts.get(host.stage.name) is host:
             del self._hosts[host.stage.name]
         error = host.failed or ErrorInfo(
-            "WorkerDied", f"the host process of stage {host.stage.name!r} exited "
-            f"(code {host.proc.poll()})")
+            "WorkerDied",
+            f"the host process of stage {host.stage.name!r} exited (code {host.proc.poll()})",
+        )
         for worker_id in host.waiting:
             worker = self._workers.get(worker_id)
             if worker is not None:
@@ -333,8 +342,12 @@ class LocalBackend:
             if worker.stopping:
                 self._events.append(WorkerStopped(worker.worker_id))
             elif not worker.ready:
-                self._events.append(WorkerSetupFailed(worker.worker_id, ErrorInfo(
-                    "WorkerDied", f"worker process died during setup ({reason})")))
+                self._events.append(
+                    WorkerSetupFailed(
+                        worker.worker_id,
+                        ErrorInfo("WorkerDied", f"worker process died during setup ({reason})"),
+                    )
+                )
             else:
                 self._events.append(WorkerDied(worker.worker_id, f"worker process {reason}"))
 

@@ -121,10 +121,15 @@ class Host:
             stage = pickle.loads(f.read())
         node: NodeInfo = init["node"]
         if init["node_setup"]:
-            runner = StageRunner(stage, init["stage_name"], WorkerInfo(
-                worker_id=f"{init['stage_name']}/node-setup", stage=init["stage_name"],
-                node_id=node.node_id,
-            ))
+            runner = StageRunner(
+                stage,
+                init["stage_name"],
+                WorkerInfo(
+                    worker_id=f"{init['stage_name']}/node-setup",
+                    stage=init["stage_name"],
+                    node_id=node.node_id,
+                ),
+            )
             runner.setup_on_node(node)
         return stage, ShmStore(init["store_root"], "h"), node
 
@@ -141,8 +146,9 @@ class Host:
                 with contextlib.suppress(OSError):
                     send_ctrl(self.ctrl, ("exited", worker_id, describe_status(status)))
 
-    def fork_worker(self, stage: Any, store: ShmStore, info: WorkerInfo, env: dict[str, str],
-                    fd: int) -> None:
+    def fork_worker(
+        self, stage: Any, store: ShmStore, info: WorkerInfo, env: dict[str, str], fd: int
+    ) -> None:
         pid = os.fork()
         if pid == 0:  # the worker
             code = 1

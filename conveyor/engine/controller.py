@@ -213,7 +213,9 @@ class Controller:
         self.ledger = Ledger.of(nodes)
         n = len(self.stages)
         budget = edge_budget(
-            self.backend.memory_budget_bytes, n, self.config.edge_max_tasks,
+            self.backend.memory_budget_bytes,
+            n,
+            self.config.edge_max_tasks,
             self.config.edge_max_bytes,
         )
         self.budgets = [budget] * n
@@ -272,7 +274,8 @@ class Controller:
         budget = self.budgets[0]
         while self.config.stage_at_a_time or may_feed(
             EdgeState(len(first.queue) + len(first.retry), first.queued_bytes),
-            budget, first.spec.batch_size,
+            budget,
+            first.spec.batch_size,
         ):
             try:
                 task = next(self.source)
@@ -430,14 +433,16 @@ class Controller:
             entry.attempts += 1
             if entry.attempts >= self.config.max_attempts:
                 stage.stats.failed += 1
-                self.failures.append(FailureRecord(
-                    stage=stage.spec.name,
-                    task=entry.handle.label,
-                    error_type=error.type,
-                    message=error.message,
-                    traceback=error.traceback,
-                    attempts=entry.attempts,
-                ))
+                self.failures.append(
+                    FailureRecord(
+                        stage=stage.spec.name,
+                        task=entry.handle.label,
+                        error_type=error.type,
+                        message=error.message,
+                        traceback=error.traceback,
+                        attempts=entry.attempts,
+                    )
+                )
                 self.backend.free([entry.handle])
             else:
                 stage.stats.retried += 1
@@ -467,8 +472,9 @@ class Controller:
                 stage.done = True
                 stage.stats.final_workers = len(stage.live)
                 stage.target = 0  # free its resources for the stages still working
-                self._next_autoscale = min(self._next_autoscale, self._last_autoscale
-                                           + MIN_AUTOSCALE_SPACING_S)
+                self._next_autoscale = min(
+                    self._next_autoscale, self._last_autoscale + MIN_AUTOSCALE_SPACING_S
+                )
 
     def _finished(self) -> bool:
         self._update_done()
@@ -485,19 +491,21 @@ class Controller:
                 node = next(iter(self.ledger.nodes.values()), None)
                 if node is not None and node.gpu_memory_gb:
                     gpus = res.gpu_fraction(node.gpu_memory_gb)
-            obs.append(StageObservation(
-                name=spec.name,
-                cpus=res.cpus,
-                gpus=gpus,
-                batch_size=spec.batch_size,
-                pinned=spec.num_workers,
-                workers=len(stage.live),
-                task_time_s=stage.meter.task_time.value,
-                fanout=stage.meter.fanout.value,
-                backlog=stage.backlog,
-                upstream_done=self._upstream_done(index),
-                setup_s=stage.meter.setup_s.value,
-            ))
+            obs.append(
+                StageObservation(
+                    name=spec.name,
+                    cpus=res.cpus,
+                    gpus=gpus,
+                    batch_size=spec.batch_size,
+                    pinned=spec.num_workers,
+                    workers=len(stage.live),
+                    task_time_s=stage.meter.task_time.value,
+                    fanout=stage.meter.fanout.value,
+                    backlog=stage.backlog,
+                    upstream_done=self._upstream_done(index),
+                    setup_s=stage.meter.setup_s.value,
+                )
+            )
         return obs
 
     def _autoscale(self, now: float, initial: bool = False) -> None:
@@ -513,8 +521,9 @@ class Controller:
             current = next((i for i, s in enumerate(self.stages) if not s.done), None)
             for index, stage in enumerate(self.stages):
                 if index == current:
-                    stage.target = plan([obs[index]], budget, self.config.autoscale, now,
-                                        self.autoscale_state)[0]
+                    stage.target = plan(
+                        [obs[index]], budget, self.config.autoscale, now, self.autoscale_state
+                    )[0]
                 else:
                     stage.target = 0
             return
@@ -557,23 +566,31 @@ class Controller:
         stages = []
         for stage in self.stages:
             ready = sum(1 for w in stage.workers.values() if w.ready and not w.stopping)
-            stages.append(StageSnapshot(
-                name=stage.spec.name,
-                workers_ready=ready,
-                workers_starting=len(stage.live) - ready,
-                target=stage.target,
-                queued=len(stage.queue) + len(stage.retry),
-                queued_bytes=stage.queued_bytes,
-                in_flight=stage.in_flight_tasks,
-                tasks_in=stage.stats.tasks_in,
-                tasks_out=stage.stats.tasks_out,
-                filtered=stage.stats.filtered,
-                failed=stage.stats.failed,
-                task_time_s=stage.meter.task_time.value,
-                done=stage.done,
-            ))
-        return RunSnapshot(self.pipeline_name, now - self._t0, self.admitted, self.outputs,
-                           tuple(stages), self.source_done)
+            stages.append(
+                StageSnapshot(
+                    name=stage.spec.name,
+                    workers_ready=ready,
+                    workers_starting=len(stage.live) - ready,
+                    target=stage.target,
+                    queued=len(stage.queue) + len(stage.retry),
+                    queued_bytes=stage.queued_bytes,
+                    in_flight=stage.in_flight_tasks,
+                    tasks_in=stage.stats.tasks_in,
+                    tasks_out=stage.stats.tasks_out,
+                    filtered=stage.stats.filtered,
+                    failed=stage.stats.failed,
+                    task_time_s=stage.meter.task_time.value,
+                    done=stage.done,
+                )
+            )
+        return RunSnapshot(
+            self.pipeline_name,
+            now - self._t0,
+            self.admitted,
+            self.outputs,
+            tuple(stages),
+            self.source_done,
+        )
 
     def _tick(self, now: float) -> None:
         self._next_tick = now + TICK_S

@@ -96,4 +96,6 @@ class WorkerStopped:
     worker_id: str
 
 
-BackendEvent = WorkerReady | WorkerSetupFailed | BatchesDone | BatchFailed | WorkerDied | WorkerStopped
+BackendEvent = (
+    WorkerReady | WorkerSetupFailed | BatchesDone | BatchFailed | WorkerDied | WorkerStopped
+)

@@ -77,7 +77,10 @@ def test_persistent_exception_becomes_one_failure_record(executor_type: type) ->
     assert len(result.failures) == 1
     record = result.failures[0]
     assert (record.stage, record.task, record.error_type, record.attempts) == (
-        "Poison", "13", "ValueError", 3
+        "Poison",
+        "13",
+        "ValueError",
+        3,
     )
     assert "cannot handle 13" in record.message and "cannot handle 13" in str(record)
     assert "raise ValueError" in record.traceback
@@ -186,7 +189,8 @@ def _raise_on_load() -> None:
 
 def test_ctrl_c_stops_every_worker(tmp_path: Path) -> None:
     script = tmp_path / "long.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import sys, time
         from conveyor import Pipeline, ProcessingStage, Resources
         from conveyor.backends import LocalBackend
@@ -206,9 +210,12 @@ def test_ctrl_c_stops_every_worker(tmp_path: Path) -> None:
         for i, _ in enumerate(run):
             if i == 0:
                 print("running", flush=True)
-    """))
+    """)
+    )
     proc = subprocess.Popen(
-        [sys.executable, str(script), str(tmp_path)], stdout=subprocess.PIPE, text=True,
+        [sys.executable, str(script), str(tmp_path)],
+        stdout=subprocess.PIPE,
+        text=True,
         start_new_session=True,
     )
     try:

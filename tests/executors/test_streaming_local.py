@@ -218,7 +218,11 @@ def test_stage_defined_in_a_script_main_without_guard(tmp_path: Any) -> None:
     import sys
 
     out = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, cwd=tmp_path,
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
         env={**os.environ},
     )
     assert out.returncode == 0, out.stderr

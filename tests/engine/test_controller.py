@@ -1,0 +1,163 @@
+"""The controller's logic, deterministic on a virtual clock (real stage code, virtual time)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from conveyor import Pipeline, ProcessingStage, Resources
+from conveyor.engine import controller as controller_module
+from conveyor.engine.events import RunSnapshot
+from conveyor.executors import BatchExecutor, StreamingExecutor
+from conveyor.result import RunResult
+from tests.engine.virtual_backend import VirtualBackend
+
+
+class Pass(ProcessingStage[Any, Any]):
+    resources = Resources(cpus=1)
+
+    def __init__(self, name: str, fanout: int = 1, size: int = 0) -> None:
+        self.name = name
+        self.fanout = fanout
+        self.size = size
+
+    def process(self, task: Any) -> Any:
+        if self.fanout == 1 and not self.size:
+            return task
+        return [b"x" * self.size] * self.fanout
+
+
+class Snapshots:
+    def __init__(self) -> None:
+        self.ticks: list[RunSnapshot] = []
+
+    def on_start(self, pipeline: str, stages: list[str]) -> None:
+        pass
+
+    def on_tick(self, snapshot: RunSnapshot) -> None:
+        self.ticks.append(snapshot)
+
+    def on_end(self, result: RunResult) -> None:
+        pass
+
+
+def three_stage() -> Pipeline:
+    return Pipeline("docs-example", [Pass("fast"), Pass("slow"), Pass("medium")])
+
+
+def test_autoscaler_finds_the_balanced_allocation_quickly() -> None:
+    backend = VirtualBackend(cpus=7, service_s={"fast": 0.25, "slow": 1.0, "medium": 0.5})
+    monitor = Snapshots()
+    result = three_stage().run(
+        StreamingExecutor(backend, monitors=[monitor]), initial_tasks=range(400)
+    )
+    assert len(result.outputs) == 400
+    steady = [t for t in monitor.ticks if 20 < t.elapsed_s < 80]
+    assert steady
+    for tick in steady:
+        assert [s.target for s in tick.stages] == [1, 4, 2]
+    # 400 tasks at the ideal 4 tasks/s take 100 s; allow the warm-up and the drain
+    assert result.wall_s < 100 * 1.08
+    first_slow_scale = min(t for t, name in backend.starts[3:] if name == "slow")
+    assert first_slow_scale < 3.0  # within seconds of the first measurements
+
+
+def test_stage_with_work_always_keeps_a_worker() -> None:
+    backend = VirtualBackend(cpus=3, service_s={"fast": 0.01, "slow": 0.5, "medium": 0.2})
+    monitor = Snapshots()
+    three_stage().run(StreamingExecutor(backend, monitors=[monitor]), initial_tasks=range(60))
+    for tick in monitor.ticks:
+        for stage in tick.stages:
+            if stage.queued and not stage.done:
+                assert stage.workers_ready + stage.workers_starting >= 1, (tick.elapsed_s, stage)
+
+
+def test_autoscale_interval_is_honoured(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[float] = []
+    real_plan = controller_module.plan
+
+    def counting_plan(*args: Any, **kwargs: Any) -> list[int]:
+        calls.append(args[3])
+        return real_plan(*args, **kwargs)
+
+    monkeypatch.setattr(controller_module, "plan", counting_plan)
+    counts = {}
+    for interval in (0.5, 5.0):
+        calls.clear()
+        backend = VirtualBackend(cpus=4, service_s={"fast": 0.1, "slow": 0.2, "medium": 0.1})
+        three_stage().run(StreamingExecutor(backend, autoscale_interval_s=interval), range(200))
+        counts[interval] = len(calls)
+    assert counts[0.5] > 3 * counts[5.0]
+
+
+def test_fan_out_is_bounded_by_bytes_not_parent_tasks() -> None:
+    def hwm(inputs: int) -> int:
+        backend = VirtualBackend(cpus=4, service_s={"explode": 0.01, "sink": 0.01})
+        pipeline = Pipeline("p", [Pass("explode", fanout=50, size=10_000), Pass("sink")])
+        result = pipeline.run(
+            StreamingExecutor(backend, edge_max_bytes=100_000), initial_tasks=range(inputs)
+        )
+        assert len(result.outputs) == inputs * 50
+        return result.stats["sink"].queue_hwm_bytes
+
+    small, large = hwm(10), hwm(100)
+    assert small == large  # memory does not grow with the dataset
+    assert large <= 100_000 + 2 * 50 * 10_100  # the budget plus what was already in flight
+
+
+def test_batch_executor_runs_stage_after_stage_with_the_whole_budget() -> None:
+    backend = VirtualBackend(cpus=4, service_s={"fast": 0.1, "slow": 0.1, "medium": 0.1})
+    result = three_stage().run(BatchExecutor(backend), initial_tasks=range(40))
+    assert len(result.outputs) == 40
+    assert all(s.peak_workers == 4 for s in result.stats.values())
+    first_start = {}
+    for when, name in backend.starts:
+        first_start.setdefault(name, when)
+    assert first_start["fast"] < first_start["slow"] < first_start["medium"]
+
+
+def test_expensive_setup_stage_is_not_shrunk_on_a_transient_starvation() -> None:
+    # the feed stalls between t=200 and t=230 (one 30 s task): for a while the model stage
+    # has nothing to do, and the feed looks like the bottleneck
+    def feed(now: float) -> float:
+        return 30.0 if 200 <= now < 230 else 0.05
+
+    backend = VirtualBackend(cpus=6, service_s={"feed": feed, "model": 0.2}, setup_s=90)
+    pipeline = Pipeline("p", [Pass("feed"), Pass("model")])
+    monitor = Snapshots()
+    result = pipeline.run(
+        StreamingExecutor(backend, edge_max_tasks=16, monitors=[monitor]),
+        initial_tasks=range(5000),
+    )
+    assert len(result.outputs) == 5000
+    starved = [t for t in monitor.ticks if 200 < t.elapsed_s < 240 and t.stages[1].queued == 0]
+    assert starved, "the scenario must really starve the model stage"
+    tail = min(t.elapsed_s for t in monitor.ticks if t.source_exhausted)
+    model_stops = [t for t, worker in backend.stops if worker.startswith("model") and t < tail]
+    assert model_stops == []
+
+
+def test_cheap_stages_do_shrink_after_the_delay() -> None:
+    def upstream(now: float) -> float:
+        return 0.05 if now < 30 else 0.5  # feed becomes the bottleneck at t=30
+
+    backend = VirtualBackend(cpus=6, service_s={"feed": upstream, "model": 0.2}, setup_s=0.1)
+    pipeline = Pipeline("p", [Pass("feed"), Pass("model")])
+    pipeline.run(StreamingExecutor(backend), initial_tasks=range(800))
+    assert any(worker.startswith("model") for _, worker in backend.stops)
+
+
+def test_tasks_of_a_dead_worker_are_retried_alone() -> None:
+    backend = VirtualBackend(cpus=2, service_s={"work": 0.01})
+    pipeline = Pipeline("p", [Pass("work").with_(batch_size=4, num_workers=2)])
+    run = pipeline.stream(StreamingExecutor(backend), initial_tasks=range(100))
+    seen = [next(run)]
+    victim = next(iter(backend.runners))
+    backend.kill(victim)
+    seen.extend(run)
+    assert sorted(seen) == list(range(100))
+    assert run.result.failures == []
+    sizes = [sizes for name, sizes in backend.submitted]
+    assert [1] in sizes  # suspects travel alone
+    assert run.result.stats["work"].worker_deaths == 1

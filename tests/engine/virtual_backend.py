@@ -1,0 +1,139 @@
+"""A deterministic in-process backend on a virtual clock, for testing the controller's logic.
+
+Stage code really runs (in this process); only time is virtual: each batch takes
+``service_s[stage] * len(batch)`` virtual seconds, each worker ``setup_s`` to start.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import pickle
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from conveyor.backends.runtime import StageRunner
+from conveyor.cluster import NodeInfo, WorkerInfo
+from conveyor.engine.messages import (
+    BackendEvent,
+    BatchesDone,
+    BatchFailed,
+    BatchOutcome,
+    ErrorInfo,
+    Handle,
+    WorkerDied,
+    WorkerPlacement,
+    WorkerReady,
+    WorkerStopped,
+)
+from conveyor.engine.spec import StageSpec
+
+
+class VirtualBackend:
+    def __init__(
+        self,
+        cpus: float = 4,
+        gpus: int = 0,
+        service_s: dict[str, float | Callable[[float], float]] | None = None,
+        setup_s: float = 0.1,
+        memory_budget_bytes: int = 1 << 30,
+    ) -> None:
+        self.cpus = cpus
+        self.gpus = gpus
+        self.service_s = service_s or {}
+        self.setup_s = setup_s
+        self.memory_budget_bytes = memory_budget_bytes
+        self.clock = 0.0
+        self._seq = itertools.count()
+        self._timeline: list[tuple[float, int, Any]] = []
+        self.runners: dict[str, StageRunner] = {}
+        self.busy_until: dict[str, float] = {}
+        self.starts: list[tuple[float, str]] = []
+        self.stops: list[tuple[float, str]] = []
+        self.submitted: list[tuple[str, list[int]]] = []
+        self.dead: set[str] = set()
+
+    def open(self) -> None:
+        pass
+
+    def nodes(self) -> list[NodeInfo]:
+        return [NodeInfo("v0", self.cpus, self.gpus, 80.0)]
+
+    def now(self) -> float:
+        return self.clock
+
+    def put(self, obj: Any, label: str) -> Handle:
+        data = pickle.dumps(obj)
+        return Handle(data, len(data), label)
+
+    def get(self, handle: Handle) -> Any:
+        return pickle.loads(handle.ref)
+
+    def free(self, handles: Sequence[Handle]) -> None:
+        pass
+
+    def _at(self, when: float, event: Any) -> None:
+        heapq.heappush(self._timeline, (when, next(self._seq), event))
+
+    def start_worker(self, worker_id: str, stage: StageSpec, placement: WorkerPlacement) -> None:
+        info = WorkerInfo(
+            worker_id, stage.name, placement.node_id, placement.gpu_ids, placement.gpu_fraction
+        )
+        runner = StageRunner(pickle.loads(stage.payload), stage.name, info)
+        runner.setup()
+        self.runners[worker_id] = runner
+        self.busy_until[worker_id] = self.clock + self.setup_s
+        self.starts.append((self.clock, stage.name))
+        self._at(self.clock + self.setup_s, WorkerReady(worker_id, self.setup_s))
+
+    def stop_worker(self, worker_id: str) -> None:
+        self.stops.append((self.clock, worker_id))
+        self._at(max(self.clock, self.busy_until[worker_id]), WorkerStopped(worker_id))
+
+    def kill(self, worker_id: str) -> None:
+        """Kill a worker now: its queued work is lost and reported as a death."""
+        self.dead.add(worker_id)
+        self._at(self.clock, WorkerDied(worker_id, "killed by the test"))
+
+    def submit(self, worker_id: str, batches: list[tuple[int, list[Handle]]]) -> None:
+        runner = self.runners[worker_id]
+        self.submitted.append((runner.name, [len(h) for _, h in batches]))
+        begin = max(self.clock, self.busy_until[worker_id])
+        for batch_id, handles in batches:
+            per_task = self.service_s.get(runner.name, 0.01)
+            if callable(per_task):
+                per_task = per_task(begin)
+            cost = per_task * len(handles)
+            done = begin + cost
+            begin = done
+            try:
+                outputs, labels, filtered = runner.run(
+                    [self.get(h) for h in handles], [h.label for h in handles]
+                )
+                outs = [self.put(o, lab) for o, lab in zip(outputs, labels, strict=True)]
+                event: Any = BatchesDone(worker_id, [BatchOutcome(batch_id, outs, filtered, cost)])
+            except Exception as exc:  # noqa: BLE001 - reported like a real worker would
+                event = BatchFailed(worker_id, batch_id, ErrorInfo.from_exception(exc))
+            self._at(done, event)
+        self.busy_until[worker_id] = begin
+
+    def poll(self, timeout: float) -> list[BackendEvent]:
+        deadline = self.clock + timeout
+        if not self._timeline or self._timeline[0][0] > deadline:
+            self.clock = deadline
+            return []
+        when = self._timeline[0][0]
+        self.clock = max(self.clock, when)
+        events = []
+        while self._timeline and self._timeline[0][0] <= when:
+            _, _, event = heapq.heappop(self._timeline)
+            worker = getattr(event, "worker_id", None)
+            if worker in self.dead and not isinstance(event, WorkerDied):
+                continue
+            events.append(event)
+        return events
+
+    def shutdown(self) -> None:
+        for runner in self.runners.values():
+            runner.teardown()
+        self.runners.clear()
