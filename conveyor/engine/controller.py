@@ -35,6 +35,7 @@ from conveyor.engine.policies.autoscale import (
 )
 from conveyor.engine.policies.backpressure import EdgeBudget, EdgeState, edge_budget, may_feed
 from conveyor.engine.policies.placement import Ledger
+from conveyor.engine.queues import EdgeQueue, Entry
 from conveyor.engine.spec import StageSpec
 from conveyor.errors import BackendError, StageSetupError
 from conveyor.result import FailureRecord, RunResult, StageStats
@@ -75,22 +76,12 @@ class ControllerConfig:
             raise ValueError(f"edge_max_bytes must be >= 1, got {self.edge_max_bytes}")
 
 
-class _Entry:
-    """A task waiting at or travelling through a stage."""
-
-    __slots__ = ("attempts", "handle")
-
-    def __init__(self, handle: Handle, attempts: int = 0) -> None:
-        self.handle = handle
-        self.attempts = attempts
-
-
 @dataclass(eq=False)
 class _Batch:
     batch_id: int
     stage: int
     worker_id: str
-    entries: list[_Entry]
+    entries: list[Entry]
     alone: bool
 
 
@@ -112,9 +103,7 @@ class _Worker:
 class _Stage:
     spec: StageSpec
     stats: StageStats
-    queue: deque[_Entry] = field(default_factory=deque)
-    queued_bytes: int = 0
-    retry: deque[_Entry] = field(default_factory=deque)
+    queue: EdgeQueue = field(default_factory=EdgeQueue)
     workers: dict[str, _Worker] = field(default_factory=dict)
     meter: StageMeter = field(default_factory=StageMeter)
     in_flight_tasks: int = 0
@@ -127,7 +116,7 @@ class _Stage:
 
     @property
     def backlog(self) -> int:
-        return len(self.queue) + len(self.retry) + self.in_flight_tasks
+        return len(self.queue) + self.in_flight_tasks
 
 
 class Controller:
@@ -245,9 +234,7 @@ class Controller:
             fanout = up.meter.fanout.value if up.meter.fanout.value is not None else 1.0
             size = up.meter.out_bytes.value or 0.0
             producer_expected = (up.in_flight_tasks * fanout, up.in_flight_tasks * size)
-        return EdgeState(
-            len(stage.queue) + len(stage.retry), stage.queued_bytes, *producer_expected
-        )
+        return stage.queue.state(*producer_expected)
 
     def _may_feed(self, stage_index: int) -> bool:
         if self.config.stage_at_a_time:
@@ -257,23 +244,13 @@ class Controller:
         budget = self.budgets[min(nxt, len(self.budgets) - 1)]
         return may_feed(self._edge(nxt), budget, consumer_batch)
 
-    def _enqueue(self, stage_index: int, entry: _Entry) -> None:
-        stage = self.stages[stage_index]
-        stage.queue.append(entry)
-        stage.queued_bytes += entry.handle.nbytes
-        stats = stage.stats
-        if len(stage.queue) > stats.queue_hwm_tasks:
-            stats.queue_hwm_tasks = len(stage.queue)
-        if stage.queued_bytes > stats.queue_hwm_bytes:
-            stats.queue_hwm_bytes = stage.queued_bytes
-
     def _admit(self) -> None:
         if self.source_done:
             return
         first = self.stages[0]
         budget = self.budgets[0]
         while self.config.stage_at_a_time or may_feed(
-            EdgeState(len(first.queue) + len(first.retry), first.queued_bytes),
+            first.queue.state(),
             budget,
             first.spec.batch_size,
         ):
@@ -286,7 +263,7 @@ class Controller:
             if isinstance(task, Task):
                 task.task_id = label
             self.admitted += 1
-            self._enqueue(0, _Entry(self.backend.put(task, label)))
+            first.queue.push(Entry(self.backend.put(task, label)))
 
     # -- dispatch -------------------------------------------------------------------------
     def _upstream_done(self, index: int) -> bool:
@@ -295,7 +272,7 @@ class Controller:
     def _dispatch(self) -> None:
         for index in range(len(self.stages) - 1, -1, -1):
             stage = self.stages[index]
-            if stage.queue or stage.retry:
+            if stage.queue:
                 self._dispatch_stage(index, stage)
 
     def _dispatch_stage(self, index: int, stage: _Stage) -> None:
@@ -303,39 +280,35 @@ class Controller:
         if not ready:
             return
         # suspects first, each alone on an idle worker
-        while stage.retry and self._may_feed(index):
+        queue = stage.queue
+        while queue.suspects and self._may_feed(index):
             idle = next((w for w in ready if w.in_flight == 0), None)
             if idle is None:
                 break
-            self._send(index, idle, [[stage.retry.popleft()]], alone=True)
+            self._send(index, idle, [[queue.pop_suspect()]], alone=True)
             ready.remove(idle)
         batch_size = stage.spec.batch_size
         task_time = stage.meter.task_time.value
         depth = 2 if task_time is not None and task_time * batch_size < PREFETCH_BELOW_S else 1
         upstream_done = self._upstream_done(index)
-        while stage.queue and self._may_feed(index):
-            if len(stage.queue) < batch_size and not upstream_done:
+        while queue.fresh and self._may_feed(index):
+            if len(queue.fresh) < batch_size and not upstream_done:
                 return  # wait for a full batch; the remainder goes once upstream is done
             worker = min(ready, key=lambda w: w.in_flight, default=None)
             if worker is None or worker.in_flight >= depth:
                 return
-            full_batches = max(1, len(stage.queue) // batch_size)
+            full_batches = max(1, len(queue.fresh) // batch_size)
             count = 1
             if task_time is not None:
                 count = int(MESSAGE_TARGET_S / max(task_time * batch_size, 1e-7))
                 fair = math.ceil(full_batches / len(ready))
                 count = max(1, min(count, fair, MAX_BATCHES_PER_MESSAGE))
             batches = []
-            for _ in range(count):
-                if not stage.queue:
-                    break
-                take = min(batch_size, len(stage.queue))
-                entries = [stage.queue.popleft() for _ in range(take)]
-                stage.queued_bytes -= sum(e.handle.nbytes for e in entries)
-                batches.append(entries)
+            while queue.fresh and len(batches) < count:
+                batches.append(queue.take(batch_size))
             self._send(index, worker, batches, alone=False)
 
-    def _send(self, index: int, worker: _Worker, groups: list[list[_Entry]], alone: bool) -> None:
+    def _send(self, index: int, worker: _Worker, groups: list[list[Entry]], alone: bool) -> None:
         stage = self.stages[index]
         ids, payload = [], []
         for entries in groups:
@@ -422,12 +395,13 @@ class Controller:
                 )
             nxt = batch.stage + 1
             if nxt < len(self.stages):
+                push = self.stages[nxt].queue.push
                 for handle in outcome.outputs:
-                    self._enqueue(nxt, _Entry(handle))
+                    push(Entry(handle))
             else:
                 self.final.extend(outcome.outputs)
 
-    def _retry_or_fail(self, index: int, entries: list[_Entry], error: ErrorInfo) -> None:
+    def _retry_or_fail(self, index: int, entries: list[Entry], error: ErrorInfo) -> None:
         stage = self.stages[index]
         for entry in entries:
             entry.attempts += 1
@@ -446,7 +420,7 @@ class Controller:
                 self.backend.free([entry.handle])
             else:
                 stage.stats.retried += 1
-                stage.retry.append(entry)
+                stage.queue.push_suspect(entry)
 
     def _on_worker_gone(self, worker_id: str, error: ErrorInfo) -> None:
         worker = self._worker(worker_id)
@@ -572,8 +546,8 @@ class Controller:
                     workers_ready=ready,
                     workers_starting=len(stage.live) - ready,
                     target=stage.target,
-                    queued=len(stage.queue) + len(stage.retry),
-                    queued_bytes=stage.queued_bytes,
+                    queued=len(stage.queue),
+                    queued_bytes=stage.queue.bytes,
                     in_flight=stage.in_flight_tasks,
                     tasks_in=stage.stats.tasks_in,
                     tasks_out=stage.stats.tasks_out,
@@ -606,6 +580,9 @@ class Controller:
         result.wall_s = now - self._t0
         result.startup_s = self._startup_s if self._startup_s is not None else result.wall_s
         result.first_output_s = self._first_output_s
+        for stage in self.stages:
+            stage.stats.queue_hwm_tasks = stage.queue.hwm_tasks
+            stage.stats.queue_hwm_bytes = stage.queue.hwm_bytes
         result.stats = {s.spec.name: s.stats for s in self.stages}
         result.counts = {
             "inputs": self.admitted,

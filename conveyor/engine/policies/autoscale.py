@@ -32,19 +32,26 @@ class AutoscaleConfig:
     #: how long a proposed removal must persist before it happens (cheap stages)
     scale_down_delay_s: float = 1.0
     #: removals of a stage wait at least this many times its measured setup time
-    setup_cost_factor: float = 3.0
+    setup_cost_factor: float = 2.0
     #: upper bound on workers of one stage (matters for stages that reserve no resources)
     max_workers_per_stage: int = 64
 
     def __post_init__(self) -> None:
-        if self.min_gain < 0:
-            raise ValueError(f"AutoscaleConfig.min_gain must be >= 0, got {self.min_gain}")
-        if self.scale_down_delay_s < 0:
-            raise ValueError("AutoscaleConfig.scale_down_delay_s must be >= 0")
-        if self.setup_cost_factor < 0:
-            raise ValueError("AutoscaleConfig.setup_cost_factor must be >= 0")
-        if self.max_workers_per_stage < 1:
-            raise ValueError("AutoscaleConfig.max_workers_per_stage must be >= 1")
+        for name in ("min_gain", "scale_down_delay_s", "setup_cost_factor"):
+            value = getattr(self, name)
+            # NaN compares false with everything, so a plain ``< 0`` test would let it through
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or math.isnan(value)
+                or value < 0
+            ):
+                raise ValueError(f"AutoscaleConfig.{name} must be a number >= 0, got {value!r}")
+        workers = self.max_workers_per_stage
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise ValueError(
+                f"AutoscaleConfig.max_workers_per_stage must be an int >= 1, got {workers!r}"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,13 +86,18 @@ class AutoscaleState:
     down_since: dict[str, float] = field(default_factory=dict)
 
 
+#: floor on a measured task time, so a stage measured at 0 s is very fast, not unmeasured
+_MIN_TASK_TIME_S = 1e-9
+
+
 def _weights(stages: Sequence[StageObservation]) -> list[float]:
     """Worker-seconds each stage needs per source task (relative load)."""
-    measured = [s.task_time_s for s in stages if s.task_time_s]
-    default = max(measured) if measured else 1.0
+    measured = [s.task_time_s for s in stages if s.task_time_s is not None]
+    default = max(measured) if measured and max(measured) > 0 else 1.0
     weights, reach = [], 1.0
     for s in stages:
-        weights.append(reach * (s.task_time_s if s.task_time_s else default))
+        task_time = s.task_time_s if s.task_time_s is not None else default
+        weights.append(reach * max(task_time, _MIN_TASK_TIME_S))
         reach *= s.fanout if s.fanout is not None else 1.0
         reach = max(reach, 1e-9)
     return weights
@@ -129,8 +141,11 @@ def plan(
     target = list(base)
     cpus = budget.cpus - sum(n * s.cpus for n, s in zip(target, stages, strict=True))
     gpus = budget.gpus - sum(n * s.gpus for n, s in zip(target, stages, strict=True))
-    heap = [(target[i] / weights[i], i) for i, s in enumerate(stages)
-            if active[i] and s.pinned is None and target[i] < caps[i]]
+    heap = [
+        (target[i] / weights[i], i)
+        for i, s in enumerate(stages)
+        if active[i] and s.pinned is None and target[i] < caps[i]
+    ]
     heapq.heapify(heap)
     while heap:
         _, i = heapq.heappop(heap)
@@ -150,7 +165,8 @@ def plan(
         for i, (s, t, c) in enumerate(zip(stages, target, current, strict=True))
     )
     if not forced:
-        gain = throughput(target, weights, active) / max(throughput(current, weights, active), 1e-12)
+        before = max(throughput(current, weights, active), 1e-12)
+        gain = throughput(target, weights, active) / before
         if gain < 1.0 + config.min_gain:
             target = list(current)  # not worth the churn
 

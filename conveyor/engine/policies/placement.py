@@ -113,7 +113,8 @@ class Ledger:
     @staticmethod
     def _apply(node: NodeFree, resources: Resources, placement: WorkerPlacement, sign: int) -> None:
         node.cpus += sign * resources.cpus
-        share = placement.gpu_fraction if len(placement.gpu_ids) == 1 and resources.gpus < 1 else 1.0
+        fractional = len(placement.gpu_ids) == 1 and resources.gpus < 1
+        share = placement.gpu_fraction if fractional else 1.0
         for device in placement.gpu_ids:
             node.gpu_free[device] += sign * share
 

@@ -1,0 +1,69 @@
+"""The queue in front of a stage: handles with byte and count accounting, cut into batches."""
+
+from __future__ import annotations
+
+from collections import deque
+
+from conveyor.engine.messages import Handle
+from conveyor.engine.policies.backpressure import EdgeState
+
+
+class Entry:
+    """A task waiting at or travelling through a stage, with its failed attempts so far."""
+
+    __slots__ = ("attempts", "handle")
+
+    def __init__(self, handle: Handle, attempts: int = 0) -> None:
+        self.handle = handle
+        self.attempts = attempts
+
+
+class EdgeQueue:
+    """Fresh entries in arrival order, plus suspects: retries that must run alone.
+
+    Bytes are counted for both, so backpressure sees everything that is waiting.
+    """
+
+    __slots__ = ("bytes", "fresh", "hwm_bytes", "hwm_tasks", "suspects")
+
+    def __init__(self) -> None:
+        self.fresh: deque[Entry] = deque()
+        self.suspects: deque[Entry] = deque()
+        self.bytes = 0
+        self.hwm_tasks = 0
+        self.hwm_bytes = 0
+
+    def __len__(self) -> int:
+        return len(self.fresh) + len(self.suspects)
+
+    def _grew(self) -> None:
+        size = len(self.fresh) + len(self.suspects)
+        if size > self.hwm_tasks:
+            self.hwm_tasks = size
+        if self.bytes > self.hwm_bytes:
+            self.hwm_bytes = self.bytes
+
+    def push(self, entry: Entry) -> None:
+        self.fresh.append(entry)
+        self.bytes += entry.handle.nbytes
+        self._grew()
+
+    def push_suspect(self, entry: Entry) -> None:
+        self.suspects.append(entry)
+        self.bytes += entry.handle.nbytes
+        self._grew()
+
+    def pop_suspect(self) -> Entry:
+        entry = self.suspects.popleft()
+        self.bytes -= entry.handle.nbytes
+        return entry
+
+    def take(self, count: int) -> list[Entry]:
+        """Up to ``count`` fresh entries, oldest first."""
+        fresh = self.fresh
+        batch = [fresh.popleft() for _ in range(min(count, len(fresh)))]
+        self.bytes -= sum(e.handle.nbytes for e in batch)
+        return batch
+
+    def state(self, expected_tasks: float = 0.0, expected_bytes: float = 0.0) -> EdgeState:
+        return EdgeState(len(self), self.bytes, expected_tasks, expected_bytes)
