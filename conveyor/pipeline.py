@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +16,10 @@ if TYPE_CHECKING:
 
 
 class Pipeline:
-    """An ordered chain of stages. ``run()`` returns a ``RunResult``; ``stream()`` yields outputs."""
+    """An ordered chain of stages.
+
+    ``run()`` returns a ``RunResult``; ``stream()`` yields outputs.
+    """
 
     def __init__(
         self,
@@ -52,7 +56,9 @@ class Pipeline:
             if isinstance(stage, CompositeStage):
                 parts = stage.decompose()
                 if not parts:
-                    raise PipelineBuildError(f"composite stage {stage.name!r} decomposed to nothing")
+                    raise PipelineBuildError(
+                        f"composite stage {stage.name!r} decomposed to nothing"
+                    )
                 for part in parts:
                     if not isinstance(part, ProcessingStage):
                         raise PipelineBuildError(
@@ -72,19 +78,24 @@ class Pipeline:
         if not self.stages:
             raise PipelineBuildError(f"pipeline {self.name!r} has no stages")
         flat = self._expand()
-        seen: dict[str, int] = {}
+        used: set[str] = set()
+        suffix: dict[str, int] = {}
         specs: list[StageSpec] = []
         for index, stage in enumerate(flat):
             try:
                 validate_stage(stage)
             except ValueError as exc:
                 raise PipelineBuildError(f"pipeline {self.name!r}: {exc}") from None
+            # a clash gets the next free ``name_N``; checking against every name already given
+            # out keeps the result unique even when a stage is literally called ``name_2``
             name = stage.name
-            if name in seen:
-                seen[name] += 1
-                name = f"{name}_{seen[stage.name]}"
-            else:
-                seen[name] = 1
+            if name in used:
+                n = suffix.get(stage.name, 1)
+                while name in used:
+                    n += 1
+                    name = f"{stage.name}_{n}"
+                suffix[stage.name] = n
+            used.add(name)
             specs.append(
                 StageSpec(
                     index=index,
@@ -96,8 +107,9 @@ class Pipeline:
                     has_node_setup=stage.overrides("setup_on_node"),
                 )
             )
-        for up, down in zip(flat, flat[1:], strict=False):
-            produced, needed = declared_names(up.outputs()), declared_names(down.inputs())
+        for up, down in itertools.pairwise(specs):
+            produced = declared_names(up.stage.outputs())
+            needed = declared_names(down.stage.inputs())
             if produced is not None and needed is not None and not needed <= produced:
                 missing = ", ".join(sorted(needed - produced))
                 raise PipelineBuildError(

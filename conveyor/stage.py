@@ -41,7 +41,9 @@ class ProcessingStage(Generic[In, Out]):
 
     # -- the work -------------------------------------------------------------------------
     def process(self, task: In) -> Out | list[Out] | None:
-        raise NotImplementedError(f"stage {self.name!r} implements neither process nor process_batch")
+        raise NotImplementedError(
+            f"stage {self.name!r} implements neither process nor process_batch"
+        )
 
     def process_batch(self, tasks: list[In]) -> list[Out]:
         outputs: list[Out] = []
@@ -121,7 +123,9 @@ def validate_stage(stage: ProcessingStage[Any, Any]) -> None:
     if workers is not None and (
         isinstance(workers, bool) or not isinstance(workers, int) or workers < 1
     ):
-        raise ValueError(f"stage {label!r}: num_workers must be None or an int >= 1, got {workers!r}")
+        raise ValueError(
+            f"stage {label!r}: num_workers must be None or an int >= 1, got {workers!r}"
+        )
     if not isinstance(stage, CompositeStage) and not (
         stage.overrides("process") or stage.overrides("process_batch")
     ):
@@ -132,7 +136,13 @@ def declared_names(spec: Any) -> set[str] | None:
     """Normalize ``inputs()``/``outputs()``: a list of names, or Curator's (attrs, columns)."""
     if spec is None:
         return None
-    if isinstance(spec, tuple) and len(spec) == 2 and all(isinstance(p, (list, tuple)) for p in spec):
+    if isinstance(spec, str):
+        names = [spec]  # one name, not its characters
+    elif (
+        isinstance(spec, tuple)
+        and len(spec) == 2
+        and all(isinstance(p, (list, tuple)) for p in spec)
+    ):
         names = [*spec[0], *spec[1]]
     else:
         names = list(spec)
@@ -170,6 +180,18 @@ def processing_stage(
             raise TypeError(
                 f"@processing_stage: {getattr(function, '__name__', function)!r} must take "
                 f"exactly one required positional argument (the task), it takes {len(params)}"
+            )
+        keyword_only = [
+            p.name
+            for p in inspect.signature(function).parameters.values()
+            if p.default is inspect.Parameter.empty and p.kind == p.KEYWORD_ONLY
+        ]
+        if keyword_only:
+            # fn(task) would fail on every task at run time; say so at definition time
+            raise TypeError(
+                f"@processing_stage: {getattr(function, '__name__', function)!r} has required "
+                f"keyword-only argument(s) {', '.join(keyword_only)}; it is called as fn(task), "
+                "so give them defaults"
             )
         stage = FunctionStage(function)
         if name is not None:

@@ -30,7 +30,7 @@ class AutoscaleConfig:
     #: smallest relative throughput gain worth moving workers for
     min_gain: float = 0.05
     #: how long a proposed removal must persist before it happens (cheap stages)
-    scale_down_delay_s: float = 1.0
+    scale_down_delay_s: float = 0.5
     #: removals of a stage wait at least this many times its measured setup time
     setup_cost_factor: float = 2.0
     #: upper bound on workers of one stage (matters for stages that reserve no resources)
@@ -109,11 +109,42 @@ def throughput(counts: Sequence[int], weights: Sequence[float], active: Sequence
     return min(rates) if rates else math.inf
 
 
-def _cap(s: StageObservation, config: AutoscaleConfig) -> int:
-    cap = config.max_workers_per_stage
-    if s.upstream_done:
-        cap = min(cap, math.ceil(s.backlog / s.batch_size))
-    return cap
+def _remaining(stages: Sequence[StageObservation]) -> list[float] | None:
+    """Tasks each stage will still see, once the source is exhausted (else ``None``)."""
+    if not stages or not stages[0].upstream_done:
+        return None
+    remaining, carried = [], 0.0
+    for s in stages:
+        carried += s.backlog
+        remaining.append(carried)
+        carried *= s.fanout if s.fanout is not None else 1.0
+    return remaining
+
+
+def _caps(
+    stages: Sequence[StageObservation], config: AutoscaleConfig
+) -> tuple[list[int], list[int]]:
+    """Per stage: the most workers worth keeping, and the most worth *starting*.
+
+    Without an end in sight the only limit is ``max_workers_per_stage``. Once the source is
+    exhausted, a stage cannot use more workers than batches it will still see, and a new
+    worker is worth starting only if the stage's remaining work outlasts one worker's setup.
+    """
+    remaining = _remaining(stages)
+    keep, start = [], []
+    for i, s in enumerate(stages):
+        cap = config.max_workers_per_stage
+        grow = cap
+        if remaining is not None:
+            left = remaining[i]
+            cap = min(cap, math.ceil(left / s.batch_size))
+            grow = cap
+            if s.setup_s and s.task_time_s is not None:
+                worth = math.ceil(left * s.task_time_s / s.setup_s)
+                grow = min(cap, max(s.workers, worth))
+        keep.append(cap)
+        start.append(grow)
+    return keep, start
 
 
 def plan(
@@ -127,36 +158,40 @@ def plan(
     weights = _weights(stages)
     active = [not s.finished for s in stages]
     current = [s.workers for s in stages]
-    base, caps = [], []
-    for s in stages:
+    keep, start = _caps(stages, config)
+    base, caps, grow = [], [], []
+    for i, s in enumerate(stages):
         if s.finished:
             base.append(0)
             caps.append(0)
+            grow.append(0)
         elif s.pinned is not None:
             base.append(s.pinned)
             caps.append(s.pinned)
+            grow.append(s.pinned)
         else:
             base.append(1)
-            caps.append(max(1, _cap(s, config)))
+            caps.append(max(1, keep[i]))
+            grow.append(max(1, start[i]))
     target = list(base)
     cpus = budget.cpus - sum(n * s.cpus for n, s in zip(target, stages, strict=True))
     gpus = budget.gpus - sum(n * s.gpus for n, s in zip(target, stages, strict=True))
-    heap = [
-        (target[i] / weights[i], i)
-        for i, s in enumerate(stages)
-        if active[i] and s.pinned is None and target[i] < caps[i]
-    ]
+    # pinned stages stay in the heap: when one is the bottleneck, nothing else helps
+    heap = [(target[i] / weights[i], i) for i in range(len(stages)) if active[i]]
     heapq.heapify(heap)
     while heap:
         _, i = heapq.heappop(heap)
         s = stages[i]
+        if s.pinned is not None:
+            break  # a pinned bottleneck: more workers elsewhere would not raise throughput
+        if target[i] >= grow[i]:
+            continue  # no more work for it to take: the next stage may still need help
         if s.cpus > cpus + 1e-9 or s.gpus > gpus + 1e-9:
             break  # the bottleneck cannot grow: adding elsewhere would not raise throughput
         target[i] += 1
         cpus -= s.cpus
         gpus -= s.gpus
-        if target[i] < caps[i]:
-            heapq.heappush(heap, (target[i] / weights[i], i))
+        heapq.heappush(heap, (target[i] / weights[i], i))
 
     forced = any(
         (t > 0) != (c > 0)  # a stage gains its first worker or a finished one frees its last

@@ -1,0 +1,429 @@
+"""The autoscale policy: measured speeds + queues + budget -> target workers per stage.
+
+Every ``AutoscaleConfig`` field has a test below that fails if the field is ignored
+("no dead knobs"): see the ``# knob:`` comments.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import pytest
+
+from conveyor.engine.policies.autoscale import (
+    AutoscaleConfig,
+    AutoscaleState,
+    Budget,
+    StageObservation,
+    plan,
+    throughput,
+)
+
+#: an autoscaler without hysteresis or a gain threshold, to test the sizing alone
+EAGER = AutoscaleConfig(min_gain=0.0, scale_down_delay_s=0.0, setup_cost_factor=0.0)
+
+
+def gpu_stage(name: str, task_time_s: float | None = None, **kwargs: Any) -> StageObservation:
+    """One stage whose workers each need one CPU and one GPU (so GPUs are the budget)."""
+    values: dict[str, Any] = {"cpus": 1.0, "gpus": 1.0, "workers": 1, "backlog": 1000}
+    values.update(kwargs)
+    return StageObservation(name=name, task_time_s=task_time_s, **values)
+
+
+def cpu_stage(name: str, task_time_s: float | None = None, **kwargs: Any) -> StageObservation:
+    values: dict[str, Any] = {"cpus": 1.0, "gpus": 0.0, "workers": 1, "backlog": 1000}
+    values.update(kwargs)
+    return StageObservation(name=name, task_time_s=task_time_s, **values)
+
+
+def run_plan(
+    stages: list[StageObservation],
+    gpus: float = 0.0,
+    cpus: float = 1000.0,
+    config: AutoscaleConfig = EAGER,
+    now: float = 0.0,
+    state: AutoscaleState | None = None,
+) -> list[int]:
+    return plan(stages, Budget(cpus=cpus, gpus=gpus), config, now, state or AutoscaleState())
+
+
+# -- sizing by measured rates -------------------------------------------------------------
+def test_three_stages_sized_by_their_rates() -> None:
+    # per-worker rates 4, 1, 2 tasks/s; 7 GPUs -> capacities 4, 4, 4
+    stages = [gpu_stage("a", 0.25), gpu_stage("b", 1.0), gpu_stage("c", 0.5)]
+    assert run_plan(stages, gpus=7) == [1, 4, 2]
+
+
+def test_three_stages_from_a_cold_start() -> None:
+    stages = [gpu_stage(n, t, workers=0) for n, t in (("a", 0.25), ("b", 1.0), ("c", 0.5))]
+    assert run_plan(stages, gpus=7, config=AutoscaleConfig()) == [1, 4, 2]
+
+
+def test_fast_stage_gets_one_worker_and_slow_stage_the_rest() -> None:
+    stages = [gpu_stage("x", 0.05), gpu_stage("y", 1.0)]  # x is 20x faster
+    assert run_plan(stages, gpus=8) == [1, 7]
+
+
+def test_targets_do_not_depend_on_stage_order() -> None:
+    stages = [gpu_stage("y", 1.0), gpu_stage("x", 0.05)]
+    assert run_plan(stages, gpus=8) == [7, 1]
+
+
+def test_equal_stages_split_evenly_and_ties_go_to_the_earlier_stage() -> None:
+    stages = [gpu_stage("a", 1.0), gpu_stage("b", 1.0)]
+    assert run_plan(stages, gpus=10) == [5, 5]
+    assert run_plan(stages, gpus=11) == [6, 5]
+
+
+def test_cpu_budget_limits_cpu_stages() -> None:
+    stages = [cpu_stage("a", 0.5, cpus=2.0), cpu_stage("b", 1.0, cpus=2.0)]
+    # 12 CPUs = 6 workers of 2 CPUs; b needs twice a's workers
+    assert run_plan(stages, cpus=12) == [2, 4]
+
+
+def test_fractional_gpu_workers_pack_into_the_budget() -> None:
+    stages = [gpu_stage("a", 1.0, gpus=0.25)]
+    assert run_plan(stages, gpus=2) == [8]
+
+
+def test_targets_fit_the_budget_when_the_minimum_does() -> None:
+    for gpus in range(3, 12):
+        stages = [gpu_stage("a", 0.3), gpu_stage("b", 0.7, gpus=0.5), cpu_stage("c", 0.2)]
+        targets = run_plan(stages, gpus=gpus, cpus=9)
+        used_gpus = targets[0] * 1.0 + targets[1] * 0.5
+        used_cpus = sum(targets)
+        assert used_gpus <= gpus
+        assert used_cpus <= 9
+        assert all(t >= 1 for t in targets)
+
+
+def test_unmeasured_stages_get_a_fair_share() -> None:
+    stages = [gpu_stage("a"), gpu_stage("b"), gpu_stage("c")]
+    assert run_plan(stages, gpus=6) == [2, 2, 2]
+
+
+def test_unmeasured_stage_is_assumed_as_slow_as_the_slowest_measured() -> None:
+    # "unknown" weighs as much as "slow" (3 s), so the two share the budget evenly
+    stages = [gpu_stage("fast", 0.1), gpu_stage("unknown"), gpu_stage("slow", 3.0)]
+    assert run_plan(stages, gpus=8) == [1, 4, 3]
+
+
+def test_stage_measured_at_zero_seconds_is_fast_not_unmeasured() -> None:
+    # a 0 s task time (e.g. a trivial stage on a coarse clock) must not count as "unknown"
+    stages = [gpu_stage("instant", 0.0), gpu_stage("slow", 1.0)]
+    assert run_plan(stages, gpus=8) == [1, 7]
+    assert run_plan([gpu_stage("a", 0.0), gpu_stage("b", 0.0)], gpus=4) == [2, 2]
+
+
+def test_every_unfinished_stage_keeps_a_worker_even_over_budget() -> None:
+    stages = [gpu_stage("a", 1.0), gpu_stage("b", 5.0), gpu_stage("c", 0.01)]
+    assert run_plan(stages, gpus=1) == [1, 1, 1]
+    assert run_plan(stages, gpus=0, cpus=0) == [1, 1, 1]
+
+
+def test_empty_pipeline_plans_nothing() -> None:
+    assert run_plan([], gpus=8) == []
+
+
+# -- fan-out ------------------------------------------------------------------------------
+def test_fanout_shifts_workers_downstream() -> None:
+    even = [gpu_stage("split", 1.0), gpu_stage("work", 1.0)]
+    assert run_plan(even, gpus=11) == [6, 5]
+    fanned = [gpu_stage("split", 1.0, fanout=10.0), gpu_stage("work", 1.0)]
+    assert run_plan(fanned, gpus=11) == [1, 10]
+
+
+def test_fanout_multiplies_along_the_chain() -> None:
+    stages = [
+        gpu_stage("a", 1.0, fanout=2.0),
+        gpu_stage("b", 1.0, fanout=3.0),
+        gpu_stage("c", 1.0),
+    ]
+    # loads 1 : 2 : 6
+    assert run_plan(stages, gpus=9) == [1, 2, 6]
+
+
+def test_filtering_stage_reduces_downstream_load() -> None:
+    stages = [gpu_stage("filter", 1.0, fanout=0.25), gpu_stage("after", 1.0)]
+    assert run_plan(stages, gpus=10) == [8, 2]
+
+
+# -- the bottleneck rule ------------------------------------------------------------------
+def test_resources_stay_unused_when_the_bottleneck_cannot_grow() -> None:
+    # the GPU stage is the bottleneck; once GPUs run out, idle CPUs are not given to the
+    # CPU stage, whose extra workers could not raise throughput
+    stages = [cpu_stage("read", 0.01), gpu_stage("model", 1.0)]
+    assert run_plan(stages, gpus=2, cpus=100) == [1, 2]
+
+
+def test_bottleneck_short_of_cpus_stops_growth_elsewhere() -> None:
+    stages = [cpu_stage("light", 0.1, cpus=1.0), cpu_stage("heavy", 1.0, cpus=8.0)]
+    # heavy needs 8 CPUs per worker; 1 CPU is left after 1 + 8 and is not handed to light
+    assert run_plan(stages, cpus=10) == [1, 1]
+    assert run_plan(stages, cpus=17) == [1, 2]
+
+
+# -- pins and finished stages -------------------------------------------------------------
+def test_pinned_stage_keeps_its_count() -> None:
+    stages = [gpu_stage("pinned", 0.01, pinned=3, workers=3), gpu_stage("free", 1.0)]
+    assert run_plan(stages, gpus=8) == [3, 5]
+
+
+def test_pinned_slow_stage_is_not_grown() -> None:
+    stages = [gpu_stage("pinned", 10.0, pinned=2, workers=2), gpu_stage("free", 1.0)]
+    assert run_plan(stages, gpus=8)[0] == 2
+
+
+def test_pinned_count_is_restored_at_once_whatever_the_hysteresis() -> None:
+    slow = AutoscaleConfig(scale_down_delay_s=1e6)
+    assert run_plan([gpu_stage("p", 1.0, pinned=2, workers=5)], gpus=8, config=slow) == [2]
+    assert run_plan([gpu_stage("p", 1.0, pinned=4, workers=1)], gpus=8, config=slow) == [4]
+
+
+def test_pin_above_the_worker_cap_is_kept() -> None:
+    config = AutoscaleConfig(max_workers_per_stage=2)
+    assert run_plan([cpu_stage("p", 1.0, pinned=5, workers=5)], config=config) == [5]
+
+
+def test_finished_stage_goes_to_zero_at_once_and_frees_its_share() -> None:
+    slow = AutoscaleConfig(scale_down_delay_s=1e6)
+    stages = [
+        gpu_stage("done", 1.0, workers=3, backlog=0, upstream_done=True),
+        gpu_stage("busy", 1.0, workers=1),
+    ]
+    assert run_plan(stages, gpus=4, config=slow) == [0, 4]
+
+
+def test_finished_pinned_stage_goes_to_zero() -> None:
+    stage = gpu_stage("p", 1.0, pinned=2, workers=2, backlog=0, upstream_done=True)
+    assert run_plan([stage], gpus=8) == [0]
+
+
+def test_stage_with_backlog_is_not_finished_even_if_upstream_is_done() -> None:
+    stage = gpu_stage("a", 1.0, workers=0, backlog=1, upstream_done=True)
+    assert stage.finished is False
+    assert run_plan([stage], gpus=8) == [1]
+    assert gpu_stage("a", 1.0, backlog=0, upstream_done=False).finished is False
+
+
+# -- the tail -----------------------------------------------------------------------------
+def test_tail_cap_limits_workers_to_the_batches_left() -> None:
+    # 5 tasks left in batches of 2: 3 batches, so at most 3 workers
+    tail = gpu_stage("a", 1.0, workers=1, backlog=5, batch_size=2, upstream_done=True)
+    assert run_plan([tail], gpus=16) == [3]
+    streaming = gpu_stage("a", 1.0, workers=1, backlog=5, batch_size=2, upstream_done=False)
+    assert run_plan([streaming], gpus=16) == [16]
+
+
+def test_tail_cap_shrinks_at_once_whatever_the_hysteresis() -> None:
+    slow = AutoscaleConfig(scale_down_delay_s=1e6, setup_cost_factor=100.0)
+    tail = gpu_stage("a", 1.0, workers=8, backlog=5, batch_size=2, upstream_done=True, setup_s=90)
+    assert run_plan([tail], gpus=16, config=slow) == [3]
+
+
+def test_tail_cap_with_single_task_batches() -> None:
+    tail = cpu_stage("a", 1.0, workers=10, backlog=4, upstream_done=True)
+    assert run_plan([tail], cpus=64) == [4]
+
+
+# -- hysteresis ---------------------------------------------------------------------------
+def rebalance(setup_s: float | None = None) -> list[StageObservation]:
+    """Stage "was" had 6 workers but is now measured 20x faster than "now", which has 1."""
+    return [gpu_stage("was", 0.05, workers=6, setup_s=setup_s), gpu_stage("now", 1.0)]
+
+
+def test_eager_config_removes_at_once() -> None:
+    assert run_plan(rebalance(), gpus=7) == [1, 6]
+
+
+def test_removal_waits_scale_down_delay() -> None:  # knob: scale_down_delay_s
+    config = AutoscaleConfig(scale_down_delay_s=1.0, setup_cost_factor=0.0)
+    state = AutoscaleState()
+    assert run_plan(rebalance(), gpus=7, config=config, now=100.0, state=state)[0] == 6
+    assert state.down_since == {"was": 100.0}
+    assert run_plan(rebalance(), gpus=7, config=config, now=100.5, state=state)[0] == 6
+    assert run_plan(rebalance(), gpus=7, config=config, now=101.0, state=state)[0] == 1
+
+    zero = AutoscaleConfig(scale_down_delay_s=0.0, setup_cost_factor=0.0)
+    assert run_plan(rebalance(), gpus=7, config=zero, now=100.0)[0] == 1
+
+
+def test_longer_scale_down_delay_holds_longer() -> None:  # knob: scale_down_delay_s
+    config = AutoscaleConfig(scale_down_delay_s=30.0, setup_cost_factor=0.0)
+    state = AutoscaleState()
+    for now in (0.0, 10.0, 29.9):
+        assert run_plan(rebalance(), gpus=7, config=config, now=now, state=state)[0] == 6
+    assert run_plan(rebalance(), gpus=7, config=config, now=30.0, state=state)[0] == 1
+
+
+def test_expensive_setup_is_not_shrunk_on_a_short_transient() -> None:  # knob: setup_cost_factor
+    # a 90 s setup stage: removals wait 3 x 90 = 270 s
+    config = AutoscaleConfig(scale_down_delay_s=1.0, setup_cost_factor=3.0)
+    state = AutoscaleState()
+    for now in (0.0, 10.0, 100.0, 269.0):
+        assert run_plan(rebalance(90.0), gpus=7, config=config, now=now, state=state)[0] == 6
+    assert run_plan(rebalance(90.0), gpus=7, config=config, now=270.0, state=state)[0] == 1
+
+
+def test_setup_cost_factor_scales_the_hold() -> None:  # knob: setup_cost_factor
+    ignore_setup = AutoscaleConfig(scale_down_delay_s=1.0, setup_cost_factor=0.0)
+    state = AutoscaleState()
+    run_plan(rebalance(90.0), gpus=7, config=ignore_setup, now=0.0, state=state)
+    assert run_plan(rebalance(90.0), gpus=7, config=ignore_setup, now=10.0, state=state)[0] == 1
+
+    once = AutoscaleConfig(scale_down_delay_s=1.0, setup_cost_factor=1.0)
+    state = AutoscaleState()
+    run_plan(rebalance(90.0), gpus=7, config=once, now=0.0, state=state)
+    assert run_plan(rebalance(90.0), gpus=7, config=once, now=89.0, state=state)[0] == 6
+    assert run_plan(rebalance(90.0), gpus=7, config=once, now=90.0, state=state)[0] == 1
+
+
+def test_unmeasured_setup_time_falls_back_to_the_delay() -> None:
+    config = AutoscaleConfig(scale_down_delay_s=1.0, setup_cost_factor=3.0)
+    state = AutoscaleState()
+    run_plan(rebalance(None), gpus=7, config=config, now=0.0, state=state)
+    assert run_plan(rebalance(None), gpus=7, config=config, now=1.0, state=state)[0] == 1
+
+
+def test_transient_that_ends_resets_the_removal_clock() -> None:
+    config = AutoscaleConfig(scale_down_delay_s=1.0, setup_cost_factor=3.0)
+    state = AutoscaleState()
+    run_plan(rebalance(90.0), gpus=7, config=config, now=0.0, state=state)
+    # the transient ends: "was" is 6x slower than "now" again, so 6/1 is the plan itself
+    steady = [gpu_stage("was", 6.0, workers=6, setup_s=90.0), gpu_stage("now", 1.0, workers=1)]
+    assert run_plan(steady, gpus=7) == [6, 1]
+    assert run_plan(steady, gpus=7, config=config, now=50.0, state=state)[0] == 6
+    assert state.down_since == {}
+    # a new proposal starts a new 270 s hold
+    assert run_plan(rebalance(90.0), gpus=7, config=config, now=300.0, state=state)[0] == 6
+    assert run_plan(rebalance(90.0), gpus=7, config=config, now=569.0, state=state)[0] == 6
+    assert run_plan(rebalance(90.0), gpus=7, config=config, now=570.0, state=state)[0] == 1
+
+
+def test_additions_are_not_delayed() -> None:
+    config = AutoscaleConfig(scale_down_delay_s=1e6)
+    stages = [gpu_stage("a", 1.0, workers=1), gpu_stage("b", 1.0, workers=1)]
+    assert run_plan(stages, gpus=4, config=config) == [2, 2]
+
+
+def test_policy_uses_the_given_time_only() -> None:
+    config = AutoscaleConfig(scale_down_delay_s=5.0, setup_cost_factor=0.0)
+    state = AutoscaleState()
+    # the same "now" twice: no time has passed, however long the calls took
+    assert run_plan(rebalance(), gpus=7, config=config, now=0.0, state=state)[0] == 6
+    assert run_plan(rebalance(), gpus=7, config=config, now=0.0, state=state)[0] == 6
+    assert run_plan(rebalance(), gpus=7, config=config, now=5.0, state=state)[0] == 1
+
+
+# -- min_gain -----------------------------------------------------------------------------
+def test_change_below_min_gain_is_not_applied() -> None:  # knob: min_gain
+    # current 1/6 -> plan 1/7 raises throughput by 7/6 - 1 = 16.7 %
+    stages = [gpu_stage("x", 0.05, workers=1), gpu_stage("y", 1.0, workers=6)]
+    assert run_plan(stages, gpus=8, config=AutoscaleConfig(min_gain=0.2)) == [1, 6]
+    assert run_plan(stages, gpus=8, config=AutoscaleConfig(min_gain=0.1)) == [1, 7]
+    assert run_plan(stages, gpus=8, config=AutoscaleConfig(min_gain=0.0)) == [1, 7]
+
+
+def test_change_without_any_gain_is_not_applied_by_default() -> None:
+    # pinned bottleneck: more "free" workers cannot raise throughput
+    stages = [gpu_stage("pinned", 10.0, pinned=1, workers=1), gpu_stage("free", 1.0, workers=1)]
+    assert run_plan(stages, gpus=8, config=AutoscaleConfig()) == [1, 1]
+
+
+def test_forced_corrections_ignore_min_gain() -> None:
+    never = AutoscaleConfig(min_gain=math.inf)
+    # a stage without workers gets its first one
+    stages = [gpu_stage("a", 1.0, workers=2), gpu_stage("b", 1.0, workers=0)]
+    assert run_plan(stages, gpus=4, config=never) == [2, 2]
+    # a finished stage gives its workers back
+    stages = [
+        gpu_stage("a", 1.0, workers=2, backlog=0, upstream_done=True),
+        gpu_stage("b", 1.0, workers=2),
+    ]
+    assert run_plan(stages, gpus=4, config=never) == [0, 4]
+    # a steady change is not forced
+    stages = [gpu_stage("a", 1.0, workers=1), gpu_stage("b", 1.0, workers=1)]
+    assert run_plan(stages, gpus=4, config=never) == [1, 1]
+
+
+# -- max_workers_per_stage ----------------------------------------------------------------
+def test_stage_with_zero_resources_is_capped() -> None:  # knob: max_workers_per_stage
+    free = cpu_stage("free", 1.0, cpus=0.0)
+    assert run_plan([free], cpus=0) == [64]
+    assert run_plan([free], cpus=0, config=AutoscaleConfig(max_workers_per_stage=5)) == [5]
+
+
+def test_worker_cap_applies_to_any_stage() -> None:  # knob: max_workers_per_stage
+    config = AutoscaleConfig(max_workers_per_stage=3, min_gain=0.0, scale_down_delay_s=0.0)
+    stages = [gpu_stage("a", 1.0), gpu_stage("b", 1.0)]
+    assert run_plan(stages, gpus=100, config=config) == [3, 3]
+
+
+def test_worker_cap_lowered_shrinks_at_once() -> None:
+    config = AutoscaleConfig(max_workers_per_stage=2, scale_down_delay_s=1e6)
+    assert run_plan([cpu_stage("a", 1.0, workers=6)], config=config) == [2]
+
+
+# -- config validation --------------------------------------------------------------------
+def test_config_is_frozen() -> None:
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        AutoscaleConfig().min_gain = 1.0  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("field", ["min_gain", "scale_down_delay_s", "setup_cost_factor"])
+@pytest.mark.parametrize("value", [-0.1, -1, math.nan, "1", None, True])
+def test_invalid_float_knobs_raise(field: str, value: Any) -> None:
+    with pytest.raises(ValueError, match=rf"AutoscaleConfig\.{field} must be a number >= 0"):
+        AutoscaleConfig(**{field: value})
+
+
+@pytest.mark.parametrize("value", [0, -3, 2.5, "4", None, True])
+def test_invalid_worker_cap_raises(value: Any) -> None:
+    with pytest.raises(ValueError, match=r"max_workers_per_stage must be an int >= 1"):
+        AutoscaleConfig(max_workers_per_stage=value)
+
+
+def test_boundary_knob_values_are_accepted() -> None:
+    config = AutoscaleConfig(
+        min_gain=0, scale_down_delay_s=0, setup_cost_factor=0, max_workers_per_stage=1
+    )
+    assert config.max_workers_per_stage == 1
+    AutoscaleConfig(scale_down_delay_s=math.inf)  # never shrink
+
+
+# -- throughput ---------------------------------------------------------------------------
+def test_throughput_is_the_least_capacity_of_active_stages() -> None:
+    assert throughput([1, 4, 2], [0.25, 1.0, 0.5], [True, True, True]) == pytest.approx(4.0)
+    assert throughput([1, 1, 2], [0.25, 1.0, 0.5], [True, True, True]) == pytest.approx(1.0)
+    assert throughput([1, 1, 2], [0.25, 1.0, 0.5], [True, False, True]) == pytest.approx(4.0)
+    assert throughput([0, 1], [1.0, 1.0], [True, True]) == 0.0
+    assert throughput([1], [1.0], [False]) == math.inf
+
+
+# -- limits that come from the work itself --------------------------------------------------
+def test_a_pinned_bottleneck_stops_growth_elsewhere() -> None:
+    stages = [cpu_stage("feed", 0.01), cpu_stage("model", 1.0, pinned=2)]
+    # the pinned model caps throughput at 2 tasks/s: the feed needs no more than one worker
+    assert run_plan(stages, cpus=16) == [1, 2]
+
+
+def test_tail_does_not_start_workers_whose_setup_outlasts_the_work() -> None:
+    # source exhausted; 10 tasks of 0.1 s left = 1 s of work, a worker takes 5 s to start
+    stages = [
+        cpu_stage("src", 0.001, backlog=0, upstream_done=True),
+        cpu_stage("model", 0.1, backlog=10, setup_s=5.0, workers=2),
+    ]
+    assert run_plan(stages, cpus=16) == [0, 2]  # keeps what it has, starts nothing new
+    cheap = [stages[0], dataclasses.replace(stages[1], setup_s=0.01)]
+    assert run_plan(cheap, cpus=16) == [0, 10]  # cheap workers: one per remaining task
+
+
+def test_tail_caps_downstream_stages_by_the_work_still_coming() -> None:
+    # source exhausted: 4 tasks queued upstream, each fans out to 3 -> 12 tasks downstream
+    stages = [
+        cpu_stage("split", 0.5, backlog=4, fanout=3.0, upstream_done=True, workers=4),
+        cpu_stage("encode", 1.0, backlog=0, workers=1),
+    ]
+    assert run_plan(stages, cpus=64) == [4, 12]

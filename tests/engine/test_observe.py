@@ -1,0 +1,113 @@
+"""Stage measurements: EWMA task time, fan-out, output size and setup time."""
+
+from __future__ import annotations
+
+import pytest
+
+from conveyor.engine.observe import Ewma, StageMeter
+
+
+# -- Ewma ---------------------------------------------------------------------------------
+def test_ewma_starts_unset() -> None:
+    assert Ewma().value is None
+    assert Ewma().alpha == 0.3
+
+
+def test_first_sample_is_taken_as_is() -> None:
+    ewma = Ewma(alpha=0.1)
+    ewma.update(7.0)
+    assert ewma.value == 7.0
+
+
+def test_later_samples_move_the_mean_by_alpha() -> None:
+    ewma = Ewma(alpha=0.25)
+    ewma.update(10.0)
+    ewma.update(20.0)
+    assert ewma.value == pytest.approx(12.5)
+    ewma.update(20.0)
+    assert ewma.value == pytest.approx(14.375)
+
+
+def test_weight_scales_the_step() -> None:
+    ewma = Ewma(alpha=0.1, value=0.0)
+    ewma.update(10.0, weight=3.0)
+    assert ewma.value == pytest.approx(3.0)
+
+
+def test_step_is_capped_at_the_sample() -> None:
+    ewma = Ewma(alpha=0.5, value=1.0)
+    ewma.update(9.0, weight=10.0)
+    assert ewma.value == 9.0
+
+
+def test_zero_weight_leaves_the_mean() -> None:
+    ewma = Ewma(alpha=0.5, value=4.0)
+    ewma.update(100.0, weight=0.0)
+    assert ewma.value == 4.0
+
+
+def test_converges_to_a_constant_input() -> None:
+    ewma = Ewma()
+    ewma.update(100.0)
+    for _ in range(60):
+        ewma.update(1.0)
+    assert ewma.value == pytest.approx(1.0, abs=1e-6)
+
+
+# -- StageMeter ---------------------------------------------------------------------------
+def test_new_meter_is_unmeasured() -> None:
+    meter = StageMeter()
+    assert not meter.measured
+    assert meter.task_time.value is None
+    assert meter.fanout.value is None
+    assert meter.out_bytes.value is None
+    assert meter.setup_s.value is None
+
+
+def test_record_measures_per_input_task() -> None:
+    meter = StageMeter()
+    meter.record(tasks_in=4, tasks_out=8, out_bytes=4000, busy_s=2.0)
+    assert meter.measured
+    assert meter.task_time.value == pytest.approx(0.5)
+    assert meter.fanout.value == pytest.approx(2.0)
+    assert meter.out_bytes.value == pytest.approx(1000.0)
+
+
+def test_record_smooths_successive_batches() -> None:
+    meter = StageMeter()
+    meter.record(tasks_in=1, tasks_out=1, out_bytes=100, busy_s=1.0)
+    meter.record(tasks_in=2, tasks_out=0, out_bytes=0, busy_s=4.0)
+    # alpha 0.3: 1.0 + 0.3 * (2.0 - 1.0)
+    assert meter.task_time.value == pytest.approx(1.3)
+    assert meter.fanout.value == pytest.approx(0.7)
+    assert meter.out_bytes.value == pytest.approx(70.0)
+
+
+def test_filtering_batch_gives_zero_fanout() -> None:
+    meter = StageMeter()
+    meter.record(tasks_in=10, tasks_out=0, out_bytes=0, busy_s=1.0)
+    assert meter.fanout.value == 0.0
+    assert meter.task_time.value == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize("tasks_in", [0, -1])
+def test_batches_without_inputs_are_ignored(tasks_in: int) -> None:
+    meter = StageMeter()
+    meter.record(tasks_in=tasks_in, tasks_out=5, out_bytes=10, busy_s=3.0)
+    assert not meter.measured
+    assert meter.fanout.value is None
+
+
+def test_setup_time_is_smoothed_with_its_own_alpha() -> None:
+    meter = StageMeter()
+    assert meter.setup_s.alpha == 0.5
+    meter.setup_s.update(90.0)
+    meter.setup_s.update(30.0)
+    assert meter.setup_s.value == pytest.approx(60.0)
+    assert not meter.measured  # setup alone does not count as a task-time measurement
+
+
+def test_meters_do_not_share_state() -> None:
+    a, b = StageMeter(), StageMeter()
+    a.record(1, 1, 1, 1.0)
+    assert b.task_time.value is None
