@@ -50,7 +50,7 @@ PREFETCH_BELOW_S = 0.05
 MESSAGE_TARGET_S = 0.002
 MAX_BATCHES_PER_MESSAGE = 64
 #: first decision soon after the first measurements, never more often than this
-MIN_AUTOSCALE_SPACING_S = 0.2
+MIN_AUTOSCALE_SPACING_S = 0.1
 TICK_S = 0.25
 
 
@@ -93,6 +93,7 @@ class _Worker:
     stopping: bool = False
     messages: deque[list[int]] = field(default_factory=deque)  # batch ids per message sent
     alone: bool = False  # holds a suspect task: gets nothing else meanwhile
+    started_at: float = 0.0
 
     @property
     def in_flight(self) -> int:
@@ -333,7 +334,9 @@ class Controller:
             worker = self._worker(event.worker_id)
             if worker is not None:
                 worker.ready = True
-                self.stages[worker.stage].meter.setup_s.update(event.setup_s)
+                # what a new worker costs: process start and setup, as the controller waits
+                started = self.backend.now() - worker.started_at
+                self.stages[worker.stage].meter.setup_s.update(max(started, event.setup_s))
                 self._initial_workers.discard(worker.worker_id)
                 if self._startup_s is None and not self._initial_workers:
                     self._startup_s = self.backend.now() - self._t0
@@ -389,7 +392,8 @@ class Controller:
             stats.busy_s += outcome.busy_s
             first_measurement = not stage.meter.measured
             stage.meter.record(n_in, n_out, sum(h.nbytes for h in outcome.outputs), outcome.busy_s)
-            if first_measurement:
+            if first_measurement and all(s.meter.measured or s.done for s in self.stages):
+                # every stage has been seen working: decide now rather than at the interval
                 self._next_autoscale = min(
                     self._next_autoscale, self._last_autoscale + MIN_AUTOSCALE_SPACING_S
                 )
@@ -529,7 +533,9 @@ class Controller:
                 placement = self.ledger.allocate(worker_id, stage.spec.resources)
                 if placement is None:
                     break
-                stage.workers[worker_id] = _Worker(worker_id, stage.spec.index)
+                stage.workers[worker_id] = _Worker(
+                    worker_id, stage.spec.index, started_at=self.backend.now()
+                )
                 peak = len(stage.workers)
                 if peak > stage.stats.peak_workers:
                     stage.stats.peak_workers = peak

@@ -66,7 +66,7 @@ class StageObservation:
     fanout: float | None = None  # outputs per input, None until measured
     backlog: int = 0  # tasks queued for or in flight at this stage
     upstream_done: bool = False  # no input beyond the backlog will arrive
-    setup_s: float | None = None
+    setup_s: float | None = None  # measured start-up of one worker (start to ready)
 
     @property
     def finished(self) -> bool:
@@ -129,6 +129,7 @@ def _caps(
     Without an end in sight the only limit is ``max_workers_per_stage``. Once the source is
     exhausted, a stage cannot use more workers than batches it will still see, and a new
     worker is worth starting only if the stage's remaining work outlasts one worker's setup.
+    A stage not measured yet starts no more workers than it has batches waiting.
     """
     remaining = _remaining(stages)
     keep, start = [], []
@@ -142,6 +143,9 @@ def _caps(
             if s.setup_s and s.task_time_s is not None:
                 worth = math.ceil(left * s.task_time_s / s.setup_s)
                 grow = min(cap, max(s.workers, worth))
+        if s.task_time_s is None:
+            # not measured yet: start no more workers than there are batches waiting for them
+            grow = min(grow, max(1, s.workers, math.ceil(s.backlog / s.batch_size)))
         keep.append(cap)
         start.append(grow)
     return keep, start
@@ -176,22 +180,29 @@ def plan(
     target = list(base)
     cpus = budget.cpus - sum(n * s.cpus for n, s in zip(target, stages, strict=True))
     gpus = budget.gpus - sum(n * s.gpus for n, s in zip(target, stages, strict=True))
-    # pinned stages stay in the heap: when one is the bottleneck, nothing else helps
-    heap = [(target[i] / weights[i], i) for i in range(len(stages)) if active[i]]
+    # Water-filling over "wanted" counts. A stage not measured yet may be unable to start
+    # more workers (no work has reached it), but it still *reserves* its fair share of the
+    # budget, so the first measured stage does not take everything on a cold start.
+    wanted = list(target)
+    heap = [(wanted[i] / weights[i], i) for i in range(len(stages)) if active[i]]
     heapq.heapify(heap)
     while heap:
         _, i = heapq.heappop(heap)
         s = stages[i]
         if s.pinned is not None:
             break  # a pinned bottleneck: more workers elsewhere would not raise throughput
-        if target[i] >= grow[i]:
+        limit = caps[i] if s.task_time_s is None else grow[i]
+        if wanted[i] >= limit:
             continue  # no more work for it to take: the next stage may still need help
         if s.cpus > cpus + 1e-9 or s.gpus > gpus + 1e-9:
             break  # the bottleneck cannot grow: adding elsewhere would not raise throughput
-        target[i] += 1
+        wanted[i] += 1
         cpus -= s.cpus
         gpus -= s.gpus
-        heapq.heappush(heap, (target[i] / weights[i], i))
+        heapq.heappush(heap, (wanted[i] / weights[i], i))
+    target = [
+        min(w, g) if a else t for w, g, a, t in zip(wanted, grow, active, target, strict=True)
+    ]
 
     forced = any(
         (t > 0) != (c > 0)  # a stage gains its first worker or a finished one frees its last
@@ -199,9 +210,11 @@ def plan(
         or (s.pinned is not None and c != s.pinned)
         for i, (s, t, c) in enumerate(zip(stages, target, current, strict=True))
     )
-    if not forced:
-        before = max(throughput(current, weights, active), 1e-12)
-        gain = throughput(target, weights, active) / before
+    # stages held back by a lack of work, not of workers, do not limit throughput
+    limiting = [a and t < g for a, t, g in zip(active, target, grow, strict=True)]
+    if not forced and any(limiting):
+        before = max(throughput(current, weights, limiting), 1e-12)
+        gain = throughput(target, weights, limiting) / before
         if gain < 1.0 + config.min_gain:
             target = list(current)  # not worth the churn
 
