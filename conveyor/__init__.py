@@ -16,6 +16,7 @@ _EXPORTS = {
     "CompositeStage": "conveyor.stage",
     "ConveyorError": "conveyor.errors",
     "FailureRecord": "conveyor.result",
+    "PermanentError": "conveyor.errors",
     "Pipeline": "conveyor.pipeline",
     "PipelineBuildError": "conveyor.errors",
     "ProcessingStage": "conveyor.stage",
@@ -31,6 +32,7 @@ __all__ = [
     "CompositeStage",
     "ConveyorError",
     "FailureRecord",
+    "PermanentError",
     "Pipeline",
     "PipelineBuildError",
     "ProcessingStage",
@@ -44,7 +46,12 @@ __all__ = [
 
 if TYPE_CHECKING:
     from conveyor.engine.policies.autoscale import AutoscaleConfig
-    from conveyor.errors import ConveyorError, PipelineBuildError, StageSetupError
+    from conveyor.errors import (
+        ConveyorError,
+        PermanentError,
+        PipelineBuildError,
+        StageSetupError,
+    )
     from conveyor.pipeline import Pipeline
     from conveyor.resources import Resources
     from conveyor.result import FailureRecord, RunResult, StageStats

@@ -26,5 +26,13 @@ class StageSetupError(ConveyorError):
         super().__init__(text)
 
 
+class PermanentError(ConveyorError):
+    """Raise it (or a subclass) from a stage for an input that can never succeed.
+
+    The input is recorded as a failure at once instead of being retried; use it for bad
+    data (a malformed record, an unreadable file), not for flaky resources.
+    """
+
+
 class BackendError(ConveyorError):
     """The backend could not do what the controller asked (e.g. a worker shape fits no node)."""

@@ -75,6 +75,8 @@ class RunResult:
     wall_s: float = 0.0
     startup_s: float = 0.0
     first_output_s: float | None = None
+    #: False when the run was stopped early (``close()``, Ctrl-C) or failed
+    completed: bool = False
 
     @property
     def ok(self) -> bool:

@@ -109,7 +109,7 @@ class LocalBackend:
         self.gpu_ids = physical[:count]
         self.gpu_memory_gb = gpu_memory_gb if gpu_memory_gb is not None else inventory.memory_gb
         total = psutil.virtual_memory().total
-        self.memory_budget_bytes = int(memory_budget_bytes or min(total // 8, 1 << 30))
+        self.memory_budget_bytes = int(memory_budget_bytes or min(total // 8, 512 << 20))
         self._store: ShmStore | None = None
         self._hosts: dict[str, _Host] = {}
         self._workers: dict[str, _Worker] = {}

@@ -7,6 +7,7 @@ Decisions come from the pure policies; this module only applies them.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 from collections import deque
@@ -32,8 +33,15 @@ from conveyor.engine.policies.autoscale import (
     Budget,
     StageObservation,
     plan,
+    stage_rates,
 )
-from conveyor.engine.policies.backpressure import EdgeBudget, EdgeState, edge_budget, may_feed
+from conveyor.engine.policies.backpressure import (
+    EdgeBudget,
+    EdgeState,
+    demand_budget,
+    edge_budget,
+    may_feed,
+)
 from conveyor.engine.policies.placement import Ledger
 from conveyor.engine.queues import EdgeQueue, Entry
 from conveyor.engine.spec import StageSpec
@@ -148,7 +156,8 @@ class Controller:
         self.worker_seq = itertools.count()
         self.autoscale_state = AutoscaleState()
         self.ledger: Ledger | None = None
-        self.budgets: list[EdgeBudget] = []
+        self.base_budget: EdgeBudget | None = None
+        self.budgets: list[EdgeBudget] = []  # edge i feeds stage i; edge n is the output
         self.result = RunResult()
         self._t0 = 0.0
         self._next_autoscale = 0.0
@@ -157,6 +166,7 @@ class Controller:
         self._startup_s: float | None = None
         self._first_output_s: float | None = None
         self._closed = False
+        self._ended = False
         self._initial_workers: set[str] = set()
 
     # -- the loop -------------------------------------------------------------------------
@@ -187,8 +197,12 @@ class Controller:
                 self._reconcile()
                 if now >= self._next_tick:
                     self._tick(now)
-            self._finish()
+            self._finish(completed=True)
         finally:
+            if not self._ended:
+                # stopped early or failed: monitors and the result still get what is known
+                with contextlib.suppress(Exception):
+                    self._finish(completed=False)
             self._close()
 
     def _take_output(self) -> Any:
@@ -208,7 +222,8 @@ class Controller:
             self.config.edge_max_tasks,
             self.config.edge_max_bytes,
         )
-        self.budgets = [budget] * n
+        self.base_budget = budget
+        self.budgets = [budget] * (n + 1)
         for monitor in self.monitors:
             monitor.on_start(self.pipeline_name, [s.spec.name for s in self.stages])
         self._admit()
@@ -218,9 +233,11 @@ class Controller:
         self._initial_workers = {w for s in self.stages for w in s.workers}
         missing = [s.spec.name for s in self.stages if s.target > 0 and not s.workers]
         if missing:
+            cpus, gpus = self.ledger.totals()
             raise BackendError(
-                f"no node can host a worker of stage(s) {', '.join(missing)}; the cluster has "
-                f"{self.ledger.totals()[0]:g} CPUs and {self.ledger.totals()[1]:g} GPUs"
+                f"no node can host a worker of stage(s) {', '.join(missing)} next to one worker "
+                f"of every other stage; the cluster has {cpus:g} CPUs and {gpus:g} GPUs "
+                "(streaming runs all stages at once; BatchExecutor runs one at a time)"
             )
 
     # -- inputs ---------------------------------------------------------------------------
@@ -242,8 +259,7 @@ class Controller:
             return True
         nxt = stage_index + 1
         consumer_batch = self.stages[nxt].spec.batch_size if nxt < len(self.stages) else 1
-        budget = self.budgets[min(nxt, len(self.budgets) - 1)]
-        return may_feed(self._edge(nxt), budget, consumer_batch)
+        return may_feed(self._edge(nxt), self.budgets[nxt], consumer_batch)
 
     def _admit(self) -> None:
         if self.source_done:
@@ -407,9 +423,11 @@ class Controller:
 
     def _retry_or_fail(self, index: int, entries: list[Entry], error: ErrorInfo) -> None:
         stage = self.stages[index]
+        # a permanent error is final only when it is known to be this input's own
+        final = error.permanent and len(entries) == 1
         for entry in entries:
             entry.attempts += 1
-            if entry.attempts >= self.config.max_attempts:
+            if final or entry.attempts >= self.config.max_attempts:
                 stage.stats.failed += 1
                 self.failures.append(
                     FailureRecord(
@@ -495,6 +513,9 @@ class Controller:
         cpus, gpus = self.ledger.totals()
         obs = self._observations()
         budget = Budget(cpus, gpus)
+        if self.base_budget is not None and not self.config.stage_at_a_time:
+            for index, (rate, o) in enumerate(zip(stage_rates(obs), obs, strict=True)):
+                self.budgets[index] = demand_budget(self.base_budget, rate, o.workers, o.batch_size)
         if self.config.stage_at_a_time:
             current = next((i for i, s in enumerate(self.stages) if not s.done), None)
             for index, stage in enumerate(self.stages):
@@ -530,7 +551,10 @@ class Controller:
         for stage in order:
             while len(stage.live) < stage.target:
                 worker_id = f"{stage.spec.name}-{next(self.worker_seq)}"
-                placement = self.ledger.allocate(worker_id, stage.spec.resources)
+                # a stage's first worker may share CPUs: without it the stream would stall
+                placement = self.ledger.allocate(
+                    worker_id, stage.spec.resources, overcommit_cpus=not stage.live
+                )
                 if placement is None:
                     break
                 stage.workers[worker_id] = _Worker(
@@ -579,9 +603,11 @@ class Controller:
             for monitor in self.monitors:
                 monitor.on_tick(snap)
 
-    def _finish(self) -> None:
+    def _finish(self, completed: bool) -> None:
+        self._ended = True
         now = self.backend.now()
         result = self.result
+        result.completed = completed
         result.failures = self.failures
         result.wall_s = now - self._t0
         result.startup_s = self._startup_s if self._startup_s is not None else result.wall_s

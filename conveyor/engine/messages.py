@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from conveyor.errors import PermanentError
+
 
 class Handle(NamedTuple):
     """A task's payload as the controller sees it: an opaque reference, its size and its id.
@@ -37,6 +39,8 @@ class ErrorInfo:
     type: str
     message: str
     traceback: str = ""
+    #: the stage said retrying cannot help (it raised ``PermanentError``)
+    permanent: bool = False
 
     @classmethod
     def from_exception(cls, exc: BaseException) -> ErrorInfo:
@@ -46,6 +50,7 @@ class ErrorInfo:
             type=type(exc).__name__,
             message=str(exc),
             traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+            permanent=isinstance(exc, PermanentError),
         )
 
 

@@ -233,3 +233,54 @@ def test_ctrl_c_stops_every_worker(tmp_path: Path) -> None:
     time.sleep(0.2)
     assert not [p for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     assert list(tmp_path.glob("teardown-*")), "workers should tear down on Ctrl-C"
+
+
+def test_permanent_error_fails_at_once_without_hurting_batch_mates() -> None:
+    from conveyor import PermanentError
+
+    class Strict(ProcessingStage[int, int]):
+        resources = Resources(cpus=0.5)
+        batch_size = 4
+
+        def process(self, task: int) -> int:
+            if task == 5:
+                raise PermanentError(f"record {task} is malformed")
+            return task
+
+    result = Pipeline("p", [Strict()]).run(
+        StreamingExecutor(LocalBackend(num_cpus=2)), initial_tasks=range(12)
+    )
+    assert sorted(result.outputs) == [i for i in range(12) if i != 5]
+    (record,) = result.failures
+    # once in its batch of 4, then alone: known to be its own, so no third attempt
+    assert (record.task, record.error_type, record.attempts) == ("5", "PermanentError", 2)
+
+
+def test_monitors_hear_the_end_of_a_run_that_was_stopped_early() -> None:
+    ended = []
+
+    class Recorder:
+        def on_start(self, pipeline: str, stages: list[str]) -> None:
+            pass
+
+        def on_tick(self, snapshot: Any) -> None:
+            pass
+
+        def on_end(self, result: Any) -> None:
+            ended.append(result)
+
+    class Slow(ProcessingStage[int, int]):
+        resources = Resources(cpus=0.5)
+
+        def process(self, task: int) -> int:
+            time.sleep(0.01)
+            return task
+
+    executor = StreamingExecutor(LocalBackend(num_cpus=2), monitors=[Recorder()])
+    run = Pipeline("p", [Slow()]).stream(executor, initial_tasks=range(1000))
+    next(run)
+    run.close()
+    assert len(ended) == 1 and ended[0].completed is False and ended[0] is run.result
+    with pytest.raises(StageSetupError):
+        Pipeline("p", [BadSetup()]).run(executor, initial_tasks=range(3))
+    assert len(ended) == 2 and ended[1].completed is False

@@ -59,6 +59,7 @@ def test_run_returns_every_output_with_counts_and_stats() -> None:
         assert stats.queue_hwm_tasks >= 1 and stats.queue_hwm_bytes > 0
         assert stats.busy_s >= 0 and stats.mean_service_s >= 0
     assert result.first_output_s is not None and result.first_output_s < result.wall_s + 1e-9
+    assert result.completed
 
 
 def test_default_run_starts_from_one_empty_task() -> None:
@@ -227,3 +228,12 @@ def test_stage_defined_in_a_script_main_without_guard(tmp_path: Any) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines() == ["[0, 1, 4, 9, 16]"]
+
+
+def test_streaming_runs_stages_that_only_fit_one_at_a_time_on_cpus() -> None:
+    stages = [
+        processing_stage(lambda x: x + 1, name=f"s{i}", resources=Resources(cpus=1))
+        for i in range(3)
+    ]
+    result = Pipeline("p", stages).run(streaming(), initial_tasks=range(20))
+    assert sorted(result.outputs) == [i + 3 for i in range(20)]

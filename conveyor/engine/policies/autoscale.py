@@ -103,6 +103,25 @@ def _weights(stages: Sequence[StageObservation]) -> list[float]:
     return weights
 
 
+def stage_rates(stages: Sequence[StageObservation]) -> list[float | None]:
+    """Tasks per second each stage sees at the pipeline's predicted pace (``None`` if unknown).
+
+    The pace is the least capacity among unfinished stages with their current workers; a
+    stage sees it multiplied by the fan-outs upstream of it.
+    """
+    if any(s.task_time_s is None for s in stages if not s.finished):
+        return [None] * len(stages)
+    weights = _weights(stages)
+    active = [not s.finished and s.workers > 0 for s in stages]
+    pace = throughput([s.workers for s in stages], weights, active)
+    rates: list[float | None] = []
+    reach = 1.0
+    for s in stages:
+        rates.append(pace * reach)
+        reach *= s.fanout if s.fanout is not None else 1.0
+    return rates
+
+
 def throughput(counts: Sequence[int], weights: Sequence[float], active: Sequence[bool]) -> float:
     """Predicted source tasks per second: the least capacity among active stages."""
     rates = [c / w for c, w, a in zip(counts, weights, active, strict=True) if a and w > 0]

@@ -9,7 +9,11 @@ what is queued, the producer is never held back.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+
+#: seconds of its consumer's work an edge should hold: enough to ride out jitter, no more
+QUEUE_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +37,22 @@ def edge_budget(
     """Split the backend's memory budget evenly across edges unless a per-edge cap is given."""
     per_edge = max_bytes if max_bytes is not None else memory_budget_bytes // max(1, num_edges)
     return EdgeBudget(max_tasks=max(1, max_tasks), max_bytes=max(1, per_edge))
+
+
+def demand_budget(
+    budget: EdgeBudget, rate_tasks_s: float | None, consumer_workers: int, batch_size: int
+) -> EdgeBudget:
+    """Tighten an edge's task budget to what its consumer can use.
+
+    A queue longer than about ``QUEUE_S`` seconds of the pipeline's measured rate at this edge
+    only holds memory; at least two full batches per consumer worker keep every worker fed.
+    Unmeasured edges keep the static budget.
+    """
+    if rate_tasks_s is None or not math.isfinite(rate_tasks_s):
+        return budget
+    floor = 2 * batch_size * max(1, consumer_workers)
+    wanted = max(floor, math.ceil(rate_tasks_s * QUEUE_S))
+    return EdgeBudget(max_tasks=min(budget.max_tasks, wanted), max_bytes=budget.max_bytes)
 
 
 def may_feed(edge: EdgeState, budget: EdgeBudget, consumer_batch_size: int) -> bool:

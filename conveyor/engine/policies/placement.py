@@ -38,8 +38,14 @@ def gpu_share(resources: Resources, node: NodeFree) -> float:
     return resources.gpus
 
 
-def choose(nodes: Iterable[NodeFree], resources: Resources) -> WorkerPlacement | None:
+def choose(
+    nodes: Iterable[NodeFree], resources: Resources, overcommit_cpus: bool = False
+) -> WorkerPlacement | None:
     """Best node and devices for one worker, or ``None`` when it fits nowhere.
+
+    ``overcommit_cpus`` lets the worker exceed a node's free CPUs (GPUs still must fit): a
+    stage's *first* worker is placed that way, because a stage without a worker stalls the
+    whole stream, while a CPU shared by one more process only slows down.
 
     - whole GPUs: the node with the fewest untouched devices that still has enough (keeps large
       holes for large requests);
@@ -49,7 +55,7 @@ def choose(nodes: Iterable[NodeFree], resources: Resources) -> WorkerPlacement |
     """
     best: tuple[tuple[float, ...], WorkerPlacement] | None = None
     for node in nodes:
-        if node.cpus + _EPS < resources.cpus:
+        if not overcommit_cpus and node.cpus + _EPS < resources.cpus:
             continue
         if resources.gpus >= 1:
             need = resources.whole_gpus
@@ -118,8 +124,10 @@ class Ledger:
         for device in placement.gpu_ids:
             node.gpu_free[device] += sign * share
 
-    def allocate(self, worker_id: str, resources: Resources) -> WorkerPlacement | None:
-        placement = choose(self.nodes.values(), resources)
+    def allocate(
+        self, worker_id: str, resources: Resources, overcommit_cpus: bool = False
+    ) -> WorkerPlacement | None:
+        placement = choose(self.nodes.values(), resources, overcommit_cpus)
         if placement is not None:
             self._apply(self.nodes[placement.node_id], resources, placement, -1)
             self.held[worker_id] = (resources, placement)

@@ -427,3 +427,14 @@ def test_tail_caps_downstream_stages_by_the_work_still_coming() -> None:
         cpu_stage("encode", 1.0, backlog=0, workers=1),
     ]
     assert run_plan(stages, cpus=64) == [4, 12]
+
+
+def test_stage_rates_follow_the_bottleneck_and_fan_out() -> None:
+    from conveyor.engine.policies.autoscale import stage_rates
+
+    stages = [
+        cpu_stage("split", 0.1, workers=1, fanout=4.0),  # capacity 10 source tasks/s
+        cpu_stage("encode", 0.5, workers=10),  # 20 tasks/s = 5 source tasks/s: the bottleneck
+    ]
+    assert stage_rates(stages) == [pytest.approx(5.0), pytest.approx(20.0)]
+    assert stage_rates([cpu_stage("a", 0.1), cpu_stage("b", None)]) == [None, None]

@@ -169,3 +169,14 @@ def test_budget_bounds_the_queue_when_batches_fit() -> None:
     assert consumed > 0
     # the producer is held back once the edge reaches the budget (one batch may overshoot)
     assert peak < budget.max_tasks + 10
+
+
+def test_demand_budget_holds_about_a_second_of_the_consumers_pace() -> None:
+    from conveyor.engine.policies.backpressure import QUEUE_S, demand_budget
+
+    base = EdgeBudget(max_tasks=1024, max_bytes=10**9)
+    assert demand_budget(base, None, 4, 1) == base  # unmeasured: the static budget
+    assert demand_budget(base, 40.0, 4, 1).max_tasks == int(40 * QUEUE_S)
+    assert demand_budget(base, 1.0, 4, 8).max_tasks == 2 * 8 * 4  # two batches per worker
+    assert demand_budget(base, 1e6, 4, 1).max_tasks == 1024  # never above the static budget
+    assert demand_budget(base, 40.0, 4, 1).max_bytes == base.max_bytes

@@ -335,3 +335,18 @@ def test_release_of_a_memory_request_restores_its_fraction() -> None:
 def test_nothing_fits_an_empty_cluster() -> None:
     assert choose([], Resources(cpus=0)) is None
     assert Ledger().totals() == (0, 0)
+
+
+def test_overcommit_places_a_cpu_worker_on_a_full_node_but_never_a_gpu_one() -> None:
+    from conveyor.cluster import NodeInfo
+    from conveyor.engine.policies.placement import Ledger
+    from conveyor.resources import Resources
+
+    ledger = Ledger.of([NodeInfo("n", cpus=2, gpus=1)])
+    assert ledger.allocate("a", Resources(cpus=2)) is not None
+    assert ledger.allocate("b", Resources(cpus=1)) is None
+    assert ledger.allocate("b", Resources(cpus=1), overcommit_cpus=True) is not None
+    assert ledger.nodes["n"].cpus == -1  # the debt is kept, so nothing else is added
+    assert ledger.allocate("c", Resources(cpus=0.5), overcommit_cpus=False) is None
+    assert ledger.allocate("g", Resources(cpus=1, gpus=1), overcommit_cpus=True) is not None
+    assert ledger.allocate("h", Resources(cpus=0, gpus=1), overcommit_cpus=True) is None

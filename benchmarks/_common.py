@@ -1,0 +1,505 @@
+"""Shared helpers of the benchmark scripts: stages, samplers, runners and plain-text tables.
+
+Benchmarks print; they never assert timings. Every script runs each contender in the same
+process, one after the other, so the printed ratios come from one run on one machine state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+import os
+import resource
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# numpy is imported here, at module level, as a real stage module would: the local backend's
+# per-stage host process then imports it once and its forked workers share it. Imported lazily
+# inside a stage, every worker would pay the import (~0.1-0.2 s) on its first task.
+import numpy as np
+import psutil
+
+from conveyor import Pipeline, ProcessingStage, Resources
+from conveyor.backends import LocalBackend
+from conveyor.backends.shm_store import default_root
+from conveyor.executors import BatchExecutor, StreamingExecutor
+
+MIB = 1 << 20
+
+
+# -- stages -------------------------------------------------------------------------------
+def burn(cost_s: float, mode: str) -> None:
+    """Spend ``cost_s``: asleep (``sleep``) or burning this thread's CPU time (``cpu``)."""
+    if cost_s <= 0:
+        return
+    if mode == "sleep":
+        time.sleep(cost_s)
+        return
+    if mode != "cpu":
+        raise ValueError(f"mode must be 'sleep' or 'cpu', got {mode!r}")
+    clock = time.thread_time
+    end = clock() + cost_s
+    x = 0
+    while clock() < end:
+        for i in range(200):
+            x += i * i
+    del x
+
+
+def make_payload(seed: int, nbytes: int, kind: str) -> Any:
+    """``nbytes`` of data derived from ``seed``: ``bytes`` or a numpy ``uint8`` array."""
+    if kind == "numpy":
+        return np.full(nbytes, seed % 251, dtype=np.uint8)
+    if kind == "bytes":
+        return bytes([seed % 251]) * nbytes
+    raise ValueError(f"payload kind must be 'numpy' or 'bytes', got {kind!r}")
+
+
+def payload_len(obj: Any) -> int:
+    nbytes = getattr(obj, "nbytes", None)
+    return int(nbytes) if nbytes is not None else len(obj)
+
+
+class _Configured(ProcessingStage[Any, Any]):
+    def __init__(self, name: str, cpus: float, cost_s: float, mode: str, batch_size: int) -> None:
+        self.name = name
+        self.resources = Resources(cpus=cpus)
+        self.batch_size = batch_size
+        self.cost_s = cost_s
+        self.mode = mode
+
+
+class MakePayload(_Configured):
+    """An int in, a payload of ``nbytes`` out, after spending ``cost_s``."""
+
+    def __init__(
+        self,
+        name: str = "make",
+        *,
+        cpus: float = 0.25,
+        cost_s: float = 0.0,
+        mode: str = "sleep",
+        nbytes: int = MIB,
+        kind: str = "numpy",
+        batch_size: int = 1,
+    ) -> None:
+        super().__init__(name, cpus, cost_s, mode, batch_size)
+        self.nbytes = nbytes
+        self.kind = kind
+
+    def process(self, task: int) -> Any:
+        payload = make_payload(task, self.nbytes, self.kind)
+        burn(self.cost_s, self.mode)
+        return payload
+
+
+class PassThrough(_Configured):
+    """Receives a payload, spends ``cost_s``, returns it unchanged."""
+
+    def __init__(
+        self,
+        name: str = "pass",
+        *,
+        cpus: float = 0.25,
+        cost_s: float = 0.0,
+        mode: str = "sleep",
+        batch_size: int = 1,
+    ) -> None:
+        super().__init__(name, cpus, cost_s, mode, batch_size)
+
+    def process(self, task: Any) -> Any:
+        burn(self.cost_s, self.mode)
+        return task
+
+
+class Finish(_Configured):
+    """Receives a payload, spends ``cost_s``, returns its length (small, so nothing piles up)."""
+
+    def __init__(
+        self,
+        name: str = "finish",
+        *,
+        cpus: float = 0.25,
+        cost_s: float = 0.0,
+        mode: str = "sleep",
+        batch_size: int = 1,
+    ) -> None:
+        super().__init__(name, cpus, cost_s, mode, batch_size)
+
+    def process(self, task: Any) -> int:
+        burn(self.cost_s, self.mode)
+        return payload_len(task)
+
+
+class Increment(_Configured):
+    """``x + 1``, nothing else: measures per-task overhead."""
+
+    def __init__(self, name: str = "inc", *, cpus: float = 0.5, batch_size: int = 1) -> None:
+        super().__init__(name, cpus, 0.0, "sleep", batch_size)
+
+    def process(self, task: int) -> int:
+        return task + 1
+
+
+# -- ideal throughput ---------------------------------------------------------------------
+def best_allocation(costs: Sequence[float], slots: int) -> tuple[float, tuple[int, ...]]:
+    """max over integer ``n_1 + ... + n_k <= slots`` (each >= 1) of ``min(n_i / cost_i)``."""
+    k = len(costs)
+    if slots < k:
+        return 0.0, ()
+    best, best_alloc = 0.0, tuple([1] * k)
+    for cut in itertools.combinations(range(1, slots), k - 1):
+        alloc = tuple(b - a for a, b in zip((0, *cut), (*cut, slots), strict=True))
+        rate = min(n / c if c > 0 else math.inf for n, c in zip(alloc, costs, strict=True))
+        if rate > best:
+            best, best_alloc = rate, alloc
+    return best, best_alloc
+
+
+def usable_cores(num_cpus: float) -> float:
+    try:
+        machine = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        machine = os.cpu_count() or 1
+    return min(num_cpus, machine)
+
+
+# -- measurement --------------------------------------------------------------------------
+class TreeSampler:
+    """Background sampler of the whole process tree's memory and this run's shared memory.
+
+    Every ``interval_s`` it sums RSS over the driver and all its descendants, and the bytes of
+    files under ``<shm root>/conveyor-<driver pid>-*`` (where the local backend keeps payloads;
+    other programs' run directories are not counted). Every ``pss_every`` samples it also sums
+    PSS, which counts pages shared by forked workers once instead of once per process.
+    """
+
+    def __init__(self, interval_s: float = 0.02, pss_every: int = 5) -> None:
+        self.interval_s = interval_s
+        self.pss_every = pss_every
+        self.root = default_root()
+        self.pattern = f"conveyor-{os.getpid()}-*"
+        self.peak_rss = 0
+        self.peak_pss = 0
+        self.peak_shm = 0
+        self.peak_procs = 0
+        self.samples = 0
+        self._me = psutil.Process()
+        self._procs: list[psutil.Process] = [self._me]
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _refresh(self) -> None:
+        try:
+            self._procs = [self._me, *self._me.children(recursive=True)]
+        except psutil.Error:
+            self._procs = [self._me]
+
+    def shm_bytes(self) -> int:
+        total = 0
+        for run_dir in self.root.glob(self.pattern):
+            try:
+                with os.scandir(run_dir) as entries:
+                    for entry in entries:
+                        with contextlib.suppress(OSError):
+                            total += entry.stat(follow_symlinks=False).st_size
+            except OSError:
+                pass
+        return total
+
+    def sample(self) -> None:
+        if self.samples % 5 == 0:
+            self._refresh()
+        want_pss = self.pss_every > 0 and self.samples % self.pss_every == 0
+        rss = pss = 0
+        for proc in self._procs:
+            try:
+                if want_pss:
+                    info = proc.memory_full_info()
+                    pss += info.pss
+                    rss += info.rss
+                else:
+                    rss += proc.memory_info().rss
+            except psutil.Error:
+                continue
+        self.peak_rss = max(self.peak_rss, rss)
+        if want_pss:
+            self.peak_pss = max(self.peak_pss, pss)
+        self.peak_procs = max(self.peak_procs, len(self._procs))
+        self.peak_shm = max(self.peak_shm, self.shm_bytes())
+        self.samples += 1
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            self._stop.wait(self.interval_s)
+
+    def __enter__(self) -> TreeSampler:
+        self.sample()
+        self._thread = threading.Thread(target=self._loop, name="tree-sampler", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self.sample()
+
+
+@dataclass
+class Measurement:
+    """One contender's run as the benchmarks report it."""
+
+    label: str
+    tasks: int
+    outputs: int = 0
+    wall_s: float = 0.0  # driver side: from the call to the last output and shutdown
+    first_output_s: float | None = None  # RunResult.first_output_s (loop: first task done)
+    driver_first_s: float | None = None  # driver side, from the stream() call
+    startup_s: float | None = None  # RunResult.startup_s (None for the loop)
+    steady_tps: float | None = None  # (outputs - 1) / (last output - first output)
+    shutdown_s: float | None = None  # driver side: from the last output to the end of the run
+    peak_rss: int = 0
+    peak_pss: int = 0
+    peak_shm: int = 0
+    peak_procs: int = 0
+    failures: int = 0
+    workers: dict[str, int] = field(default_factory=dict)  # peak workers per stage
+    queue_hwm_bytes: int = 0  # largest edge high-water mark (bytes)
+    queue_hwm_tasks: int = 0
+    queue_hwm_mb: dict[str, float] = field(default_factory=dict)  # per stage (its input edge)
+    load_1m: float = 0.0  # the machine's 1-minute load average when the run ended
+    driver_cpu_s: float = 0.0  # user + system CPU of this process (sampler thread included)
+    workers_cpu_s: float = 0.0  # user + system CPU of exited descendants (hosts and workers)
+
+    @property
+    def tps(self) -> float:
+        return self.outputs / self.wall_s if self.wall_s > 0 else 0.0
+
+
+class TraceMonitor:
+    """Prints the controller's snapshot every tick (``--trace``): workers, queues, task times."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+
+    def on_start(self, pipeline: str, stages: list[str]) -> None:
+        print(
+            f"  [{self.label}] trace: t  stage=ready+starting/target q=queued f=in flight "
+            "o=done tt=task time ms"
+        )
+
+    def on_tick(self, snap: Any) -> None:
+        parts = []
+        for s in snap.stages:
+            tt = None if s.task_time_s is None else s.task_time_s * 1e3
+            parts.append(
+                f"{s.name}={s.workers_ready}+{s.workers_starting}/{s.target} "
+                f"q={s.queued} f={s.in_flight} o={s.tasks_out} tt={fmt(tt, '.0f')}"
+            )
+        print(f"  [{self.label}] {snap.elapsed_s:6.2f}s  " + " | ".join(parts), flush=True)
+
+    def on_end(self, result: Any) -> None:
+        pass
+
+
+def _steady(outputs: int, first: float | None, last: float | None) -> float | None:
+    if outputs < 2 or first is None or last is None or last <= first:
+        return None
+    return (outputs - 1) / (last - first)
+
+
+def run_conveyor(
+    label: str,
+    stages: list[ProcessingStage[Any, Any]],
+    executor_cls: type[StreamingExecutor] | type[BatchExecutor],
+    tasks: Iterable[Any],
+    n_tasks: int,
+    *,
+    num_cpus: float,
+    memory_budget_bytes: int | None = None,
+    on_output: Callable[[Any], None] | None = None,
+    sample_interval_s: float = 0.02,
+    pss_every: int = 5,
+    trace: bool = False,
+) -> Measurement:
+    """Run ``stages`` on a fresh ``LocalBackend`` through ``Pipeline.stream()``."""
+    backend = LocalBackend(num_cpus=num_cpus, memory_budget_bytes=memory_budget_bytes)
+    executor = executor_cls(backend, monitors=[TraceMonitor(label)] if trace else [])
+    pipeline = Pipeline(f"bench-{label}", stages)
+    m = Measurement(label, n_tasks)
+    first = last = None
+    with TreeSampler(sample_interval_s, pss_every) as sampler, CpuClock() as cpu:
+        begun = time.perf_counter()
+        run = pipeline.stream(executor, initial_tasks=tasks)
+        with run:
+            for out in run:
+                last = time.perf_counter() - begun
+                if first is None:
+                    first = last
+                m.outputs += 1
+                if on_output is not None:
+                    on_output(out)
+        m.wall_s = time.perf_counter() - begun
+    result = run.result
+    m.first_output_s = result.first_output_s
+    m.driver_first_s = first
+    m.startup_s = result.startup_s
+    m.steady_tps = _steady(m.outputs, first, last)
+    m.shutdown_s = None if last is None else m.wall_s - last
+    m.failures = len(result.failures)
+    m.workers = {name: s.peak_workers for name, s in result.stats.items()}
+    m.queue_hwm_bytes = max((s.queue_hwm_bytes for s in result.stats.values()), default=0)
+    m.queue_hwm_tasks = max((s.queue_hwm_tasks for s in result.stats.values()), default=0)
+    m.queue_hwm_mb = {name: s.queue_hwm_bytes / MIB for name, s in result.stats.items()}
+    _take_peaks(m, sampler)
+    m.driver_cpu_s, m.workers_cpu_s = cpu.driver_s, cpu.children_s
+    if result.failures:
+        print(f"  !! {label}: {len(result.failures)} failures, first: {result.failures[0]}")
+    return m
+
+
+def run_loop(
+    label: str,
+    stages: list[ProcessingStage[Any, Any]],
+    tasks: Iterable[Any],
+    n_tasks: int,
+    *,
+    sample_interval_s: float = 0.02,
+    pss_every: int = 5,
+) -> Measurement:
+    """The same stage objects called one task at a time in this process (no engine at all)."""
+    m = Measurement(label, n_tasks)
+    first = last = None
+    with TreeSampler(sample_interval_s, pss_every) as sampler, CpuClock() as cpu:
+        begun = time.perf_counter()
+        for task in tasks:
+            items = [task]
+            for stage in stages:
+                items = stage.process_batch(items) if items else items
+            if items:
+                last = time.perf_counter() - begun
+                if first is None:
+                    first = last
+                m.outputs += len(items)
+        m.wall_s = time.perf_counter() - begun
+    m.first_output_s = m.driver_first_s = first
+    m.steady_tps = _steady(m.outputs, first, last)
+    m.shutdown_s = None if last is None else m.wall_s - last
+    _take_peaks(m, sampler)
+    m.driver_cpu_s, m.workers_cpu_s = cpu.driver_s, cpu.children_s
+    return m
+
+
+class CpuClock:
+    """CPU seconds of this process and of its (exited, waited-for) descendants over a block."""
+
+    @staticmethod
+    def _now() -> tuple[float, float]:
+        me = resource.getrusage(resource.RUSAGE_SELF)
+        kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime
+
+    def __enter__(self) -> CpuClock:
+        self._start = self._now()
+        self.driver_s = self.children_s = 0.0
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        end = self._now()
+        self.driver_s = end[0] - self._start[0]
+        self.children_s = end[1] - self._start[1]
+
+
+def _take_peaks(m: Measurement, sampler: TreeSampler) -> None:
+    m.load_1m = os.getloadavg()[0]
+    m.peak_rss = sampler.peak_rss
+    m.peak_pss = sampler.peak_pss
+    m.peak_shm = sampler.peak_shm
+    m.peak_procs = sampler.peak_procs
+
+
+# -- output -------------------------------------------------------------------------------
+def fmt(value: Any, spec: str = ".2f", none: str = "-") -> str:
+    if value is None:
+        return none
+    if isinstance(value, float) and math.isinf(value):
+        return "inf"
+    return format(value, spec)
+
+
+def mb(nbytes: int | None) -> str:
+    return fmt(None if nbytes is None else nbytes / MIB, ".1f")
+
+
+def check(ok: bool | None) -> str:
+    return "-" if ok is None else ("ok" if ok else "MISS")
+
+
+def table(title: str, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A plain-text table: first column left-aligned, the others right-aligned."""
+    cells = [[str(c) for c in header]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+
+    def line(row: Sequence[str]) -> str:
+        parts = [
+            row[i].ljust(widths[i]) if i == 0 else row[i].rjust(widths[i]) for i in range(len(row))
+        ]
+        return "  ".join(parts).rstrip()
+
+    rule = "-" * len(line(cells[0]))
+    out = [title, rule, line(cells[0]), rule, *(line(r) for r in cells[1:]), rule]
+    return "\n".join(out)
+
+
+RESOURCE_HEADER = [
+    "contender",
+    "peak RSS MB",
+    "peak PSS MB",
+    "shm peak MB",
+    "procs",
+    "driver cpu s",
+    "workers cpu s",
+    "cpu util",
+    "load 1m",
+]
+RESOURCE_NOTE = (
+    "peak RSS/PSS = sum over the driver and all its descendants (RSS sampled every 20 ms, PSS "
+    "every 100 ms;\n  RSS counts pages shared by forked workers once per process, PSS splits "
+    "them); shm peak = bytes in this run's <shm>/conveyor-<pid>-* dirs;\n  procs = most "
+    "processes seen at once; cpu = user+sys seconds (driver includes the sampler thread); "
+    "cpu util = (driver + workers cpu) / (wall x usable cores);\n  load 1m = the machine's "
+    "1-minute load average at the end of the run (other programs' load makes timings noisy)"
+)
+
+
+def resource_row(m: Measurement, cores: float) -> list[str]:
+    total = m.driver_cpu_s + m.workers_cpu_s
+    util = total / (m.wall_s * cores) if m.wall_s > 0 and cores > 0 else None
+    return [
+        m.label,
+        mb(m.peak_rss),
+        mb(m.peak_pss),
+        mb(m.peak_shm),
+        str(m.peak_procs),
+        fmt(m.driver_cpu_s),
+        fmt(m.workers_cpu_s),
+        fmt(util),
+        fmt(m.load_1m),
+    ]
+
+
+def machine_line(num_cpus: float) -> str:
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    vm = psutil.virtual_memory()
+    return (
+        f"machine: {usable_cores(num_cpus):g} usable cores (budget num_cpus={num_cpus:g}, "
+        f"os.cpu_count()={os.cpu_count()}), {vm.total / 2**30:.1f} GiB RAM, "
+        f"load avg {load}, shm root {Path(default_root())}"
+    )

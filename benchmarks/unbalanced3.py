@@ -1,0 +1,260 @@
+"""Three unbalanced stages (25 / 100 / 50 ms per task) passing a 1 MiB payload along.
+
+Runs the same stage objects on StreamingExecutor, BatchExecutor and a plain in-process loop,
+one after the other, and prints wall time, throughput against the ideal for the CPU budget,
+time to first output, start-up time and peak memory (process tree RSS/PSS, shared memory).
+
+    .venv/bin/python benchmarks/unbalanced3.py --mode sleep
+    .venv/bin/python benchmarks/unbalanced3.py --mode cpu --tasks 200
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from typing import Any
+
+from _common import (
+    MIB,
+    RESOURCE_HEADER,
+    RESOURCE_NOTE,
+    BatchExecutor,
+    Finish,
+    MakePayload,
+    Measurement,
+    PassThrough,
+    StreamingExecutor,
+    best_allocation,
+    check,
+    fmt,
+    machine_line,
+    resource_row,
+    run_conveyor,
+    run_loop,
+    table,
+    usable_cores,
+)
+
+TARGET_RATIO = {"sleep": 0.90, "cpu": 0.85}
+TARGET_FIRST_OUTPUT_S = 1.0
+CONTENDERS = ("streaming", "batch", "loop")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument(
+        "--mode",
+        choices=["sleep", "cpu"],
+        default="sleep",
+        help="stage cost: time.sleep, or a busy loop burning thread CPU time",
+    )
+    p.add_argument("--tasks", type=int, default=200, help="number of tasks (default 200)")
+    p.add_argument(
+        "--costs-ms",
+        default="25,100,50",
+        help="per-task cost of the three stages in ms (default 25,100,50)",
+    )
+    p.add_argument(
+        "--payload",
+        choices=["numpy", "bytes"],
+        default="numpy",
+        help="payload type created by stage 1 (default numpy)",
+    )
+    p.add_argument("--payload-mib", type=float, default=1.0, help="payload size in MiB")
+    p.add_argument(
+        "--cpus-per-worker",
+        type=float,
+        default=None,
+        help="Resources(cpus=...) of every stage (default 0.25 sleep, 0.5 cpu)",
+    )
+    p.add_argument(
+        "--num-cpus", type=float, default=2.0, help="LocalBackend(num_cpus=...) budget (default 2)"
+    )
+    p.add_argument(
+        "--memory-budget-mb",
+        type=float,
+        default=None,
+        help="LocalBackend(memory_budget_bytes=...) in MiB (default: engine default)",
+    )
+    p.add_argument(
+        "--loop-tasks",
+        type=int,
+        default=50,
+        help="tasks for the sequential loop (it is slow; 0 = same as --tasks)",
+    )
+    p.add_argument(
+        "--only",
+        default=",".join(CONTENDERS),
+        help=f"comma-separated subset of {','.join(CONTENDERS)}",
+    )
+    p.add_argument(
+        "--trace",
+        action="store_true",
+        help="print the controller's snapshot (workers, queues) every tick",
+    )
+    p.add_argument(
+        "--quick", action="store_true", help="smoke run: 24 tasks (loop 6), small enough for tests"
+    )
+    args = p.parse_args(argv)
+    if args.quick:
+        args.tasks = min(args.tasks, 24)
+        args.loop_tasks = 6
+    if args.cpus_per_worker is None:
+        args.cpus_per_worker = 0.25 if args.mode == "sleep" else 0.5
+    args.costs = [float(c) / 1000 for c in args.costs_ms.split(",")]
+    if len(args.costs) != 3:
+        p.error("--costs-ms needs three values")
+    args.only = [c.strip() for c in args.only.split(",") if c.strip()]
+    unknown = set(args.only) - set(CONTENDERS)
+    if unknown:
+        p.error(f"--only: unknown contender(s) {', '.join(sorted(unknown))}")
+    if args.loop_tasks <= 0:
+        args.loop_tasks = args.tasks
+    return args
+
+
+def build_stages(args: argparse.Namespace) -> list[Any]:
+    c1, c2, c3 = args.costs
+    common = {"cpus": args.cpus_per_worker, "mode": args.mode}
+    return [
+        MakePayload(
+            "make_25ms", cost_s=c1, nbytes=int(args.payload_mib * MIB), kind=args.payload, **common
+        ),
+        PassThrough("pass_100ms", cost_s=c2, **common),
+        Finish("finish_50ms", cost_s=c3, **common),
+    ]
+
+
+def ideal(args: argparse.Namespace) -> tuple[float, str]:
+    slots = math.floor(args.num_cpus / args.cpus_per_worker + 1e-9)
+    rate, alloc = best_allocation(args.costs, slots)
+    text = (
+        f"ideal: best integer allocation of {slots} worker slots "
+        f"(floor({args.num_cpus:g} / {args.cpus_per_worker:g})) to stages costing "
+        f"{'/'.join(f'{c * 1000:g}' for c in args.costs)} ms: "
+        f"{'/'.join(map(str, alloc))} -> max min(n_i / cost_i) = {rate:.2f} tasks/s"
+    )
+    if args.mode == "cpu":
+        cores = usable_cores(args.num_cpus)
+        core_rate = cores / sum(args.costs)
+        text += (
+            f"; cpu mode also capped by cores / total CPU per task = {cores:g} / "
+            f"{sum(args.costs):.3f} s = {core_rate:.2f} tasks/s"
+        )
+        rate = min(rate, core_rate)
+    return rate, text + f"  => ideal {rate:.2f} tasks/s"
+
+
+def main(argv: list[str] | None = None) -> list[Measurement]:
+    args = parse_args(argv)
+    ideal_tps, ideal_text = ideal(args)
+    budget = None if args.memory_budget_mb is None else int(args.memory_budget_mb * MIB)
+    print(
+        f"unbalanced3: mode={args.mode}, {args.tasks} tasks, payload {args.payload_mib:g} MiB "
+        f"{args.payload}, cpus/worker={args.cpus_per_worker:g}"
+    )
+    print(machine_line(args.num_cpus))
+    results: list[Measurement] = []
+    for name in args.only:
+        print(f"  running {name} ...", flush=True)
+        stages = build_stages(args)
+        if name == "loop":
+            m = run_loop("loop", stages, range(args.loop_tasks), args.loop_tasks)
+        else:
+            cls = StreamingExecutor if name == "streaming" else BatchExecutor
+            m = run_conveyor(
+                name,
+                stages,
+                cls,
+                range(args.tasks),
+                args.tasks,
+                num_cpus=args.num_cpus,
+                memory_budget_bytes=budget,
+                trace=args.trace,
+            )
+        results.append(m)
+
+    cores = usable_cores(args.num_cpus)
+    header = [
+        "contender",
+        "tasks",
+        "wall s",
+        "tasks/s",
+        "ideal/s",
+        "ratio",
+        "steady/s",
+        "steady ratio",
+        "first out s",
+        "startup s",
+        "shutdown s",
+        "workers (peak)",
+    ]
+    rows = []
+    for m in results:
+        rows.append(
+            [
+                m.label,
+                m.tasks,
+                fmt(m.wall_s),
+                fmt(m.tps),
+                fmt(ideal_tps),
+                fmt(m.tps / ideal_tps),
+                fmt(m.steady_tps),
+                fmt(None if m.steady_tps is None else m.steady_tps / ideal_tps),
+                fmt(m.first_output_s, ".3f"),
+                fmt(m.startup_s, ".3f"),
+                fmt(m.shutdown_s, ".3f"),
+                "/".join(str(v) for v in m.workers.values()) or "1 (in-process)",
+            ]
+        )
+    print()
+    print(table(f"unbalanced3 ({args.mode} mode): throughput", header, rows))
+    print()
+    print(
+        table(
+            f"unbalanced3 ({args.mode} mode): resources",
+            RESOURCE_HEADER,
+            [resource_row(m, cores) for m in results],
+        )
+    )
+    print(ideal_text)
+    print(
+        "wall = driver side, from Pipeline.stream() to the end of the run (shutdown s = after "
+        "the last output);\ntasks/s = outputs / wall; ratio = tasks/s / ideal; "
+        "steady = (outputs - 1) / (last output - first output);\n"
+        "first out = RunResult.first_output_s (loop: first task through all stages);\n"
+        f"{RESOURCE_NOTE}"
+    )
+
+    streaming = next((m for m in results if m.label == "streaming"), None)
+    if streaming is not None:
+        ratio = streaming.tps / ideal_tps
+        target = TARGET_RATIO[args.mode]
+        first = streaming.first_output_s
+        trows = [
+            ["streaming tasks/s / ideal", fmt(ratio), f">= {target:.2f}", check(ratio >= target)],
+            [
+                "streaming first output s",
+                fmt(first, ".3f"),
+                f"< {TARGET_FIRST_OUTPUT_S:g}",
+                check(None if first is None else first < TARGET_FIRST_OUTPUT_S),
+            ],
+        ]
+        others = {m.label: m for m in results if m is not streaming}
+        for label, m in others.items():
+            trows.append(
+                [
+                    f"streaming / {label} tasks/s",
+                    fmt(streaming.tps / m.tps if m.tps else None),
+                    "-",
+                    "-",
+                ]
+            )
+        print()
+        print(table("targets", ["metric", "measured", "target", "status"], trows))
+    return results
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,1 @@
+"""Ready-made stages, grouped by modality (``io`` is shared by every modality)."""

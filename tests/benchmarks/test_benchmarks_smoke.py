@@ -1,0 +1,113 @@
+"""Smoke runs of the benchmark scripts: tiny sizes, in-process; they must print their tables.
+
+Timings are never asserted (benchmarks print, they do not judge); only that each script runs
+end to end, accounts for every task and prints its tables and targets.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+pytestmark = pytest.mark.slow
+
+
+def load(name: str, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """Import ``benchmarks/<name>.py`` as the scripts see it: ``_common`` is a sibling module."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCHMARKS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def own_shm_dirs() -> list[Path]:
+    from conveyor.backends.shm_store import default_root
+
+    return list(default_root().glob(f"conveyor-{os.getpid()}-*"))
+
+
+def test_unbalanced3_quick(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
+    bench = load("unbalanced3", monkeypatch)
+    results = bench.main(["--quick", "--tasks", "8", "--costs-ms", "5,20,10"])
+    out = capsys.readouterr().out
+    assert [m.label for m in results] == ["streaming", "batch", "loop"]
+    assert [m.outputs for m in results] == [8, 8, 6]
+    assert all(m.failures == 0 and m.peak_rss > 0 for m in results)
+    for text in (
+        "unbalanced3 (sleep mode): throughput",
+        "unbalanced3 (sleep mode): resources",
+        "ideal/s",
+        "first out s",
+        "shm peak MB",
+        "ideal: best integer allocation",
+        "targets",
+        "streaming tasks/s / ideal",
+    ):
+        assert text in out
+    assert not own_shm_dirs()
+
+
+def test_unbalanced3_cpu_mode_quick(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+):
+    bench = load("unbalanced3", monkeypatch)
+    results = bench.main(
+        [
+            "--quick",
+            "--mode",
+            "cpu",
+            "--tasks",
+            "6",
+            "--costs-ms",
+            "2,8,4",
+            "--only",
+            "streaming,loop",
+            "--payload",
+            "bytes",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert [m.outputs for m in results] == [6, 6]
+    assert "unbalanced3 (cpu mode): throughput" in out
+    assert "cpu mode also capped by cores" in out
+
+
+def test_tiny3_quick(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
+    bench = load("tiny3", monkeypatch)
+    results = bench.main(["--quick", "--tasks", "200"])
+    out = capsys.readouterr().out
+    assert [m.label for m in results] == ["streaming", "batch", "loop"]
+    assert [m.outputs for m in results] == [200, 200, 200]
+    assert "!!" not in out  # every executor's outputs summed to the loop's
+    for text in (
+        "tiny3 (zero-cost tasks): throughput",
+        "vs streaming",
+        "targets",
+        "streaming tasks/s",
+    ):
+        assert text in out
+
+
+def test_memory_quick(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
+    bench = load("memory", monkeypatch)
+    results = bench.main(["--quick", "--sizes", "10,30", "--last-ms", "1"])
+    out = capsys.readouterr().out
+    assert [(m.label, m.outputs) for m in results] == [("streaming 10", 10), ("streaming 30", 30)]
+    assert all(m.peak_shm > 0 for m in results)  # 1 MiB payloads live in shared memory
+    for text in (
+        "memory (peaks over the run)",
+        "peak RSS MB",
+        "shm peak MB",
+        "targets",
+        "streaming peak RSS 30/10",
+    ):
+        assert text in out
+    assert not own_shm_dirs()

@@ -1,0 +1,191 @@
+"""Gopher-style rules one by one, and HeuristicFilter on whole batches."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from conveyor.stages.text import (
+    REJECTED_BY,
+    EllipsisLines,
+    HeuristicFilter,
+    MeanWordLength,
+    RepeatedLines,
+    Rule,
+    SymbolToWordRatio,
+    TextStats,
+    WordCount,
+    gopher_rules,
+)
+from conveyor.tasks import DocumentBatch
+
+
+def _words(n: int, word: str = "word") -> str:
+    return " ".join([word] * n)
+
+
+def _keep(rule: Rule, text: str) -> bool:
+    return rule.keep(TextStats.of(text))
+
+
+def test_text_stats_split_words_and_non_empty_lines() -> None:
+    stats = TextStats.of("  one two \n\n three\n   \n")
+    assert stats.words == ["one", "two", "three"]
+    assert stats.lines == ["one two", "three"]
+
+
+@pytest.mark.parametrize(("n", "kept"), [(2, False), (3, True), (5, True), (6, False)])
+def test_word_count_bounds_are_inclusive(n: int, kept: bool) -> None:
+    assert _keep(WordCount(min_words=3, max_words=5), _words(n)) is kept
+
+
+@pytest.mark.parametrize(
+    ("word", "kept"), [("ab", False), ("abc", True), ("abcdefghij", True), ("abcdefghijk", False)]
+)
+def test_mean_word_length(word: str, kept: bool) -> None:
+    assert _keep(MeanWordLength(), _words(10, word)) is kept
+
+
+def test_mean_word_length_mixes_lengths_and_ignores_empty_text() -> None:
+    assert _keep(MeanWordLength(min_length=3, max_length=3), "ab abcd")  # mean 3
+    assert _keep(MeanWordLength(), "   ")
+
+
+def test_symbol_to_word_ratio_counts_hashes_and_ellipses() -> None:
+    rule = SymbolToWordRatio(max_ratio=0.1)
+    assert _keep(rule, _words(19) + " #tag")  # 1 / 20 words
+    assert _keep(rule, _words(9) + " #tag")  # 1 / 10: the bound is inclusive
+    assert not _keep(rule, _words(8) + " #a #b")  # 2 / 10
+    assert not _keep(rule, _words(8) + " wait... what\u2026")  # 2 symbols / 10 words
+    assert _keep(SymbolToWordRatio(max_ratio=0.5, symbols=("$",)), "$ $ a b")
+    assert not _keep(SymbolToWordRatio(max_ratio=0.4, symbols=("$",)), "$ $ a b")
+
+
+def test_ellipsis_lines_fraction() -> None:
+    rule = EllipsisLines(max_fraction=0.5)
+    assert _keep(rule, "read more...\nfull line\n")
+    assert not _keep(rule, "read more...\nand more\u2026\nfull line")
+    assert _keep(rule, "")
+
+
+def test_repeated_lines_fraction() -> None:
+    rule = RepeatedLines(max_fraction=0.3)
+    assert _keep(rule, "a\nb\nc\na")  # 1 repeat / 4 lines
+    assert not _keep(rule, "a\nb\na\na")  # 2/4
+    assert _keep(rule, "only one line")
+    assert not _keep(RepeatedLines(max_fraction=0.0), "x\n  x  ")  # compared stripped
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: WordCount(min_words=10, max_words=5), "min_words <= max_words"),
+        (lambda: MeanWordLength(min_length=-1), "min_length <= max_length"),
+        (lambda: SymbolToWordRatio(max_ratio=-0.1), "max_ratio must be >= 0"),
+        (lambda: SymbolToWordRatio(symbols=()), "symbols must be non-empty"),
+        (lambda: EllipsisLines(max_fraction=1.5), r"max_fraction must be in \[0, 1\]"),
+        (lambda: RepeatedLines(max_fraction=-0.5), r"max_fraction must be in \[0, 1\]"),
+    ],
+)
+def test_rule_settings_are_validated(make: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        make()  # type: ignore[operator]
+
+
+def _batch(texts: list[str | None], **columns: list[object]) -> DocumentBatch:
+    data = {"text": pa.array(texts, type=pa.string()), **columns}
+    return DocumentBatch(data=pa.table(data), task_id="7", metadata={"source_files": ["f.jsonl"]})
+
+
+GOOD = _words(60, "river")
+SHORT = "too short"
+HASHY = _words(60, "#tag")
+REPEATED = "\n".join([_words(10, "same")] * 10)
+
+
+def test_filter_keeps_good_rows_and_counts_the_first_failing_rule() -> None:
+    task = _batch([GOOD, SHORT, HASHY, GOOD, REPEATED, None], id=[1, 2, 3, 4, 5, 6])
+    out = HeuristicFilter().process(task)
+    assert out is not None
+    assert out.data.column("id").to_pylist() == [1, 4]
+    # a null text counts as empty; HASHY also has a mean word length of 4, so only the
+    # symbol rule rejects it; REPEATED is long enough and fails on its repeated lines
+    assert out.metadata[REJECTED_BY] == {
+        "word_count": 2,
+        "mean_word_length": 0,
+        "symbol_to_word_ratio": 1,
+        "ellipsis_lines": 0,
+        "repeated_lines": 1,
+    }
+    assert out.metadata["source_files"] == ["f.jsonl"]
+
+
+def test_counts_add_up_across_filter_stages() -> None:
+    first = HeuristicFilter(rules=[WordCount(min_words=3)])
+    second = HeuristicFilter(rules=[WordCount(min_words=50), RepeatedLines()])
+    mid = first.process(_batch([GOOD, SHORT, "a b c d"]))
+    assert mid is not None
+    out = second.process(mid)
+    assert out is not None
+    assert out.num_items == 1
+    assert out.metadata[REJECTED_BY] == {"word_count": 2, "repeated_lines": 0}
+
+
+def test_all_rejected_batch_is_dropped_unless_asked_to_keep_it() -> None:
+    task = _batch([SHORT, SHORT])
+    assert HeuristicFilter().process(task) is None
+    out = HeuristicFilter(drop_empty=False).process(task)
+    assert out is not None
+    assert out.num_items == 0
+    assert out.metadata[REJECTED_BY]["word_count"] == 2
+
+
+def test_pandas_batches_are_accepted() -> None:
+    task = DocumentBatch(data=pd.DataFrame({"text": [GOOD, SHORT], "n": [1, 2]}))
+    out = HeuristicFilter().process(task)
+    assert out is not None
+    assert out.to_pandas()["n"].tolist() == [1]
+
+
+def test_custom_text_field_and_declared_columns() -> None:
+    stage = HeuristicFilter(text_field="body")
+    assert stage.inputs() == ([], ["body"])
+    assert stage.outputs() is None  # pass-through: see the comment in HeuristicFilter
+    out = stage.process(DocumentBatch(data=pa.table({"body": [GOOD]})))
+    assert out is not None
+    assert out.num_items == 1
+
+
+def test_missing_text_column_names_task_files_and_columns() -> None:
+    task = DocumentBatch(
+        data=pa.table({"body": ["x"], "id": [1]}), task_id="3.1", metadata={"source_files": ["a"]}
+    )
+    with pytest.raises(ValueError, match=r"task 3\.1 \(from a\) has no column 'text'") as info:
+        HeuristicFilter().process(task)
+    assert "columns: body, id" in str(info.value)
+
+
+def test_non_string_text_column_is_rejected() -> None:
+    with pytest.raises(ValueError, match="column 'text' holds int64, expected strings"):
+        HeuristicFilter().process(DocumentBatch(data=pa.table({"text": [1, 2]})))
+
+
+def test_bad_rule_lists() -> None:
+    with pytest.raises(ValueError, match="rules must not be empty"):
+        HeuristicFilter(rules=[])
+    with pytest.raises(TypeError, match="is not a conveyor Rule"):
+        HeuristicFilter(rules=["word_count"])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="rule names must be unique"):
+        HeuristicFilter(rules=[WordCount(), WordCount(min_words=1)])
+
+
+def test_default_rules_and_resources() -> None:
+    assert [r.name for r in gopher_rules()] == [
+        "word_count",
+        "mean_word_length",
+        "symbol_to_word_ratio",
+        "ellipsis_lines",
+        "repeated_lines",
+    ]
+    assert HeuristicFilter().resources.cpus == 1.0

@@ -1,0 +1,49 @@
+"""The ``conveyor`` command: help, version, and a real tiny demo run on the local backend."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+import conveyor
+from conveyor.cli import app
+
+runner = CliRunner()
+
+
+def test_help_lists_the_demo_command() -> None:
+    result = runner.invoke(app, ["--help"])
+    assert result.exit_code == 0
+    assert "demo" in result.output
+    assert "--version" in result.output
+
+
+def test_version() -> None:
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0
+    assert result.output.strip() == f"conveyor {conveyor.__version__}"
+
+
+def test_demo_help_shows_its_options() -> None:
+    result = runner.invoke(app, ["demo", "--help"])
+    assert result.exit_code == 0
+    for option in ("--workdir", "--files", "--docs-per-file", "--executor", "--no-live"):
+        assert option in result.output
+
+
+def test_bad_executor_is_a_usage_error(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["demo", "--workdir", str(tmp_path), "--executor", "ray"])
+    assert result.exit_code == 2
+    assert not (tmp_path / "input").exists()
+
+
+def test_demo_runs_a_tiny_dataset(tmp_path: Path) -> None:
+    args = ["demo", "--workdir", str(tmp_path), "--files", "3", "--docs-per-file", "20"]
+    result = runner.invoke(app, [*args, "--no-live"])
+    assert result.exit_code == 0, result.output
+    assert "60 documents in 3 files" in result.output
+    assert "0 junk kept, 0 good dropped ok" in result.output
+    assert "finished in" not in result.output  # --no-live: no live view, no final table
+    assert len(list((tmp_path / "input").glob("docs-*.jsonl"))) == 3
+    assert len(list((tmp_path / "output").glob("part-*.parquet"))) == 2
