@@ -1,6 +1,6 @@
 """The embedded local backend: worker processes on this machine, payloads in shared memory.
 
-One host process per stage loads the stage once and forks its workers (see ``local_host``).
+A root process loads each stage once and forks a host per stage, which forks its workers
 Workers talk to the controller over socket pairs; the controller only ever sees handles.
 """
 
@@ -43,7 +43,7 @@ from conveyor.engine.spec import StageSpec
 from conveyor.errors import BackendError
 
 NODE_ID = "local"
-_HOST_MAIN = "from conveyor.backends.local_host import main; main()"
+_ROOT_MAIN = "from conveyor.backends.local_host import main; main()"
 #: How long a worker whose connection closed may wait for its exit status before we give up.
 EXIT_STATUS_WAIT_S = 1.0
 
@@ -51,8 +51,9 @@ EXIT_STATUS_WAIT_S = 1.0
 @dataclass(eq=False)
 class _Host:
     stage: StageSpec
-    proc: subprocess.Popen[bytes]
     ctrl: socket.socket
+    pid: int | None = None
+    gone: bool = False
     loaded: bool = False
     failed: ErrorInfo | None = None
     waiting: list[str] = field(default_factory=list)  # workers asked for before it loaded
@@ -111,6 +112,7 @@ class LocalBackend:
         total = psutil.virtual_memory().total
         self.memory_budget_bytes = int(memory_budget_bytes or min(total // 8, 512 << 20))
         self._store: ShmStore | None = None
+        self._root: tuple[subprocess.Popen[bytes], socket.socket] | None = None
         self._hosts: dict[str, _Host] = {}
         self._workers: dict[str, _Worker] = {}
         self._by_fd: dict[int, _Worker | _Host] = {}
@@ -152,38 +154,40 @@ class LocalBackend:
         return self.store.bytes_on_disk() if self._store else 0
 
     # -- workers --------------------------------------------------------------------------
-    def _host_for(self, stage: StageSpec) -> _Host:
-        host = self._hosts.get(stage.name)
-        if host is not None and host.proc.poll() is None:
-            return host
-        stage_file = self.store.root / f"stage-{stage.index}.pkl"
-        stage_file.write_bytes(stage.payload)
+    def _root_ctrl(self) -> socket.socket:
+        """The zygote that forks stage hosts, started on first use."""
+        if self._root is not None and self._root[0].poll() is None:
+            return self._root[1]
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         env = dict(os.environ)
         env["CUDA_VISIBLE_DEVICES"] = ",".join(self.gpu_ids)
         proc = subprocess.Popen(
-            [sys.executable, "-c", _HOST_MAIN, str(theirs.fileno())],
+            [sys.executable, "-c", _ROOT_MAIN, str(theirs.fileno())],
             pass_fds=[theirs.fileno()],
             env=env,
-            start_new_session=False,
         )
         theirs.close()
-        host = _Host(stage, proc, ours)
+        init = {
+            "sys_path": list(sys.path),
+            "store_root": str(self.store.root),
+            "node": self.nodes()[0],
+        }
+        send_ctrl(ours, ("init", init))
+        self._root = (proc, ours)
+        return ours
+
+    def _host_for(self, stage: StageSpec) -> _Host:
+        host = self._hosts.get(stage.name)
+        if host is not None and not host.gone:
+            return host
+        stage_file = self.store.root / f"stage-{stage.index}.pkl"
+        stage_file.write_bytes(stage.payload)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        request = ("host", stage.name, str(stage_file), stage.has_node_setup)
+        send_ctrl(self._root_ctrl(), request, [theirs.fileno()])
+        theirs.close()
+        host = _Host(stage, ours)
         self._hosts[stage.name] = host
-        send_ctrl(
-            ours,
-            (
-                "init",
-                {
-                    "sys_path": list(sys.path),
-                    "stage_file": str(stage_file),
-                    "stage_name": stage.name,
-                    "node": self.nodes()[0],
-                    "store_root": str(self.store.root),
-                    "node_setup": stage.has_node_setup,
-                },
-            ),
-        )
         ours.setblocking(False)
         self._register(ours, host)
         return host
@@ -265,7 +269,9 @@ class LocalBackend:
             (kind, *args), fds = got
             for fd in fds:
                 os.close(fd)
-            if kind == "loaded":
+            if kind == "hello":
+                host.pid = args[0]
+            elif kind == "loaded":
                 host.loaded = True
                 host.waiting.clear()
             elif kind == "load_failed":
@@ -289,14 +295,14 @@ class LocalBackend:
                     worker.exit_reason = args[1]
 
     def _on_host_gone(self, host: _Host) -> None:
+        host.gone = True
         self._unregister(host.ctrl)
         with contextlib.suppress(OSError):
             host.ctrl.close()
         if self._hosts.get(host.stage.name) is host:
             del self._hosts[host.stage.name]
         error = host.failed or ErrorInfo(
-            "WorkerDied",
-            f"the host process of stage {host.stage.name!r} exited (code {host.proc.poll()})",
+            "WorkerDied", f"the host process of stage {host.stage.name!r} exited"
         )
         for worker_id in host.waiting:
             worker = self._workers.get(worker_id)
@@ -399,15 +405,24 @@ class LocalBackend:
         for host in list(self._hosts.values()):
             with contextlib.suppress(OSError):
                 send_ctrl(host.ctrl, ("exit",))
-        for host in list(self._hosts.values()):
-            try:
-                host.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                host.proc.kill()
-                host.proc.wait()
             self._unregister(host.ctrl)
             with contextlib.suppress(OSError):
                 host.ctrl.close()
+        if self._root is not None:
+            proc, ctrl = self._root
+            with contextlib.suppress(OSError):
+                send_ctrl(ctrl, ("exit",))
+            try:  # the root waits for its hosts, which wait for their workers
+                proc.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                for host in self._hosts.values():
+                    if host.pid is not None:
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(host.pid, signal.SIGKILL)
+                proc.kill()
+                proc.wait()
+            ctrl.close()
+            self._root = None
         self._hosts.clear()
         self._events.clear()
         if self._selector is not None:

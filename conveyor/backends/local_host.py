@@ -1,10 +1,10 @@
-"""The per-stage host process of the local backend, and the worker loop it forks.
+"""The processes behind the local backend: a root zygote, one host per stage, and workers.
 
-Started by ``LocalBackend`` with a control socket descriptor. The host loads the stage once (imports
-happen once), runs ``setup_on_node``, then forks one worker per request: workers start in
-milliseconds and share the host's imported modules. The host never runs user batches and
-never starts threads, so forking it is safe. When the driver goes away the host takes its
-workers down with it.
+``LocalBackend`` starts the root with a control socket. The root loads each stage (imports
+happen once, there) and forks a host per stage; the host runs ``setup_on_node`` and forks
+one worker per request, so workers start in milliseconds and share the imported modules.
+Neither root nor hosts run user batches or start threads, so forking them is safe. When the
+driver goes away, hosts see their control socket close and take their workers down.
 """
 
 from __future__ import annotations
@@ -104,10 +104,12 @@ def worker_main(fd: int, runner: StageRunner, store: ShmStore) -> int:
             send(pickle.dumps(("stopped",)))
 
 
-# -- the host ----------------------------------------------------------------------------
-class Host:
-    def __init__(self, ctrl_fd: int) -> None:
-        self.ctrl = socket.socket(fileno=ctrl_fd)
+# -- processes that fork -----------------------------------------------------------------
+class _Forker:
+    """A single-threaded process that forks children and reaps them as they exit."""
+
+    def __init__(self, ctrl: socket.socket) -> None:
+        self.ctrl = ctrl
         self.children: dict[int, str] = {}
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_w, False)
@@ -115,23 +117,24 @@ class Host:
         signal.signal(signal.SIGCHLD, lambda *_: None)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
 
-    def load(self, init: dict[str, Any]) -> tuple[Any, ShmStore, NodeInfo]:
-        sys.path[:] = init["sys_path"]
-        with open(init["stage_file"], "rb") as f:
-            stage = pickle.loads(f.read())
-        node: NodeInfo = init["node"]
-        if init["node_setup"]:
-            runner = StageRunner(
-                stage,
-                init["stage_name"],
-                WorkerInfo(
-                    worker_id=f"{init['stage_name']}/node-setup",
-                    stage=init["stage_name"],
-                    node_id=node.node_id,
-                ),
-            )
-            runner.setup_on_node(node)
-        return stage, ShmStore(init["store_root"], "h"), node
+    def in_child(self) -> None:
+        """What a fresh child must drop: this process's control socket and signal plumbing."""
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        self.ctrl.close()
+        os.close(self.wake_r)
+        os.close(self.wake_w)
+
+    def wait(self) -> tuple[Any, list[int]] | None:
+        """Next control message (``None`` at EOF), reaping children while waiting."""
+        while True:
+            readable, _, _ = select.select([self.ctrl, self.wake_r], [], [])
+            if self.wake_r in readable:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(self.wake_r, 4096)
+                self.reap()
+            if self.ctrl in readable:
+                return recv_ctrl(self.ctrl)
 
     def reap(self) -> None:
         while self.children:
@@ -141,69 +144,15 @@ class Host:
                 return
             if pid == 0:
                 return
-            worker_id = self.children.pop(pid, None)
-            if worker_id is not None:
-                with contextlib.suppress(OSError):
-                    send_ctrl(self.ctrl, ("exited", worker_id, describe_status(status)))
+            name = self.children.pop(pid, None)
+            if name is not None:
+                self.on_exit(name, status)
 
-    def fork_worker(
-        self, stage: Any, store: ShmStore, info: WorkerInfo, env: dict[str, str], fd: int
-    ) -> None:
-        pid = os.fork()
-        if pid == 0:  # the worker
-            code = 1
-            try:
-                signal.set_wakeup_fd(-1)
-                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                self.ctrl.close()
-                os.close(self.wake_r)
-                os.close(self.wake_w)
-                os.environ.update(env)
-                runner = StageRunner(stage, info.stage, info)
-                code = worker_main(fd, runner, ShmStore(store.root, info.worker_id))
-            finally:
-                os._exit(code)
-        os.close(fd)
-        self.children[pid] = info.worker_id
-        send_ctrl(self.ctrl, ("forked", info.worker_id, pid))
-
-    def serve(self) -> None:
-        first = recv_ctrl(self.ctrl)
-        if first is None:
-            return
-        (_, init), _fds = first
-        try:
-            stage, store, _node = self.load(init)
-        except BaseException as exc:  # noqa: BLE001 - reported; the driver ends the run
-            failure: ErrorInfo | None = ErrorInfo.from_exception(exc)
-            send_ctrl(self.ctrl, ("load_failed", failure))
-        else:
-            failure = None
-            send_ctrl(self.ctrl, ("loaded",))
-        # A host that failed to load stays until told to exit: closing with requests unread
-        # would reset the socket and lose the error report.
-        while True:
-            readable, _, _ = select.select([self.ctrl, self.wake_r], [], [])
-            if self.wake_r in readable:
-                with contextlib.suppress(BlockingIOError):
-                    os.read(self.wake_r, 4096)
-                self.reap()
-            if self.ctrl not in readable:
-                continue
-            got = recv_ctrl(self.ctrl)
-            if got is None or got[0][0] == "exit":
-                return
-            (kind, *args), fds = got
-            if kind == "fork":
-                worker_id, info, env = args
-                if failure is not None:
-                    os.close(fds[0])
-                    send_ctrl(self.ctrl, ("fork_failed", worker_id, failure))
-                else:
-                    self.fork_worker(stage, store, info, env, fds[0])
+    def on_exit(self, name: str, status: int) -> None:
+        """A child exited; subclasses report it."""
 
     def shutdown(self, grace_s: float = 5.0) -> None:
-        """Give workers time to tear down, then make sure none is left."""
+        """Give children time to finish (workers tear down), then make sure none is left."""
         deadline = time.monotonic() + grace_s
         while self.children and time.monotonic() < deadline:
             self.reap()
@@ -214,14 +163,137 @@ class Host:
         for pid in list(self.children):
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
+        self.children.clear()
+
+
+class StageHost(_Forker):
+    """One stage on one node: runs ``setup_on_node``, then forks that stage's workers."""
+
+    def __init__(
+        self,
+        ctrl: socket.socket,
+        name: str,
+        stage: Any,
+        failure: ErrorInfo | None,
+        node: NodeInfo,
+        store_root: str,
+        node_setup: bool,
+    ) -> None:
+        super().__init__(ctrl)
+        self.name = name
+        self.stage = stage
+        self.failure = failure
+        self.node = node
+        self.store_root = store_root
+        self.node_setup = node_setup
+
+    def on_exit(self, name: str, status: int) -> None:
+        with contextlib.suppress(OSError):
+            send_ctrl(self.ctrl, ("exited", name, describe_status(status)))
+
+    def fork_worker(self, info: WorkerInfo, env: dict[str, str], fd: int) -> None:
+        pid = os.fork()
+        if pid == 0:  # the worker
+            code = 1
+            try:
+                self.in_child()
+                os.environ.update(env)
+                runner = StageRunner(self.stage, info.stage, info)
+                code = worker_main(fd, runner, ShmStore(self.store_root, info.worker_id))
+            finally:
+                os._exit(code)
+        os.close(fd)
+        self.children[pid] = info.worker_id
+        send_ctrl(self.ctrl, ("forked", info.worker_id, pid))
+
+    def serve(self) -> None:
+        send_ctrl(self.ctrl, ("hello", os.getpid()))
+        if self.failure is None and self.node_setup:
+            worker = WorkerInfo(f"{self.name}/node-setup", self.name, self.node.node_id)
+            try:
+                StageRunner(self.stage, self.name, worker).setup_on_node(self.node)
+            except BaseException as exc:  # noqa: BLE001 - reported; the driver ends the run
+                self.failure = ErrorInfo.from_exception(exc)
+        if self.failure is None:
+            send_ctrl(self.ctrl, ("loaded",))
+        else:
+            send_ctrl(self.ctrl, ("load_failed", self.failure))
+        # A host that failed stays until told to exit: closing with requests unread would
+        # reset the socket and lose the error report.
+        while True:
+            got = self.wait()
+            if got is None or got[0][0] == "exit":
+                return
+            (kind, *args), fds = got
+            if kind == "fork":
+                worker_id, info, env = args
+                if self.failure is not None:
+                    os.close(fds[0])
+                    send_ctrl(self.ctrl, ("fork_failed", worker_id, self.failure))
+                else:
+                    self.fork_worker(info, env, fds[0])
+
+
+class Root(_Forker):
+    """The zygote: loads each stage (its imports happen once, here) and forks its host.
+
+    Stage hosts then run ``setup_on_node`` in parallel and share the imported modules with
+    every worker they fork, so a pipeline of five pyarrow stages imports pyarrow once.
+    """
+
+    def serve(self) -> None:
+        first = recv_ctrl(self.ctrl)
+        if first is None:
+            return
+        (_, init), _fds = first
+        sys.path[:] = init["sys_path"]
+        while True:
+            got = self.wait()
+            if got is None or got[0][0] == "exit":
+                return
+            (kind, *args), fds = got
+            if kind == "host":
+                name, stage_file, node_setup = args
+                self.fork_host(init, name, stage_file, node_setup, fds[0])
+
+    def fork_host(
+        self, init: dict[str, Any], name: str, stage_file: str, node_setup: bool, fd: int
+    ) -> None:
+        stage, failure = None, None
+        try:
+            with open(stage_file, "rb") as f:
+                stage = pickle.loads(f.read())
+        except BaseException as exc:  # noqa: BLE001 - the stage host reports it
+            failure = ErrorInfo.from_exception(exc)
+        pid = os.fork()
+        if pid == 0:  # the stage host
+            host = None
+            try:
+                self.in_child()
+                host = StageHost(
+                    socket.socket(fileno=fd),
+                    name,
+                    stage,
+                    failure,
+                    init["node"],
+                    init["store_root"],
+                    node_setup,
+                )
+                host.serve()
+            finally:
+                if host is not None:
+                    host.shutdown()
+                os._exit(0)
+        os.close(fd)
+        self.children[pid] = name
 
 
 def main() -> None:
-    host = Host(int(sys.argv[1]))
+    root = Root(socket.socket(fileno=int(sys.argv[1])))
     try:
-        host.serve()
+        root.serve()
     finally:
-        host.shutdown()
+        root.shutdown()
 
 
 if __name__ == "__main__":

@@ -5,10 +5,9 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from conveyor.cluster import NodeInfo, WorkerInfo
 from conveyor.resources import Resources
 from conveyor.stage import ProcessingStage
-from conveyor.stages.text._arrow import warm_up_arrow
+from conveyor.stages.text import _arrow  # noqa: F401 - pandas/pyarrow set-up once
 from conveyor.stages.text.filters import text_column
 from conveyor.tasks import DocumentBatch
 
@@ -49,9 +48,6 @@ class DocumentAnnotator(ProcessingStage[DocumentBatch, DocumentBatch]):
 
     # outputs() stays undeclared for the reason given in HeuristicFilter: it adds two columns
     # to whatever came in, which the (columns produced) contract cannot express.
-
-    def setup_on_node(self, node: NodeInfo, worker: WorkerInfo) -> None:
-        warm_up_arrow()
 
     def process(self, task: DocumentBatch) -> DocumentBatch:
         import pyarrow as pa

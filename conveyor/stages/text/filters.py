@@ -13,10 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from conveyor.cluster import NodeInfo, WorkerInfo
 from conveyor.resources import Resources
 from conveyor.stage import ProcessingStage
-from conveyor.stages.text._arrow import warm_up_arrow
+from conveyor.stages.text import _arrow  # noqa: F401 - pandas/pyarrow set-up once
 from conveyor.tasks import DocumentBatch
 
 if TYPE_CHECKING:
@@ -227,9 +226,6 @@ class HeuristicFilter(ProcessingStage[DocumentBatch, DocumentBatch]):
     # outputs() stays undeclared: every input column passes through, and the build check
     # compares a stage's inputs with the previous stage's outputs only, so declaring just the
     # text column would reject a following stage that needs any other column.
-
-    def setup_on_node(self, node: NodeInfo, worker: WorkerInfo) -> None:
-        warm_up_arrow()
 
     def process(self, task: DocumentBatch) -> DocumentBatch | None:
         import pyarrow as pa

@@ -12,11 +12,10 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from conveyor.cluster import NodeInfo, WorkerInfo
 from conveyor.resources import Resources
 from conveyor.stage import CompositeStage, ProcessingStage
 from conveyor.stages.io.partitioning import FilePartitioningStage
-from conveyor.stages.text._arrow import warm_up_arrow
+from conveyor.stages.text import _arrow  # noqa: F401 - pandas/pyarrow set-up once
 from conveyor.tasks import DocumentBatch, FileGroupTask
 
 _SNIPPET = 60
@@ -92,9 +91,6 @@ class JsonlReaderStage(ProcessingStage[FileGroupTask, DocumentBatch]):
 
     def outputs(self) -> tuple[list[str], list[str]] | None:
         return ([], list(self.fields)) if self.fields else None
-
-    def setup_on_node(self, node: NodeInfo, worker: WorkerInfo) -> None:
-        warm_up_arrow()
 
     def process(self, task: FileGroupTask) -> DocumentBatch | None:
         import pyarrow as pa

@@ -9,10 +9,9 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from conveyor.cluster import NodeInfo, WorkerInfo
 from conveyor.resources import Resources
 from conveyor.stage import ProcessingStage
-from conveyor.stages.text._arrow import warm_up_arrow
+from conveyor.stages.text import _arrow  # noqa: F401 - pandas/pyarrow set-up once
 from conveyor.tasks import DocumentBatch, FileGroupTask
 
 _UNSAFE = re.compile(r"[^0-9A-Za-z_-]+")
@@ -51,9 +50,6 @@ class ParquetWriter(ProcessingStage[DocumentBatch, FileGroupTask]):
                 "task_id nor metadata['source_id'] (set one when calling process() directly)"
             )
         return f"{self.prefix}-{_UNSAFE.sub('-', key)}.parquet"
-
-    def setup_on_node(self, node: NodeInfo, worker: WorkerInfo) -> None:
-        warm_up_arrow()
 
     def process(self, task: DocumentBatch) -> FileGroupTask:
         table = task.to_pyarrow()
