@@ -6,8 +6,9 @@ start fast.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from conveyor._lazy import lazy_getattr
 
 __version__ = "0.1.0"
 
@@ -58,13 +59,7 @@ if TYPE_CHECKING:
     from conveyor.stage import CompositeStage, ProcessingStage, processing_stage
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'conveyor' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr("conveyor", _EXPORTS, globals())
 
 
 def __dir__() -> list[str]:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from conveyor._lazy import lazy_getattr
 
 _EXPORTS = {
     "Backend": "conveyor.backends.base",
@@ -17,10 +18,4 @@ if TYPE_CHECKING:
     from conveyor.backends.local import LocalBackend
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'conveyor.backends' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr("conveyor.backends", _EXPORTS, globals())
