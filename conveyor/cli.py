@@ -62,7 +62,7 @@ def demo(
         typer.Option(
             min=0.5,
             help="CPUs the local backend may use.",
-            show_default="this machine's (at least one worker per stage)",
+            show_default="this machine's",
         ),
     ] = None,
 ) -> None:

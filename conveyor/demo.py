@@ -13,7 +13,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -199,7 +199,6 @@ class DemoReport:
     cpus: float
     generate_s: float
     pipeline_s: float
-    notes: list[str] = field(default_factory=list)
 
     @property
     def filtered(self) -> int:
@@ -266,7 +265,6 @@ def run_demo(
     pipeline = build_pipeline(input_dir, output_dir, files_per_partition)
     backend = LocalBackend(num_cpus=cpus)
     declared = backend.num_cpus
-    notes: list[str] = []
     monitors = [LiveView(console=console, live=None if live else False)] if live else []
     run_executor = _make_executor(executor, backend, monitors)
     console.print(
@@ -301,7 +299,6 @@ def run_demo(
         cpus=declared,
         generate_s=generate_s,
         pipeline_s=pipeline_s,
-        notes=notes,
     )
 
 
@@ -342,8 +339,6 @@ def print_report(report: DemoReport, console: Console | None = None) -> None:
         f"(startup {result.startup_s:.2f}s, first output {first}), "
         f"{n / report.pipeline_s:,.0f} docs/s"
     )
-    for note in report.notes:
-        console.print(f"note: {note}", style="dim")
     if result.failures:
         console.print(f"[bold red]{len(result.failures)} failed task(s)[/]:")
         for failure in result.failures[:5]:
