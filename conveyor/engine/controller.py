@@ -298,31 +298,35 @@ class Controller:
             return
         # suspects first, each alone on an idle worker
         queue = stage.queue
-        while queue.suspects and self._may_feed(index):
+        while queue.suspects and ready and self._may_feed(index):
             idle = next((w for w in ready if w.in_flight == 0), None)
             if idle is None:
+                # let the least busy worker run dry, so a suspect does not wait for the end
+                ready.remove(min(ready, key=lambda w: w.in_flight))
                 break
             self._send(index, idle, [[queue.pop_suspect()]], alone=True)
             ready.remove(idle)
+        if not ready:
+            return
         batch_size = stage.spec.batch_size
         task_time = stage.meter.task_time.value
         depth = 2 if task_time is not None and task_time * batch_size < PREFETCH_BELOW_S else 1
         upstream_done = self._upstream_done(index)
         while queue.fresh and self._may_feed(index):
-            if len(queue.fresh) < batch_size and not upstream_done:
+            full_batches = len(queue.fresh) // batch_size
+            if not full_batches and not upstream_done:
                 return  # wait for a full batch; the remainder goes once upstream is done
-            worker = min(ready, key=lambda w: w.in_flight, default=None)
-            if worker is None or worker.in_flight >= depth:
+            worker = min(ready, key=lambda w: w.in_flight)
+            if worker.in_flight >= depth:
                 return
-            full_batches = max(1, len(queue.fresh) // batch_size)
             count = 1
             if task_time is not None:
                 count = int(MESSAGE_TARGET_S / max(task_time * batch_size, 1e-7))
-                fair = math.ceil(full_batches / len(ready))
+                fair = math.ceil(max(1, full_batches) / len(ready))
                 count = max(1, min(count, fair, MAX_BATCHES_PER_MESSAGE))
-            batches = []
-            while queue.fresh and len(batches) < count:
-                batches.append(queue.take(batch_size))
+            if not upstream_done:
+                count = min(count, full_batches)  # never a partial batch before the end
+            batches = [queue.take(batch_size) for _ in range(count) if queue.fresh]
             self._send(index, worker, batches, alone=False)
 
     def _send(self, index: int, worker: _Worker, groups: list[list[Entry]], alone: bool) -> None:

@@ -161,3 +161,45 @@ def test_tasks_of_a_dead_worker_are_retried_alone() -> None:
     sizes = [sizes for name, sizes in backend.submitted]
     assert [1] in sizes  # suspects travel alone
     assert run.result.stats["work"].worker_deaths == 1
+
+
+class Sizes(ProcessingStage[Any, Any]):
+    resources = Resources(cpus=1)
+
+    def __init__(self, name: str, batch_size: int) -> None:
+        self.name = name
+        self.batch_size = batch_size
+
+    def process_batch(self, tasks: list[Any]) -> list[Any]:
+        return [len(tasks)]
+
+
+def test_batches_stay_exact_when_many_travel_in_one_message() -> None:
+    # bursts of 12 into a very fast consumer of 5: messages carry several batches, and the
+    # 2 left over from each burst must wait for the next one
+    backend = VirtualBackend(cpus=4, service_s={"feed": 0.01, "gather": 1e-6})
+    pipeline = Pipeline("p", [Pass("feed", fanout=12, size=1), Sizes("gather", batch_size=5)])
+    result = pipeline.run(StreamingExecutor(backend), initial_tasks=range(101))
+    assert any(len(sizes) > 1 for name, sizes in backend.submitted if name == "gather")
+    sizes = sorted(result.outputs)
+    assert sizes[1:] == [5] * 242 and sizes[0] == 2
+
+
+def test_suspects_are_retried_while_fresh_work_keeps_coming() -> None:
+    class FailOnce(ProcessingStage[int, int]):
+        resources = Resources(cpus=1)
+        seen: set[int] = set()
+
+        def process(self, task: int) -> int:
+            if task == 3 and task not in self.seen:
+                self.seen.add(task)
+                raise RuntimeError("transient")
+            return task
+
+    backend = VirtualBackend(cpus=2, service_s={"FailOnce": 0.01})
+    run = Pipeline("p", [FailOnce().with_(num_workers=2)]).stream(
+        StreamingExecutor(backend), initial_tasks=range(2000)
+    )
+    order = list(run)
+    assert sorted(order) == list(range(2000))
+    assert order.index(3) < 100  # retried soon, not after the other 1,997 inputs
