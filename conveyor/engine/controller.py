@@ -43,6 +43,7 @@ from conveyor.engine.policies.backpressure import (
     may_feed,
 )
 from conveyor.engine.policies.placement import Ledger
+from conveyor.engine.pool import Pool, Worker
 from conveyor.engine.queues import EdgeQueue, Entry
 from conveyor.engine.spec import StageSpec
 from conveyor.errors import BackendError, StageSetupError
@@ -94,34 +95,15 @@ class _Batch:
 
 
 @dataclass(eq=False)
-class _Worker:
-    worker_id: str
-    stage: int
-    ready: bool = False
-    stopping: bool = False
-    messages: deque[list[int]] = field(default_factory=deque)  # batch ids per message sent
-    alone: bool = False  # holds a suspect task: gets nothing else meanwhile
-    started_at: float = 0.0
-
-    @property
-    def in_flight(self) -> int:
-        return len(self.messages)
-
-
-@dataclass(eq=False)
 class _Stage:
     spec: StageSpec
     stats: StageStats
     queue: EdgeQueue = field(default_factory=EdgeQueue)
-    workers: dict[str, _Worker] = field(default_factory=dict)
+    pool: Pool = field(default_factory=Pool)
     meter: StageMeter = field(default_factory=StageMeter)
     in_flight_tasks: int = 0
     target: int = 0
     done: bool = False
-
-    @property
-    def live(self) -> list[_Worker]:
-        return [w for w in self.workers.values() if not w.stopping]
 
     @property
     def backlog(self) -> int:
@@ -154,6 +136,7 @@ class Controller:
         self.batches: dict[int, _Batch] = {}
         self.batch_ids = itertools.count()
         self.worker_seq = itertools.count()
+        self.workers: dict[str, Worker] = {}
         self.autoscale_state = AutoscaleState()
         self.ledger: Ledger | None = None
         self.base_budget: EdgeBudget | None = None
@@ -230,8 +213,8 @@ class Controller:
         self._update_done()
         self._autoscale(self.backend.now(), initial=True)
         self._reconcile()
-        self._initial_workers = {w for s in self.stages for w in s.workers}
-        missing = [s.spec.name for s in self.stages if s.target > 0 and not s.workers]
+        self._initial_workers = set(self.workers)
+        missing = [s.spec.name for s in self.stages if s.target > 0 and not s.pool.live_count]
         if missing:
             cpus, gpus = self.ledger.totals()
             raise BackendError(
@@ -293,21 +276,17 @@ class Controller:
                 self._dispatch_stage(index, stage)
 
     def _dispatch_stage(self, index: int, stage: _Stage) -> None:
-        ready = [w for w in stage.workers.values() if w.ready and not w.stopping and not w.alone]
-        if not ready:
+        pool = stage.pool
+        if not pool.ready_count:
             return
         # suspects first, each alone on an idle worker
         queue = stage.queue
-        while queue.suspects and ready and self._may_feed(index):
-            idle = next((w for w in ready if w.in_flight == 0), None)
+        while queue.suspects and self._may_feed(index):
+            idle = pool.idle()
             if idle is None:
-                # let the least busy worker run dry, so a suspect does not wait for the end
-                ready.remove(min(ready, key=lambda w: w.in_flight))
+                pool.reserve_for_suspect()  # so a suspect does not wait for the end
                 break
             self._send(index, idle, [[queue.pop_suspect()]], alone=True)
-            ready.remove(idle)
-        if not ready:
-            return
         batch_size = stage.spec.batch_size
         task_time = stage.meter.task_time.value
         depth = 2 if task_time is not None and task_time * batch_size < PREFETCH_BELOW_S else 1
@@ -316,20 +295,20 @@ class Controller:
             full_batches = len(queue.fresh) // batch_size
             if not full_batches and not upstream_done:
                 return  # wait for a full batch; the remainder goes once upstream is done
-            worker = min(ready, key=lambda w: w.in_flight)
-            if worker.in_flight >= depth:
+            worker = pool.feedable(depth)
+            if worker is None:
                 return
             count = 1
             if task_time is not None:
                 count = int(MESSAGE_TARGET_S / max(task_time * batch_size, 1e-7))
-                fair = math.ceil(max(1, full_batches) / len(ready))
+                fair = math.ceil(max(1, full_batches) / pool.ready_count)
                 count = max(1, min(count, fair, MAX_BATCHES_PER_MESSAGE))
             if not upstream_done:
                 count = min(count, full_batches)  # never a partial batch before the end
             batches = [queue.take(batch_size) for _ in range(count) if queue.fresh]
             self._send(index, worker, batches, alone=False)
 
-    def _send(self, index: int, worker: _Worker, groups: list[list[Entry]], alone: bool) -> None:
+    def _send(self, index: int, worker: Worker, groups: list[list[Entry]], alone: bool) -> None:
         stage = self.stages[index]
         ids, payload = [], []
         for entries in groups:
@@ -338,8 +317,7 @@ class Controller:
             ids.append(batch_id)
             payload.append((batch_id, [e.handle for e in entries]))
             stage.in_flight_tasks += len(entries)
-        worker.messages.append(ids)
-        worker.alone = alone
+        stage.pool.sent(worker, ids, alone)
         self.backend.submit(worker.worker_id, payload)
 
     # -- events ---------------------------------------------------------------------------
@@ -351,9 +329,9 @@ class Controller:
             if batch is not None:
                 self._retry_or_fail(batch.stage, batch.entries, event.error)
         elif isinstance(event, WorkerReady):
-            worker = self._worker(event.worker_id)
+            worker = self.workers.get(event.worker_id)
             if worker is not None:
-                worker.ready = True
+                self.stages[worker.stage].pool.mark_ready(worker)
                 # what a new worker costs: process start and setup, as the controller waits
                 started = self.backend.now() - worker.started_at
                 self.stages[worker.stage].meter.setup_s.update(max(started, event.setup_s))
@@ -367,18 +345,11 @@ class Controller:
                 event.worker_id, ErrorInfo("WorkerDied", "worker stopped with work in flight")
             )
         elif isinstance(event, WorkerSetupFailed):
-            worker = self._worker(event.worker_id)
+            worker = self.workers.get(event.worker_id)
             name = self.stages[worker.stage].spec.name if worker else event.worker_id
             raise StageSetupError(
                 name, f"{event.error.type}: {event.error.message}", event.error.traceback
             )
-
-    def _worker(self, worker_id: str) -> _Worker | None:
-        for stage in self.stages:
-            worker = stage.workers.get(worker_id)
-            if worker is not None:
-                return worker
-        return None
 
     def _pop_batch(self, worker_id: str, batch_id: int) -> _Batch | None:
         batch = self.batches.pop(batch_id, None)
@@ -386,15 +357,9 @@ class Controller:
             return None
         stage = self.stages[batch.stage]
         stage.in_flight_tasks -= len(batch.entries)
-        worker = stage.workers.get(worker_id)
-        if worker is not None and worker.messages:
-            message = worker.messages[0]
-            if batch_id in message:
-                message.remove(batch_id)
-                if not message:
-                    worker.messages.popleft()
-                    if not worker.messages:
-                        worker.alone = False
+        worker = self.workers.get(worker_id)
+        if worker is not None:
+            stage.pool.batch_done(worker, batch_id)
         return batch
 
     def _on_done(self, event: BatchesDone) -> None:
@@ -449,12 +414,12 @@ class Controller:
                 stage.queue.push_suspect(entry)
 
     def _on_worker_gone(self, worker_id: str, error: ErrorInfo) -> None:
-        worker = self._worker(worker_id)
+        worker = self.workers.pop(worker_id, None)
         if worker is None:
             return
         self._initial_workers.discard(worker_id)
         stage = self.stages[worker.stage]
-        del stage.workers[worker_id]
+        stage.pool.remove(worker_id)
         if self.ledger is not None:
             self.ledger.release(worker_id)
         if not worker.stopping:
@@ -470,7 +435,7 @@ class Controller:
         for index, stage in enumerate(self.stages):
             if not stage.done and self._upstream_done(index) and stage.backlog == 0:
                 stage.done = True
-                stage.stats.final_workers = len(stage.live)
+                stage.stats.final_workers = stage.pool.live_count
                 stage.target = 0  # free its resources for the stages still working
                 self._next_autoscale = min(
                     self._next_autoscale, self._last_autoscale + MIN_AUTOSCALE_SPACING_S
@@ -498,7 +463,7 @@ class Controller:
                     gpus=gpus,
                     batch_size=spec.batch_size,
                     pinned=spec.num_workers,
-                    workers=len(stage.live),
+                    workers=stage.pool.live_count,
                     task_time_s=stage.meter.task_time.value,
                     fanout=stage.meter.fanout.value,
                     backlog=stage.backlog,
@@ -542,43 +507,43 @@ class Controller:
     def _reconcile(self) -> None:
         assert self.ledger is not None
         for stage in self.stages:
-            live = stage.live
-            excess = len(live) - stage.target
+            excess = stage.pool.live_count - stage.target
             if excess <= 0:
                 continue
             # stop the least useful first: not ready yet, then idle, then busy
-            live.sort(key=lambda w: (w.ready, w.in_flight))
+            live = sorted(stage.pool.live(), key=lambda w: (w.ready, w.in_flight))
             for worker in live[:excess]:
-                worker.stopping = True
+                stage.pool.mark_stopping(worker)
                 self.backend.stop_worker(worker.worker_id)
-        order = sorted(self.stages, key=lambda s: len(s.live) / max(s.target, 1))
-        for stage in order:
-            while len(stage.live) < stage.target:
+        short = [s for s in self.stages if s.pool.live_count < s.target]
+        short.sort(key=lambda s: s.pool.live_count / max(s.target, 1))
+        for stage in short:
+            pool = stage.pool
+            while pool.live_count < stage.target:
                 worker_id = f"{stage.spec.name}-{next(self.worker_seq)}"
                 # a stage's first worker may share CPUs: without it the stream would stall
                 placement = self.ledger.allocate(
-                    worker_id, stage.spec.resources, overcommit_cpus=not stage.live
+                    worker_id, stage.spec.resources, overcommit_cpus=not pool.live_count
                 )
                 if placement is None:
                     break
-                stage.workers[worker_id] = _Worker(
-                    worker_id, stage.spec.index, started_at=self.backend.now()
-                )
-                peak = len(stage.workers)
-                if peak > stage.stats.peak_workers:
-                    stage.stats.peak_workers = peak
+                worker = Worker(worker_id, stage.spec.index, started_at=self.backend.now())
+                pool.add(worker)
+                self.workers[worker_id] = worker
+                if len(pool) > stage.stats.peak_workers:
+                    stage.stats.peak_workers = len(pool)
                 self.backend.start_worker(worker_id, stage.spec, placement)
 
     # -- reporting ------------------------------------------------------------------------
     def snapshot(self, now: float) -> RunSnapshot:
         stages = []
         for stage in self.stages:
-            ready = sum(1 for w in stage.workers.values() if w.ready and not w.stopping)
+            pool = stage.pool
             stages.append(
                 StageSnapshot(
                     name=stage.spec.name,
-                    workers_ready=ready,
-                    workers_starting=len(stage.live) - ready,
+                    workers_ready=pool.ready_count,
+                    workers_starting=pool.live_count - pool.ready_count,
                     target=stage.target,
                     queued=len(stage.queue),
                     queued_bytes=stage.queue.bytes,

@@ -1,0 +1,130 @@
+"""A stage's workers as the controller tracks them, indexed for O(1) dispatch choices.
+
+With thousands of workers (the simulator runs 2,000-GPU clusters) scanning every worker for
+each batch would dominate; instead ready workers sit in buckets by how many messages they
+hold, and counts are kept as things change.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+
+@dataclass(eq=False)
+class Worker:
+    worker_id: str
+    stage: int
+    started_at: float = 0.0
+    ready: bool = False
+    stopping: bool = False
+    alone: bool = False  # holds a suspect task: gets nothing else meanwhile
+    messages: deque[list[int]] = field(default_factory=deque)  # batch ids per message sent
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.messages)
+
+
+class Pool:
+    """Workers of one stage: all of them, the live count, and who can take work now."""
+
+    __slots__ = ("_free", "live_count", "ready_count", "reserved", "workers")
+
+    #: a worker holds at most this many messages (one running, one waiting)
+    MAX_DEPTH = 2
+
+    def __init__(self) -> None:
+        self.workers: dict[str, Worker] = {}
+        self.live_count = 0  # not asked to stop
+        self.ready_count = 0  # ready and not asked to stop
+        self.reserved: Worker | None = None  # left to run dry for a suspect
+        self._free: tuple[dict[str, Worker], ...] = tuple({} for _ in range(self.MAX_DEPTH))
+
+    def __len__(self) -> int:
+        return len(self.workers)
+
+    def _index(self, worker: Worker) -> None:
+        for bucket in self._free:
+            bucket.pop(worker.worker_id, None)
+        if (
+            worker.ready
+            and not worker.stopping
+            and not worker.alone
+            and worker.in_flight < self.MAX_DEPTH
+            and worker.worker_id in self.workers
+        ):
+            self._free[worker.in_flight][worker.worker_id] = worker
+
+    def add(self, worker: Worker) -> None:
+        self.workers[worker.worker_id] = worker
+        self.live_count += 1
+
+    def remove(self, worker_id: str) -> Worker | None:
+        worker = self.workers.pop(worker_id, None)
+        if worker is None:
+            return None
+        if not worker.stopping:
+            self.live_count -= 1
+            if worker.ready:
+                self.ready_count -= 1
+        if self.reserved is worker:
+            self.reserved = None
+        self._index(worker)
+        return worker
+
+    def mark_ready(self, worker: Worker) -> None:
+        if not worker.ready and not worker.stopping:
+            self.ready_count += 1
+        worker.ready = True
+        self._index(worker)
+
+    def mark_stopping(self, worker: Worker) -> None:
+        if not worker.stopping:
+            self.live_count -= 1
+            if worker.ready:
+                self.ready_count -= 1
+        worker.stopping = True
+        if self.reserved is worker:
+            self.reserved = None
+        self._index(worker)
+
+    def sent(self, worker: Worker, batch_ids: list[int], alone: bool) -> None:
+        worker.messages.append(batch_ids)
+        worker.alone = alone
+        if self.reserved is worker:
+            self.reserved = None
+        self._index(worker)
+
+    def batch_done(self, worker: Worker, batch_id: int) -> None:
+        """A batch of the worker's oldest message finished; the message ends with its last."""
+        if not worker.messages:
+            return
+        message = worker.messages[0]
+        if batch_id in message:
+            message.remove(batch_id)
+            if not message:
+                worker.messages.popleft()
+                if not worker.messages:
+                    worker.alone = False
+                self._index(worker)
+
+    def idle(self) -> Worker | None:
+        """A ready worker with nothing in flight (for a suspect, which must run alone)."""
+        return next(iter(self._free[0].values()), None)
+
+    def feedable(self, depth: int) -> Worker | None:
+        """The least busy worker that may take another message, never the reserved one."""
+        for level in range(min(depth, self.MAX_DEPTH)):
+            for worker in self._free[level].values():
+                if worker is not self.reserved:
+                    return worker
+        return None
+
+    def reserve_for_suspect(self) -> None:
+        """Stop feeding the least busy worker so that it runs dry and can take a suspect."""
+        if self.reserved is None:
+            self.reserved = next(iter(self._free[1].values()), None)
+
+    def live(self) -> list[Worker]:
+        return [w for w in self.workers.values() if not w.stopping]

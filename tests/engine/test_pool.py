@@ -1,0 +1,68 @@
+"""Pool bookkeeping: counts and the buckets the controller picks workers from."""
+
+from __future__ import annotations
+
+from conveyor.engine.pool import Pool, Worker
+
+
+def make(n: int) -> tuple[Pool, list[Worker]]:
+    pool = Pool()
+    workers = [Worker(f"w{i}", 0) for i in range(n)]
+    for worker in workers:
+        pool.add(worker)
+    return pool, workers
+
+
+def test_counts_follow_lifecycle() -> None:
+    pool, (a, b) = make(2)
+    assert (pool.live_count, pool.ready_count) == (2, 0)
+    assert pool.feedable(2) is None  # nobody ready yet
+    pool.mark_ready(a)
+    pool.mark_ready(a)  # idempotent
+    assert (pool.live_count, pool.ready_count) == (2, 1)
+    pool.mark_stopping(a)
+    assert (pool.live_count, pool.ready_count) == (1, 0)
+    assert pool.feedable(2) is None
+    pool.remove("w0")
+    pool.remove("w1")
+    assert (pool.live_count, pool.ready_count, len(pool)) == (0, 0, 0)
+
+
+def test_least_busy_first_and_depth_respected() -> None:
+    pool, (a, b) = make(2)
+    pool.mark_ready(a)
+    pool.mark_ready(b)
+    first = pool.feedable(1)
+    assert first is not None
+    pool.sent(first, [1], alone=False)
+    second = pool.feedable(1)
+    assert second is not None and second is not first
+    pool.sent(second, [2], alone=False)
+    assert pool.feedable(1) is None  # depth 1: both busy
+    assert pool.feedable(2) in (a, b)  # depth 2: a second message may wait
+    pool.batch_done(first, 1)
+    assert pool.idle() is first
+
+
+def test_alone_worker_gets_nothing_else_until_done() -> None:
+    pool, (a,) = make(1)
+    pool.mark_ready(a)
+    pool.sent(a, [7], alone=True)
+    assert pool.feedable(2) is None and pool.idle() is None
+    pool.batch_done(a, 7)
+    assert pool.idle() is a and not a.alone
+
+
+def test_reserved_worker_runs_dry_for_a_suspect() -> None:
+    pool, (a, b) = make(2)
+    for worker in (a, b):
+        pool.mark_ready(worker)
+        pool.sent(worker, [int(worker.worker_id[1:])], alone=False)
+    pool.reserve_for_suspect()
+    reserved = pool.reserved
+    assert reserved is not None
+    assert pool.feedable(2) is not reserved and pool.feedable(2) is not None
+    pool.batch_done(reserved, int(reserved.worker_id[1:]))
+    assert pool.idle() is reserved
+    pool.sent(reserved, [9], alone=True)
+    assert pool.reserved is None
