@@ -14,7 +14,7 @@ def make(n: int) -> tuple[Pool, list[Worker]]:
 
 
 def test_counts_follow_lifecycle() -> None:
-    pool, (a, b) = make(2)
+    pool, (a, _b) = make(2)
     assert (pool.live_count, pool.ready_count) == (2, 0)
     assert pool.feedable(2) is None  # nobody ready yet
     pool.mark_ready(a)
