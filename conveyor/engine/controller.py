@@ -151,6 +151,9 @@ class Controller:
         self._closed = False
         self._ended = False
         self._initial_workers: set[str] = set()
+        # set when a start could succeed now (new targets, freed resources): failed
+        # placements are not retried on every turn of the loop
+        self._placement_dirty = True
 
     # -- the loop -------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:
@@ -198,6 +201,7 @@ class Controller:
     def _begin(self) -> None:
         nodes = self.backend.nodes()
         self.ledger = Ledger.of(nodes)
+        self.ledger.gpu_cpu_reserve = self._cpus_per_gpu()
         n = len(self.stages)
         budget = edge_budget(
             self.backend.memory_budget_bytes,
@@ -223,6 +227,22 @@ class Controller:
                 "(streaming runs all stages at once; BatchExecutor runs one at a time)"
             )
 
+    def _cpus_per_gpu(self) -> float:
+        """CPUs the hungriest GPU stage needs per GPU: kept free on GPU nodes for it."""
+        assert self.ledger is not None
+        memory = next(
+            (n.gpu_memory_gb for n in self.ledger.nodes.values() if n.gpu_memory_gb), None
+        )
+        ratios = [0.0]
+        for stage in self.stages:
+            res = stage.spec.resources
+            share = float(res.whole_gpus) if res.gpus >= 1 else res.gpus
+            if res.gpu_memory_gb and memory:
+                share = res.gpu_memory_gb / memory
+            if share > 0:
+                ratios.append(res.cpus / share)
+        return max(ratios)
+
     # -- inputs ---------------------------------------------------------------------------
     def _edge(self, stage_index: int) -> EdgeState:
         """The queue *into* stage ``stage_index`` (or the final outputs past the last stage)."""
@@ -241,8 +261,14 @@ class Controller:
         if self.config.stage_at_a_time:
             return True
         nxt = stage_index + 1
-        consumer_batch = self.stages[nxt].spec.batch_size if nxt < len(self.stages) else 1
-        return may_feed(self._edge(nxt), self.budgets[nxt], consumer_batch)
+        if nxt < len(self.stages):
+            queue = self.stages[nxt].queue
+            if len(queue) < self.stages[nxt].spec.batch_size:
+                return True  # the fast path of the policy's deadlock rule, without allocations
+        return may_feed(self._edge(nxt), self.budgets[nxt], self._consumer_batch(nxt))
+
+    def _consumer_batch(self, edge: int) -> int:
+        return self.stages[edge].spec.batch_size if edge < len(self.stages) else 1
 
     def _admit(self) -> None:
         if self.source_done:
@@ -422,6 +448,7 @@ class Controller:
         stage.pool.remove(worker_id)
         if self.ledger is not None:
             self.ledger.release(worker_id)
+            self._placement_dirty = True
         if not worker.stopping:
             stage.stats.worker_deaths += 1
         for batch_id in [b for m in worker.messages for b in m]:
@@ -475,6 +502,7 @@ class Controller:
 
     def _autoscale(self, now: float, initial: bool = False) -> None:
         assert self.ledger is not None
+        self._placement_dirty = True
         self._last_autoscale = now
         self._next_autoscale = now + self.config.autoscale_interval_s
         gone = self.ledger.refresh(self.backend.nodes())
@@ -515,6 +543,9 @@ class Controller:
             for worker in live[:excess]:
                 stage.pool.mark_stopping(worker)
                 self.backend.stop_worker(worker.worker_id)
+        if not self._placement_dirty:
+            return
+        self._placement_dirty = False
         short = [s for s in self.stages if s.pool.live_count < s.target]
         short.sort(key=lambda s: s.pool.live_count / max(s.target, 1))
         for stage in short:

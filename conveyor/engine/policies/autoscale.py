@@ -33,8 +33,9 @@ class AutoscaleConfig:
     scale_down_delay_s: float = 0.5
     #: removals of a stage wait at least this many times its measured setup time
     setup_cost_factor: float = 2.0
-    #: upper bound on workers of one stage (matters for stages that reserve no resources)
-    max_workers_per_stage: int = 64
+    #: upper bound on workers of one stage; ``None``: only the budget limits a stage, and a
+    #: stage that reserves no CPU or GPU gets at most one worker per CPU of the cluster
+    max_workers_per_stage: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("min_gain", "scale_down_delay_s", "setup_cost_factor"):
@@ -48,7 +49,9 @@ class AutoscaleConfig:
             ):
                 raise ValueError(f"AutoscaleConfig.{name} must be a number >= 0, got {value!r}")
         workers = self.max_workers_per_stage
-        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        if workers is not None and (
+            isinstance(workers, bool) or not isinstance(workers, int) or workers < 1
+        ):
             raise ValueError(
                 f"AutoscaleConfig.max_workers_per_stage must be an int >= 1, got {workers!r}"
             )
@@ -88,6 +91,7 @@ class AutoscaleState:
 
 #: floor on a measured task time, so a stage measured at 0 s is very fast, not unmeasured
 _MIN_TASK_TIME_S = 1e-9
+_NO_CAP = 1 << 30  # "unlimited" that still compares as an int
 
 
 def _weights(stages: Sequence[StageObservation]) -> list[float]:
@@ -141,11 +145,12 @@ def _remaining(stages: Sequence[StageObservation]) -> list[float] | None:
 
 
 def _caps(
-    stages: Sequence[StageObservation], config: AutoscaleConfig
+    stages: Sequence[StageObservation], config: AutoscaleConfig, budget: Budget
 ) -> tuple[list[int], list[int]]:
     """Per stage: the most workers worth keeping, and the most worth *starting*.
 
-    Without an end in sight the only limit is ``max_workers_per_stage``. Once the source is
+    Without an end in sight the only limit is ``max_workers_per_stage`` (or, for a stage that
+    reserves nothing and so is never stopped by the budget, the cluster's CPUs). Once the source is
     exhausted, a stage cannot use more workers than batches it will still see, and a new
     worker is worth starting only if the stage's remaining work outlasts one worker's setup.
     A stage not measured yet starts no more workers than it has batches waiting.
@@ -153,7 +158,12 @@ def _caps(
     remaining = _remaining(stages)
     keep, start = [], []
     for i, s in enumerate(stages):
-        cap = config.max_workers_per_stage
+        if config.max_workers_per_stage is not None:
+            cap = config.max_workers_per_stage
+        elif s.cpus <= 0 and s.gpus <= 0:
+            cap = max(1, math.ceil(budget.cpus))
+        else:
+            cap = _NO_CAP
         grow = cap
         if remaining is not None:
             left = remaining[i]
@@ -181,7 +191,7 @@ def plan(
     weights = _weights(stages)
     active = [not s.finished for s in stages]
     current = [s.workers for s in stages]
-    keep, start = _caps(stages, config)
+    keep, start = _caps(stages, config, budget)
     base, caps, grow = [], [], []
     for i, s in enumerate(stages):
         if s.finished:

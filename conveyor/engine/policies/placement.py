@@ -39,13 +39,19 @@ def gpu_share(resources: Resources, node: NodeFree) -> float:
 
 
 def choose(
-    nodes: Iterable[NodeFree], resources: Resources, overcommit_cpus: bool = False
+    nodes: Iterable[NodeFree],
+    resources: Resources,
+    overcommit_cpus: bool = False,
+    gpu_cpu_reserve: float = 0.0,
 ) -> WorkerPlacement | None:
     """Best node and devices for one worker, or ``None`` when it fits nowhere.
 
     ``overcommit_cpus`` lets the worker exceed a node's free CPUs (GPUs still must fit): a
     stage's *first* worker is placed that way, because a stage without a worker stalls the
     whole stream, while a CPU shared by one more process only slows down.
+
+    ``gpu_cpu_reserve`` CPUs per free GPU are kept away from CPU-only workers, so CPU-hungry
+    stages never take the CPUs that GPU workers need to land next to their GPUs.
 
     - whole GPUs: the node with the fewest untouched devices that still has enough (keeps large
       holes for large requests);
@@ -76,19 +82,49 @@ def choose(
             key = (left - share, -node.cpus)
             placement = WorkerPlacement(node.node_id, (device,), share)
         else:
-            key = (len(node.gpu_free), -node.cpus)
+            usable = node.cpus - gpu_cpu_reserve * sum(node.gpu_free)
+            if not overcommit_cpus and usable + _EPS < resources.cpus:
+                continue
+            key = (len(node.gpu_free), -usable)
             placement = WorkerPlacement(node.node_id, (), 0.0)
         if best is None or key < best[0]:
             best = (key, placement)
     return best[1] if best else None
 
 
+def _state(node: NodeFree) -> tuple[object, ...]:
+    """Nodes in the same state are interchangeable for placement."""
+    return (
+        round(node.cpus, 6),
+        tuple(sorted(round(f, 6) for f in node.gpu_free)),
+        node.gpu_memory_gb,
+    )
+
+
 @dataclass
 class Ledger:
-    """Free resources per node, updated as workers are placed and released."""
+    """Free resources per node, updated as workers are placed and released.
+
+    Nodes are grouped by state (free CPUs, free share of each GPU, GPU memory): placement
+    compares one node per group, so a decision on a 1,000-node cluster of a few node types
+    costs little more than on one node. ``gpu_cpu_reserve`` is passed to ``choose``.
+    """
 
     nodes: dict[str, NodeFree] = field(default_factory=dict)
     held: dict[str, tuple[Resources, WorkerPlacement]] = field(default_factory=dict)
+    gpu_cpu_reserve: float = 0.0
+    _groups: dict[tuple[object, ...], dict[str, None]] = field(default_factory=dict)
+
+    def _ungroup(self, node: NodeFree) -> None:
+        key = _state(node)
+        group = self._groups.get(key)
+        if group is not None:
+            group.pop(node.node_id, None)
+            if not group:
+                del self._groups[key]
+
+    def _group(self, node: NodeFree) -> None:
+        self._groups.setdefault(_state(node), {})[node.node_id] = None
 
     @classmethod
     def of(cls, nodes: Iterable[NodeInfo]) -> Ledger:
@@ -101,7 +137,7 @@ class Ledger:
         current = {n.node_id: n for n in nodes}
         gone = [node_id for node_id in self.nodes if node_id not in current]
         for node_id in gone:
-            del self.nodes[node_id]
+            self._ungroup(self.nodes.pop(node_id))
         for node_id, node in current.items():
             if node_id not in self.nodes:
                 fresh = NodeFree.of(node)
@@ -109,12 +145,20 @@ class Ledger:
                     if placement.node_id == node_id:
                         self._apply(fresh, resources, placement, -1)
                 self.nodes[node_id] = fresh
+                self._group(fresh)
         return gone
 
     def totals(self) -> tuple[float, float]:
         cpus = sum(n.total_cpus for n in self.nodes.values())
         gpus = float(sum(len(n.gpu_free) for n in self.nodes.values()))
         return cpus, gpus
+
+    def _move(
+        self, node: NodeFree, resources: Resources, placement: WorkerPlacement, sign: int
+    ) -> None:
+        self._ungroup(node)
+        self._apply(node, resources, placement, sign)
+        self._group(node)
 
     @staticmethod
     def _apply(node: NodeFree, resources: Resources, placement: WorkerPlacement, sign: int) -> None:
@@ -127,9 +171,10 @@ class Ledger:
     def allocate(
         self, worker_id: str, resources: Resources, overcommit_cpus: bool = False
     ) -> WorkerPlacement | None:
-        placement = choose(self.nodes.values(), resources, overcommit_cpus)
+        candidates = [self.nodes[next(iter(group))] for group in self._groups.values()]
+        placement = choose(candidates, resources, overcommit_cpus, self.gpu_cpu_reserve)
         if placement is not None:
-            self._apply(self.nodes[placement.node_id], resources, placement, -1)
+            self._move(self.nodes[placement.node_id], resources, placement, -1)
             self.held[worker_id] = (resources, placement)
         return placement
 
@@ -140,4 +185,4 @@ class Ledger:
         resources, placement = held
         node = self.nodes.get(placement.node_id)
         if node is not None:
-            self._apply(node, resources, placement, +1)
+            self._move(node, resources, placement, +1)

@@ -351,8 +351,13 @@ def test_forced_corrections_ignore_min_gain() -> None:
 # -- max_workers_per_stage ----------------------------------------------------------------
 def test_stage_with_zero_resources_is_capped() -> None:  # knob: max_workers_per_stage
     free = cpu_stage("free", 1.0, cpus=0.0)
-    assert run_plan([free], cpus=0) == [64]
-    assert run_plan([free], cpus=0, config=AutoscaleConfig(max_workers_per_stage=5)) == [5]
+    assert run_plan([free], cpus=8) == [8]  # by default: one worker per CPU of the cluster
+    assert run_plan([free], cpus=8, config=AutoscaleConfig(max_workers_per_stage=5)) == [5]
+
+
+def test_stages_that_reserve_resources_are_not_capped_by_default() -> None:
+    stages = [gpu_stage("a", 1.0), gpu_stage("b", 1.0)]
+    assert run_plan(stages, gpus=400, cpus=1000) == [200, 200]
 
 
 def test_worker_cap_applies_to_any_stage() -> None:  # knob: max_workers_per_stage
@@ -379,7 +384,7 @@ def test_invalid_float_knobs_raise(field: str, value: Any) -> None:
         AutoscaleConfig(**{field: value})
 
 
-@pytest.mark.parametrize("value", [0, -3, 2.5, "4", None, True])
+@pytest.mark.parametrize("value", [0, -3, 2.5, "4", True])
 def test_invalid_worker_cap_raises(value: Any) -> None:
     with pytest.raises(ValueError, match=r"max_workers_per_stage must be an int >= 1"):
         AutoscaleConfig(max_workers_per_stage=value)

@@ -66,9 +66,10 @@ def test_fractional_worker_goes_to_the_most_used_device_that_fits() -> None:
 
 def test_fractional_worker_prefers_the_partly_used_node() -> None:
     ledger = Ledger.of([node("a", gpus=1), node("b", gpus=1)])
-    ledger.nodes["b"].gpu_free[0] = 0.5
-    placement = place(ledger, Resources(gpus=0.5))
-    assert placement == WorkerPlacement("b", (0,), 0.5)
+    first = place(ledger, Resources(gpus=0.5))
+    assert first is not None
+    # the second half goes next to the first, leaving the other node's GPU whole
+    assert place(ledger, Resources(gpus=0.5)) == first
 
 
 def test_tenth_gpu_workers_fit_ten_to_a_device_despite_rounding() -> None:
@@ -350,3 +351,46 @@ def test_overcommit_places_a_cpu_worker_on_a_full_node_but_never_a_gpu_one() -> 
     assert ledger.allocate("c", Resources(cpus=0.5), overcommit_cpus=False) is None
     assert ledger.allocate("g", Resources(cpus=1, gpus=1), overcommit_cpus=True) is not None
     assert ledger.allocate("h", Resources(cpus=0, gpus=1), overcommit_cpus=True) is None
+
+
+def test_cpu_workers_leave_gpu_nodes_the_cpus_their_gpus_need() -> None:
+    ledger = Ledger.of([node("g", cpus=8, gpus=4)])
+    ledger.gpu_cpu_reserve = 1.0  # the GPU stage needs one CPU per GPU
+    cpu_only = [ledger.allocate(f"c{i}", Resources(cpus=1)) for i in range(8)]
+    assert sum(p is not None for p in cpu_only) == 4  # 4 CPUs stay for the 4 GPUs
+    gpu = [ledger.allocate(f"g{i}", Resources(cpus=1, gpus=1)) for i in range(4)]
+    assert all(p is not None for p in gpu)
+
+
+def test_grouped_ledger_places_as_well_as_a_full_scan() -> None:
+    import random
+
+    from conveyor.engine.policies.placement import choose
+
+    rng = random.Random(7)
+    shapes = [
+        Resources(cpus=1),
+        Resources(cpus=2, gpus=0.25),
+        Resources(cpus=1, gpus=1),
+        Resources(cpus=4, gpus=4),
+        Resources(cpus=0.5, gpus=0.5),
+    ]
+    nodes = [
+        node(f"n{i}", cpus=rng.choice([16, 32, 64]), gpus=rng.choice([0, 4, 8])) for i in range(40)
+    ]
+    ledger = Ledger.of(nodes)
+    for i in range(600):
+        resources = rng.choice(shapes)
+        expected = choose(list(ledger.nodes.values()), resources)
+        got = ledger.allocate(f"w{i}", resources)
+        assert (got is None) == (expected is None)
+        if got is not None and expected is not None:
+            a, b = ledger.nodes[got.node_id], ledger.nodes[expected.node_id]
+            # the same quality of choice: same kind of node in the same state
+            assert (len(a.gpu_free), a.total_cpus) == (len(b.gpu_free), b.total_cpus) or (
+                got.gpu_fraction == expected.gpu_fraction
+            )
+        if rng.random() < 0.3 and ledger.held:
+            ledger.release(rng.choice(list(ledger.held)))
+    for n in ledger.nodes.values():
+        assert n.cpus >= -1e-9 and all(-1e-9 <= f <= 1 + 1e-9 for f in n.gpu_free)
