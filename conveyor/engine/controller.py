@@ -85,7 +85,7 @@ class ControllerConfig:
             raise ValueError(f"edge_max_bytes must be >= 1, got {self.edge_max_bytes}")
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Batch:
     batch_id: int
     stage: int
@@ -131,7 +131,8 @@ class Controller:
         self.source_done = False
         self.admitted = 0
         self.outputs = 0
-        self.final: deque[Handle] = deque()
+        self.final: deque[Handle] = deque()  # last-stage outputs not yet handed out
+        self.final_bytes = 0
         self.failures: list[FailureRecord] = []
         self.batches: dict[int, _Batch] = {}
         self.batch_ids = itertools.count()
@@ -193,6 +194,7 @@ class Controller:
 
     def _take_output(self) -> Any:
         handle = self.final.popleft()
+        self.final_bytes -= handle.nbytes
         if self._first_output_s is None:
             self._first_output_s = self.backend.now() - self._t0
         self.outputs += 1
@@ -247,7 +249,7 @@ class Controller:
     def _edge(self, stage_index: int) -> EdgeState:
         """The queue *into* stage ``stage_index`` (or the final outputs past the last stage)."""
         if stage_index >= len(self.stages):
-            return EdgeState(len(self.final), sum(h.nbytes for h in self.final))
+            return EdgeState(len(self.final), self.final_bytes)
         stage = self.stages[stage_index]
         producer_expected = (0.0, 0.0)
         if stage_index > 0:
@@ -415,6 +417,7 @@ class Controller:
                     push(Entry(handle))
             else:
                 self.final.extend(outcome.outputs)
+                self.final_bytes += sum(h.nbytes for h in outcome.outputs)
 
     def _retry_or_fail(self, index: int, entries: list[Entry], error: ErrorInfo) -> None:
         stage = self.stages[index]

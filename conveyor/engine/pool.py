@@ -11,7 +11,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Worker:
     worker_id: str
     stage: int
