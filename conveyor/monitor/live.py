@@ -59,8 +59,8 @@ class LiveView:
     final table shows whole-run averages from the ``RunResult``. Redraws are limited to
     ``refresh_per_second`` because the monitor runs on the controller's loop.
 
-    If a run fails, the controller never calls ``on_end``: call ``close()`` (or use the view as
-    a context manager) to restore the terminal.
+    The controller calls ``on_end`` also when a run fails or is stopped early; ``close()`` (or
+    using the view as a context manager) restores the terminal if it never started.
     """
 
     def __init__(
