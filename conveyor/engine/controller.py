@@ -553,14 +553,15 @@ class Controller:
         short.sort(key=lambda s: s.pool.live_count / max(s.target, 1))
         for stage in short:
             pool = stage.pool
-            while pool.live_count < stage.target:
-                worker_id = f"{stage.spec.name}-{next(self.worker_seq)}"
-                # a stage's first worker may share CPUs: without it the stream would stall
-                placement = self.ledger.allocate(
-                    worker_id, stage.spec.resources, overcommit_cpus=not pool.live_count
-                )
-                if placement is None:
-                    break
+            wanted = [
+                f"{stage.spec.name}-{next(self.worker_seq)}"
+                for _ in range(stage.target - pool.live_count)
+            ]
+            # a stage's first worker may share CPUs: without it the stream would stall
+            placements = self.ledger.allocate_many(
+                wanted, stage.spec.resources, overcommit_first=not pool.live_count
+            )
+            for worker_id, placement in zip(wanted, placements, strict=False):
                 worker = Worker(worker_id, stage.spec.index, started_at=self.backend.now())
                 pool.add(worker)
                 self.workers[worker_id] = worker

@@ -23,6 +23,7 @@ class NodeFree:
     gpu_free: list[float]  # free share of each device, 1.0 = untouched
     gpu_memory_gb: float | None = None
     total_cpus: float = 0.0
+    group: tuple[object, ...] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def of(cls, node: NodeInfo) -> NodeFree:
@@ -36,6 +37,10 @@ def gpu_share(resources: Resources, node: NodeFree) -> float:
     if resources.gpu_memory_gb > 0:
         return resources.gpu_fraction(node.gpu_memory_gb)
     return resources.gpus
+
+
+_Choice = tuple[NodeFree, tuple[int, ...], float]
+_Key = tuple[float, float]
 
 
 def choose(
@@ -59,18 +64,34 @@ def choose(
     - CPU-only: the node with the fewest GPUs and most free CPUs, so GPU nodes keep their CPUs
       for the GPU stages that need them.
     """
-    best: tuple[tuple[float, ...], WorkerPlacement] | None = None
+    best, _, _ = _rank(nodes, resources, overcommit_cpus, gpu_cpu_reserve)
+    if best is None:
+        return None
+    node, devices, share = best
+    return WorkerPlacement(node.node_id, devices, share)
+
+
+def _rank(
+    nodes: Iterable[NodeFree], resources: Resources, overcommit_cpus: bool, gpu_cpu_reserve: float
+) -> tuple[_Choice | None, _Key | None, _Key | None]:
+    """The best choice for ``choose``, its key, and the runner-up's key (lower is better)."""
+    whole = resources.gpus >= 1
+    fractional = not whole and resources.requires_gpu
+    need = resources.whole_gpus
+    cpus = resources.cpus
+    best_key: _Key | None = None
+    second_key: _Key | None = None
+    best: _Choice | None = None
     for node in nodes:
-        if not overcommit_cpus and node.cpus + _EPS < resources.cpus:
+        if not overcommit_cpus and node.cpus + _EPS < cpus:
             continue
-        if resources.gpus >= 1:
-            need = resources.whole_gpus
+        if whole:
             free = [i for i, f in enumerate(node.gpu_free) if f >= 1.0 - _EPS]
             if len(free) < need:
                 continue
-            key: tuple[float, ...] = (len(free), -node.cpus)
-            placement = WorkerPlacement(node.node_id, tuple(free[:need]), 1.0)
-        elif resources.requires_gpu:
+            key = (float(len(free)), -node.cpus)
+            choice = (node, tuple(free[:need]), 1.0)
+        elif fractional:
             try:
                 share = gpu_share(resources, node)
             except ValueError:
@@ -80,23 +101,26 @@ def choose(
                 continue
             left, device = min(fits)
             key = (left - share, -node.cpus)
-            placement = WorkerPlacement(node.node_id, (device,), share)
+            choice = (node, (device,), share)
         else:
             usable = node.cpus - gpu_cpu_reserve * sum(node.gpu_free)
-            if not overcommit_cpus and usable + _EPS < resources.cpus:
+            if not overcommit_cpus and usable + _EPS < cpus:
                 continue
-            key = (len(node.gpu_free), -usable)
-            placement = WorkerPlacement(node.node_id, (), 0.0)
-        if best is None or key < best[0]:
-            best = (key, placement)
-    return best[1] if best else None
+            key = (float(len(node.gpu_free)), -usable)
+            choice = (node, (), 0.0)
+        if best_key is None or key < best_key:
+            second_key = best_key
+            best_key, best = key, choice
+        elif second_key is None or key < second_key:
+            second_key = key
+    return best, best_key, second_key
 
 
 def _state(node: NodeFree) -> tuple[object, ...]:
-    """Nodes in the same state are interchangeable for placement."""
+    """Nodes in the same state are interchangeable for placement (shares to 1e-6)."""
     return (
-        round(node.cpus, 6),
-        tuple(sorted(round(f, 6) for f in node.gpu_free)),
+        int(node.cpus * 1e6 + 0.5),
+        tuple(sorted([int(f * 1e6 + 0.5) for f in node.gpu_free])),
         node.gpu_memory_gb,
     )
 
@@ -116,15 +140,17 @@ class Ledger:
     _groups: dict[tuple[object, ...], dict[str, None]] = field(default_factory=dict)
 
     def _ungroup(self, node: NodeFree) -> None:
-        key = _state(node)
-        group = self._groups.get(key)
+        key = node.group
+        group = self._groups.get(key) if key is not None else None
         if group is not None:
             group.pop(node.node_id, None)
             if not group:
-                del self._groups[key]
+                del self._groups[key]  # type: ignore[arg-type]
+        node.group = None
 
     def _group(self, node: NodeFree) -> None:
-        self._groups.setdefault(_state(node), {})[node.node_id] = None
+        node.group = _state(node)
+        self._groups.setdefault(node.group, {})[node.node_id] = None
 
     @classmethod
     def of(cls, nodes: Iterable[NodeInfo]) -> Ledger:
@@ -171,12 +197,46 @@ class Ledger:
     def allocate(
         self, worker_id: str, resources: Resources, overcommit_cpus: bool = False
     ) -> WorkerPlacement | None:
-        candidates = [self.nodes[next(iter(group))] for group in self._groups.values()]
-        placement = choose(candidates, resources, overcommit_cpus, self.gpu_cpu_reserve)
-        if placement is not None:
-            self._move(self.nodes[placement.node_id], resources, placement, -1)
+        placed = self.allocate_many([worker_id], resources, overcommit_cpus)
+        return placed[0] if placed else None
+
+    def allocate_many(
+        self, worker_ids: list[str], resources: Resources, overcommit_first: bool = False
+    ) -> list[WorkerPlacement]:
+        """Place workers of one shape in turn, as repeated ``allocate`` calls would.
+
+        Stops at the first that fits nowhere. Consecutive workers usually land on the node
+        just used (packing); that node is re-ranked alone while it still beats the runner-up
+        of the last full comparison, so a cold start that places thousands of workers does
+        not compare every node group for each of them.
+        """
+        placed: list[WorkerPlacement] = []
+        last: NodeFree | None = None
+        bar: _Key | None = None  # the runner-up's key: ``last`` must stay at least as good
+        for index, worker_id in enumerate(worker_ids):
+            overcommit = overcommit_first and index == 0
+            choice = None
+            if last is not None and not overcommit:
+                alone, key, _ = _rank([last], resources, False, self.gpu_cpu_reserve)
+                if alone is not None and (bar is None or (key is not None and key <= bar)):
+                    choice = alone
+            if choice is None:
+                candidates = [self.nodes[next(iter(group))] for group in self._groups.values()]
+                choice, best_key, bar = _rank(
+                    candidates, resources, overcommit, self.gpu_cpu_reserve
+                )
+                if choice is None:
+                    break
+                if best_key is not None and len(self._groups[choice[0].group]) > 1:  # type: ignore[index]
+                    # twins of the chosen node keep its old rank
+                    bar = best_key if bar is None else min(bar, best_key)
+            node, devices, share = choice
+            placement = WorkerPlacement(node.node_id, devices, share)
+            self._move(node, resources, placement, -1)
             self.held[worker_id] = (resources, placement)
-        return placement
+            placed.append(placement)
+            last = node
+        return placed
 
     def release(self, worker_id: str) -> None:
         held = self.held.pop(worker_id, None)
