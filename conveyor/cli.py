@@ -86,3 +86,67 @@ def demo(
     print_report(report, console)
     if not report.ok:
         raise typer.Exit(code=1)
+
+
+@app.command()
+def simulate(
+    scenario: Annotated[
+        str | None,
+        typer.Argument(
+            help="A scenario YAML file, or the name of a shipped scenario (see --list).",
+            show_default=False,
+        ),
+    ] = None,
+    out: Annotated[
+        Path, typer.Option(help="Folder for the chart (PNG) and the report (JSON).")
+    ] = Path("sim-out"),
+    executor: Annotated[
+        ExecutorChoice | None,
+        typer.Option(case_sensitive=False, help="Override the scenario's executor."),
+    ] = None,
+    seed: Annotated[int | None, typer.Option(help="Override the scenario's seed.")] = None,
+    chart: Annotated[bool, typer.Option("--chart/--no-chart", help="Write the PNG chart.")] = True,
+    list_scenarios: Annotated[
+        bool, typer.Option("--list", help="List the shipped scenarios and exit.")
+    ] = False,
+) -> None:
+    """Run a scenario on the simulated backend (the real controller on a virtual clock) and
+    print, per stage, workers over time, busy fraction after warm-up and throughput."""
+    import json
+
+    from conveyor.errors import BackendError
+    from conveyor.sim import ScenarioError, format_report, resolve_scenario, shipped_scenarios
+    from conveyor.sim import simulate as run_simulation
+
+    if list_scenarios:
+        from conveyor.sim import parse_scenario_text
+
+        for name, text in shipped_scenarios().items():
+            description = parse_scenario_text(text, name).description.strip()
+            first = description.split(". ")[0].rstrip(".")
+            typer.echo(f"{name:<28} {first}.")
+        return
+    if scenario is None:
+        typer.echo("Missing SCENARIO (a YAML file or a shipped name; --list shows them).", err=True)
+        raise typer.Exit(code=2)
+    try:
+        loaded = resolve_scenario(scenario)
+    except ScenarioError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(code=2) from None
+    try:
+        sim = run_simulation(loaded, executor=executor.value if executor else None, seed=seed)
+    except BackendError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(code=1) from None
+    report = sim.report
+    typer.echo(format_report(report))
+    out.mkdir(parents=True, exist_ok=True)
+    stem = out / f"{report.scenario}-{report.executor}-seed{report.seed}"
+    json_path = stem.with_suffix(".json")
+    json_path.write_text(json.dumps(report.to_dict(), indent=1) + "\n")
+    typer.echo(f"\nreport: {json_path}")
+    if chart:
+        from conveyor.sim.chart import write_chart
+
+        typer.echo(f"chart:  {write_chart(report, stem.with_suffix('.png'))}")

@@ -1,0 +1,66 @@
+"""``conveyor simulate``: runs a scenario, prints the per-stage table, writes PNG and JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from conveyor.cli import app
+
+runner = CliRunner()
+
+
+def test_simulate_prints_the_table_and_writes_chart_and_json(tmp_path: Path) -> None:
+    result = runner.invoke(
+        app, ["simulate", "docs_3stage_1gpu_each", "--out", str(tmp_path), "--seed", "3"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "scenario docs_3stage_1gpu_each · streaming · seed 3" in result.output
+    for stage in ("fast", "slow", "medium"):
+        assert any(line.startswith(stage) for line in result.output.splitlines())
+    png = tmp_path / "docs_3stage_1gpu_each-streaming-seed3.png"
+    data = json.loads(png.with_suffix(".json").read_text())
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert data["seed"] == 3 and data["outputs"] == 300
+    assert [s["name"] for s in data["stages"]] == ["fast", "slow", "medium"]
+
+
+def test_simulate_a_file_with_the_batch_executor(tmp_path: Path) -> None:
+    path = tmp_path / "two.yaml"
+    path.write_text(
+        "name: two\ncluster: [{name: n, cpus: 4}]\nstages:\n"
+        "  - {name: a, model: {service: {mean: 0.1}}}\n"
+        "  - {name: b, model: {service: {mean: 0.2}}}\nsource: {tasks: 40}\n"
+    )
+    result = runner.invoke(
+        app, ["simulate", str(path), "--out", str(tmp_path), "--executor", "batch", "--no-chart"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "· batch ·" in result.output
+    assert (tmp_path / "two-batch-seed0.json").exists()
+    assert not (tmp_path / "two-batch-seed0.png").exists()
+
+
+def test_simulate_lists_shipped_scenarios() -> None:
+    result = runner.invoke(app, ["simulate", "--list"])
+    assert result.exit_code == 0
+    assert "hour_2000gpu" in result.output and "xy_20x_64gpu" in result.output
+
+
+def test_bad_scenario_file_is_a_clear_usage_error(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: x\ncluster: [{name: n, cpus: 4}]\nstages: []\nsource: {tasks: 1}\n")
+    result = runner.invoke(app, ["simulate", str(path), "--out", str(tmp_path)])
+    assert result.exit_code == 2
+    assert f"error: {path}: stages: needs at least one stage" in result.output
+    assert not list(tmp_path.glob("*.json"))
+    missing = runner.invoke(app, ["simulate"])
+    assert missing.exit_code == 2
+
+
+def test_existing_commands_still_listed() -> None:
+    result = runner.invoke(app, ["--help"])
+    assert result.exit_code == 0
+    assert "demo" in result.output and "simulate" in result.output
