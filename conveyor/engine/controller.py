@@ -203,7 +203,6 @@ class Controller:
     def _begin(self) -> None:
         nodes = self.backend.nodes()
         self.ledger = Ledger.of(nodes)
-        self.ledger.gpu_cpu_reserve = self._cpus_per_gpu()
         n = len(self.stages)
         budget = edge_budget(
             self.backend.memory_budget_bytes,
@@ -230,13 +229,20 @@ class Controller:
             )
 
     def _cpus_per_gpu(self) -> float:
-        """CPUs the hungriest GPU stage needs per GPU: kept free on GPU nodes for it."""
+        """CPUs per GPU that GPU stages still wanting workers need: kept free on GPU nodes.
+
+        Only stages short of their target count: a reserve for GPUs that no stage will use
+        would only starve the CPU stages (and a stage-at-a-time run, where a CPU stage runs
+        alone).
+        """
         assert self.ledger is not None
         memory = next(
             (n.gpu_memory_gb for n in self.ledger.nodes.values() if n.gpu_memory_gb), None
         )
         ratios = [0.0]
         for stage in self.stages:
+            if stage.done or stage.pool.live_count >= stage.target:
+                continue
             res = stage.spec.resources
             share = float(res.whole_gpus) if res.gpus >= 1 else res.gpus
             if res.gpu_memory_gb and memory:
@@ -511,11 +517,18 @@ class Controller:
         gone = self.ledger.refresh(self.backend.nodes())
         del gone  # workers on a vanished node are reported dead by the backend
         cpus, gpus = self.ledger.totals()
+        for stage in self.stages:
+            stage.meter.roll()
         obs = self._observations()
         budget = Budget(cpus, gpus)
         if self.base_budget is not None and not self.config.stage_at_a_time:
             for index, (rate, o) in enumerate(zip(stage_rates(obs), obs, strict=True)):
-                self.budgets[index] = demand_budget(self.base_budget, rate, o.workers, o.batch_size)
+                up = obs[index - 1] if index else None
+                # outputs the producer has in flight at this pace count against the edge too
+                producer_s = up.task_time_s * up.batch_size if up and up.task_time_s else 0.0
+                self.budgets[index] = demand_budget(
+                    self.base_budget, rate, o.workers, o.batch_size, producer_s
+                )
         if self.config.stage_at_a_time:
             current = next((i for i, s in enumerate(self.stages) if not s.done), None)
             for index, stage in enumerate(self.stages):
@@ -549,6 +562,7 @@ class Controller:
         if not self._placement_dirty:
             return
         self._placement_dirty = False
+        self.ledger.gpu_cpu_reserve = self._cpus_per_gpu()
         short = [s for s in self.stages if s.pool.live_count < s.target]
         short.sort(key=lambda s: s.pool.live_count / max(s.target, 1))
         for stage in short:

@@ -22,17 +22,53 @@ class Ewma:
 
 @dataclass(slots=True)
 class StageMeter:
-    task_time: Ewma = field(default_factory=Ewma)  # busy seconds per input task
-    fanout: Ewma = field(default_factory=Ewma)  # outputs per input task
-    out_bytes: Ewma = field(default_factory=Ewma)  # output bytes per input task
+    """Task time, fan-out and output size of a stage, averaged over each autoscale interval.
+
+    Per-batch samples are noisy (a thousand workers each reporting a lognormal draw would
+    swing a per-batch average by tens of percent every second), so batches are summed and
+    folded into the smoothed values once per interval by ``roll()``, weighted by tasks. Until
+    the first roll the values are the running totals, so the first decision comes as soon as
+    a stage has finished one batch.
+    """
+
+    task_time: Ewma = field(default_factory=lambda: Ewma(alpha=0.5))  # busy s per input task
+    fanout: Ewma = field(default_factory=lambda: Ewma(alpha=0.5))  # outputs per input task
+    out_bytes: Ewma = field(default_factory=lambda: Ewma(alpha=0.5))  # output bytes per input
     setup_s: Ewma = field(default_factory=lambda: Ewma(alpha=0.5))
+    rolled: bool = False
+    _tasks: int = 0
+    _outputs: int = 0
+    _bytes: int = 0
+    _busy: float = 0.0
 
     def record(self, tasks_in: int, tasks_out: int, out_bytes: int, busy_s: float) -> None:
         if tasks_in <= 0:
             return
-        self.task_time.update(busy_s / tasks_in)
-        self.fanout.update(tasks_out / tasks_in)
-        self.out_bytes.update(out_bytes / tasks_in)
+        self._tasks += tasks_in
+        self._outputs += tasks_out
+        self._bytes += out_bytes
+        self._busy += busy_s
+        if not self.rolled:
+            self._publish_running()
+
+    def _publish_running(self) -> None:
+        self.task_time.value = self._busy / self._tasks
+        self.fanout.value = self._outputs / self._tasks
+        self.out_bytes.value = self._bytes / self._tasks
+
+    def roll(self) -> None:
+        """Fold this interval's batches into the smoothed values."""
+        if not self._tasks:
+            return
+        if self.rolled:
+            self.task_time.update(self._busy / self._tasks)
+            self.fanout.update(self._outputs / self._tasks)
+            self.out_bytes.update(self._bytes / self._tasks)
+        else:
+            self._publish_running()
+            self.rolled = True
+        self._tasks = self._outputs = self._bytes = 0
+        self._busy = 0.0
 
     @property
     def measured(self) -> bool:

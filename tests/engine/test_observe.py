@@ -73,14 +73,30 @@ def test_record_measures_per_input_task() -> None:
     assert meter.out_bytes.value == pytest.approx(1000.0)
 
 
-def test_record_smooths_successive_batches() -> None:
+def test_before_the_first_roll_values_are_running_totals() -> None:
     meter = StageMeter()
     meter.record(tasks_in=1, tasks_out=1, out_bytes=100, busy_s=1.0)
     meter.record(tasks_in=2, tasks_out=0, out_bytes=0, busy_s=4.0)
-    # alpha 0.3: 1.0 + 0.3 * (2.0 - 1.0)
-    assert meter.task_time.value == pytest.approx(1.3)
-    assert meter.fanout.value == pytest.approx(0.7)
-    assert meter.out_bytes.value == pytest.approx(70.0)
+    # weighted by tasks: 5 s over 3 tasks, 1 output over 3 inputs
+    assert meter.task_time.value == pytest.approx(5 / 3)
+    assert meter.fanout.value == pytest.approx(1 / 3)
+    assert meter.out_bytes.value == pytest.approx(100 / 3)
+
+
+def test_roll_folds_one_interval_at_a_time_weighted_by_tasks() -> None:
+    meter = StageMeter()
+    meter.record(tasks_in=2, tasks_out=2, out_bytes=0, busy_s=2.0)
+    meter.roll()
+    assert meter.rolled and meter.task_time.value == pytest.approx(1.0)
+    # a noisy interval: many batches, one aggregate sample; alpha 0.5 per interval
+    for busy in (0.5, 5.0, 0.5, 2.0):
+        meter.record(tasks_in=1, tasks_out=3, out_bytes=30, busy_s=busy)
+    assert meter.task_time.value == pytest.approx(1.0)  # unchanged until the roll
+    meter.roll()
+    assert meter.task_time.value == pytest.approx(1.0 + 0.5 * (2.0 - 1.0))
+    assert meter.fanout.value == pytest.approx(1.0 + 0.5 * (3.0 - 1.0))
+    meter.roll()  # an interval without batches changes nothing
+    assert meter.task_time.value == pytest.approx(1.5)
 
 
 def test_filtering_batch_gives_zero_fanout() -> None:

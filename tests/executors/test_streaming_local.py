@@ -130,16 +130,24 @@ def test_lazy_source_is_consumed_only_as_fast_as_the_pipeline_takes_it() -> None
     assert max_lead <= 40, max_lead
 
 
-def test_stream_yields_outputs_before_the_run_ends() -> None:
-    pipeline = Pipeline("p", [Sleep(0.05).with_(num_workers=1)])
-    started = time.monotonic()
-    run = pipeline.stream(streaming(), initial_tasks=range(20))
-    first = next(run)
-    first_at = time.monotonic() - started
+def test_stream_yields_outputs_before_the_run_ends(tmp_path: Any) -> None:
+    gate = tmp_path / "go"
+
+    class Gated(ProcessingStage[int, int]):
+        """Task 0 passes at once; the others wait until the test has seen an output."""
+
+        resources = Resources(cpus=0.5)
+
+        def process(self, task: int) -> int:
+            while task and not gate.exists():
+                time.sleep(0.005)
+            return task
+
+    run = Pipeline("p", [Gated()]).stream(streaming(), initial_tasks=range(20))
+    first = next(run)  # would hang here if outputs were only handed out at the end
+    gate.touch()
     rest = list(run)
-    total = time.monotonic() - started
-    assert sorted([first, *rest]) == list(range(20))
-    assert first_at < total / 2
+    assert first == 0 and sorted(rest) == list(range(1, 20))
     assert run.result.counts["outputs"] == 20
 
 

@@ -28,7 +28,7 @@ class AutoscaleConfig:
     """Knobs of the autoscaler (each read below and covered by tests)."""
 
     #: smallest relative throughput gain worth moving workers for
-    min_gain: float = 0.05
+    min_gain: float = 0.02
     #: how long a proposed removal must persist before it happens (cheap stages)
     scale_down_delay_s: float = 0.5
     #: removals of a stage wait at least this many times its measured setup time
@@ -180,6 +180,30 @@ def _caps(
     return keep, start
 
 
+def _give_back(
+    target: list[int],
+    current: list[int],
+    weights: list[float],
+    active: list[bool],
+    pace: float,
+    min_gain: float,
+) -> list[int]:
+    """Keep the current workers (a move is not worth its churn) but release a surplus.
+
+    A stage keeps enough workers for the plan's pace with ``min_gain`` to spare, plus one:
+    that dead band keeps cheap stages from flipping on measurement noise, while a stage that
+    grew for a burst gives its workers back once the input slows down.
+    """
+    kept = []
+    for t, c, w, a in zip(target, current, weights, active, strict=True):
+        if t >= c or not a or not math.isfinite(pace):
+            kept.append(c)
+            continue
+        need = math.ceil(pace * (1.0 + min_gain) * w - 1e-9)
+        kept.append(c if c <= need + 1 else max(t, need + 1))
+    return kept
+
+
 def plan(
     stages: Sequence[StageObservation],
     budget: Budget,
@@ -239,13 +263,17 @@ def plan(
         or (s.pinned is not None and c != s.pinned)
         for i, (s, t, c) in enumerate(zip(stages, target, current, strict=True))
     )
-    # stages held back by a lack of work, not of workers, do not limit throughput
-    limiting = [a and t < g for a, t, g in zip(active, target, grow, strict=True)]
+    # stages held back by a lack of work, not of workers, do not limit throughput; pinned
+    # stages do (their capacity is fixed)
+    limiting = [
+        a and (s.pinned is not None or t < g)
+        for a, t, g, s in zip(active, target, grow, stages, strict=True)
+    ]
     if not forced and any(limiting):
         before = max(throughput(current, weights, limiting), 1e-12)
-        gain = throughput(target, weights, limiting) / before
-        if gain < 1.0 + config.min_gain:
-            target = list(current)  # not worth the churn
+        pace = throughput(target, weights, limiting)
+        if pace / before < 1.0 + config.min_gain:
+            target = _give_back(target, current, weights, active, pace, config.min_gain)
 
     # hysteresis on removals: a stage shrinks only after the proposal has held long enough
     result = []

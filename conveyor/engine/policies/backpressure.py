@@ -40,18 +40,25 @@ def edge_budget(
 
 
 def demand_budget(
-    budget: EdgeBudget, rate_tasks_s: float | None, consumer_workers: int, batch_size: int
+    budget: EdgeBudget,
+    rate_tasks_s: float | None,
+    consumer_workers: int,
+    batch_size: int,
+    producer_batch_s: float = 0.0,
 ) -> EdgeBudget:
     """Tighten an edge's task budget to what its consumer can use.
 
     A queue longer than about ``QUEUE_S`` seconds of the pipeline's measured rate at this edge
     only holds memory; at least two full batches per consumer worker keep every worker fed.
-    Unmeasured edges keep the static budget.
+    What the producer has in flight at that rate (``rate x producer_batch_s``) is counted
+    against the edge by ``may_feed``, so it is added here: a fan-out producer with hundreds
+    of outputs in flight must not starve its consumer. Unmeasured edges keep the static
+    budget.
     """
     if rate_tasks_s is None or not math.isfinite(rate_tasks_s):
         return budget
     floor = 2 * batch_size * max(1, consumer_workers)
-    wanted = max(floor, math.ceil(rate_tasks_s * QUEUE_S))
+    wanted = max(floor, math.ceil(rate_tasks_s * (QUEUE_S + max(0.0, producer_batch_s))))
     return EdgeBudget(max_tasks=min(budget.max_tasks, wanted), max_bytes=budget.max_bytes)
 
 

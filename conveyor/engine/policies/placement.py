@@ -40,7 +40,7 @@ def gpu_share(resources: Resources, node: NodeFree) -> float:
 
 
 _Choice = tuple[NodeFree, tuple[int, ...], float]
-_Key = tuple[float, float]
+_Key = tuple[float, float, float]
 
 
 def choose(
@@ -89,7 +89,7 @@ def _rank(
             free = [i for i, f in enumerate(node.gpu_free) if f >= 1.0 - _EPS]
             if len(free) < need:
                 continue
-            key = (float(len(free)), -node.cpus)
+            key = (float(len(free)), 0.0, -node.cpus)
             choice = (node, tuple(free[:need]), 1.0)
         elif fractional:
             try:
@@ -100,13 +100,16 @@ def _rank(
             if not fits:
                 continue
             left, device = min(fits)
-            key = (left - share, -node.cpus)
+            # best fit; opening a fresh device, prefer the node with the fewest untouched
+            # GPUs, so whole nodes stay free for multi-GPU workers
+            untouched = sum(1 for f in node.gpu_free if f >= 1.0 - _EPS)
+            key = (left - share, float(untouched), -node.cpus)
             choice = (node, (device,), share)
         else:
             usable = node.cpus - gpu_cpu_reserve * sum(node.gpu_free)
             if not overcommit_cpus and usable + _EPS < cpus:
                 continue
-            key = (float(len(node.gpu_free)), -usable)
+            key = (float(len(node.gpu_free)), 0.0, -usable)
             choice = (node, (), 0.0)
         if best_key is None or key < best_key:
             second_key = best_key
