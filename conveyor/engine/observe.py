@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 
 @dataclass(slots=True)
@@ -31,6 +32,9 @@ class StageMeter:
     a stage has finished one batch.
     """
 
+    SAMPLE_TASKS: ClassVar[int] = 50
+    MIN_WEIGHT: ClassVar[float] = 0.1
+
     task_time: Ewma = field(default_factory=lambda: Ewma(alpha=0.5))  # busy s per input task
     fanout: Ewma = field(default_factory=lambda: Ewma(alpha=0.5))  # outputs per input task
     out_bytes: Ewma = field(default_factory=lambda: Ewma(alpha=0.5))  # output bytes per input
@@ -57,13 +61,20 @@ class StageMeter:
         self.out_bytes.value = self._bytes / self._tasks
 
     def roll(self) -> None:
-        """Fold this interval's batches into the smoothed values."""
+        """Fold this interval's batches into the smoothed values.
+
+        An interval's weight grows with the tasks it saw (``SAMPLE_TASKS`` tasks count fully,
+        up to the EWMA's alpha), so a stage of long tasks, where a handful finish per
+        interval, is averaged over about that many tasks instead of jumping with each
+        handful; ``MIN_WEIGHT`` keeps it following real changes within ~20 intervals.
+        """
         if not self._tasks:
             return
         if self.rolled:
-            self.task_time.update(self._busy / self._tasks)
-            self.fanout.update(self._outputs / self._tasks)
-            self.out_bytes.update(self._bytes / self._tasks)
+            weight = max(self.MIN_WEIGHT, min(1.0, self._tasks / self.SAMPLE_TASKS))
+            self.task_time.update(self._busy / self._tasks, weight)
+            self.fanout.update(self._outputs / self._tasks, weight)
+            self.out_bytes.update(self._bytes / self._tasks, weight)
         else:
             self._publish_running()
             self.rolled = True

@@ -88,15 +88,25 @@ def test_roll_folds_one_interval_at_a_time_weighted_by_tasks() -> None:
     meter.record(tasks_in=2, tasks_out=2, out_bytes=0, busy_s=2.0)
     meter.roll()
     assert meter.rolled and meter.task_time.value == pytest.approx(1.0)
-    # a noisy interval: many batches, one aggregate sample; alpha 0.5 per interval
-    for busy in (0.5, 5.0, 0.5, 2.0):
-        meter.record(tasks_in=1, tasks_out=3, out_bytes=30, busy_s=busy)
+    # a full interval (SAMPLE_TASKS tasks or more) moves the mean by alpha = 0.5
+    for _ in range(StageMeter.SAMPLE_TASKS):
+        meter.record(tasks_in=1, tasks_out=3, out_bytes=30, busy_s=2.0)
     assert meter.task_time.value == pytest.approx(1.0)  # unchanged until the roll
     meter.roll()
-    assert meter.task_time.value == pytest.approx(1.0 + 0.5 * (2.0 - 1.0))
+    assert meter.task_time.value == pytest.approx(1.5)
     assert meter.fanout.value == pytest.approx(1.0 + 0.5 * (3.0 - 1.0))
     meter.roll()  # an interval without batches changes nothing
     assert meter.task_time.value == pytest.approx(1.5)
+
+
+def test_a_handful_of_long_tasks_moves_the_mean_a_little() -> None:
+    meter = StageMeter()
+    meter.record(tasks_in=10, tasks_out=10, out_bytes=0, busy_s=10.0)
+    meter.roll()
+    meter.record(tasks_in=1, tasks_out=1, out_bytes=0, busy_s=3.0)  # one noisy long task
+    meter.roll()
+    weight = max(StageMeter.MIN_WEIGHT, 1 / StageMeter.SAMPLE_TASKS)
+    assert meter.task_time.value == pytest.approx(1.0 + 0.5 * weight * (3.0 - 1.0))
 
 
 def test_filtering_batch_gives_zero_fanout() -> None:
