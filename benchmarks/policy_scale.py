@@ -6,10 +6,18 @@ For 10, 100, 250 and 1,000 nodes of 8 GPUs and 64 CPUs and a ten-stage video pip
 - cold start: the first decision after every stage is measured, which places every worker
   the plan asks for (thousands at 1,000 nodes);
 - steady state: a decision on a placed cluster whose measured task times moved by a few
-  percent (median and worst of 20), placing and releasing what changed;
-- in situ (``--in-situ``): the controller's own ``_autoscale`` + ``_reconcile`` calls during
-  a simulated run on the same cluster (the real hot path, including the controller's
-  bookkeeping), median / p95 / max per decision.
+  percent (median and worst of 20), placing and releasing what changed.
+
+Both make the decision as the controller does (``Controller._autoscale`` + ``_reconcile``):
+the interval's batches folded into the stage meters (``StageMeter.roll``), edge budgets with
+the producer's in-flight outputs, ``plan``, then placement: the CPU reserve of GPU stages
+still short of their target, and each short stage's new workers in one
+``Ledger.allocate_many`` call, the stages furthest below their target first. ``task_s`` is
+the time of one task (a batch takes ``batch x task_s``), as in the in-situ models.
+
+In situ (``--in-situ``): the controller's own ``_autoscale`` + ``_reconcile`` calls during a
+simulated run on the same cluster (the real hot path, including the controller's
+bookkeeping), median / p95 / max per decision.
 
 Target (issue 4): < 100 ms of CPU per decision at 250 nodes.
 
@@ -53,7 +61,7 @@ class Shape:
     name: str
     cpus: float
     gpus: float
-    task_s: float
+    task_s: float  # seconds per task
     fanout: float = 1.0
     batch: int = 1
 
@@ -100,7 +108,6 @@ class Decider:
 
     def __init__(self, nodes: int, seed: int = 0) -> None:
         self.ledger = Ledger.of(cluster(nodes))
-        self.ledger.gpu_cpu_reserve = max(s.cpus / s.gpus for s in STAGES if s.gpus)
         cpus, gpus = self.ledger.totals()
         self.budget = Budget(cpus, gpus)
         self.edge = edge_budget(1 << 34, len(STAGES), 1024)
@@ -113,34 +120,57 @@ class Decider:
         self.now = 0.0
 
     def observe(self, jitter: float) -> None:
-        for shape, meter in zip(STAGES, self.meters, strict=True):
+        """One interval's completed batches per stage (a batch per worker), summed as the
+        controller's meters sum them; ``jitter`` moves the interval's mean task time."""
+        for shape, meter, pool in zip(STAGES, self.meters, self.workers, strict=True):
             factor = 1 + jitter * (2 * self.rng.random() - 1)
+            tasks = shape.batch * max(1, len(pool))
             meter.record(
-                shape.batch, round(shape.batch * shape.fanout), 1024, shape.task_s * factor
+                tasks, round(tasks * shape.fanout), 1024 * tasks, tasks * shape.task_s * factor
             )
             meter.setup_s.update(1.0)
 
+    def _cpus_per_gpu(self, targets: list[int]) -> float:
+        """``Controller._cpus_per_gpu``: CPUs per GPU of GPU stages short of their target."""
+        ratios = [0.0]
+        for shape, pool, target in zip(STAGES, self.workers, targets, strict=True):
+            if shape.gpus and len(pool) < target:
+                ratios.append(shape.cpus / shape.gpus)
+        return max(ratios)
+
     def decide(self) -> tuple[int, int]:
-        """One decision: observations, rates and edge budgets, targets, then placement."""
+        """One decision as ``Controller._autoscale`` + ``_reconcile`` make it: fold the
+        interval's measurements, rates and edge budgets, targets, then placement."""
         self.now += 1.0
+        for meter in self.meters:
+            meter.roll()
         obs = measure(self.meters, [len(w) for w in self.workers])
-        for rate, o in zip(stage_rates(obs), obs, strict=True):
-            demand_budget(self.edge, rate, o.workers, o.batch_size)
+        for index, (rate, o) in enumerate(zip(stage_rates(obs), obs, strict=True)):
+            up = obs[index - 1] if index else None
+            producer_s = up.task_time_s * up.batch_size if up and up.task_time_s else 0.0
+            demand_budget(self.edge, rate, o.workers, o.batch_size, producer_s)
         targets = plan(obs, self.budget, self.config, self.now, self.state)
         started = stopped = 0
-        for index, (shape, target) in enumerate(zip(STAGES, targets, strict=True)):
-            pool = self.workers[index]
+        for pool, target in zip(self.workers, targets, strict=True):
             while len(pool) > target:
                 self.ledger.release(pool.pop())
                 stopped += 1
-            resources = Resources(cpus=shape.cpus, gpus=shape.gpus)
-            while len(pool) < target:
-                worker_id = f"{shape.name}-{self.seq}"
-                self.seq += 1
-                if self.ledger.allocate(worker_id, resources, overcommit_cpus=not pool) is None:
-                    break
-                pool.append(worker_id)
-                started += 1
+        # the controller's order: the reserve for GPU stages still short, then the stages
+        # furthest below their target first, each stage's new workers in one call
+        self.ledger.gpu_cpu_reserve = self._cpus_per_gpu(targets)
+        short = [i for i, t in enumerate(targets) if len(self.workers[i]) < t]
+        short.sort(key=lambda i: len(self.workers[i]) / max(targets[i], 1))
+        for index in short:
+            shape, pool = STAGES[index], self.workers[index]
+            wanted = [f"{shape.name}-{self.seq + k}" for k in range(targets[index] - len(pool))]
+            self.seq += len(wanted)
+            placements = self.ledger.allocate_many(
+                wanted,
+                Resources(cpus=shape.cpus, gpus=shape.gpus),
+                overcommit_first=not pool,
+            )
+            pool.extend(wanted[: len(placements)])
+            started += len(placements)
         return started, stopped
 
 
@@ -152,10 +182,12 @@ def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
 
 def isolated(nodes: int, steady_rounds: int = 20) -> dict[str, Any]:
     d = Decider(nodes)
+    # the run's first placement: one worker per stage, which may share CPUs
     for pool, shape in zip(d.workers, STAGES, strict=True):
         worker_id = f"{shape.name}-init"
-        d.ledger.allocate(worker_id, Resources(cpus=shape.cpus, gpus=shape.gpus), True)
-        pool.append(worker_id)
+        resources = Resources(cpus=shape.cpus, gpus=shape.gpus)
+        if d.ledger.allocate_many([worker_id], resources, overcommit_first=True):
+            pool.append(worker_id)
     d.observe(0.0)
     cold_ms, (cold_started, _) = timed(d.decide)
     steady, changes = [], []
