@@ -140,17 +140,8 @@ class Recorder:
         self.result: RunResult | None = None
         self.backend = backend
         self.shapes = shapes or {}
-        # the CPUs per GPU the controller keeps free for GPU workers (its _cpus_per_gpu)
         nodes = backend.sim_nodes if backend is not None else []
-        memory = next((n.gpu_memory_gb for n in nodes if n.gpu_memory_gb), None)
-        ratios = [0.0]
-        for shape in self.shapes.values():
-            share = float(shape.whole_gpus) if shape.gpus >= 1 else shape.gpus
-            if shape.gpu_memory_gb and memory:
-                share = shape.gpu_memory_gb / memory
-            if share > 0:
-                ratios.append(shape.cpus / share)
-        self.gpu_cpu_reserve = max(ratios)
+        self._gpu_memory = next((n.gpu_memory_gb for n in nodes if n.gpu_memory_gb), None)
         #: stage -> reason -> ticks ("cpus", "fragmented", "full", "reserved", "fits")
         self.short: dict[str, dict[str, int]] = {}
 
@@ -158,17 +149,34 @@ class Recorder:
         self.ticks.clear()
         self.short = {name: {} for name in stages}
 
+    def _reserve(self, snapshot: RunSnapshot) -> float:
+        """CPUs per GPU the controller keeps free (its ``_cpus_per_gpu``): for the GPU
+        stages that are short of their target."""
+        ratios = [0.0]
+        for stage in snapshot.stages:
+            shape = self.shapes.get(stage.name)
+            live = stage.workers_ready + stage.workers_starting
+            if shape is None or stage.done or live >= stage.target:
+                continue
+            share = float(shape.whole_gpus) if shape.gpus >= 1 else shape.gpus
+            if shape.gpu_memory_gb and self._gpu_memory:
+                share = shape.gpu_memory_gb / self._gpu_memory
+            if share > 0:
+                ratios.append(shape.cpus / share)
+        return max(ratios)
+
     def on_tick(self, snapshot: RunSnapshot) -> None:
         self.ticks.append(snapshot)
         if self.backend is None:
             return
+        reserve = self._reserve(snapshot)
         for stage in snapshot.stages:
             if stage.done or stage.target <= stage.workers_ready + stage.workers_starting:
                 continue
             shape = self.shapes.get(stage.name)
             if shape is None:
                 continue
-            reason = self.backend.why_short(shape, self.gpu_cpu_reserve)
+            reason = self.backend.why_short(shape, reserve)
             counts = self.short.setdefault(stage.name, {})
             counts[reason] = counts.get(reason, 0) + 1
 

@@ -443,3 +443,21 @@ def test_stage_rates_follow_the_bottleneck_and_fan_out() -> None:
     ]
     assert stage_rates(stages) == [pytest.approx(5.0), pytest.approx(20.0)]
     assert stage_rates([cpu_stage("a", 0.1), cpu_stage("b", None)]) == [None, None]
+
+
+# -- giving back what the pace cannot use ----------------------------------------------------
+def test_surplus_is_released_down_to_the_dead_band() -> None:
+    # a pinned source at 2 tasks/s; the decoder grew to 40 workers of 1 s for a burst
+    config = AutoscaleConfig(scale_down_delay_s=0.0, setup_cost_factor=0.0)
+    stages = [
+        cpu_stage("source", 0.5, pinned=1),
+        cpu_stage("decode", 1.0, workers=40),
+    ]
+    # pace 2/s needs ceil(2 x 1.02) = 3 decoders, plus one of dead band: 4 are kept
+    assert run_plan(stages, cpus=64, config=config) == [1, 4]
+
+
+def test_a_small_surplus_inside_the_dead_band_is_kept() -> None:
+    config = AutoscaleConfig(scale_down_delay_s=0.0, setup_cost_factor=0.0)
+    stages = [cpu_stage("source", 0.5, pinned=1), cpu_stage("decode", 1.0, workers=4)]
+    assert run_plan(stages, cpus=64, config=config) == [1, 4]
