@@ -4,12 +4,12 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install lint bench clean
+.PHONY: demo test install lint bench bench-peers clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev,ray]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -30,6 +30,14 @@ bench: $(STAMP)
 	$(PY) benchmarks/unbalanced3.py --mode cpu
 	$(PY) benchmarks/tiny3.py
 	$(PY) benchmarks/memory.py
+	$(PY) benchmarks/policy_scale.py --in-situ
+	$(PY) benchmarks/sim_hour.py --quiet
+
+# Peers (Cosmos-Xenna; tqdm is a dependency it does not declare) are installed here only,
+# never by `make test`. On Python 3.11 pip picks cosmos-xenna 0.3.0 (0.4+ needs 3.12).
+bench-peers: $(STAMP)
+	$(PY) -m pip install --quiet cosmos-xenna tqdm
+	$(PY) benchmarks/peers.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

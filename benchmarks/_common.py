@@ -30,6 +30,119 @@ from conveyor.backends.shm_store import default_root
 from conveyor.executors import BatchExecutor, StreamingExecutor
 
 MIB = 1 << 20
+ENGINES = ("local", "ray", "ray-data")
+
+
+# -- engines ------------------------------------------------------------------------------
+def ray_importable() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("ray") is not None
+
+
+def add_engine_args(p: Any) -> None:
+    """``--engines`` (local, ray, ray-data; Ray ones by default when Ray is installed) and
+    ``--ray-address`` (join a running cluster instead of starting a private one)."""
+    default = ",".join(ENGINES) if ray_importable() else "local"
+    p.add_argument(
+        "--engines",
+        default=default,
+        help=f"comma-separated subset of {','.join(ENGINES)} (default {default}): "
+        "local = LocalBackend, ray = RayBackend, ray-data = RayDataExecutor",
+    )
+    p.add_argument(
+        "--ray-address",
+        default=None,
+        help="join this Ray cluster (host:port) instead of starting a private local one "
+        "for the Ray engines; its processes are then not in the memory figures",
+    )
+
+
+def parse_engines(p: Any, args: Any) -> None:
+    args.engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+    unknown = set(args.engines) - set(ENGINES)
+    if unknown:
+        p.error(f"--engines: unknown engine(s) {', '.join(sorted(unknown))}")
+    if any(e != "local" for e in args.engines) and not ray_importable():
+        p.error("--engines: ray and ray-data need Ray: pip install 'conveyor[ray]'")
+
+
+#: how long a freshly started Ray cluster is left to settle before the first contender
+SETTLE_S = 3.0
+
+
+class RaySession:
+    """The Ray cluster the Ray contenders share, as a cluster users already run.
+
+    Started (private, local, ``num_cpus`` declared) when the first Ray contender needs it,
+    after the local ones ran without it, so its start-up is reported on its own line rather
+    than charged to a contender and its processes are not in the local contenders' memory;
+    joined instead with ``--ray-address``. Stopped at the end only if started here.
+    """
+
+    def __init__(self, num_cpus: float, address: str | None, dashboard: bool = False) -> None:
+        self.num_cpus = num_cpus
+        self.address = address
+        self.dashboard = dashboard  # Cosmos-Xenna reads actor state through it
+        self.start_s: float | None = None
+        self.connection: Any = None
+        self._saved_address: str | None = None
+        self._was_connected = False
+
+    def ensure(self) -> None:
+        if self.connection is not None:
+            return
+        import ray
+
+        from conveyor.backends.ray import RayConnection
+
+        self._was_connected = ray.is_initialized()  # then it is not ours to disconnect
+        begun = time.perf_counter()
+        if self.address is None:
+            extra: dict[str, Any] = {}
+            if self.dashboard:
+                import socket
+
+                with socket.socket() as sock:
+                    sock.bind(("127.0.0.1", 0))
+                    port = sock.getsockname()[1]
+                extra = {"include_dashboard": True, "dashboard_port": port}
+            self.connection = RayConnection(None, self.num_cpus, 0, init_kwargs=extra)
+        else:
+            self.connection = RayConnection(self.address)
+        self.connection.connect()
+        self.start_s = time.perf_counter() - begun
+        time.sleep(SETTLE_S)  # a fresh cluster is still starting its agents: not a run's cost
+        import ray
+
+        # peers that call ray.init() themselves must find this cluster, and only this one
+        self._saved_address = os.environ.get("RAY_ADDRESS")
+        os.environ["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
+        what = "joined" if self.address else f"started (num_cpus={self.num_cpus:g})"
+        print(f"  Ray cluster {what} in {self.start_s:.1f} s (not in any contender's time)")
+
+    def __enter__(self) -> RaySession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.connection is not None:
+            import ray
+
+            # the private cluster's processes are ours: some peers' actors survive the end of
+            # their cluster, so whatever of this tree outlives the shutdown is killed by pid
+            tree = psutil.Process().children(recursive=True) if self.connection.private else []
+            self.connection.disconnect()
+            _, alive = psutil.wait_procs(tree, timeout=5)
+            for proc in alive:
+                with contextlib.suppress(psutil.Error):
+                    proc.kill()
+            if ray.is_initialized() and not self._was_connected:
+                ray.shutdown()  # a joined cluster: leave it running, just disconnect
+            self.connection = None
+            if self._saved_address is None:
+                os.environ.pop("RAY_ADDRESS", None)
+            else:
+                os.environ["RAY_ADDRESS"] = self._saved_address
 
 
 # -- stages -------------------------------------------------------------------------------
@@ -189,6 +302,10 @@ class TreeSampler:
         self.peak_shm = 0
         self.peak_procs = 0
         self.samples = 0
+        # CPU seconds per process of the tree, as last seen: live processes that are not
+        # this one's waited-for children (a Ray cluster's) are counted this way
+        self.cpu_seen: dict[int, float] = {}
+        self.cpu_base: dict[int, float] = {}
         self._me = psutil.Process()
         self._procs: list[psutil.Process] = [self._me]
         self._stop = threading.Event()
@@ -219,6 +336,11 @@ class TreeSampler:
         rss = pss = 0
         for proc in self._procs:
             try:
+                if proc is not self._me and self.samples % 5 == 0:
+                    times = proc.cpu_times()
+                    self.cpu_seen[proc.pid] = times.user + times.system
+                    if self.samples == 0:
+                        self.cpu_base[proc.pid] = self.cpu_seen[proc.pid]
                 if want_pss:
                     info = proc.memory_full_info()
                     pss += info.pss
@@ -233,6 +355,10 @@ class TreeSampler:
         self.peak_procs = max(self.peak_procs, len(self._procs))
         self.peak_shm = max(self.peak_shm, self.shm_bytes())
         self.samples += 1
+
+    def descendants_cpu_s(self) -> float:
+        """CPU seconds the driver's descendants used during the run (as sampled)."""
+        return sum(v - self.cpu_base.get(pid, 0.0) for pid, v in self.cpu_seen.items())
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -318,7 +444,7 @@ def _steady(outputs: int, first: float | None, last: float | None) -> float | No
 def run_conveyor(
     label: str,
     stages: list[ProcessingStage[Any, Any]],
-    executor_cls: type[StreamingExecutor] | type[BatchExecutor],
+    executor_cls: type[StreamingExecutor] | type[BatchExecutor] | None,
     tasks: Iterable[Any],
     n_tasks: int,
     *,
@@ -328,10 +454,36 @@ def run_conveyor(
     sample_interval_s: float = 0.02,
     pss_every: int = 5,
     trace: bool = False,
+    engine: str = "local",
+    ray_session: RaySession | None = None,
 ) -> Measurement:
-    """Run ``stages`` on a fresh ``LocalBackend`` through ``Pipeline.stream()``."""
-    backend = LocalBackend(num_cpus=num_cpus, memory_budget_bytes=memory_budget_bytes)
-    executor = executor_cls(backend, monitors=[TraceMonitor(label)] if trace else [])
+    """Run ``stages`` through ``Pipeline.stream()`` on a fresh backend of ``engine``.
+
+    ``local``: ``LocalBackend(num_cpus)``; ``ray``: ``RayBackend`` on the script's Ray
+    cluster (``RaySession``); ``ray-data``: ``RayDataExecutor`` there (``executor_cls`` is
+    ignored). Ray runs sample memory less often: reading PSS of Ray's many processes costs
+    CPU that the run would miss.
+    """
+    monitors = [TraceMonitor(label)] if trace else []
+    if engine == "local":
+        backend: Any = LocalBackend(num_cpus=num_cpus, memory_budget_bytes=memory_budget_bytes)
+    elif engine in ("ray", "ray-data"):
+        if ray_session is not None:
+            ray_session.ensure()
+        sample_interval_s, pss_every = max(sample_interval_s, 0.05), max(pss_every, 10)
+    else:
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if engine == "ray":
+        from conveyor.backends import RayBackend
+
+        backend = RayBackend(memory_budget_bytes=memory_budget_bytes)
+    if engine == "ray-data":
+        from conveyor.executors import RayDataExecutor
+
+        executor: Any = RayDataExecutor()
+    else:
+        assert executor_cls is not None
+        executor = executor_cls(backend, monitors=monitors)
     pipeline = Pipeline(f"bench-{label}", stages)
     m = Measurement(label, n_tasks)
     first = last = None
@@ -359,7 +511,8 @@ def run_conveyor(
     m.queue_hwm_tasks = max((s.queue_hwm_tasks for s in result.stats.values()), default=0)
     m.queue_hwm_mb = {name: s.queue_hwm_bytes / MIB for name, s in result.stats.items()}
     _take_peaks(m, sampler)
-    m.driver_cpu_s, m.workers_cpu_s = cpu.driver_s, cpu.children_s
+    m.driver_cpu_s = cpu.driver_s
+    m.workers_cpu_s = max(cpu.children_s, sampler.descendants_cpu_s())
     if result.failures:
         print(f"  !! {label}: {len(result.failures)} failures, first: {result.failures[0]}")
     return m
@@ -471,9 +624,13 @@ RESOURCE_HEADER = [
 ]
 RESOURCE_NOTE = (
     "peak RSS/PSS = sum over the driver and all its descendants (RSS sampled every 20 ms, PSS "
-    "every 100 ms;\n  RSS counts pages shared by forked workers once per process, PSS splits "
-    "them); shm peak = bytes in this run's <shm>/conveyor-<pid>-* dirs;\n  procs = most "
-    "processes seen at once; cpu = user+sys seconds (driver includes the sampler thread); "
+    "every 100 ms; Ray runs 50 / 500 ms;\n  RSS counts pages shared by forked workers once per "
+    "process, PSS splits them); shm peak = bytes in this run's <shm>/conveyor-<pid>-* dirs "
+    "(Ray keeps payloads in its object store, mapped into its processes: in RSS/PSS);\n  "
+    "procs = most "
+    "processes seen at once; cpu = user+sys seconds (driver includes the sampler thread; "
+    "workers = exited children, or the sampled\n  descendants for Ray, whose cluster "
+    "outlives a run; with --ray-address the cluster is not a descendant and not counted); "
     "cpu util = (driver + workers cpu) / (wall x usable cores);\n  load 1m = the machine's "
     "1-minute load average at the end of the run (other programs' load makes timings noisy)"
 )

@@ -6,6 +6,7 @@ of the whole process tree and the peak of shared memory for both sizes and the r
 
     .venv/bin/python benchmarks/memory.py
     .venv/bin/python benchmarks/memory.py --with-batch   # BatchExecutor too (materializes all)
+    .venv/bin/python benchmarks/memory.py --engines local,ray   # RayBackend side by side
 """
 
 from __future__ import annotations
@@ -21,11 +22,14 @@ from _common import (
     MakePayload,
     Measurement,
     PassThrough,
+    RaySession,
     StreamingExecutor,
+    add_engine_args,
     check,
     fmt,
     machine_line,
     mb,
+    parse_engines,
     run_conveyor,
     table,
 )
@@ -76,7 +80,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--quick", action="store_true", help="smoke run: 40 vs 120 tasks (unless --sizes)"
     )
+    add_engine_args(p)
     args = p.parse_args(argv)
+    parse_engines(p, args)
     if args.sizes is None:
         args.sizes = "40,120" if args.quick else "1000,10000"
     args.sizes = [int(s) for s in args.sizes.split(",")]
@@ -114,27 +120,36 @@ def main(argv: list[str] | None = None) -> list[Measurement]:
             "  note: BatchExecutor materializes every intermediate result: expect shared "
             "memory to grow with the dataset"
         )
-    contenders = [("streaming", StreamingExecutor)]
-    if args.with_batch:
-        contenders.append(("batch", BatchExecutor))
+    contenders: list[tuple[str, type[Any] | None, str]] = []
+    for engine in args.engines:
+        prefix = "" if engine == "local" else "ray "
+        if engine == "ray-data":
+            contenders.append(("ray-data", None, engine))
+            continue
+        contenders.append((f"{prefix}streaming", StreamingExecutor, engine))
+        if args.with_batch:
+            contenders.append((f"{prefix}batch", BatchExecutor, engine))
     results: list[Measurement] = []
-    for name, cls in contenders:
-        for size in args.sizes:
-            print(f"  running {name} with {size} tasks ...", flush=True)
-            tasks = (i for i in range(size))  # lazy: never a list
-            m = run_conveyor(
-                f"{name} {size}",
-                build_stages(args),
-                cls,
-                tasks,
-                size,
-                num_cpus=args.num_cpus,
-                memory_budget_bytes=budget,
-                trace=args.trace,
-            )
-            if m.outputs != size:
-                print(f"  !! {name} {size}: {m.outputs} outputs")
-            results.append(m)
+    with RaySession(args.num_cpus, args.ray_address) as ray_session:
+        for name, cls, engine in contenders:
+            for size in args.sizes:
+                print(f"  running {name} with {size} tasks ...", flush=True)
+                tasks = (i for i in range(size))  # lazy: never a list (Ray Data lists it)
+                m = run_conveyor(
+                    f"{name} {size}",
+                    build_stages(args),
+                    cls,
+                    tasks,
+                    size,
+                    num_cpus=args.num_cpus,
+                    memory_budget_bytes=budget,
+                    trace=args.trace,
+                    engine=engine,
+                    ray_session=ray_session,
+                )
+                if m.outputs != size:
+                    print(f"  !! {name} {size}: {m.outputs} outputs")
+                results.append(m)
 
     header = [
         "run",
@@ -180,7 +195,7 @@ def main(argv: list[str] | None = None) -> list[Measurement]:
 
     trows = []
     small, large = args.sizes[0], args.sizes[-1]
-    for name, _ in contenders:
+    for name, _, _ in contenders:
         a = next(m for m in results if m.label == f"{name} {small}")
         b = next(m for m in results if m.label == f"{name} {large}")
         for what, x, y in (

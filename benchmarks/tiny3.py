@@ -1,7 +1,8 @@
 """Per-task overhead: 20,000 zero-cost int tasks through three ``x + 1`` stages.
 
 Reports end-to-end tasks per second of StreamingExecutor, BatchExecutor and a plain loop over
-the same stage objects, measured one after the other in this process.
+the same stage objects, on the local backend and, with Ray installed, on RayBackend and
+RayDataExecutor, measured one after the other in this process.
 
     .venv/bin/python benchmarks/tiny3.py
     .venv/bin/python benchmarks/tiny3.py --batch-size 16
@@ -18,10 +19,13 @@ from _common import (
     BatchExecutor,
     Increment,
     Measurement,
+    RaySession,
     StreamingExecutor,
+    add_engine_args,
     check,
     fmt,
     machine_line,
+    parse_engines,
     resource_row,
     run_conveyor,
     run_loop,
@@ -57,7 +61,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="print the controller's snapshot (workers, queues) every tick",
     )
     p.add_argument("--quick", action="store_true", help="smoke run: 500 tasks")
+    add_engine_args(p)
     args = p.parse_args(argv)
+    parse_engines(p, args)
     if args.quick:
         args.tasks = min(args.tasks, 500)
     args.only = [c.strip() for c in args.only.split(",") if c.strip()]
@@ -65,6 +71,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if unknown:
         p.error(f"--only: unknown contender(s) {', '.join(sorted(unknown))}")
     return args
+
+
+def contenders(args: argparse.Namespace) -> list[tuple[str, str, str]]:
+    """(label, engine, kind): local ones keep their plain names, then Ray's."""
+    plan = []
+    for engine in args.engines:
+        if engine == "local":
+            plan += [(name, engine, name) for name in args.only]
+        elif engine == "ray":
+            plan += [(f"ray {name}", engine, name) for name in args.only if name != "loop"]
+        else:
+            plan.append(("ray-data", engine, "ray-data"))
+    return plan
 
 
 def main(argv: list[str] | None = None) -> list[Measurement]:
@@ -76,36 +95,39 @@ def main(argv: list[str] | None = None) -> list[Measurement]:
     print(machine_line(args.num_cpus))
     results: list[Measurement] = []
     expected = sum(range(args.tasks)) + 3 * args.tasks
-    for name in args.only:
-        print(f"  running {name} ...", flush=True)
-        stages = [
-            Increment(f"inc{i}", cpus=args.cpus_per_worker, batch_size=args.batch_size)
-            for i in (1, 2, 3)
-        ]
-        total = 0
+    with RaySession(args.num_cpus, args.ray_address) as ray_session:
+        for label, engine, name in contenders(args):
+            print(f"  running {label} ...", flush=True)
+            stages = [
+                Increment(f"inc{i}", cpus=args.cpus_per_worker, batch_size=args.batch_size)
+                for i in (1, 2, 3)
+            ]
+            total = 0
 
-        def add(out: int) -> None:
-            nonlocal total
-            total += out
+            def add(out: int) -> None:
+                nonlocal total
+                total += out
 
-        if name == "loop":
-            m = run_loop("loop", stages, range(args.tasks), args.tasks)
-            total = expected  # the loop is the reference
-        else:
-            cls = StreamingExecutor if name == "streaming" else BatchExecutor
-            m = run_conveyor(
-                name,
-                stages,
-                cls,
-                range(args.tasks),
-                args.tasks,
-                num_cpus=args.num_cpus,
-                on_output=add,
-                trace=args.trace,
-            )
-        if total != expected:
-            print(f"  !! {name}: outputs sum to {total}, expected {expected}")
-        results.append(m)
+            if name == "loop":
+                m = run_loop("loop", stages, range(args.tasks), args.tasks)
+                total = expected  # the loop is the reference
+            else:
+                cls = BatchExecutor if name == "batch" else StreamingExecutor
+                m = run_conveyor(
+                    label,
+                    stages,
+                    cls,
+                    range(args.tasks),
+                    args.tasks,
+                    num_cpus=args.num_cpus,
+                    on_output=add,
+                    trace=args.trace,
+                    engine=engine,
+                    ray_session=ray_session,
+                )
+            if total != expected:
+                print(f"  !! {label}: outputs sum to {total}, expected {expected}")
+            results.append(m)
 
     streaming = next((m for m in results if m.label == "streaming"), None)
     header = [

@@ -1,11 +1,13 @@
 """Three unbalanced stages (25 / 100 / 50 ms per task) passing a 1 MiB payload along.
 
 Runs the same stage objects on StreamingExecutor, BatchExecutor and a plain in-process loop,
-one after the other, and prints wall time, throughput against the ideal for the CPU budget,
-time to first output, start-up time and peak memory (process tree RSS/PSS, shared memory).
+on the local backend and, with Ray installed, on RayBackend and RayDataExecutor, one after
+the other, and prints wall time, throughput against the ideal for the CPU budget, time to
+first output, start-up time and peak memory (process tree RSS/PSS, shared memory).
 
     .venv/bin/python benchmarks/unbalanced3.py --mode sleep
     .venv/bin/python benchmarks/unbalanced3.py --mode cpu --tasks 200
+    .venv/bin/python benchmarks/unbalanced3.py --engines local,ray --only streaming
 """
 
 from __future__ import annotations
@@ -24,11 +26,14 @@ from _common import (
     MakePayload,
     Measurement,
     PassThrough,
+    RaySession,
     StreamingExecutor,
+    add_engine_args,
     best_allocation,
     check,
     fmt,
     machine_line,
+    parse_engines,
     resource_row,
     run_conveyor,
     run_loop,
@@ -37,6 +42,7 @@ from _common import (
 )
 
 TARGET_RATIO = {"sleep": 0.90, "cpu": 0.85}
+TARGET_RAY_RATIO = {"sleep": 0.80}
 TARGET_FIRST_OUTPUT_S = 1.0
 CONTENDERS = ("streaming", "batch", "loop")
 
@@ -96,7 +102,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--quick", action="store_true", help="smoke run: 24 tasks (loop 6), small enough for tests"
     )
+    add_engine_args(p)
     args = p.parse_args(argv)
+    parse_engines(p, args)
     if args.quick:
         args.tasks = min(args.tasks, 24)
         args.loop_tasks = 6
@@ -112,6 +120,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.loop_tasks <= 0:
         args.loop_tasks = args.tasks
     return args
+
+
+def contenders(args: argparse.Namespace) -> list[tuple[str, str, str]]:
+    """(label, engine, kind): local ones keep their plain names, then Ray's."""
+    plan = []
+    for engine in args.engines:
+        if engine == "local":
+            plan += [(name, engine, name) for name in args.only]
+        elif engine == "ray":
+            plan += [(f"ray {name}", engine, name) for name in args.only if name != "loop"]
+        else:
+            plan.append(("ray-data", engine, "ray-data"))
+    return plan
 
 
 def build_stages(args: argparse.Namespace) -> list[Any]:
@@ -156,24 +177,27 @@ def main(argv: list[str] | None = None) -> list[Measurement]:
     )
     print(machine_line(args.num_cpus))
     results: list[Measurement] = []
-    for name in args.only:
-        print(f"  running {name} ...", flush=True)
-        stages = build_stages(args)
-        if name == "loop":
-            m = run_loop("loop", stages, range(args.loop_tasks), args.loop_tasks)
-        else:
-            cls = StreamingExecutor if name == "streaming" else BatchExecutor
-            m = run_conveyor(
-                name,
-                stages,
-                cls,
-                range(args.tasks),
-                args.tasks,
-                num_cpus=args.num_cpus,
-                memory_budget_bytes=budget,
-                trace=args.trace,
-            )
-        results.append(m)
+    with RaySession(args.num_cpus, args.ray_address) as ray_session:
+        for label, engine, name in contenders(args):
+            print(f"  running {label} ...", flush=True)
+            stages = build_stages(args)
+            if name == "loop":
+                m = run_loop("loop", stages, range(args.loop_tasks), args.loop_tasks)
+            else:
+                cls = BatchExecutor if name == "batch" else StreamingExecutor
+                m = run_conveyor(
+                    label,
+                    stages,
+                    cls,
+                    range(args.tasks),
+                    args.tasks,
+                    num_cpus=args.num_cpus,
+                    memory_budget_bytes=budget,
+                    trace=args.trace,
+                    engine=engine,
+                    ray_session=ray_session,
+                )
+            results.append(m)
 
     cores = usable_cores(args.num_cpus)
     header = [
@@ -227,12 +251,13 @@ def main(argv: list[str] | None = None) -> list[Measurement]:
         f"{RESOURCE_NOTE}"
     )
 
+    trows: list[list[str]] = []
     streaming = next((m for m in results if m.label == "streaming"), None)
     if streaming is not None:
         ratio = streaming.tps / ideal_tps
         target = TARGET_RATIO[args.mode]
         first = streaming.first_output_s
-        trows = [
+        trows += [
             ["streaming tasks/s / ideal", fmt(ratio), f">= {target:.2f}", check(ratio >= target)],
             [
                 "streaming first output s",
@@ -241,16 +266,53 @@ def main(argv: list[str] | None = None) -> list[Measurement]:
                 check(None if first is None else first < TARGET_FIRST_OUTPUT_S),
             ],
         ]
-        others = {m.label: m for m in results if m is not streaming}
-        for label, m in others.items():
-            trows.append(
+        for m in results:
+            if m is not streaming:
+                trows.append(
+                    [
+                        f"streaming / {m.label} tasks/s",
+                        fmt(streaming.tps / m.tps if m.tps else None),
+                        "-",
+                        "-",
+                    ]
+                )
+    on_ray = next((m for m in results if m.label == "ray streaming"), None)
+    if on_ray is not None:
+        ratio = on_ray.tps / ideal_tps
+        target = TARGET_RAY_RATIO.get(args.mode)
+        trows.append(
+            [
+                "ray streaming tasks/s / ideal",
+                fmt(ratio),
+                "-" if target is None else f">= {target:.2f}",
+                check(None if target is None else ratio >= target),
+            ]
+        )
+        data = next((m for m in results if m.label == "ray-data"), None)
+        if data is not None:
+            trows += [
                 [
-                    f"streaming / {label} tasks/s",
-                    fmt(streaming.tps / m.tps if m.tps else None),
-                    "-",
-                    "-",
-                ]
-            )
+                    "ray streaming / ray-data tasks/s",
+                    fmt(on_ray.tps / data.tps if data.tps else None),
+                    "> 1",
+                    check(on_ray.tps > data.tps),
+                ],
+                [
+                    "ray streaming / ray-data first output s",
+                    fmt(
+                        on_ray.first_output_s / data.first_output_s
+                        if on_ray.first_output_s and data.first_output_s
+                        else None
+                    ),
+                    "< 1",
+                    check(
+                        None
+                        if not (on_ray.first_output_s and data.first_output_s)
+                        else on_ray.first_output_s < data.first_output_s
+                    ),
+                ],
+            ]
+    if trows:
         print()
         print(table("targets", ["metric", "measured", "target", "status"], trows))
     return results

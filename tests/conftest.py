@@ -8,10 +8,27 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
+#: pids of process trees a session-scoped fixture owns and stops itself (a Ray cluster's
+#: nodes): they and their descendants are not "left behind" by the test that is running
+SESSION_ROOTS: set[int] = set()
+
+
+def _session_pids() -> set[int]:
+    pids = set(SESSION_ROOTS)
+    for pid in SESSION_ROOTS:
+        try:
+            pids.update(p.pid for p in psutil.Process(pid).children(recursive=True))
+        except psutil.NoSuchProcess:
+            continue
+    return pids
+
 
 def live_children() -> list[psutil.Process]:
     alive = []
+    exempt = _session_pids() if SESSION_ROOTS else set()
     for child in psutil.Process().children(recursive=True):
+        if child.pid in exempt:
+            continue
         try:
             if child.status() != psutil.STATUS_ZOMBIE:
                 alive.append(child)

@@ -9,13 +9,15 @@ from conveyor._lazy import lazy_getattr
 _EXPORTS = {
     "Backend": "conveyor.backends.base",
     "LocalBackend": "conveyor.backends.local",
+    "RayBackend": "conveyor.backends.ray",
 }
 
-__all__ = ["Backend", "LocalBackend"]
+__all__ = ["Backend", "LocalBackend", "RayBackend"]
 
 if TYPE_CHECKING:
     from conveyor.backends.base import Backend
     from conveyor.backends.local import LocalBackend
+    from conveyor.backends.ray import RayBackend
 
 
 __getattr__ = lazy_getattr("conveyor.backends", _EXPORTS, globals())

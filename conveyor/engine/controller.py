@@ -104,6 +104,7 @@ class _Stage:
     in_flight_tasks: int = 0
     target: int = 0
     done: bool = False
+    setup_deaths: int = 0
 
     @property
     def backlog(self) -> int:
@@ -380,7 +381,16 @@ class Controller:
             )
         elif isinstance(event, WorkerSetupFailed):
             worker = self.workers.get(event.worker_id)
-            name = self.stages[worker.stage].spec.name if worker else event.worker_id
+            stage = self.stages[worker.stage] if worker else None
+            # A worker whose process died while setting up (its node was lost, it was killed)
+            # is replaced like any dead worker, up to max_attempts deaths per stage; an
+            # exception raised by setup itself ends the run at once.
+            if stage is not None and event.error.type == "WorkerDied":
+                stage.setup_deaths += 1
+                if stage.setup_deaths < self.config.max_attempts:
+                    self._on_worker_gone(event.worker_id, event.error)
+                    return
+            name = stage.spec.name if stage else event.worker_id
             raise StageSetupError(
                 name, f"{event.error.type}: {event.error.message}", event.error.traceback
             )

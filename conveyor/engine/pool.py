@@ -97,17 +97,16 @@ class Pool:
         self._index(worker)
 
     def batch_done(self, worker: Worker, batch_id: int) -> None:
-        """A batch of the worker's oldest message finished; the message ends with its last."""
-        if not worker.messages:
-            return
-        message = worker.messages[0]
-        if batch_id in message:
-            message.remove(batch_id)
-            if not message:
-                worker.messages.popleft()
-                if not worker.messages:
-                    worker.alone = False
-                self._index(worker)
+        """A batch finished; its message ends with its last batch, in whatever order they end."""
+        for message in worker.messages:
+            if batch_id in message:
+                message.remove(batch_id)
+                if not message:
+                    worker.messages.remove(message)
+                    if not worker.messages:
+                        worker.alone = False
+                    self._index(worker)
+                return
 
     def idle(self) -> Worker | None:
         """A ready worker with nothing in flight (for a suspect, which must run alone)."""

@@ -1,7 +1,19 @@
-"""Executors run a built pipeline on a backend."""
+"""Executors run a built pipeline on a backend (``RayDataExecutor`` loads Ray on first use)."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from conveyor._lazy import lazy_getattr
 from conveyor.executors.base import Executor, Run
 from conveyor.executors.batch import BatchExecutor
 from conveyor.executors.streaming import StreamingExecutor
 
-__all__ = ["BatchExecutor", "Executor", "Run", "StreamingExecutor"]
+_EXPORTS = {"RayDataExecutor": "conveyor.executors.ray_data"}
+
+__all__ = ["BatchExecutor", "Executor", "RayDataExecutor", "Run", "StreamingExecutor"]
+
+if TYPE_CHECKING:
+    from conveyor.executors.ray_data import RayDataExecutor
+
+__getattr__ = lazy_getattr("conveyor.executors", _EXPORTS, globals())

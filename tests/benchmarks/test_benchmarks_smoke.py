@@ -36,7 +36,7 @@ def own_shm_dirs() -> list[Path]:
 
 def test_unbalanced3_quick(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
     bench = load("unbalanced3", monkeypatch)
-    results = bench.main(["--quick", "--tasks", "8", "--costs-ms", "5,20,10"])
+    results = bench.main(["--quick", "--tasks", "8", "--costs-ms", "5,20,10", "--engines", "local"])
     out = capsys.readouterr().out
     assert [m.label for m in results] == ["streaming", "batch", "loop"]
     assert [m.outputs for m in results] == [8, 8, 6]
@@ -72,6 +72,8 @@ def test_unbalanced3_cpu_mode_quick(
             "streaming,loop",
             "--payload",
             "bytes",
+            "--engines",
+            "local",
         ]
     )
     out = capsys.readouterr().out
@@ -82,7 +84,7 @@ def test_unbalanced3_cpu_mode_quick(
 
 def test_tiny3_quick(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
     bench = load("tiny3", monkeypatch)
-    results = bench.main(["--quick", "--tasks", "200"])
+    results = bench.main(["--quick", "--tasks", "200", "--engines", "local"])
     out = capsys.readouterr().out
     assert [m.label for m in results] == ["streaming", "batch", "loop"]
     assert [m.outputs for m in results] == [200, 200, 200]
@@ -98,7 +100,7 @@ def test_tiny3_quick(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixt
 
 def test_memory_quick(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
     bench = load("memory", monkeypatch)
-    results = bench.main(["--quick", "--sizes", "10,30", "--last-ms", "1"])
+    results = bench.main(["--quick", "--sizes", "10,30", "--last-ms", "1", "--engines", "local"])
     out = capsys.readouterr().out
     assert [(m.label, m.outputs) for m in results] == [("streaming 10", 10), ("streaming 30", 30)]
     assert all(m.peak_shm > 0 for m in results)  # 1 MiB payloads live in shared memory

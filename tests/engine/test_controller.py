@@ -203,3 +203,27 @@ def test_suspects_are_retried_while_fresh_work_keeps_coming() -> None:
     order = list(run)
     assert sorted(order) == list(range(2000))
     assert order.index(3) < 100  # retried soon, not after the other 1,997 inputs
+
+
+def test_a_worker_that_dies_during_setup_is_replaced_a_few_times() -> None:
+    from conveyor.engine.messages import ErrorInfo, WorkerSetupFailed
+    from conveyor.errors import StageSetupError
+
+    class DiesInSetup(VirtualBackend):
+        def __init__(self, deaths: int) -> None:
+            super().__init__(cpus=2, service_s={"work": 0.01})
+            self.deaths = deaths
+
+        def start_worker(self, worker_id: str, stage: Any, placement: Any) -> None:
+            if self.deaths:
+                self.deaths -= 1
+                error = ErrorInfo("WorkerDied", "its node was lost during setup")
+                self._at(self.clock, WorkerSetupFailed(worker_id, error))
+                return
+            super().start_worker(worker_id, stage, placement)
+
+    pipeline = Pipeline("p", [Pass("work").with_(num_workers=1)])
+    result = pipeline.run(StreamingExecutor(DiesInSetup(deaths=2)), initial_tasks=range(5))
+    assert sorted(result.outputs) == list(range(5))
+    with pytest.raises(StageSetupError, match="node was lost"):
+        pipeline.run(StreamingExecutor(DiesInSetup(deaths=3)), initial_tasks=range(5))

@@ -66,3 +66,17 @@ def test_reserved_worker_runs_dry_for_a_suspect() -> None:
     assert pool.idle() is reserved
     pool.sent(reserved, [9], alone=True)
     assert pool.reserved is None
+
+
+def test_batches_may_finish_out_of_order_across_messages() -> None:
+    pool, (a,) = make(1)
+    pool.mark_ready(a)
+    pool.sent(a, [1, 2], alone=False)
+    pool.sent(a, [3], alone=False)
+    pool.batch_done(a, 3)  # the later message ends first
+    assert a.in_flight == 1
+    pool.batch_done(a, 1)
+    pool.batch_done(a, 2)
+    assert a.in_flight == 0 and pool.idle() is a
+    pool.batch_done(a, 99)  # unknown batch: ignored
+    assert a.in_flight == 0

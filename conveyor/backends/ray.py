@@ -1,0 +1,956 @@
+"""The Ray backend: workers are Ray actors, handles are ObjectRefs, Ray does the accounting.
+
+Every worker is an actor that asks Ray for its real resources (CPUs, a GPU fraction or whole
+GPUs) and is pinned to the node the placement policy chose, so Ray's own books stay true and
+Conveyor can share a cluster with other Ray work. Inside the actor the stage runs through the
+same ``StageRunner`` as on the local backend, so stage semantics do not depend on the backend.
+
+Payloads. A worker's batch call is a *streaming generator*: per batch it yields one small
+record (counts, timing, sizes, and outputs of at most 32 KiB inline as pickle bytes), then
+every larger output as its own object. Objects yielded by an actor method are owned by the
+caller (the driver), not by the actor, so they outlive the worker that made them; they stay
+in the object store of the node that produced them. The controller only ever holds
+``Handle``s; ``get`` fetches a payload to the driver for the last stage's outputs alone.
+
+``nbytes`` of a handle is measured in the worker by pickling the output with protocol 5 and
+a buffer callback: out-of-band buffers (NumPy, Arrow) are counted, not copied, so the figure is
+what Ray stores, give or take its framing. An output with no such buffers is shipped as those
+very pickle bytes, so it is serialized once.
+
+Ray is imported by this module only; ``import conveyor`` and the local backend never load it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import math
+import os
+import pickle
+import shutil
+import sys
+import tempfile
+import time
+from collections import deque
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlparse
+
+import cloudpickle
+import ray
+import ray.exceptions
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from conveyor.backends.runtime import StageRunner
+from conveyor.cluster import NodeInfo, WorkerInfo
+from conveyor.engine.messages import (
+    BackendEvent,
+    BatchesDone,
+    BatchFailed,
+    BatchOutcome,
+    ErrorInfo,
+    Handle,
+    WorkerDied,
+    WorkerPlacement,
+    WorkerReady,
+    WorkerSetupFailed,
+    WorkerStopped,
+)
+from conveyor.engine.spec import StageSpec
+from conveyor.errors import BackendError
+
+log = logging.getLogger(__name__)
+
+#: outputs up to this size travel inline in the batch record (a store round trip costs more)
+INLINE_LIMIT = 32 * 1024
+#: inline bytes per batch record; beyond it small outputs are stored like large ones, so the
+#: record stays under Ray's own inline threshold (100 KiB) and never lands in the object store
+RECORD_INLINE_MAX = 64 * 1024
+#: how often poll() compares the cluster's live nodes with the nodes holding workers
+NODE_CHECK_S = 0.5
+#: how long a GPU-memory probe of a new node may take before its memory counts as unknown
+PROBE_TIMEOUT_S = 60.0
+DEFAULT_MEMORY_BUDGET = 512 << 20
+
+_GPU_MEMORY_CACHE: dict[str, float | None] = {}  # node id -> GB of its GPU 0 (per process)
+
+
+# -- payloads -----------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class RayPayload:
+    """What ``Handle.ref`` holds on Ray: pickle bytes inline, or an ObjectRef.
+
+    ``pickled`` says the stored object is pickle bytes (to ``pickle.loads``) rather than the
+    object itself (stored by Ray, so NumPy/Arrow buffers are read without a copy).
+    """
+
+    ref: ray.ObjectRef | None = None
+    data: bytes | None = None
+    pickled: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class _Encoded:
+    inline: bytes | None  # small: pickle bytes to carry in the record
+    store: Any  # large: what to put in the object store
+    pickled: bool
+    nbytes: int
+
+
+def _dumps(obj: Any, sizes: list[int] | None) -> bytes:
+    callback = None if sizes is None else (lambda buf: sizes.append(memoryview(buf).nbytes))
+    try:
+        return pickle.dumps(obj, protocol=5, buffer_callback=callback)
+    except Exception:  # noqa: BLE001 - classes defined in __main__ or a function: by value
+        if sizes is not None:
+            sizes.clear()
+        return cloudpickle.dumps(obj, protocol=5, buffer_callback=callback)
+
+
+def encode(obj: Any, inline_ok: bool = True) -> _Encoded:
+    """Measure a payload and decide how it travels (see the module docstring)."""
+    sizes: list[int] = []
+    inband = _dumps(obj, sizes)
+    if not sizes:
+        if inline_ok and len(inband) <= INLINE_LIMIT:
+            return _Encoded(inband, None, True, len(inband))
+        return _Encoded(None, inband, True, len(inband))
+    total = len(inband) + sum(sizes)
+    if inline_ok and total <= INLINE_LIMIT:
+        data = _dumps(obj, None)
+        return _Encoded(data, None, True, len(data))
+    return _Encoded(None, obj, False, total)
+
+
+def _is_lost(exc: BaseException) -> bool:
+    return isinstance(exc, ray.exceptions.ObjectLostError)
+
+
+def _error(exc: BaseException) -> ErrorInfo:
+    """An exception as ``ErrorInfo``; a payload lost with its node is final: retries cannot help."""
+    info = ErrorInfo.from_exception(exc)
+    if _is_lost(exc):
+        info = dataclasses.replace(
+            info,
+            message="the input's payload was lost (its node left the cluster): "
+            + info.message.strip().splitlines()[0],
+            permanent=True,
+        )
+    return info
+
+
+def _extend_sys_path(paths: Sequence[str]) -> None:
+    """Put the driver's import paths first where they exist on this node (stages by reference)."""
+    for path in reversed(paths):
+        if path and path not in sys.path and os.path.exists(path):
+            sys.path.insert(0, path)
+
+
+def _node_id() -> str:
+    return str(ray.get_runtime_context().get_node_id())
+
+
+def _gpu_ids() -> tuple[int, ...]:
+    ids = []
+    for position, gpu in enumerate(ray.get_gpu_ids()):
+        try:
+            ids.append(int(gpu))
+        except (TypeError, ValueError):  # a UUID: report its position
+            ids.append(position)
+    return tuple(ids)
+
+
+# -- remote code ----------------------------------------------------------------------------
+def _node_setup(payload: bytes, name: str, node: NodeInfo, sys_path: list[str]) -> ErrorInfo | None:
+    """``setup_on_node`` of one stage on one node (a Ray task pinned there)."""
+    try:
+        _extend_sys_path(sys_path)
+        stage = cloudpickle.loads(payload)
+        worker = WorkerInfo(f"{name}/node-setup", name, node.node_id)
+        StageRunner(stage, name, worker).setup_on_node(node)
+    except BaseException as exc:  # noqa: BLE001 - reported to the driver, which stops the run
+        return ErrorInfo.from_exception(exc)
+    return None
+
+
+def _probe_gpu_memory() -> float | None:
+    """GB of memory of GPU 0 of the node this task runs on (NVML), or None without one."""
+    from conveyor.backends.devices import _nvml
+
+    found = _nvml()
+    return None if found is None else found[1]
+
+
+class _Worker:
+    """The actor: one worker of one stage (``ray.remote`` is applied in ``RayBackend.open``)."""
+
+    def __init__(
+        self,
+        payload: bytes,
+        worker_id: str,
+        stage_name: str,
+        gpu_fraction: float,
+        sys_path: list[str],
+    ) -> None:
+        self.payload = payload
+        self.worker_id = worker_id
+        self.stage_name = stage_name
+        self.gpu_fraction = gpu_fraction
+        self.sys_path = sys_path
+        self.runner: StageRunner | None = None
+
+    def hello(self) -> tuple[str, int]:
+        """Answers as soon as Ray has scheduled the actor: its node and process id."""
+        return _node_id(), os.getpid()
+
+    def setup(self, node_error: ErrorInfo | None) -> tuple[Any, ...]:
+        started = time.perf_counter()
+        if node_error is not None:
+            return ("failed", node_error)
+        try:
+            _extend_sys_path(self.sys_path)
+            gpu_ids = _gpu_ids()
+            if not gpu_ids:
+                os.environ["CUDA_VISIBLE_DEVICES"] = ""  # as on the local backend
+            os.environ["CONVEYOR_WORKER_ID"] = self.worker_id
+            stage = cloudpickle.loads(self.payload)
+            info = WorkerInfo(
+                self.worker_id,
+                self.stage_name,
+                _node_id(),
+                gpu_ids,
+                self.gpu_fraction if gpu_ids else 0.0,
+            )
+            self.runner = StageRunner(stage, self.stage_name, info)
+            self.runner.setup()
+        except BaseException as exc:  # noqa: BLE001 - reported; the driver ends the run
+            return ("failed", ErrorInfo.from_exception(exc))
+        return ("ready", time.perf_counter() - started)
+
+    def run(self, batches: list[tuple[int, list[tuple[str, Any]]]]) -> Iterator[Any]:
+        """Per batch: a record, then each stored output (see the module docstring)."""
+        runner = self.runner
+        assert runner is not None, "run() before a successful setup()"
+        for batch_id, items in batches:
+            begun = time.perf_counter()
+            try:
+                labels = [label for label, _ in items]
+                tasks = _resolve([value for _, value in items])
+                outputs, out_labels, filtered = runner.run(tasks, labels)
+                del tasks
+                entries: list[tuple[str, bytes | None, int, bool]] = []
+                stored: list[Any] = []
+                room = RECORD_INLINE_MAX
+                for obj, label in zip(outputs, out_labels, strict=True):
+                    enc = encode(obj, inline_ok=room > 0)
+                    if enc.inline is not None and len(enc.inline) <= room:
+                        room -= len(enc.inline)
+                        entries.append((label, enc.inline, enc.nbytes, True))
+                    else:
+                        entries.append((label, None, enc.nbytes, enc.pickled))
+                        stored.append(enc.inline if enc.inline is not None else enc.store)
+                del outputs
+            except Exception as exc:  # noqa: BLE001 - a task failure, retried by the driver
+                yield (batch_id, _error(exc))
+                continue
+            yield (batch_id, entries, filtered, time.perf_counter() - begun)
+            for obj in stored:  # a plain loop: Ray's generator wrapper rejects ``yield from``
+                yield obj
+            del stored
+
+    def stop(self) -> bool:
+        if self.runner is not None:
+            with contextlib.suppress(BaseException):
+                self.runner.teardown()
+        self.runner = None
+        return True
+
+
+def _resolve(values: list[Any]) -> list[Any]:
+    """Inline pickle bytes and ``(ObjectRef, pickled)`` pairs -> the task objects."""
+    refs = [v[0] for v in values if not isinstance(v, bytes)]
+    fetched = iter(ray.get(refs)) if refs else iter(())
+    tasks = []
+    for value in values:
+        if isinstance(value, bytes):
+            tasks.append(pickle.loads(value))
+        else:
+            obj = next(fetched)
+            tasks.append(pickle.loads(obj) if value[1] else obj)
+    return tasks
+
+
+def probe_gpu_memory(node_ids: Sequence[str]) -> dict[str, float | None]:
+    """GB of GPU memory of each node, read there by a small task once per node and process.
+
+    ``None`` where the node has no GPU that NVML can read (fake GPUs, no driver) or the probe
+    did not answer within ``PROBE_TIMEOUT_S``.
+    """
+    missing = [n for n in node_ids if n not in _GPU_MEMORY_CACHE]
+    if missing:
+        probe = ray.remote(num_cpus=0, max_retries=0)(_probe_gpu_memory)
+        refs = {
+            node_id: probe.options(
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)
+            ).remote()
+            for node_id in missing
+        }
+        ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=PROBE_TIMEOUT_S)
+        for node_id, ref in refs.items():
+            value = None
+            if ref in ready:
+                with contextlib.suppress(Exception):
+                    value = ray.get(ref)
+            _GPU_MEMORY_CACHE[node_id] = value
+    return {n: _GPU_MEMORY_CACHE.get(n) for n in node_ids}
+
+
+# -- connecting -----------------------------------------------------------------------------
+@dataclass
+class RayConnection:
+    """How this process talks to Ray: an existing connection, a cluster it joined, or a private
+    local cluster it started (the only kind it ever shuts down)."""
+
+    address: str | None = None
+    num_cpus: float | None = None
+    num_gpus: int | None = None
+    object_store_memory: int | None = None
+    node_ip_address: str | None = None
+    init_kwargs: dict[str, Any] = field(default_factory=dict)
+    started: bool = False  # we called ray.init
+    private: bool = False  # ... and it started a local cluster
+    temp_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.address is not None and (
+            not isinstance(self.address, str) or not self.address.strip()
+        ):
+            raise ValueError(
+                f"RayBackend: address must be None, 'auto' or 'host:port', got {self.address!r}"
+            )
+        if self.num_cpus is not None and not self.num_cpus > 0:
+            raise ValueError(f"RayBackend: num_cpus must be > 0, got {self.num_cpus!r}")
+        if self.num_gpus is not None and (
+            isinstance(self.num_gpus, bool)
+            or self.num_gpus < 0
+            or int(self.num_gpus) != self.num_gpus
+        ):
+            raise ValueError(
+                f"RayBackend: num_gpus must be a whole number >= 0, got {self.num_gpus!r}"
+            )
+
+    def target(self) -> str | None:
+        """The cluster to join (``address``, else ``RAY_ADDRESS``), or None for a private one."""
+        return self.address or os.environ.get("RAY_ADDRESS") or None
+
+    def connect(self) -> None:
+        os.environ["RAY_USAGE_STATS_ENABLED"] = "0"  # before init: Ray reads it there
+        if ray.is_initialized():
+            return  # the caller's connection: used as is, never shut down
+        target = self.target()
+        kwargs: dict[str, Any] = {"logging_level": logging.WARNING, **self.init_kwargs}
+        if target is None:
+            if self.num_cpus is not None:
+                kwargs["num_cpus"] = self.num_cpus
+            if self.num_gpus is not None:
+                kwargs["num_gpus"] = int(self.num_gpus)
+            if self.object_store_memory is not None:
+                kwargs["object_store_memory"] = self.object_store_memory
+            ip = self.node_ip_address or ("127.0.0.2" if sys.platform == "linux" else None)
+            if ip is not None:
+                kwargs["_node_ip_address"] = ip  # Ray rewrites 127.0.0.1 to the external IP
+            self.temp_dir = tempfile.mkdtemp(prefix="conveyor-ray-")
+            kwargs.setdefault("_temp_dir", self.temp_dir)
+            kwargs.setdefault("include_dashboard", False)
+            ray.init(address="local", **kwargs)
+            self.private = True
+        else:
+            if self.num_cpus is not None or self.num_gpus is not None:
+                raise ValueError(
+                    "RayBackend: num_cpus/num_gpus declare the resources of a private local "
+                    f"cluster; joining {target!r} uses the cluster's own"
+                )
+            ip = self.node_ip_address or _loopback_host(target)
+            if ip is not None:
+                kwargs["_node_ip_address"] = ip
+            ray.init(address=target, **kwargs)
+        self.started = True
+
+    def disconnect(self) -> None:
+        """Stop the private cluster; a joined cluster's connection stays for the next run."""
+        if self.private:
+            with contextlib.suppress(Exception):
+                ray.shutdown()
+            if self.temp_dir is not None:
+                shutil.rmtree(self.temp_dir, ignore_errors=True)
+            self.temp_dir = None
+            self.private = self.started = False
+
+
+def _loopback_host(address: str) -> str | None:
+    """The host of ``host:port`` when it is a loopback address (the driver must use it)."""
+    if address == "auto" or "://" in address:
+        return None
+    host = urlparse(f"//{address}").hostname
+    return host if host and host.startswith("127.") else None
+
+
+# -- the backend ------------------------------------------------------------------------------
+@dataclass(eq=False)
+class _Call:
+    """One ``run`` call in flight: its stream of records and stored outputs."""
+
+    gen: Any  # ray.ObjectRefGenerator
+    batch_ids: list[int]
+    index: int = 0  # the batch whose items come next
+    entries: list[tuple[str, bytes | None, int, bool]] = field(default_factory=list)
+    outcome: tuple[int, int, float] | None = None  # batch id, filtered, busy
+    refs: list[Any] = field(default_factory=list)  # stored outputs of that batch so far
+    need: int = 0
+    unconfirmed: BatchOutcome | None = None  # complete, awaiting the next item or the end
+
+    def waitable(self) -> Any:
+        """What ``ray.wait`` should watch: the stream, or, once every item it will yield has
+        arrived, the call's completion (the end of a stream alone does not wake a wait)."""
+        if self.index >= len(self.batch_ids) and not self.need:
+            return self.gen.completed()
+        return self.gen
+
+
+@dataclass(eq=False)
+class _RayWorker:
+    worker_id: str
+    stage: StageSpec
+    placement: WorkerPlacement
+    cpus: float
+    gpus: float
+    actor: Any = None  # None while it waits for its turn to be created
+    hello: Any = None
+    setup: Any = None
+    started_at: float = 0.0
+    scheduled: bool = False
+    ready: bool = False
+    stopping: bool = False
+    stop_ref: Any = None
+    pid: int | None = None
+    ping: Any = None  # a hello sent to an idle worker: a dead one fails it
+    calls: deque[_Call] = field(default_factory=deque)
+
+    @property
+    def node_id(self) -> str:
+        return self.placement.node_id
+
+
+class RayBackend:
+    """Workers as Ray actors on a Ray cluster.
+
+    ``address``: ``None`` joins the cluster in ``RAY_ADDRESS`` when set and otherwise starts a
+    private local cluster (declaring ``num_cpus``/``num_gpus`` when given: fake GPUs work, as on
+    ``LocalBackend``); ``"auto"`` joins the cluster running on this machine; ``"host:port"``
+    joins that one (run the driver on a node of the cluster). An existing ``ray.init``
+    connection is used as is. Only a private cluster is ever shut down.
+
+    ``gpu_memory_gb`` is the memory of one GPU, used to turn ``Resources(gpu_memory_gb=...)``
+    into a fraction when a node's GPU cannot be read (NVML, probed once per node).
+    ``schedule_timeout_s`` bounds how long a worker may wait for Ray to grant its resources
+    (other work on the cluster can hold them) before the run stops with a clear error.
+    """
+
+    def __init__(
+        self,
+        address: str | None = None,
+        num_cpus: float | None = None,
+        num_gpus: int | None = None,
+        *,
+        memory_budget_bytes: int | None = None,
+        gpu_memory_gb: float | None = None,
+        object_store_memory: int | None = None,
+        node_ip_address: str | None = None,
+        schedule_timeout_s: float = 300.0,
+        init_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        for label, value in (
+            ("memory_budget_bytes", memory_budget_bytes),
+            ("gpu_memory_gb", gpu_memory_gb),
+            ("object_store_memory", object_store_memory),
+            ("schedule_timeout_s", schedule_timeout_s),
+        ):
+            if value is not None and not value > 0:
+                raise ValueError(f"RayBackend: {label} must be > 0, got {value!r}")
+        self.connection = RayConnection(
+            address, num_cpus, num_gpus, object_store_memory, node_ip_address, init_kwargs or {}
+        )
+        self.gpu_memory_gb = gpu_memory_gb
+        self.schedule_timeout_s = schedule_timeout_s
+        self._declared_budget = memory_budget_bytes
+        self.memory_budget_bytes = int(memory_budget_bytes or DEFAULT_MEMORY_BUDGET)
+        self._open = False
+        self._actor_cls: Any = None
+        self._node_setup_fn: Any = None
+        self._sys_path: list[str] = []
+        self._reset()
+
+    def _reset(self) -> None:
+        self._workers: dict[str, _RayWorker] = {}
+        self._refs: dict[Any, tuple[str, _RayWorker]] = {}  # hello/setup/stop refs
+        self._events: list[BackendEvent] = []
+        self._payloads: dict[int, Any] = {}  # stage index -> ObjectRef of its pickled stage
+        self._node_setups: dict[tuple[int, str], Any] = {}
+        self._cpu_used: dict[str, float] = {}
+        self._queued: deque[_RayWorker] = deque()  # waiting for a start slot on their node
+        self._alive: dict[str, dict[str, Any]] = {}
+        self._nodes_at = -1.0
+        self._checked_at = 0.0
+
+    # -- cluster --------------------------------------------------------------------------
+    def open(self) -> None:
+        if self._open:
+            return
+        self.connection.connect()
+        self._actor_cls = ray.remote(max_restarts=0, max_task_retries=0)(_Worker)
+        self._node_setup_fn = ray.remote(num_cpus=0, max_retries=0)(_node_setup)
+        self._sys_path = [p for p in sys.path if p]
+        if self._declared_budget is None:
+            store = ray.cluster_resources().get("object_store_memory", 0.0)
+            if store:
+                self.memory_budget_bytes = int(min(DEFAULT_MEMORY_BUDGET, store / 4))
+        self._open = True
+
+    def _require_open(self) -> None:
+        if not self._open:
+            raise BackendError("RayBackend used before open()")
+
+    def _live_nodes(self, max_age_s: float = 0.2) -> dict[str, dict[str, Any]]:
+        now = time.monotonic()
+        if now - self._nodes_at > max_age_s:
+            self._alive = {n["NodeID"]: n for n in ray.nodes() if n.get("Alive")}
+            self._nodes_at = now
+        return self._alive
+
+    def nodes(self) -> list[NodeInfo]:
+        self._require_open()
+        live = self._live_nodes()
+        result = []
+        for node_id, node in live.items():
+            res = node.get("Resources", {})
+            cpus, gpus = float(res.get("CPU", 0.0)), int(res.get("GPU", 0.0))
+            if cpus <= 0 and gpus <= 0:
+                continue  # e.g. a head started with --num-cpus=0: nothing to place there
+            result.append(
+                NodeInfo(node_id, cpus, gpus, None, str(node.get("NodeManagerAddress", "")))
+            )
+        memory = self._gpu_memory([n for n in result if n.gpus])
+        return [dataclasses.replace(n, gpu_memory_gb=memory.get(n.node_id)) for n in result]
+
+    def _gpu_memory(self, nodes: list[NodeInfo]) -> dict[str, float | None]:
+        """GPU memory per GPU node: declared, else read on the node once (cached per process)."""
+        if self.gpu_memory_gb is not None:
+            return {n.node_id: self.gpu_memory_gb for n in nodes}
+        return probe_gpu_memory([n.node_id for n in nodes])
+
+    def now(self) -> float:
+        return time.monotonic()
+
+    # -- payloads -------------------------------------------------------------------------
+    def put(self, obj: Any, label: str) -> Handle:
+        enc = encode(obj)
+        if enc.inline is not None:
+            return Handle(RayPayload(None, enc.inline, True), enc.nbytes, label)
+        return Handle(RayPayload(ray.put(enc.store), None, enc.pickled), enc.nbytes, label)
+
+    def get(self, handle: Handle) -> Any:
+        payload: RayPayload = handle.ref
+        if payload.data is not None:
+            return pickle.loads(payload.data)
+        obj = ray.get(payload.ref)
+        return pickle.loads(obj) if payload.pickled else obj
+
+    def free(self, handles: Sequence[Handle]) -> None:
+        """Nothing to do: Ray frees an object when its last ObjectRef is dropped."""
+
+    # -- workers --------------------------------------------------------------------------
+    def _stage_payload(self, stage: StageSpec) -> Any:
+        ref = self._payloads.get(stage.index)
+        if ref is None:
+            ref = self._payloads[stage.index] = ray.put(stage.payload)
+        return ref
+
+    def _node_setup(self, stage: StageSpec, node_id: str) -> Any:
+        """The ``setup_on_node`` task of (stage, node), started on first use; None if none."""
+        if not stage.has_node_setup:
+            return None
+        key = (stage.index, node_id)
+        ref = self._node_setups.get(key)
+        if ref is None:
+            node = next((n for n in self.nodes() if n.node_id == node_id), None)
+            if node is None:
+                node = NodeInfo(node_id, 0.0)
+            ref = self._node_setup_fn.options(
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)
+            ).remote(self._stage_payload(stage), stage.name, node, self._sys_path)
+            self._node_setups[key] = ref
+        return ref
+
+    def _requests(self, stage: StageSpec, placement: WorkerPlacement) -> tuple[float, float]:
+        """CPUs and GPUs to ask Ray for.
+
+        GPUs are what placement granted (whole devices, or this node's fraction). CPUs are the
+        stage's, except that a stage's first worker may be placed beyond a node's CPUs (the
+        controller overcommits rather than stall the stream): it then asks for what is left,
+        so that Ray can still schedule it.
+        """
+        res = stage.resources
+        if res.gpus >= 1:
+            gpus = float(res.whole_gpus)
+        elif res.requires_gpu:
+            gpus = round(placement.gpu_fraction, 4) or 0.0001
+        else:
+            gpus = 0.0
+        node = self._live_nodes().get(placement.node_id, {})
+        total = float(node.get("Resources", {}).get("CPU", 0.0))
+        left = max(0.0, total - self._cpu_used.get(placement.node_id, 0.0))
+        cpus = res.cpus if res.cpus <= left + 1e-9 else round(left, 4)
+        return cpus, gpus
+
+    def start_worker(self, worker_id: str, stage: StageSpec, placement: WorkerPlacement) -> None:
+        """Queue the worker; ``_launch`` creates its actor when the node has a start slot."""
+        self._require_open()
+        cpus, gpus = self._requests(stage, placement)
+        worker = _RayWorker(worker_id, stage, placement, cpus, gpus)
+        self._workers[worker_id] = worker
+        self._cpu_used[placement.node_id] = self._cpu_used.get(placement.node_id, 0.0) + cpus
+        self._queued.append(worker)
+        self._launch()
+
+    def _start_slots(self, node_id: str) -> int:
+        """How many actors may be starting at once on a node.
+
+        A new actor is a new process that imports Ray, Conveyor and the stage; started all at
+        once on a small node they would share its cores and none would be ready for seconds.
+        """
+        cpus = float(self._live_nodes().get(node_id, {}).get("Resources", {}).get("CPU", 0.0))
+        return max(2, math.ceil(cpus / 2))
+
+    def _launch(self) -> None:
+        if not self._queued:
+            return
+        starting: dict[str, int] = {}
+        for worker in self._workers.values():
+            if worker.actor is not None and not worker.scheduled:
+                starting[worker.node_id] = starting.get(worker.node_id, 0) + 1
+        waiting: deque[_RayWorker] = deque()
+        while self._queued:
+            worker = self._queued.popleft()
+            if self._workers.get(worker.worker_id) is not worker:
+                continue  # stopped or lost before its turn
+            node = worker.node_id
+            if starting.get(node, 0) >= self._start_slots(node):
+                waiting.append(worker)
+                continue
+            starting[node] = starting.get(node, 0) + 1
+            self._create(worker)
+        self._queued = waiting
+
+    def _create(self, worker: _RayWorker) -> None:
+        stage, placement = worker.stage, worker.placement
+        strategy = NodeAffinitySchedulingStrategy(placement.node_id, soft=False)
+        actor = self._actor_cls.options(
+            num_cpus=worker.cpus, num_gpus=worker.gpus, scheduling_strategy=strategy
+        ).remote(
+            self._stage_payload(stage),
+            worker.worker_id,
+            stage.name,
+            placement.gpu_fraction,
+            self._sys_path,
+        )
+        worker.actor = actor
+        worker.started_at = time.monotonic()
+        worker.hello = actor.hello.remote()
+        worker.setup = actor.setup.remote(self._node_setup(stage, placement.node_id))
+        self._refs[worker.hello] = ("hello", worker)
+        self._refs[worker.setup] = ("setup", worker)
+
+    def stop_worker(self, worker_id: str) -> None:
+        worker = self._workers.get(worker_id)
+        if worker is None or worker.stopping:
+            return
+        worker.stopping = True
+        if not worker.scheduled:  # not created, or Ray never granted it: nothing to tear down
+            self._gone(worker, WorkerStopped(worker_id))
+            return
+        worker.stop_ref = worker.actor.stop.remote()  # runs after the calls it holds
+        self._refs[worker.stop_ref] = ("stop", worker)
+
+    def submit(self, worker_id: str, batches: list[tuple[int, list[Handle]]]) -> None:
+        worker = self._workers.get(worker_id)
+        if worker is None:
+            return  # it died: its in-flight work is retried when the death is reported
+        message = []
+        for batch_id, handles in batches:
+            items = []
+            for h in handles:
+                p: RayPayload = h.ref
+                items.append((h.label, p.data if p.data is not None else (p.ref, p.pickled)))
+            message.append((batch_id, items))
+        gen = worker.actor.run.options(num_returns="streaming").remote(message)
+        worker.calls.append(_Call(gen, [b for b, _ in batches]))
+
+    # -- events ---------------------------------------------------------------------------
+    def _gone(self, worker: _RayWorker, event: BackendEvent) -> None:
+        """Forget a worker, free its actor and report ``event`` (once)."""
+        if self._workers.pop(worker.worker_id, None) is None:
+            return
+        for ref in (worker.hello, worker.setup, worker.stop_ref, worker.ping):
+            self._refs.pop(ref, None)
+        worker.calls.clear()
+        self._cpu_used[worker.node_id] = self._cpu_used.get(worker.node_id, 0.0) - worker.cpus
+        if worker.actor is not None:
+            with contextlib.suppress(Exception):
+                ray.kill(worker.actor, no_restart=True)
+        self._events.append(event)
+
+    def _died(self, worker: _RayWorker, reason: str, node_lost: bool = False) -> None:
+        if worker.stopping:
+            self._gone(worker, WorkerStopped(worker.worker_id))
+        elif worker.ready or node_lost:
+            # a node that left takes its starting workers too: start others, do not abort
+            self._gone(worker, WorkerDied(worker.worker_id, reason))
+        else:
+            error = ErrorInfo("WorkerDied", f"worker died during setup ({reason})")
+            self._gone(worker, WorkerSetupFailed(worker.worker_id, error))
+
+    def _death_reason(self, worker: _RayWorker, exc: BaseException) -> tuple[str, bool]:
+        node = self._live_nodes(max_age_s=0.0).get(worker.node_id)
+        if node is None:
+            return f"its node {worker.node_id[:12]} left the cluster", True
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return f"Ray actor died ({type(exc).__name__}: {first})", False
+
+    def _on_ref(self, kind: str, worker: _RayWorker, ref: Any) -> None:
+        self._refs.pop(ref, None)
+        if self._workers.get(worker.worker_id) is not worker:
+            return
+        try:
+            value = ray.get(ref)
+        except ray.exceptions.RayActorError as exc:
+            self._died(worker, *self._death_reason(worker, exc))
+            return
+        except Exception as exc:  # noqa: BLE001 - e.g. the node-setup task's node died
+            reason, lost = self._death_reason(worker, exc)
+            if lost or kind in ("stop", "ping"):
+                self._died(worker, reason, lost)
+            else:
+                self._gone(
+                    worker, WorkerSetupFailed(worker.worker_id, ErrorInfo.from_exception(exc))
+                )
+            return
+        if kind == "hello":
+            worker.scheduled = True
+            worker.pid = value[1]
+        elif kind == "setup":
+            if value[0] == "ready":
+                worker.ready = True
+                self._events.append(WorkerReady(worker.worker_id, value[1]))
+            else:
+                self._gone(worker, WorkerSetupFailed(worker.worker_id, value[1]))
+        elif kind == "stop":
+            self._gone(worker, WorkerStopped(worker.worker_id))
+        elif kind == "ping":
+            worker.ping = None
+
+    def _drain(self, worker: _RayWorker, call: _Call) -> None:
+        """Read what a call has produced so far; finish it at its end or failure."""
+        done: list[BatchOutcome] = []
+
+        def flush() -> None:
+            if done:
+                self._events.append(BatchesDone(worker.worker_id, list(done)))
+                done.clear()
+
+        while True:
+            try:
+                ref = call.gen._next_sync(timeout_s=0)
+            except StopIteration:  # a clean end confirms the last batch
+                if call.unconfirmed is not None:
+                    done.append(call.unconfirmed)
+                    call.unconfirmed = None
+                flush()
+                self._finish_call(worker, call, None)
+                return
+            if ref.is_nil():
+                flush()
+                return
+            if ref == call.gen.completed():  # the call failed; the ref holds the error
+                flush()
+                self._finish_call(worker, call, _exception_of(ref))
+                return
+            if call.need:
+                call.refs.append(ref)
+                call.need -= 1
+                if not call.need:
+                    call.unconfirmed = self._outcome(call)
+                continue
+            try:
+                record = ray.get(ref)
+            except Exception as exc:  # noqa: BLE001 - the error item ends the stream
+                flush()
+                self._finish_call(worker, call, exc)
+                return
+            # a record arrived intact: every item before it was a real output
+            if call.unconfirmed is not None:
+                done.append(call.unconfirmed)
+                call.unconfirmed = None
+            batch_id = record[0]
+            call.index += 1
+            if len(record) == 2:
+                flush()
+                self._events.append(BatchFailed(worker.worker_id, batch_id, record[1]))
+                continue
+            _, entries, filtered, busy = record
+            call.entries, call.outcome, call.refs = entries, (batch_id, filtered, busy), []
+            call.need = sum(1 for e in entries if e[1] is None)
+            if not call.need:
+                done.append(self._outcome(call))
+
+    @staticmethod
+    def _outcome(call: _Call) -> BatchOutcome:
+        assert call.outcome is not None
+        batch_id, filtered, busy = call.outcome
+        stored = iter(call.refs)
+        handles = []
+        for label, data, nbytes, pickled in call.entries:
+            payload = (
+                RayPayload(None, data, True)
+                if data is not None
+                else RayPayload(next(stored), None, pickled)
+            )
+            handles.append(Handle(payload, nbytes, label))
+        call.entries, call.refs, call.outcome = [], [], None
+        return BatchOutcome(batch_id, handles, filtered, busy)
+
+    def _finish_call(self, worker: _RayWorker, call: _Call, exc: BaseException | None) -> None:
+        with contextlib.suppress(ValueError):
+            worker.calls.remove(call)
+        if exc is None:
+            if call.index < len(call.batch_ids):  # cannot happen unless the stream was cut
+                exc = BackendError(f"worker {worker.worker_id} ended a call early")
+            else:
+                return
+        if isinstance(exc, ray.exceptions.RayActorError):
+            self._died(worker, *self._death_reason(worker, exc))
+            return
+        # the actor lives on: the batches this call had not confirmed failed (the one whose
+        # outputs were arriving, if any, and those it never reached)
+        error = _error(exc)
+        first = call.index - 1 if call.need or call.unconfirmed is not None else call.index
+        for batch_id in call.batch_ids[first:]:
+            self._events.append(BatchFailed(worker.worker_id, batch_id, error))
+
+    def _check_nodes(self) -> None:
+        """Workers on a node that left the cluster are dead, whatever Ray says of them yet;
+        idle workers are pinged, so that one that died while idle is noticed too."""
+        now = time.monotonic()
+        if now - self._checked_at < NODE_CHECK_S or not self._workers:
+            return
+        self._checked_at = now
+        live = self._live_nodes(max_age_s=0.0)
+        for worker in list(self._workers.values()):
+            if worker.node_id not in live:
+                self._died(worker, f"its node {worker.node_id[:12]} left the cluster", True)
+            elif worker.ready and not worker.calls and not worker.stopping and not worker.ping:
+                worker.ping = worker.actor.hello.remote()
+                self._refs[worker.ping] = ("ping", worker)
+            elif (
+                worker.actor is not None
+                and not worker.scheduled
+                and now - worker.started_at > self.schedule_timeout_s
+            ):
+                error = ErrorInfo(
+                    "BackendError",
+                    f"Ray did not schedule worker {worker.worker_id} on node "
+                    f"{worker.node_id[:12]} within {self.schedule_timeout_s:g} s; the node lacks "
+                    f"the free resources it asks for ({worker.cpus:g} CPUs, "
+                    f"{worker.stage.resources.describe()}): is other Ray work holding them?",
+                )
+                self._gone(worker, WorkerSetupFailed(worker.worker_id, error))
+
+    def poll(self, timeout: float) -> list[BackendEvent]:
+        self._require_open()
+        self._check_nodes()
+        self._launch()
+        if self._events:
+            timeout = 0.0
+        # only each worker's oldest call: the controller expects a worker's batches back in the
+        # order it sent them, and a later call's items can be seen before an earlier call ends
+        calls: dict[Any, tuple[_RayWorker, _Call]] = {}
+        for worker in self._workers.values():
+            if worker.calls:
+                calls[worker.calls[0].waitable()] = (worker, worker.calls[0])
+        waitables = [*self._refs, *calls]
+        if not waitables:
+            if timeout > 0:
+                time.sleep(min(timeout, NODE_CHECK_S))
+        else:
+            ready, _ = ray.wait(waitables, num_returns=1, timeout=timeout, fetch_local=False)
+            if ready and len(waitables) > 1:
+                ready, _ = ray.wait(
+                    waitables, num_returns=len(waitables), timeout=0, fetch_local=False
+                )
+            for item in ready:
+                if item in calls:
+                    worker, call = calls[item]
+                    # drain it, and the calls after it while each one before them has ended
+                    while self._workers.get(worker.worker_id) is worker and worker.calls:
+                        call = worker.calls[0]
+                        self._drain(worker, call)
+                        if worker.calls and worker.calls[0] is call:
+                            break
+                elif item in self._refs:
+                    kind, worker = self._refs[item]
+                    self._on_ref(kind, worker, item)
+        self._launch()  # workers that became scheduled freed start slots
+        events, self._events = self._events, []
+        return events
+
+    # -- tests and diagnostics ------------------------------------------------------------
+    def kill_worker(self, worker_id: str) -> None:
+        """Kill a worker's actor as a crash would (``ray.kill``); its death is reported."""
+        worker = self._workers.get(worker_id)
+        if worker is not None and worker.actor is not None:
+            ray.kill(worker.actor, no_restart=True)
+
+    def worker_pids(self) -> dict[str, int]:
+        return {w.worker_id: w.pid for w in self._workers.values() if w.pid is not None}
+
+    def worker_nodes(self) -> dict[str, str]:
+        return {w.worker_id: w.node_id for w in self._workers.values()}
+
+    # -- teardown -------------------------------------------------------------------------
+    def shutdown(self, grace_s: float = 10.0) -> None:
+        if not self._open:
+            return
+        try:
+            for worker_id in list(self._workers):
+                self.stop_worker(worker_id)
+            deadline = time.monotonic() + grace_s
+            while self._workers and time.monotonic() < deadline:
+                self.poll(0.05)
+            for worker in list(self._workers.values()):
+                self._gone(worker, WorkerStopped(worker.worker_id))
+        finally:
+            self._reset()
+            self._open = False
+            self.connection.disconnect()
+
+
+def _exception_of(ref: Any) -> BaseException:
+    try:
+        ray.get(ref)
+    except Exception as exc:  # noqa: BLE001 - the point is to get it
+        return exc
+    return BackendError("a Ray call failed without an error")
+
+
+__all__ = ["RayBackend", "RayConnection", "RayPayload", "encode", "probe_gpu_memory"]

@@ -1,0 +1,216 @@
+"""Stages for the Ray tests, in a module of their own so that Ray workers import it cheaply
+(stages defined in an importable module are pickled by reference, and this one imports no
+pytest)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from conveyor import PermanentError, ProcessingStage, Resources
+from conveyor.cluster import NodeInfo, WorkerInfo
+from conveyor.tasks.base import Task
+
+
+def ray_node_id() -> str:
+    import ray
+
+    return str(ray.get_runtime_context().get_node_id())
+
+
+class WhereAmI(ProcessingStage[Any, dict]):
+    """Tells where it ran: Ray's node id, the worker, its GPUs as the process sees them."""
+
+    def __init__(
+        self, name: str, resources: Resources, workers: int | None, cost_s: float = 0.0
+    ) -> None:
+        self.name = name
+        self.resources = resources
+        self.num_workers = workers
+        self.cost_s = cost_s
+
+    def setup(self, worker: WorkerInfo) -> None:
+        import ray
+
+        self.info = worker
+        self.assigned = dict(ray.get_runtime_context().get_assigned_resources())
+
+    def process(self, task: Any) -> dict:
+        time.sleep(self.cost_s)
+        return {
+            "task": task,
+            "worker": self.info.worker_id,
+            "node": ray_node_id(),
+            "info_node": self.info.node_id,
+            "pid": os.getpid(),
+            "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "gpu_ids": self.info.gpu_ids,
+            "gpu_fraction": self.info.gpu_fraction,
+            "assigned_gpu": self.assigned.get("GPU", 0.0),
+            "assigned_cpu": self.assigned.get("CPU", 0.0),
+        }
+
+
+class NodeHooks(ProcessingStage[int, int]):
+    """``setup_on_node`` marks its node; ``setup`` insists the mark is there; teardown notes."""
+
+    resources = Resources(cpus=1)
+
+    def __init__(self, out: Path, workers: int) -> None:
+        self.out = out
+        self.num_workers = workers
+
+    def setup_on_node(self, node: NodeInfo, worker: WorkerInfo) -> None:
+        assert node.node_id == ray_node_id(), "setup_on_node ran on another node"
+        time.sleep(0.5)  # setup must wait for it
+        with open(self.out / f"node-{node.node_id}", "a") as f:
+            f.write("x")
+
+    def setup(self, worker: WorkerInfo) -> None:
+        mark = self.out / f"node-{worker.node_id}"
+        if not mark.exists():
+            raise RuntimeError(f"setup ran before setup_on_node on {worker.node_id}")
+        (self.out / f"setup-{worker.worker_id}").write_text(worker.node_id)
+        self.worker_id = worker.worker_id
+
+    def process(self, task: int) -> int:
+        time.sleep(0.02)
+        return task
+
+    def teardown(self) -> None:
+        (self.out / f"teardown-{self.worker_id}").write_text("")
+
+
+class FailingSetup(ProcessingStage[int, int]):
+    resources = Resources(cpus=0.5)
+
+    def setup(self, worker: WorkerInfo) -> None:
+        raise RuntimeError("no model here")
+
+    def process(self, task: int) -> int:
+        return task
+
+
+class FailingNodeSetup(ProcessingStage[int, int]):
+    resources = Resources(cpus=0.5)
+
+    def setup_on_node(self, node: NodeInfo, worker: WorkerInfo) -> None:
+        raise OSError("disk full on this node")
+
+    def process(self, task: int) -> int:
+        return task
+
+
+class FlakyOnce(ProcessingStage[int, int]):
+    """Fails the first attempt of every input divisible by 5 (state kept on disk)."""
+
+    resources = Resources(cpus=0.5)
+
+    def __init__(self, marker_dir: Path) -> None:
+        self.marker_dir = marker_dir
+
+    def process(self, task: int) -> int:
+        if task % 5 == 0:
+            marker = self.marker_dir / str(task)
+            if not marker.exists():
+                marker.touch()
+                raise RuntimeError(f"transient failure on {task}")
+        return task
+
+
+class Poison(ProcessingStage[int, int]):
+    """Raises, raises ``PermanentError``, or kills its own worker on one input."""
+
+    resources = Resources(cpus=0.5)
+
+    def __init__(self, bad: int, how: str = "raise", batch_size: int = 1, cost_s: float = 0.005):
+        self.bad = bad
+        self.how = how
+        self.batch_size = batch_size
+        self.cost_s = cost_s
+
+    def process(self, task: int) -> int:
+        if task == self.bad:
+            if self.how == "raise":
+                raise ValueError(f"cannot handle {task}")
+            if self.how == "permanent":
+                raise PermanentError(f"malformed {task}")
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(self.cost_s)
+        return task
+
+
+class Slow(ProcessingStage[int, int]):
+    def __init__(self, name: str, cost_s: float, cpus: float = 0.5) -> None:
+        self.name = name
+        self.cost_s = cost_s
+        self.resources = Resources(cpus=cpus)
+
+    def process(self, task: int) -> int:
+        time.sleep(self.cost_s)
+        return task
+
+
+@dataclass
+class Item(Task[Any]):
+    """A typed task: lineage ids and stage timings ride on it."""
+
+
+class MakeItem(ProcessingStage[int, Item]):
+    """An int in; an ``Item`` holding a NumPy array (large for odd inputs) out."""
+
+    resources = Resources(cpus=0.25)
+
+    def __init__(self, nbytes: int = 1 << 20) -> None:
+        self.nbytes = nbytes
+
+    def process(self, task: int) -> Item:
+        size = self.nbytes if task % 2 else 16
+        return Item(data=np.full(size, task % 251, dtype=np.uint8), metadata={"n": task})
+
+
+class Split(ProcessingStage[Item, Item]):
+    """Fan-out and filtering: drops multiples of 7, splits multiples of 3 into three."""
+
+    resources = Resources(cpus=0.25)
+
+    def inputs(self) -> list[str]:
+        return ["data", "metadata"]
+
+    def process(self, task: Item) -> Item | list[Item] | None:
+        n = task.metadata["n"]
+        if n % 7 == 0:
+            return None
+        if n % 3 == 0:
+            return [Item(data=task.data[: 8 + j], metadata={"n": n, "part": j}) for j in range(3)]
+        return task
+
+
+class Summarize(ProcessingStage[Item, tuple]):
+    """Batches of four; turns each item into a small comparable tuple."""
+
+    resources = Resources(cpus=0.25)
+    batch_size = 4
+
+    def process_batch(self, tasks: list[Item]) -> list[tuple]:
+        return [
+            (
+                t.task_id,
+                t.metadata["n"],
+                t.metadata.get("part"),
+                int(t.data.sum()),
+                len(t.data),
+                [p.stage for p in t.stage_perf],
+            )
+            for t in tasks
+        ]
+
+
+def item_pipeline_stages() -> list[ProcessingStage[Any, Any]]:
+    return [MakeItem(), Split(), Summarize()]
