@@ -6,6 +6,7 @@ process, one after the other, so the printed ratios come from one run on one mac
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import itertools
 import math
@@ -660,3 +661,16 @@ def machine_line(num_cpus: float) -> str:
         f"os.cpu_count()={os.cpu_count()}), {vm.total / 2**30:.1f} GiB RAM, "
         f"load avg {load}, shm root {Path(default_root())}"
     )
+
+
+def contenders(args: argparse.Namespace) -> list[tuple[str, str, str]]:
+    """(label, engine, kind): local ones keep their plain names, then Ray's."""
+    plan = []
+    for engine in args.engines:
+        if engine == "local":
+            plan += [(name, engine, name) for name in args.only]
+        elif engine == "ray":
+            plan += [(f"ray {name}", engine, name) for name in args.only if name != "loop"]
+        else:
+            plan.append(("ray-data", engine, "ray-data"))
+    return plan

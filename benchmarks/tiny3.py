@@ -23,6 +23,7 @@ from _common import (
     StreamingExecutor,
     add_engine_args,
     check,
+    contenders,
     fmt,
     machine_line,
     parse_engines,
@@ -71,19 +72,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if unknown:
         p.error(f"--only: unknown contender(s) {', '.join(sorted(unknown))}")
     return args
-
-
-def contenders(args: argparse.Namespace) -> list[tuple[str, str, str]]:
-    """(label, engine, kind): local ones keep their plain names, then Ray's."""
-    plan = []
-    for engine in args.engines:
-        if engine == "local":
-            plan += [(name, engine, name) for name in args.only]
-        elif engine == "ray":
-            plan += [(f"ray {name}", engine, name) for name in args.only if name != "loop"]
-        else:
-            plan.append(("ray-data", engine, "ray-data"))
-    return plan
 
 
 def main(argv: list[str] | None = None) -> list[Measurement]:

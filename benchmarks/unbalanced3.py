@@ -31,6 +31,7 @@ from _common import (
     add_engine_args,
     best_allocation,
     check,
+    contenders,
     fmt,
     machine_line,
     parse_engines,
@@ -120,19 +121,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.loop_tasks <= 0:
         args.loop_tasks = args.tasks
     return args
-
-
-def contenders(args: argparse.Namespace) -> list[tuple[str, str, str]]:
-    """(label, engine, kind): local ones keep their plain names, then Ray's."""
-    plan = []
-    for engine in args.engines:
-        if engine == "local":
-            plan += [(name, engine, name) for name in args.only]
-        elif engine == "ray":
-            plan += [(f"ray {name}", engine, name) for name in args.only if name != "loop"]
-        else:
-            plan.append(("ray-data", engine, "ray-data"))
-    return plan
 
 
 def build_stages(args: argparse.Namespace) -> list[Any]:

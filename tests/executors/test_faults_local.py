@@ -17,43 +17,7 @@ import pytest
 from conveyor import Pipeline, ProcessingStage, Resources, StageSetupError
 from conveyor.backends import LocalBackend
 from conveyor.executors import BatchExecutor, StreamingExecutor
-
-
-class FlakyOnce(ProcessingStage[int, int]):
-    """Fails the first attempt of every input divisible by 5 (state kept on disk)."""
-
-    resources = Resources(cpus=0.5)
-
-    def __init__(self, marker_dir: Path) -> None:
-        self.marker_dir = marker_dir
-
-    def process(self, task: int) -> int:
-        if task % 5 == 0:
-            marker = self.marker_dir / str(task)
-            if not marker.exists():
-                marker.touch()
-                raise RuntimeError(f"transient failure on {task}")
-        return task
-
-
-class Poison(ProcessingStage[int, int]):
-    """Raises, or kills its own worker, on one input; passes the others."""
-
-    resources = Resources(cpus=0.5)
-
-    def __init__(self, bad: int, how: str = "raise", batch_size: int = 1) -> None:
-        self.bad = bad
-        self.how = how
-        self.batch_size = batch_size
-
-    def process(self, task: int) -> int:
-        if task == self.bad:
-            if self.how == "raise":
-                raise ValueError(f"cannot handle {task}")
-            os.kill(os.getpid(), signal.SIGKILL)
-        time.sleep(0.002)
-        return task
-
+from tests.backends.ray_stages import FlakyOnce, Poison
 
 EXECUTORS = [StreamingExecutor, BatchExecutor]
 
