@@ -5,12 +5,16 @@ GPUs) and is pinned to the node the placement policy chose, so Ray's own books s
 Conveyor can share a cluster with other Ray work. Inside the actor the stage runs through the
 same ``StageRunner`` as on the local backend, so stage semantics do not depend on the backend.
 
-Payloads. A worker's batch call is a *streaming generator*: per batch it yields one small
-record (counts, timing, sizes, and outputs of at most 32 KiB inline as pickle bytes), then
-every larger output as its own object. Objects yielded by an actor method are owned by the
-caller (the driver), not by the actor, so they outlive the worker that made them; they stay
-in the object store of the node that produced them. The controller only ever holds
-``Handle``s; ``get`` fetches a payload to the driver for the last stage's outputs alone.
+Payloads. A worker's call returns two objects: a small record per batch (counts, timing,
+sizes, and outputs of at most 32 KiB inline as pickle bytes), and one list of every larger
+output of the call. Return values of an actor call are owned by the caller (the driver), not
+by the actor, so they outlive the worker that made them; they stay in the object store of the
+node that produced them. A handle to a stored output is that list's ref and a position in it:
+a consumer maps the list (NumPy/Arrow buffers and pickle bytes alike are out-of-band, so
+without a copy) and takes its item. Two fixed returns cost one reply; a streaming generator
+(one report per item) cost about half as much again in driver and worker CPU per call. The
+controller only ever holds ``Handle``s; ``get`` fetches a payload to the driver for the last
+stage's outputs alone.
 
 ``nbytes`` of a handle is measured in the worker by pickling the output with protocol 5 and
 a buffer callback: out-of-band buffers (NumPy, Arrow) are counted, not copied, so the figure is
@@ -33,7 +37,7 @@ import sys
 import tempfile
 import time
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
@@ -82,13 +86,16 @@ _GPU_MEMORY_CACHE: dict[str, float | None] = {}  # node id -> GB of its GPU 0 (p
 class RayPayload:
     """What ``Handle.ref`` holds on Ray: pickle bytes inline, or an ObjectRef.
 
-    ``pickled`` says the stored object is pickle bytes (to ``pickle.loads``) rather than the
-    object itself (stored by Ray, so NumPy/Arrow buffers are read without a copy).
+    ``index``: the ref is a call's list of stored outputs and the payload is that item
+    (``None``: the ref is the payload itself, as ``put`` stores it). ``pickled`` says the
+    stored object is pickle bytes (to ``pickle.loads``) rather than the object itself (stored
+    by Ray, so NumPy/Arrow buffers are read without a copy).
     """
 
     ref: ray.ObjectRef | None = None
     data: bytes | None = None
     pickled: bool = True
+    index: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,20 +236,22 @@ class _Worker:
             return ("failed", ErrorInfo.from_exception(exc))
         return ("ready", time.perf_counter() - started)
 
-    def run(self, batches: list[tuple[int, list[tuple[str, Any]]]]) -> Iterator[Any]:
-        """Per batch: a record, then each stored output (see the module docstring)."""
+    def run(self, batches: list[tuple[int, list[tuple[str, Any]]]]) -> tuple[list[Any], list[Any]]:
+        """Per batch a record; and every stored output of the call, in record order."""
         runner = self.runner
         assert runner is not None, "run() before a successful setup()"
+        records: list[Any] = []
+        stored: list[Any] = []
+        room = RECORD_INLINE_MAX
         for batch_id, items in batches:
             begun = time.perf_counter()
+            mark = len(stored)
             try:
                 labels = [label for label, _ in items]
                 tasks = _resolve([value for _, value in items])
                 outputs, out_labels, filtered = runner.run(tasks, labels)
                 del tasks
                 entries: list[tuple[str, bytes | None, int, bool]] = []
-                stored: list[Any] = []
-                room = RECORD_INLINE_MAX
                 for obj, label in zip(outputs, out_labels, strict=True):
                     enc = encode(obj, inline_ok=room > 0)
                     if enc.inline is not None and len(enc.inline) <= room:
@@ -250,15 +259,16 @@ class _Worker:
                         entries.append((label, enc.inline, enc.nbytes, True))
                     else:
                         entries.append((label, None, enc.nbytes, enc.pickled))
-                        stored.append(enc.inline if enc.inline is not None else enc.store)
+                        # pickle bytes out-of-band too: a consumer maps them, never copies
+                        data = enc.inline if enc.inline is not None else enc.store
+                        stored.append(pickle.PickleBuffer(data) if enc.pickled else data)
                 del outputs
             except Exception as exc:  # noqa: BLE001 - a task failure, retried by the driver
-                yield (batch_id, _error(exc))
+                del stored[mark:]
+                records.append((batch_id, _error(exc)))
                 continue
-            yield (batch_id, entries, filtered, time.perf_counter() - begun)
-            for obj in stored:  # a plain loop: Ray's generator wrapper rejects ``yield from``
-                yield obj
-            del stored
+            records.append((batch_id, entries, filtered, time.perf_counter() - begun))
+        return records, stored
 
     def stop(self) -> bool:
         if self.runner is not None:
@@ -269,16 +279,17 @@ class _Worker:
 
 
 def _resolve(values: list[Any]) -> list[Any]:
-    """Inline pickle bytes and ``(ObjectRef, pickled)`` pairs -> the task objects."""
-    refs = [v[0] for v in values if not isinstance(v, bytes)]
-    fetched = iter(ray.get(refs)) if refs else iter(())
+    """Inline pickle bytes and ``(ObjectRef, index, pickled)`` triples -> the task objects."""
+    refs = list({v[0]: None for v in values if not isinstance(v, bytes)})
+    fetched = dict(zip(refs, ray.get(refs), strict=True)) if refs else {}
     tasks = []
     for value in values:
         if isinstance(value, bytes):
             tasks.append(pickle.loads(value))
-        else:
-            obj = next(fetched)
-            tasks.append(pickle.loads(obj) if value[1] else obj)
+            continue
+        ref, index, pickled = value
+        obj = fetched[ref] if index is None else fetched[ref][index]
+        tasks.append(pickle.loads(obj) if pickled else obj)
     return tasks
 
 
@@ -398,25 +409,13 @@ def _loopback_host(address: str) -> str | None:
 
 
 # -- the backend ------------------------------------------------------------------------------
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Call:
-    """One ``run`` call in flight: its stream of records and stored outputs."""
+    """One ``run`` call in flight: its records and its list of stored outputs."""
 
-    gen: Any  # ray.ObjectRefGenerator
+    records: Any  # ObjectRef of the per-batch records (small: returned inline)
+    stored: Any  # ObjectRef of the list of stored outputs
     batch_ids: list[int]
-    index: int = 0  # the batch whose items come next
-    entries: list[tuple[str, bytes | None, int, bool]] = field(default_factory=list)
-    outcome: tuple[int, int, float] | None = None  # batch id, filtered, busy
-    refs: list[Any] = field(default_factory=list)  # stored outputs of that batch so far
-    need: int = 0
-    unconfirmed: BatchOutcome | None = None  # complete, awaiting the next item or the end
-
-    def waitable(self) -> Any:
-        """What ``ray.wait`` should watch: the stream, or, once every item it will yield has
-        arrived, the call's completion (the end of a stream alone does not wake a wait)."""
-        if self.index >= len(self.batch_ids) and not self.need:
-            return self.gen.completed()
-        return self.gen
 
 
 @dataclass(eq=False)
@@ -490,6 +489,7 @@ class RayBackend:
         self._actor_cls: Any = None
         self._node_setup_fn: Any = None
         self._sys_path: list[str] = []
+        self._here: str | None = None
         self._reset()
 
     def _reset(self) -> None:
@@ -498,6 +498,7 @@ class RayBackend:
         self._events: list[BackendEvent] = []
         self._payloads: dict[int, Any] = {}  # stage index -> ObjectRef of its pickled stage
         self._node_setups: dict[tuple[int, str], Any] = {}
+        self._calls: dict[Any, _RayWorker] = {}  # records ref of a call in flight -> worker
         self._cpu_used: dict[str, float] = {}
         self._queued: deque[_RayWorker] = deque()  # waiting for a start slot on their node
         self._alive: dict[str, dict[str, Any]] = {}
@@ -512,6 +513,7 @@ class RayBackend:
         self._actor_cls = ray.remote(max_restarts=0, max_task_retries=0)(_Worker)
         self._node_setup_fn = ray.remote(num_cpus=0, max_retries=0)(_node_setup)
         self._sys_path = [p for p in sys.path if p]
+        self._here = _node_id()  # where the driver's puts are stored
         if self._declared_budget is None:
             store = ray.cluster_resources().get("object_store_memory", 0.0)
             if store:
@@ -558,13 +560,17 @@ class RayBackend:
         enc = encode(obj)
         if enc.inline is not None:
             return Handle(RayPayload(None, enc.inline, True), enc.nbytes, label)
-        return Handle(RayPayload(ray.put(enc.store), None, enc.pickled), enc.nbytes, label)
+        return Handle(
+            RayPayload(ray.put(enc.store), None, enc.pickled), enc.nbytes, label, self._here
+        )
 
     def get(self, handle: Handle) -> Any:
         payload: RayPayload = handle.ref
         if payload.data is not None:
             return pickle.loads(payload.data)
         obj = ray.get(payload.ref)
+        if payload.index is not None:
+            obj = obj[payload.index]
         return pickle.loads(obj) if payload.pickled else obj
 
     def free(self, handles: Sequence[Handle]) -> None:
@@ -692,10 +698,13 @@ class RayBackend:
             items = []
             for h in handles:
                 p: RayPayload = h.ref
-                items.append((h.label, p.data if p.data is not None else (p.ref, p.pickled)))
+                items.append(
+                    (h.label, p.data if p.data is not None else (p.ref, p.index, p.pickled))
+                )
             message.append((batch_id, items))
-        gen = worker.actor.run.options(num_returns="streaming").remote(message)
-        worker.calls.append(_Call(gen, [b for b, _ in batches]))
+        records, stored = worker.actor.run.options(num_returns=2).remote(message)
+        worker.calls.append(_Call(records, stored, [b for b, _ in batches]))
+        self._calls[records] = worker
 
     # -- events ---------------------------------------------------------------------------
     def _gone(self, worker: _RayWorker, event: BackendEvent) -> None:
@@ -704,6 +713,8 @@ class RayBackend:
             return
         for ref in (worker.hello, worker.setup, worker.stop_ref, worker.ping):
             self._refs.pop(ref, None)
+        for call in worker.calls:
+            self._calls.pop(call.records, None)
         worker.calls.clear()
         self._cpu_used[worker.node_id] = self._cpu_used.get(worker.node_id, 0.0) - worker.cpus
         if worker.actor is not None:
@@ -760,93 +771,47 @@ class RayBackend:
         elif kind == "ping":
             worker.ping = None
 
-    def _drain(self, worker: _RayWorker, call: _Call) -> None:
-        """Read what a call has produced so far; finish it at its end or failure."""
-        done: list[BatchOutcome] = []
-
-        def flush() -> None:
-            if done:
-                self._events.append(BatchesDone(worker.worker_id, list(done)))
-                done.clear()
-
-        while True:
-            try:
-                ref = call.gen._next_sync(timeout_s=0)
-            except StopIteration:  # a clean end confirms the last batch
-                if call.unconfirmed is not None:
-                    done.append(call.unconfirmed)
-                    call.unconfirmed = None
-                flush()
-                self._finish_call(worker, call, None)
-                return
-            if ref.is_nil():
-                flush()
-                return
-            if ref == call.gen.completed():  # the call failed; the ref holds the error
-                flush()
-                self._finish_call(worker, call, _exception_of(ref))
-                return
-            if call.need:
-                call.refs.append(ref)
-                call.need -= 1
-                if not call.need:
-                    call.unconfirmed = self._outcome(call)
-                continue
-            try:
-                record = ray.get(ref)
-            except Exception as exc:  # noqa: BLE001 - the error item ends the stream
-                flush()
-                self._finish_call(worker, call, exc)
-                return
-            # a record arrived intact: every item before it was a real output
-            if call.unconfirmed is not None:
-                done.append(call.unconfirmed)
-                call.unconfirmed = None
-            batch_id = record[0]
-            call.index += 1
-            if len(record) == 2:
-                flush()
-                self._events.append(BatchFailed(worker.worker_id, batch_id, record[1]))
-                continue
-            _, entries, filtered, busy = record
-            call.entries, call.outcome, call.refs = entries, (batch_id, filtered, busy), []
-            call.need = sum(1 for e in entries if e[1] is None)
-            if not call.need:
-                done.append(self._outcome(call))
-
-    @staticmethod
-    def _outcome(call: _Call) -> BatchOutcome:
-        assert call.outcome is not None
-        batch_id, filtered, busy = call.outcome
-        stored = iter(call.refs)
-        handles = []
-        for label, data, nbytes, pickled in call.entries:
-            payload = (
-                RayPayload(None, data, True)
-                if data is not None
-                else RayPayload(next(stored), None, pickled)
-            )
-            handles.append(Handle(payload, nbytes, label))
-        call.entries, call.refs, call.outcome = [], [], None
-        return BatchOutcome(batch_id, handles, filtered, busy)
-
-    def _finish_call(self, worker: _RayWorker, call: _Call, exc: BaseException | None) -> None:
-        with contextlib.suppress(ValueError):
-            worker.calls.remove(call)
-        if exc is None:
-            if call.index < len(call.batch_ids):  # cannot happen unless the stream was cut
-                exc = BackendError(f"worker {worker.worker_id} ended a call early")
-            else:
-                return
-        if isinstance(exc, ray.exceptions.RayActorError):
+    def _finish(self, worker: _RayWorker, call: _Call) -> None:
+        """A call's records arrived (or its failure): report its batches."""
+        self._calls.pop(call.records, None)
+        if worker.calls and worker.calls[0] is call:
+            worker.calls.popleft()
+        else:
+            with contextlib.suppress(ValueError):
+                worker.calls.remove(call)
+        try:
+            records = ray.get(call.records)
+        except ray.exceptions.RayActorError as exc:
             self._died(worker, *self._death_reason(worker, exc))
             return
-        # the actor lives on: the batches this call had not confirmed failed (the one whose
-        # outputs were arriving, if any, and those it never reached)
-        error = _error(exc)
-        first = call.index - 1 if call.need or call.unconfirmed is not None else call.index
-        for batch_id in call.batch_ids[first:]:
-            self._events.append(BatchFailed(worker.worker_id, batch_id, error))
+        except Exception as exc:  # noqa: BLE001 - the call failed as a whole; the actor lives
+            error = _error(exc)
+            for batch_id in call.batch_ids:
+                self._events.append(BatchFailed(worker.worker_id, batch_id, error))
+            return
+        done: list[BatchOutcome] = []
+        position = 0  # of the next stored output in the call's list
+        for record in records:
+            if len(record) == 2:  # (batch id, error)
+                if done:
+                    self._events.append(BatchesDone(worker.worker_id, done))
+                    done = []
+                self._events.append(BatchFailed(worker.worker_id, record[0], record[1]))
+                continue
+            batch_id, entries, filtered, busy = record
+            handles = []
+            for label, data, nbytes, pickled in entries:
+                node = None
+                if data is not None:
+                    payload = RayPayload(None, data, True)
+                else:
+                    payload = RayPayload(call.stored, None, pickled, position)
+                    position += 1
+                    node = worker.node_id  # stays in that node's object store
+                handles.append(Handle(payload, nbytes, label, node))
+            done.append(BatchOutcome(batch_id, handles, filtered, busy))
+        if done:
+            self._events.append(BatchesDone(worker.worker_id, done))
 
     def _check_nodes(self) -> None:
         """Workers on a node that left the cluster are dead, whatever Ray says of them yet;
@@ -882,13 +847,8 @@ class RayBackend:
         self._launch()
         if self._events:
             timeout = 0.0
-        # only each worker's oldest call: the controller expects a worker's batches back in the
-        # order it sent them, and a later call's items can be seen before an earlier call ends
-        calls: dict[Any, tuple[_RayWorker, _Call]] = {}
-        for worker in self._workers.values():
-            if worker.calls:
-                calls[worker.calls[0].waitable()] = (worker, worker.calls[0])
-        waitables = [*self._refs, *calls]
+        # every call's records: an actor runs its calls in order, so they arrive in order
+        waitables = [*self._refs, *self._calls]
         if not waitables:
             if timeout > 0:
                 time.sleep(min(timeout, NODE_CHECK_S))
@@ -898,15 +858,17 @@ class RayBackend:
                 ready, _ = ray.wait(
                     waitables, num_returns=len(waitables), timeout=0, fetch_local=False
                 )
+            arrived = set(ready)
             for item in ready:
-                if item in calls:
-                    worker, call = calls[item]
-                    # drain it, and the calls after it while each one before them has ended
-                    while self._workers.get(worker.worker_id) is worker and worker.calls:
-                        call = worker.calls[0]
-                        self._drain(worker, call)
-                        if worker.calls and worker.calls[0] is call:
-                            break
+                worker = self._calls.get(item)
+                if worker is not None:
+                    # the controller expects a worker's batches back in the order it sent them
+                    while (
+                        self._workers.get(worker.worker_id) is worker
+                        and worker.calls
+                        and worker.calls[0].records in arrived
+                    ):
+                        self._finish(worker, worker.calls[0])
                 elif item in self._refs:
                     kind, worker = self._refs[item]
                     self._on_ref(kind, worker, item)
@@ -943,14 +905,6 @@ class RayBackend:
             self._reset()
             self._open = False
             self.connection.disconnect()
-
-
-def _exception_of(ref: Any) -> BaseException:
-    try:
-        ray.get(ref)
-    except Exception as exc:  # noqa: BLE001 - the point is to get it
-        return exc
-    return BackendError("a Ray call failed without an error")
 
 
 __all__ = ["RayBackend", "RayConnection", "RayPayload", "encode", "probe_gpu_memory"]

@@ -351,10 +351,11 @@ class SimulatedBackend:
             if k == 0:
                 filtered += 1
             elif k == 1:
-                outputs.append(Handle(next(self._tokens), size, handle.label))
+                outputs.append(Handle(next(self._tokens), size, handle.label, worker.node_id))
             else:
                 outputs.extend(
-                    Handle(next(self._tokens), size, f"{handle.label}.{j}") for j in range(k)
+                    Handle(next(self._tokens), size, f"{handle.label}.{j}", worker.node_id)
+                    for j in range(k)
                 )
         return outputs, filtered
 

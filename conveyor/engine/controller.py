@@ -53,8 +53,11 @@ from conveyor.tasks.base import EmptyTask, Task
 if TYPE_CHECKING:
     from conveyor.backends.base import Backend
 
-#: a second message may wait at a worker only for stages this fast (hides the round trip)
+#: a second message may wait at a worker for stages this fast (hides the round trip) ...
 PREFETCH_BELOW_S = 0.05
+#: ... or where the measured round trip (send to result, beyond the work) costs more than this
+#: share of a batch's time: on Ray an actor call and its streamed result take milliseconds
+PREFETCH_OVERHEAD_SHARE = 0.02
 #: how much work one message to a worker should carry for very fast stages
 MESSAGE_TARGET_S = 0.002
 MAX_BATCHES_PER_MESSAGE = 64
@@ -92,6 +95,8 @@ class _Batch:
     worker_id: str
     entries: list[Entry]
     alone: bool
+    sent_at: float = 0.0
+    idle_send: bool = False  # the worker held nothing else when this was sent
 
 
 @dataclass(eq=False)
@@ -323,14 +328,14 @@ class Controller:
                 break
             self._send(index, idle, [[queue.pop_suspect()]], alone=True)
         batch_size = stage.spec.batch_size
-        task_time = stage.meter.task_time.value
-        depth = 2 if task_time is not None and task_time * batch_size < PREFETCH_BELOW_S else 1
+        task_time = stage.meter.busy_time.value  # messages are sized by work, not round trips
+        depth = self._depth(stage)
         upstream_done = self._upstream_done(index)
         while queue.fresh and self._may_feed(index):
             full_batches = len(queue.fresh) // batch_size
             if not full_batches and not upstream_done:
                 return  # wait for a full batch; the remainder goes once upstream is done
-            worker = pool.feedable(depth)
+            worker = pool.feedable(depth, queue.fresh[0].handle.node)
             if worker is None:
                 return
             count = 1
@@ -340,15 +345,34 @@ class Controller:
                 count = max(1, min(count, fair, MAX_BATCHES_PER_MESSAGE))
             if not upstream_done:
                 count = min(count, full_batches)  # never a partial batch before the end
-            batches = [queue.take(batch_size) for _ in range(count) if queue.fresh]
+            batches = [queue.take(batch_size, worker.node) for _ in range(count) if queue.fresh]
             self._send(index, worker, batches, alone=False)
+
+    @staticmethod
+    def _depth(stage: _Stage) -> int:
+        """Messages a worker of this stage may hold: two where the round trip would show."""
+        meter = stage.meter
+        task_time = meter.busy_time.value
+        if task_time is None:
+            return 1
+        batch_time = task_time * stage.spec.batch_size
+        overhead = meter.overhead.value
+        if batch_time < PREFETCH_BELOW_S or (
+            overhead is not None and overhead > PREFETCH_OVERHEAD_SHARE * batch_time
+        ):
+            return 2
+        return 1
 
     def _send(self, index: int, worker: Worker, groups: list[list[Entry]], alone: bool) -> None:
         stage = self.stages[index]
         ids, payload = [], []
+        now = self.backend.now()
+        idle = worker.in_flight == 0
         for entries in groups:
             batch_id = next(self.batch_ids)
-            self.batches[batch_id] = _Batch(batch_id, index, worker.worker_id, entries, alone)
+            self.batches[batch_id] = _Batch(
+                batch_id, index, worker.worker_id, entries, alone, now, idle
+            )
             ids.append(batch_id)
             payload.append((batch_id, [e.handle for e in entries]))
             stage.in_flight_tasks += len(entries)
@@ -360,6 +384,9 @@ class Controller:
         if isinstance(event, BatchesDone):
             self._on_done(event)
         elif isinstance(event, BatchFailed):
+            worker = self.workers.get(event.worker_id)
+            if worker is not None:
+                worker.last_done = self.backend.now()
             batch = self._pop_batch(event.worker_id, event.batch_id)
             if batch is not None:
                 self._retry_or_fail(batch.stage, batch.entries, event.error)
@@ -407,10 +434,15 @@ class Controller:
         return batch
 
     def _on_done(self, event: BatchesDone) -> None:
+        done = []
         for outcome in event.outcomes:
             batch = self._pop_batch(event.worker_id, outcome.batch_id)
-            if batch is None:
-                continue
+            if batch is not None:
+                done.append((outcome, batch))
+        if not done:
+            return
+        held = self._held(event.worker_id, done)
+        for (outcome, batch), held_s in zip(done, held, strict=True):
             stage = self.stages[batch.stage]
             stats = stage.stats
             n_in = len(batch.entries)
@@ -420,7 +452,8 @@ class Controller:
             stats.filtered += outcome.filtered
             stats.busy_s += outcome.busy_s
             first_measurement = not stage.meter.measured
-            stage.meter.record(n_in, n_out, sum(h.nbytes for h in outcome.outputs), outcome.busy_s)
+            out_bytes = sum(h.nbytes for h in outcome.outputs)
+            stage.meter.record(n_in, n_out, out_bytes, outcome.busy_s, held_s)
             if first_measurement and all(s.meter.measured or s.done for s in self.stages):
                 # every stage has been seen working: decide now rather than at the interval
                 self._next_autoscale = min(
@@ -434,6 +467,35 @@ class Controller:
             else:
                 self.final.extend(outcome.outputs)
                 self.final_bytes += sum(h.nbytes for h in outcome.outputs)
+
+    def _held(self, worker_id: str, done: list[tuple[Any, _Batch]]) -> list[float]:
+        """How long each of these batches held its worker (see ``StageMeter``).
+
+        A worker is held from when it could start a batch (its previous one ended while this
+        one waited at it, or this one was sent to it idle) until the controller sees the
+        result. A batch sent to an idle worker of a stage that prefetches is the exception: fed
+        steadily its worker would not wait for the round trip, so only its busy time counts.
+        Also measures that round trip (send to result, beyond busy), which decides prefetching.
+        """
+        busy = [outcome.busy_s for outcome, _ in done]
+        worker = self.workers.get(worker_id)
+        if worker is None:
+            return busy
+        now = self.backend.now()
+        sent = min(batch.sent_at for _, batch in done)
+        waited = sent < worker.last_done  # queued behind the previous message
+        start = max(sent, worker.last_done)
+        worker.last_done = now
+        held = now - start
+        stage = self.stages[done[0][1].stage]
+        if not waited and len(done) == 1 and done[0][1].idle_send:
+            stage.meter.overhead.update(max(0.0, held - busy[0]))
+        if not waited and self._depth(stage) > 1:
+            return busy
+        total = sum(busy)
+        if total <= 0:
+            return [held / len(done)] * len(done)
+        return [b * held / total for b in busy]
 
     def _retry_or_fail(self, index: int, entries: list[Entry], error: ErrorInfo) -> None:
         stage = self.stages[index]
@@ -586,7 +648,12 @@ class Controller:
                 wanted, stage.spec.resources, overcommit_first=not pool.live_count
             )
             for worker_id, placement in zip(wanted, placements, strict=False):
-                worker = Worker(worker_id, stage.spec.index, started_at=self.backend.now())
+                worker = Worker(
+                    worker_id,
+                    stage.spec.index,
+                    started_at=self.backend.now(),
+                    node=placement.node_id,
+                )
                 pool.add(worker)
                 self.workers[worker_id] = worker
                 if len(pool) > stage.stats.peak_workers:

@@ -15,12 +15,15 @@ class Handle(NamedTuple):
     """A task's payload as the controller sees it: an opaque reference, its size and its id.
 
     ``ref`` is backend-specific (inline bytes or a shared-memory path locally, an ObjectRef on
-    Ray, a token in the simulator). The controller never looks inside.
+    Ray, a token in the simulator). The controller never looks inside. ``node`` is where the
+    payload is stored when that matters (a cluster's object store), so that the controller can
+    hand it to a worker there; ``None`` for inline payloads and single-machine backends.
     """
 
     ref: Any
     nbytes: int
     label: str
+    node: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

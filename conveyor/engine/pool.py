@@ -7,6 +7,7 @@ hold, and counts are kept as things change.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -19,6 +20,8 @@ class Worker:
     ready: bool = False
     stopping: bool = False
     alone: bool = False  # holds a suspect task: gets nothing else meanwhile
+    last_done: float = -math.inf  # when its last batch was seen to end (occupancy)
+    node: str | None = None  # where it runs: batches whose data is there prefer it
     messages: deque[list[int]] = field(default_factory=deque)  # batch ids per message sent
 
     @property
@@ -29,7 +32,7 @@ class Worker:
 class Pool:
     """Workers of one stage: all of them, the live count, and who can take work now."""
 
-    __slots__ = ("_free", "live_count", "ready_count", "reserved", "workers")
+    __slots__ = ("_free", "_local", "live_count", "ready_count", "reserved", "workers")
 
     #: a worker holds at most this many messages (one running, one waiting)
     MAX_DEPTH = 2
@@ -40,21 +43,33 @@ class Pool:
         self.ready_count = 0  # ready and not asked to stop
         self.reserved: Worker | None = None  # left to run dry for a suspect
         self._free: tuple[dict[str, Worker], ...] = tuple({} for _ in range(self.MAX_DEPTH))
+        # the same buckets by node, for batches whose data lives on one
+        self._local: tuple[dict[str, dict[str, Worker]], ...] = tuple(
+            {} for _ in range(self.MAX_DEPTH)
+        )
 
     def __len__(self) -> int:
         return len(self.workers)
 
     def _index(self, worker: Worker) -> None:
-        for bucket in self._free:
-            bucket.pop(worker.worker_id, None)
+        wid = worker.worker_id
+        for level, bucket in enumerate(self._free):
+            if bucket.pop(wid, None) is not None and worker.node is not None:
+                local = self._local[level].get(worker.node)
+                if local is not None:
+                    local.pop(wid, None)
+                    if not local:
+                        del self._local[level][worker.node]
         if (
             worker.ready
             and not worker.stopping
             and not worker.alone
             and worker.in_flight < self.MAX_DEPTH
-            and worker.worker_id in self.workers
+            and wid in self.workers
         ):
-            self._free[worker.in_flight][worker.worker_id] = worker
+            self._free[worker.in_flight][wid] = worker
+            if worker.node is not None:
+                self._local[worker.in_flight].setdefault(worker.node, {})[wid] = worker
 
     def add(self, worker: Worker) -> None:
         self.workers[worker.worker_id] = worker
@@ -112,9 +127,14 @@ class Pool:
         """A ready worker with nothing in flight (for a suspect, which must run alone)."""
         return next(iter(self._free[0].values()), None)
 
-    def feedable(self, depth: int) -> Worker | None:
-        """The least busy worker that may take another message, never the reserved one."""
+    def feedable(self, depth: int, node: str | None = None) -> Worker | None:
+        """The least busy worker that may take another message, never the reserved one;
+        among the equally busy, one on ``node`` (where the batch's data is) if any."""
         for level in range(min(depth, self.MAX_DEPTH)):
+            if node is not None:
+                for worker in self._local[level].get(node, {}).values():
+                    if worker is not self.reserved:
+                        return worker
             for worker in self._free[level].values():
                 if worker is not self.reserved:
                     return worker

@@ -26,6 +26,9 @@ class EdgeQueue:
 
     __slots__ = ("bytes", "fresh", "hwm_bytes", "hwm_tasks", "suspects")
 
+    #: how far past the oldest entry ``take`` looks for one stored on the worker's node
+    LOOKAHEAD = 32
+
     def __init__(self) -> None:
         self.fresh: deque[Entry] = deque()
         self.suspects: deque[Entry] = deque()
@@ -58,10 +61,21 @@ class EdgeQueue:
         self.bytes -= entry.handle.nbytes
         return entry
 
-    def take(self, count: int) -> list[Entry]:
-        """Up to ``count`` fresh entries, oldest first."""
+    def take(self, count: int, node: str | None = None) -> list[Entry]:
+        """Up to ``count`` fresh entries, oldest first; for a worker on ``node``, entries whose
+        data is stored there first, looking no further than ``LOOKAHEAD`` entries ahead (so
+        nothing waits long behind local work)."""
         fresh = self.fresh
-        batch = [fresh.popleft() for _ in range(min(count, len(fresh)))]
+        if node is None or not fresh or fresh[0].handle.node in (None, node):
+            batch = [fresh.popleft() for _ in range(min(count, len(fresh)))]
+        else:
+            window = [fresh.popleft() for _ in range(min(self.LOOKAHEAD, len(fresh)))]
+            batch = [e for e in window if e.handle.node == node][:count]
+            if len(batch) < count:
+                picked = {id(e) for e in batch}
+                batch += [e for e in window if id(e) not in picked][: count - len(batch)]
+            chosen = {id(e) for e in batch}
+            fresh.extendleft(reversed([e for e in window if id(e) not in chosen]))
         self.bytes -= sum(e.handle.nbytes for e in batch)
         return batch
 

@@ -359,6 +359,7 @@ def test_outputs_outlive_the_worker_that_made_them(address: str) -> None:
         assert [h.label for h in handles] == ["1", "3"]
         assert all((2 << 20) <= h.nbytes < (2 << 20) + 4096 for h in handles)
         assert all(isinstance(h.ref, RayPayload) and h.ref.ref is not None for h in handles)
+        assert {h.node for h in handles} == {worker_node}  # the controller knows where
         where = ray.experimental.get_object_locations([h.ref.ref for h in handles])
         assert all(loc["node_ids"] == [worker_node] for loc in where.values())  # stayed there
         backend.kill_worker("make-0")

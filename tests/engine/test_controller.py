@@ -227,3 +227,49 @@ def test_a_worker_that_dies_during_setup_is_replaced_a_few_times() -> None:
     assert sorted(result.outputs) == list(range(5))
     with pytest.raises(StageSetupError, match="node was lost"):
         pipeline.run(StreamingExecutor(DiesInSetup(deaths=3)), initial_tasks=range(5))
+
+
+def test_stages_are_sized_by_how_long_a_call_holds_a_worker() -> None:
+    """A per-call cost the worker's clock does not see (Ray's actor calls) still costs capacity.
+
+    ``a`` reports 0.1 s per task but each call holds its worker 0.18 s; ``b`` takes 0.12 s.
+    Sized by busy time alone, 5 workers would go 2/3 (really 11 tasks/s); sized by the held
+    time they go 3/2 (16.7 tasks/s).
+    """
+    backend = VirtualBackend(
+        cpus=5, service_s={"a": 0.1, "b": 0.12}, call_overhead_s={"a": 0.08}, setup_s=0.1
+    )
+    monitor = Snapshots()
+    result = Pipeline("p", [Pass("a"), Pass("b")]).run(
+        StreamingExecutor(backend, monitors=[monitor]), initial_tasks=range(400)
+    )
+    assert len(result.outputs) == 400
+    steady = [t for t in monitor.ticks if 5 < t.elapsed_s < 20]
+    assert steady and all([s.target for s in t.stages] == [3, 2] for t in steady)
+    a = steady[-1].stages[0]
+    assert a.task_time_s == pytest.approx(0.18, rel=0.05)
+    assert result.stats["a"].mean_service_s == pytest.approx(0.1)  # what the stage reported
+    assert result.wall_s < 400 / 16.7 * 1.15
+
+
+def test_a_slow_round_trip_is_hidden_by_a_second_message_in_flight() -> None:
+    """20 ms each way on 100 ms tasks: without a message waiting at the worker it would idle
+    28 % of the time; once the round trip is measured the controller keeps one queued."""
+    backend = VirtualBackend(cpus=1, service_s={"only": 0.1}, latency_s=0.02, setup_s=0.1)
+    result = Pipeline("p", [Pass("only")]).run(StreamingExecutor(backend), initial_tasks=range(100))
+    assert len(result.outputs) == 100
+    assert result.wall_s < 0.1 * 100 + 1.0  # one worker, fed without gaps after the first
+    # and with no measurable round trip, one message at a time (the default)
+    quiet = VirtualBackend(cpus=1, service_s={"only": 0.1}, setup_s=0.1)
+    controller_module_depths: list[int] = []
+    real = controller_module.Controller._depth
+
+    def spy(stage: Any) -> int:
+        depth = real(stage)
+        controller_module_depths.append(depth)
+        return depth
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(controller_module.Controller, "_depth", staticmethod(spy))
+        Pipeline("p", [Pass("only")]).run(StreamingExecutor(quiet), initial_tasks=range(20))
+    assert set(controller_module_depths) == {1}

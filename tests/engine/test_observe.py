@@ -137,3 +137,32 @@ def test_meters_do_not_share_state() -> None:
     a, b = StageMeter(), StageMeter()
     a.record(1, 1, 1, 1.0)
     assert b.task_time.value is None
+
+
+@pytest.mark.parametrize(
+    ("held_s", "task_time"),
+    [
+        (1.01, 1.0),  # within the tolerance: when results are seen jitters, it is not a cost
+        (1.5, 1.5),  # a call held the worker half as long again: that is its capacity
+        (2.5, 1.0),  # far beyond the work: the worker waited on the dispatcher, not on itself
+        (None, 1.0),  # not given: the busy time
+    ],
+)
+def test_task_time_is_what_a_worker_is_held_within_bounds(
+    held_s: float | None, task_time: float
+) -> None:
+    meter = StageMeter()
+    meter.record(
+        tasks_in=2,
+        tasks_out=2,
+        out_bytes=0,
+        busy_s=2.0,
+        held_s=None if held_s is None else 2 * held_s,
+    )
+    assert meter.task_time.value == pytest.approx(task_time)
+    assert meter.busy_time.value == pytest.approx(1.0)  # messages are sized by the work
+    meter.roll()
+    meter.record(tasks_in=2, tasks_out=2, out_bytes=0, busy_s=2.0, held_s=1.0)  # below busy
+    meter.roll()
+    assert meter.busy_time.value == pytest.approx(1.0)
+    assert meter.task_time.value == pytest.approx(task_time + 0.5 * 0.1 * (1.0 - task_time))

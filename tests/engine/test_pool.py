@@ -80,3 +80,28 @@ def test_batches_may_finish_out_of_order_across_messages() -> None:
     assert a.in_flight == 0 and pool.idle() is a
     pool.batch_done(a, 99)  # unknown batch: ignored
     assert a.in_flight == 0
+
+
+def test_equally_busy_workers_on_the_data_node_come_first() -> None:
+    pool = Pool()
+    far, near, near2 = Worker("far", 0, node="A"), Worker("near", 0, node="B"), Worker("n2", 0)
+    for worker in (far, near, near2):
+        pool.add(worker)
+        pool.mark_ready(worker)
+    near2.node = None  # a worker with no node (single-machine backends) is never "local"
+    assert pool.feedable(2, "B") is near
+    pool.sent(near, [1], alone=False)
+    # the idle worker elsewhere beats the busy one on the data's node
+    assert pool.feedable(2, "B") is far
+    pool.sent(far, [2], alone=False)
+    assert pool.feedable(2, "B") is near2
+    pool.sent(near2, [3], alone=False)
+    assert pool.feedable(2, "B") is near  # everyone holds one: then the local one
+    pool.sent(near, [4], alone=False)
+    assert pool.feedable(2, "B") in (far, near2)
+    assert pool.feedable(2, "nowhere") in (far, near2)
+    pool.mark_stopping(far)
+    pool.mark_stopping(near2)
+    assert pool.feedable(2, "B") is None  # near is full, the others stop
+    pool.batch_done(near, 1)
+    assert pool.feedable(2, "B") is near

@@ -1,7 +1,10 @@
 """A deterministic in-process backend on a virtual clock, for testing the controller's logic.
 
 Stage code really runs (in this process); only time is virtual: each batch takes
-``service_s[stage] * len(batch)`` virtual seconds, each worker ``setup_s`` to start.
+``service_s[stage] * len(batch)`` virtual seconds, each worker ``setup_s`` to start. A
+message can also cost its worker ``call_overhead_s[stage]`` that the reported busy time does
+not show, and take ``latency_s`` to reach the worker and again for its results to come back
+(as actor calls on Ray do).
 """
 
 from __future__ import annotations
@@ -37,12 +40,16 @@ class VirtualBackend:
         service_s: dict[str, float | Callable[[float], float]] | None = None,
         setup_s: float = 0.1,
         memory_budget_bytes: int = 1 << 30,
+        call_overhead_s: dict[str, float] | None = None,
+        latency_s: float = 0.0,
     ) -> None:
         self.cpus = cpus
         self.gpus = gpus
         self.service_s = service_s or {}
         self.setup_s = setup_s
         self.memory_budget_bytes = memory_budget_bytes
+        self.call_overhead_s = call_overhead_s or {}
+        self.latency_s = latency_s
         self.clock = 0.0
         self._seq = itertools.count()
         self._timeline: list[tuple[float, int, Any]] = []
@@ -98,7 +105,8 @@ class VirtualBackend:
     def submit(self, worker_id: str, batches: list[tuple[int, list[Handle]]]) -> None:
         runner = self.runners[worker_id]
         self.submitted.append((runner.name, [len(h) for _, h in batches]))
-        begin = max(self.clock, self.busy_until[worker_id])
+        begin = max(self.clock + self.latency_s, self.busy_until[worker_id])
+        begin += self.call_overhead_s.get(runner.name, 0.0)
         for batch_id, handles in batches:
             per_task = self.service_s.get(runner.name, 0.01)
             if callable(per_task):
@@ -114,7 +122,7 @@ class VirtualBackend:
                 event: Any = BatchesDone(worker_id, [BatchOutcome(batch_id, outs, filtered, cost)])
             except Exception as exc:  # noqa: BLE001 - reported like a real worker would
                 event = BatchFailed(worker_id, batch_id, ErrorInfo.from_exception(exc))
-            self._at(done, event)
+            self._at(done + self.latency_s, event)
         self.busy_until[worker_id] = begin
 
     def poll(self, timeout: float) -> list[BackendEvent]:
