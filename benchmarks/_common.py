@@ -122,10 +122,42 @@ class RaySession:
         what = "joined" if self.address else f"started (num_cpus={self.num_cpus:g})"
         print(f"  Ray cluster {what} in {self.start_s:.1f} s (not in any contender's time)")
 
+    def settle(self, max_s: float = 15.0, busy_share: float = 0.1) -> None:
+        """Wait (up to ``max_s``) until the process tree is quiet: what the previous engine
+        left running (actors winding down, idle workers killed) would tax the next one."""
+        if self.connection is None:
+            return
+        me = psutil.Process()
+
+        def cpu() -> float:
+            total = 0.0
+            for proc in [me, *me.children(recursive=True)]:
+                with contextlib.suppress(psutil.Error):
+                    t = proc.cpu_times()
+                    total += t.user + t.system
+            return total
+
+        deadline = time.monotonic() + max_s
+        while time.monotonic() < deadline:
+            before = cpu()
+            time.sleep(0.5)
+            if cpu() - before < 0.5 * busy_share:
+                return
+
     def __enter__(self) -> RaySession:
         return self
 
+    def restart(self) -> None:
+        """A fresh cluster (private ones only): each engine then starts from the same state,
+        not from what the previous one left (idle workers, actors winding down)."""
+        if self.connection is not None and self.connection.private:
+            self.close()
+        self.ensure()
+
     def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
         if self.connection is not None:
             import ray
 
@@ -471,6 +503,7 @@ def run_conveyor(
     elif engine in ("ray", "ray-data"):
         if ray_session is not None:
             ray_session.ensure()
+            ray_session.settle()
         sample_interval_s, pss_every = max(sample_interval_s, 0.05), max(pss_every, 10)
     else:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")

@@ -9,9 +9,9 @@ Workloads (the stage objects of ``unbalanced3`` and ``tiny3``, unchanged):
 Engines, one after the other in this process: Conveyor's StreamingExecutor on the local
 backend and on the Ray backend; Cosmos-Xenna's streaming and batch modes; a Ray Data pipeline
 written by hand as a user would (``map_batches`` per stage, the same resources); Conveyor's
-RayDataExecutor. Every Ray engine runs on one private Ray cluster started once (its start-up
-is printed apart). Peers are installed only by ``make bench-peers``; a peer that is not
-installed is reported as such.
+RayDataExecutor. Every Ray engine runs on a fresh private Ray cluster (its start-up is
+printed apart), so none inherits what the previous one left behind. Peers are installed only
+by ``make bench-peers``; a peer that is not installed is reported as such.
 
 For each engine: throughput (outputs / wall time, start-up included) and its ratio to the
 ideal, start-up (Conveyor: every initial worker ready; peers, which do not report it: the
@@ -265,6 +265,7 @@ def main(argv: list[str] | None = None) -> dict[str, list[Measurement]]:
                         num_cpus=NUM_CPUS,
                     )
                 elif engine in ("conveyor-ray", "conveyor-ray-data"):
+                    session.restart()
                     m = run_conveyor(
                         engine,
                         stages_for(workload),
@@ -276,7 +277,7 @@ def main(argv: list[str] | None = None) -> dict[str, list[Measurement]]:
                         ray_session=session,
                     )
                 else:
-                    session.ensure()
+                    session.restart()
                     try:
                         if engine.startswith("xenna"):
                             m = run_xenna(engine, workload, n, batch=engine == "xenna-batch")
