@@ -56,7 +56,7 @@ if TYPE_CHECKING:
 #: a second message may wait at a worker for stages this fast (hides the round trip) ...
 PREFETCH_BELOW_S = 0.05
 #: ... or where the measured round trip (send to result, beyond the work) costs more than this
-#: share of a batch's time: on Ray an actor call and its streamed result take milliseconds
+#: share of a batch's time: on Ray an actor call and the return of its result take milliseconds
 PREFETCH_OVERHEAD_SHARE = 0.02
 #: how much work one message to a worker should carry for very fast stages
 MESSAGE_TARGET_S = 0.002

@@ -33,3 +33,18 @@ def test_suspects_count_for_backpressure_but_never_join_a_batch() -> None:
     assert [e.handle.label for e in queue.take(5)] == ["a"]
     assert queue.pop_suspect().handle.label == "s"
     assert (len(queue), queue.bytes) == (0, 0)
+
+
+def test_a_worker_takes_inputs_stored_on_its_node_first_within_the_look_ahead() -> None:
+    queue = EdgeQueue()
+    nodes = ["A", "B", "A", None, "B"] + ["A"] * (EdgeQueue.LOOKAHEAD + 8) + ["B"]
+    for i, node in enumerate(nodes):
+        queue.push(Entry(Handle(b"", 1, str(i), node)))
+    assert [e.handle.label for e in queue.take(2, "B")] == ["1", "4"]  # B's, skipping A's
+    assert [e.handle.label for e in queue.take(1, "A")] == ["0"]  # the oldest is local
+    assert [e.handle.label for e in queue.take(1, None)] == ["2"]  # no node: oldest first
+    # nothing on C within the look-ahead: the oldest, and the order of the rest is kept
+    assert [e.handle.label for e in queue.take(2, "C")] == ["3", "5"]
+    # the last B is beyond the look-ahead: a B worker takes the oldest instead
+    assert [e.handle.label for e in queue.take(1, "B")] == ["6"]
+    assert (len(queue), queue.bytes) == (len(nodes) - 7, len(nodes) - 7)
