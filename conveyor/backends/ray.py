@@ -772,13 +772,9 @@ class RayBackend:
             worker.ping = None
 
     def _finish(self, worker: _RayWorker, call: _Call) -> None:
-        """A call's records arrived (or its failure): report its batches."""
+        """The worker's oldest call's records arrived (or its failure): report its batches."""
         self._calls.pop(call.records, None)
-        if worker.calls and worker.calls[0] is call:
-            worker.calls.popleft()
-        else:
-            with contextlib.suppress(ValueError):
-                worker.calls.remove(call)
+        worker.calls.popleft()
         try:
             records = ray.get(call.records)
         except ray.exceptions.RayActorError as exc:

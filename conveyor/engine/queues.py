@@ -70,12 +70,12 @@ class EdgeQueue:
             batch = [fresh.popleft() for _ in range(min(count, len(fresh)))]
         else:
             window = [fresh.popleft() for _ in range(min(self.LOOKAHEAD, len(fresh)))]
-            batch = [e for e in window if e.handle.node == node][:count]
-            if len(batch) < count:
-                picked = {id(e) for e in batch}
-                batch += [e for e in window if id(e) not in picked][: count - len(batch)]
-            chosen = {id(e) for e in batch}
-            fresh.extendleft(reversed([e for e in window if id(e) not in chosen]))
+            local = [e for e in window if e.handle.node == node][:count]
+            chosen = {id(e) for e in local}
+            rest = [e for e in window if id(e) not in chosen]
+            cut = count - len(local)
+            batch = local + rest[:cut]
+            fresh.extendleft(reversed(rest[cut:]))
         self.bytes -= sum(e.handle.nbytes for e in batch)
         return batch
 
