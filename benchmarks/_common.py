@@ -584,6 +584,45 @@ def run_loop(
     return m
 
 
+def measure_iter(
+    label: str, n: int, produce: Callable[[], Iterable[Any]], stamped: bool = False
+) -> Measurement:
+    """Measure a run that is not Conveyor's: ``produce()`` yields its outputs.
+
+    ``stamped``: each output is ``(value, made_at, started_at)`` in wall-clock time, for
+    engines that hand outputs back only at the end; first output and start-up then come from
+    those stamps rather than from arrival at the driver.
+    """
+    m = Measurement(label, n)
+    first = last = None
+    made: list[float] = []
+    starts: list[float] = []
+    with TreeSampler(0.05, 10) as sampler, CpuClock() as cpu:
+        wall0 = time.time()
+        begun = time.perf_counter()
+        for out in produce():
+            last = time.perf_counter() - begun
+            if first is None:
+                first = last
+            if stamped:
+                made.append(out[1])
+                starts.append(out[2])
+            m.outputs += 1
+        m.wall_s = time.perf_counter() - begun
+    if stamped and made:
+        m.first_output_s = min(made) - wall0
+        m.startup_s = min(starts) - wall0
+    else:
+        m.first_output_s = first
+        m.steady_tps = _steady(m.outputs, first, last)
+        m.shutdown_s = None if last is None else m.wall_s - last
+    m.driver_first_s = first
+    _take_peaks(m, sampler)
+    m.driver_cpu_s = cpu.driver_s
+    m.workers_cpu_s = max(cpu.children_s, sampler.descendants_cpu_s())
+    return m
+
+
 class CpuClock:
     """CPU seconds of this process and of its (exited, waited-for) descendants over a block."""
 
@@ -697,11 +736,15 @@ def machine_line(num_cpus: float) -> str:
 
 
 def contenders(args: argparse.Namespace) -> list[tuple[str, str, str]]:
-    """(label, engine, kind): local ones keep their plain names, then Ray's."""
+    """(label, engine, kind): local ones keep their plain names, then Ray's.
+
+    ``hand`` (a hand-written Ray pipeline, see ``_ray_hand``) exists on Ray only, ``loop``
+    (no engine at all) only once, with the local contenders.
+    """
     plan = []
     for engine in args.engines:
         if engine == "local":
-            plan += [(name, engine, name) for name in args.only]
+            plan += [(name, engine, name) for name in args.only if name != "hand"]
         elif engine == "ray":
             plan += [(f"ray {name}", engine, name) for name in args.only if name != "loop"]
         else:

@@ -36,7 +36,6 @@ from typing import Any
 
 from _common import (
     MIB,
-    CpuClock,
     Finish,
     Increment,
     MakePayload,
@@ -44,13 +43,12 @@ from _common import (
     PassThrough,
     RaySession,
     StreamingExecutor,
-    TreeSampler,
-    _take_peaks,
     best_allocation,
     check,
     fmt,
     machine_line,
     mb,
+    measure_iter,
     run_conveyor,
     table,
 )
@@ -126,7 +124,7 @@ def run_xenna(label: str, workload: str, n: int, batch: bool) -> Measurement:
             cpu_allocation_percentage=1.0,
         ),
     )
-    return _measure(label, n, lambda: xenna.run_pipeline(spec) or [], stamped=True)
+    return measure_iter(label, n, lambda: xenna.run_pipeline(spec) or [], stamped=True)
 
 
 def run_ray_data_hand(label: str, workload: str, n: int) -> Measurement:
@@ -171,35 +169,7 @@ def run_ray_data_hand(label: str, workload: str, n: int) -> Measurement:
         for row in ds.iter_rows():
             yield row["item"]
 
-    return _measure(label, n, iterate, stamped=False)
-
-
-def _measure(label: str, n: int, produce: Callable[[], Any], stamped: bool) -> Measurement:
-    m = Measurement(label, n)
-    first = None
-    made: list[float] = []
-    starts: list[float] = []
-    with TreeSampler(0.05, 10) as sampler, CpuClock() as cpu:
-        wall0 = time.time()
-        begun = time.perf_counter()
-        for out in produce():
-            if first is None:
-                first = time.perf_counter() - begun
-            if stamped:
-                made.append(out[1])
-                starts.append(out[2])
-            m.outputs += 1
-        m.wall_s = time.perf_counter() - begun
-    if stamped and made:
-        m.first_output_s = min(made) - wall0
-        m.startup_s = min(starts) - wall0
-    else:
-        m.first_output_s = first
-    m.driver_first_s = first
-    _take_peaks(m, sampler)
-    m.driver_cpu_s = cpu.driver_s
-    m.workers_cpu_s = max(cpu.children_s, sampler.descendants_cpu_s())
-    return m
+    return measure_iter(label, n, iterate, stamped=False)
 
 
 # -- main -------------------------------------------------------------------------------------

@@ -1,9 +1,11 @@
 """Three unbalanced stages (25 / 100 / 50 ms per task) passing a 1 MiB payload along.
 
 Runs the same stage objects on StreamingExecutor, BatchExecutor and a plain in-process loop,
-on the local backend and, with Ray installed, on RayBackend and RayDataExecutor, one after
-the other, and prints wall time, throughput against the ideal for the CPU budget, time to
-first output, start-up time and peak memory (process tree RSS/PSS, shared memory).
+on the local backend and, with Ray installed, on RayBackend and RayDataExecutor and in a Ray
+actor pipeline written by hand and told the best allocation in advance (``ray hand``: what
+Ray itself allows here, see ``_ray_hand``), one after the other, and prints wall time,
+throughput against the ideal for the CPU budget, time to first output, start-up time and
+peak memory (process tree RSS/PSS, shared memory).
 
     .venv/bin/python benchmarks/unbalanced3.py --mode sleep
     .venv/bin/python benchmarks/unbalanced3.py --mode cpu --tasks 200
@@ -13,6 +15,7 @@ first output, start-up time and peak memory (process tree RSS/PSS, shared memory
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import sys
 from typing import Any
@@ -34,6 +37,7 @@ from _common import (
     contenders,
     fmt,
     machine_line,
+    measure_iter,
     parse_engines,
     resource_row,
     run_conveyor,
@@ -41,11 +45,12 @@ from _common import (
     table,
     usable_cores,
 )
+from _ray_hand import run_hand_pipeline
 
 TARGET_RATIO = {"sleep": 0.90, "cpu": 0.85}
 TARGET_RAY_RATIO = {"sleep": 0.80}
 TARGET_FIRST_OUTPUT_S = 1.0
-CONTENDERS = ("streaming", "batch", "loop")
+CONTENDERS = ("streaming", "batch", "loop", "hand")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -135,11 +140,15 @@ def build_stages(args: argparse.Namespace) -> list[Any]:
     ]
 
 
+def slots(args: argparse.Namespace) -> int:
+    """Workers of ``cpus_per_worker`` that fit the CPU budget."""
+    return math.floor(args.num_cpus / args.cpus_per_worker + 1e-9)
+
+
 def ideal(args: argparse.Namespace) -> tuple[float, str]:
-    slots = math.floor(args.num_cpus / args.cpus_per_worker + 1e-9)
-    rate, alloc = best_allocation(args.costs, slots)
+    rate, alloc = best_allocation(args.costs, slots(args))
     text = (
-        f"ideal: best integer allocation of {slots} worker slots "
+        f"ideal: best integer allocation of {slots(args)} worker slots "
         f"(floor({args.num_cpus:g} / {args.cpus_per_worker:g})) to stages costing "
         f"{'/'.join(f'{c * 1000:g}' for c in args.costs)} ms: "
         f"{'/'.join(map(str, alloc))} -> max min(n_i / cost_i) = {rate:.2f} tasks/s"
@@ -171,6 +180,16 @@ def main(argv: list[str] | None = None) -> list[Measurement]:
             stages = build_stages(args)
             if name == "loop":
                 m = run_loop("loop", stages, range(args.loop_tasks), args.loop_tasks)
+            elif name == "hand":
+                ray_session.ensure()
+                ray_session.settle()
+                alloc = best_allocation(args.costs, slots(args))[1]
+                m = measure_iter(
+                    label,
+                    args.tasks,
+                    functools.partial(run_hand_pipeline, stages, alloc, list(range(args.tasks))),
+                )
+                m.workers = {s.name: n for s, n in zip(stages, alloc, strict=True)}
             else:
                 cls = BatchExecutor if name == "batch" else StreamingExecutor
                 m = run_conveyor(
@@ -276,6 +295,26 @@ def main(argv: list[str] | None = None) -> list[Measurement]:
                 check(None if target is None else ratio >= target),
             ]
         )
+        hand = next((m for m in results if m.label == "ray hand"), None)
+        if hand is not None:
+            # what the engine costs apart from what Ray costs: the hand-written pipeline
+            # knows the allocation in advance, the engine has to find it
+            trows.append(
+                [
+                    "ray hand tasks/s / ideal (Ray's ceiling here)",
+                    fmt(hand.tps / ideal_tps),
+                    "-",
+                    "-",
+                ]
+            )
+            trows.append(
+                [
+                    "ray streaming / ray hand tasks/s",
+                    fmt(on_ray.tps / hand.tps if hand.tps else None),
+                    "-",
+                    "-",
+                ]
+            )
         data = next((m for m in results if m.label == "ray-data"), None)
         if data is not None:
             trows += [

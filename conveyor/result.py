@@ -34,6 +34,9 @@ class StageStats:
     filtered: int = 0
     failed: int = 0
     retried: int = 0
+    #: inputs whose stored payload was lost (with a node) and that were made again from
+    #: their source task (the upstream stages' work for it shows in their tasks_in)
+    recovered: int = 0
     busy_s: float = 0.0
     peak_workers: int = 0
     final_workers: int = 0
@@ -54,6 +57,7 @@ class StageStats:
             "filtered": self.filtered,
             "failed": self.failed,
             "retried": self.retried,
+            "recovered": self.recovered,
             "busy_s": round(self.busy_s, 6),
             "mean_service_s": round(self.mean_service_s, 6),
             "peak_workers": self.peak_workers,

@@ -16,7 +16,15 @@ from conveyor.engine.spec import StageSpec
 
 @runtime_checkable
 class Backend(Protocol):
-    """Mechanism only. Implementations: ``LocalBackend`` (processes on this machine)."""
+    """Mechanism only. Implementations: ``LocalBackend`` (processes on this machine).
+
+    A backend whose stored payloads can vanish while the inputs they came from are fine (a
+    cluster's node leaves and takes its object store along) sets the class attribute
+    ``payloads_can_be_lost = True`` and reports a read of such a payload as an error with
+    ``ErrorInfo.lost``; the controller then keeps each source task until everything made
+    from it is done, and makes a lost input again from its source. It must keep a source's
+    handle readable for that long (``put`` handles are not consumed by reading them).
+    """
 
     #: Bytes that queued payloads may use in all, split across edges by the backpressure policy.
     memory_budget_bytes: int

@@ -136,14 +136,15 @@ def _is_lost(exc: BaseException) -> bool:
 
 
 def _error(exc: BaseException) -> ErrorInfo:
-    """An exception as ``ErrorInfo``; a payload lost with its node is final: retries cannot help."""
+    """An exception as ``ErrorInfo``; a payload lost with its node says so: retrying the call
+    cannot help, making the input again from its source can (the controller does)."""
     info = ErrorInfo.from_exception(exc)
     if _is_lost(exc):
         info = dataclasses.replace(
             info,
             message="the input's payload was lost (its node left the cluster): "
             + info.message.strip().splitlines()[0],
-            permanent=True,
+            lost=True,
         )
     return info
 
@@ -456,6 +457,9 @@ class RayBackend:
     ``schedule_timeout_s`` bounds how long a worker may wait for Ray to grant its resources
     (other work on the cluster can hold them) before the run stops with a clear error.
     """
+
+    #: a node that leaves takes the payloads in its object store along (see ``Backend``)
+    payloads_can_be_lost = True
 
     def __init__(
         self,

@@ -19,6 +19,7 @@ from conveyor.engine.events import Monitor, RunSnapshot, StageSnapshot
 from conveyor.engine.messages import (
     BatchesDone,
     BatchFailed,
+    BatchOutcome,
     ErrorInfo,
     Handle,
     WorkerDied,
@@ -44,7 +45,7 @@ from conveyor.engine.policies.backpressure import (
 )
 from conveyor.engine.policies.placement import Ledger
 from conveyor.engine.pool import Pool, Worker
-from conveyor.engine.queues import EdgeQueue, Entry
+from conveyor.engine.queues import EdgeQueue, Entry, Seek
 from conveyor.engine.spec import StageSpec
 from conveyor.errors import BackendError, StageSetupError
 from conveyor.result import FailureRecord, RunResult, StageStats
@@ -99,6 +100,20 @@ class _Batch:
     idle_send: bool = False  # the worker held nothing else when this was sent
 
 
+@dataclass(eq=False, slots=True)
+class _Root:
+    """A source task kept while anything made from it is alive (``live``): a lost payload
+    downstream is made again from it."""
+
+    handle: Handle
+    live: int = 1
+
+
+def _root_label(label: str) -> str:
+    """The source task a label descends from ("7.2.0" and "7*1" come from "7")."""
+    return label.split(".", 1)[0].split("*", 1)[0]
+
+
 @dataclass(eq=False)
 class _Stage:
     spec: StageSpec
@@ -138,6 +153,10 @@ class Controller:
         self.admitted = 0
         self.outputs = 0
         self.final: deque[Handle] = deque()  # last-stage outputs not yet handed out
+        # where stored payloads can be lost, each source task is kept until all that was made
+        # from it is done, so that a lost input can be made again
+        self.lineage = bool(getattr(backend, "payloads_can_be_lost", False))
+        self.roots: dict[str, _Root] = {}
         self.final_bytes = 0
         self.failures: list[FailureRecord] = []
         self.batches: dict[int, _Batch] = {}
@@ -201,6 +220,7 @@ class Controller:
     def _take_output(self) -> Any:
         handle = self.final.popleft()
         self.final_bytes -= handle.nbytes
+        self._live(handle.label, -1)
         if self._first_output_s is None:
             self._first_output_s = self.backend.now() - self._t0
         self.outputs += 1
@@ -303,7 +323,10 @@ class Controller:
             if isinstance(task, Task):
                 task.task_id = label
             self.admitted += 1
-            first.queue.push(Entry(self.backend.put(task, label)))
+            handle = self.backend.put(task, label)
+            if self.lineage:
+                self.roots[label] = _Root(handle)
+            first.queue.push(Entry(handle))
 
     # -- dispatch -------------------------------------------------------------------------
     def _upstream_done(self, index: int) -> bool:
@@ -448,8 +471,6 @@ class Controller:
             n_in = len(batch.entries)
             n_out = len(outcome.outputs)
             stats.tasks_in += n_in
-            stats.tasks_out += n_out
-            stats.filtered += outcome.filtered
             stats.busy_s += outcome.busy_s
             first_measurement = not stage.meter.measured
             out_bytes = sum(h.nbytes for h in outcome.outputs)
@@ -459,14 +480,92 @@ class Controller:
                 self._next_autoscale = min(
                     self._next_autoscale, self._last_autoscale + MIN_AUTOSCALE_SPACING_S
                 )
-            nxt = batch.stage + 1
-            if nxt < len(self.stages):
-                push = self.stages[nxt].queue.push
-                for handle in outcome.outputs:
-                    push(Entry(handle))
+            seek = batch.entries[0].seek  # a recomputation runs alone
+            if seek is not None:
+                self._on_recomputed(batch.stage, seek, outcome.outputs)
             else:
-                self.final.extend(outcome.outputs)
-                self.final_bytes += sum(h.nbytes for h in outcome.outputs)
+                self._pass_on(batch.stage, outcome)
+            for entry in batch.entries:  # after the outputs: a source may be let go now
+                self._live(entry.handle.label, -1)
+
+    def _pass_on(self, index: int, outcome: BatchOutcome) -> None:
+        stats = self.stages[index].stats
+        stats.tasks_out += len(outcome.outputs)
+        stats.filtered += outcome.filtered
+        for handle in outcome.outputs:
+            self._live(handle.label, 1)
+        nxt = index + 1
+        if nxt < len(self.stages):
+            push = self.stages[nxt].queue.push
+            for handle in outcome.outputs:
+                push(Entry(handle))
+        else:
+            self.final.extend(outcome.outputs)
+            self.final_bytes += sum(h.nbytes for h in outcome.outputs)
+
+    # -- lost payloads --------------------------------------------------------------------
+    def _live(self, label: str, delta: int) -> None:
+        """Count what is alive of a source task; let it go once nothing is."""
+        if not self.lineage:
+            return
+        key = _root_label(label)
+        root = self.roots.get(key)
+        if root is not None:
+            root.live += delta
+            if root.live <= 0:
+                del self.roots[key]
+
+    def _recompute(self, index: int, entry: Entry) -> bool:
+        """Make a lost input of stage ``index`` again: its source task runs again, alone at
+        every stage, keeping only the outputs on the way to it. False where that cannot work
+        (a stage's own input, a batch-level output, a source already let go)."""
+        label = entry.handle.label
+        root = self.roots.get(_root_label(label)) if self.lineage else None
+        if root is None or index == 0 or "*" in label:
+            return False
+        seek = Seek(label, index, entry.attempts)
+        root.live += 1
+        for upstream in self.stages[:index]:
+            if upstream.done:  # a finished stage takes work again: it needs a worker back
+                upstream.done = False
+                upstream.target = max(upstream.target, 1)
+                self._placement_dirty = True
+        self.stages[0].queue.push_suspect(Entry(root.handle, seek=seek))
+        self._next_autoscale = min(
+            self._next_autoscale, self._last_autoscale + MIN_AUTOSCALE_SPACING_S
+        )
+        return True
+
+    def _on_recomputed(self, index: int, seek: Seek, outputs: list[Handle]) -> None:
+        """Outputs of one step of a recomputation: pass on the one on the way, drop the rest."""
+        kept = [h for h in outputs if seek.leads_to(h.label)]
+        self.backend.free([h for h in outputs if not seek.leads_to(h.label)])
+        if not kept:
+            target = self.stages[seek.stage]
+            target.stats.failed += 1
+            self.failures.append(
+                FailureRecord(
+                    stage=target.spec.name,
+                    task=seek.label,
+                    error_type="PayloadLost",
+                    message=(
+                        "the input's payload was lost (its node left the cluster) and running "
+                        f"its source again did not make it: stage "
+                        f"{self.stages[index].spec.name!r} gave other outputs this time"
+                    ),
+                    traceback="",
+                    attempts=seek.attempts,
+                )
+            )
+            return
+        handle = kept[0]
+        self._live(handle.label, 1)
+        nxt = index + 1
+        if nxt == seek.stage:
+            self.stages[nxt].stats.recovered += 1
+            self.stages[nxt].queue.push(Entry(handle, attempts=seek.attempts))
+        else:
+            self.stages[nxt].queue.push_suspect(Entry(handle, seek=seek))
 
     def _held(self, worker_id: str, done: list[tuple[Any, _Batch]]) -> list[float]:
         """How long each of these batches held its worker (see ``StageMeter``).
@@ -499,11 +598,22 @@ class Controller:
 
     def _retry_or_fail(self, index: int, entries: list[Entry], error: ErrorInfo) -> None:
         stage = self.stages[index]
-        # a permanent error is final only when it is known to be this input's own
-        final = error.permanent and len(entries) == 1
+        # a permanent error (or a lost payload) is final only when it is known to be this
+        # input's own; a lost input is then made again from its source where that can work
+        alone = len(entries) == 1
+        final = (error.permanent or error.lost) and alone
         for entry in entries:
             entry.attempts += 1
             if final or entry.attempts >= self.config.max_attempts:
+                if (
+                    error.lost
+                    and alone
+                    and entry.attempts < self.config.max_attempts
+                    and self._recompute(index, entry)
+                ):
+                    self._live(entry.handle.label, -1)
+                    continue
+                self._live(entry.handle.label, -1)
                 stage.stats.failed += 1
                 self.failures.append(
                     FailureRecord(

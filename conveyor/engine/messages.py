@@ -44,6 +44,9 @@ class ErrorInfo:
     traceback: str = ""
     #: the stage said retrying cannot help (it raised ``PermanentError``)
     permanent: bool = False
+    #: the input's stored payload is gone (its node left the cluster): the input itself is
+    #: fine, and only making it again from its source can help
+    lost: bool = False
 
     @classmethod
     def from_exception(cls, exc: BaseException) -> ErrorInfo:

@@ -8,14 +8,35 @@ from conveyor.engine.messages import Handle
 from conveyor.engine.policies.backpressure import EdgeState
 
 
+class Seek:
+    """What a recomputation is after: the input ``label`` of stage ``stage`` whose payload was
+    lost, and that input's failed attempts so far (they carry over to the new copy)."""
+
+    __slots__ = ("attempts", "label", "stage")
+
+    def __init__(self, label: str, stage: int, attempts: int) -> None:
+        self.label = label
+        self.stage = stage
+        self.attempts = attempts
+
+    def leads_to(self, label: str) -> bool:
+        """Whether an output ``label`` is the sought input or one of its ancestors."""
+        return self.label == label or self.label.startswith(label + ".")
+
+
 class Entry:
-    """A task waiting at or travelling through a stage, with its failed attempts so far."""
+    """A task waiting at or travelling through a stage, with its failed attempts so far.
 
-    __slots__ = ("attempts", "handle")
+    ``seek``: set on a source (and its descendants) being run again to make a lost input of
+    a later stage; only outputs on the way to that input are kept.
+    """
 
-    def __init__(self, handle: Handle, attempts: int = 0) -> None:
+    __slots__ = ("attempts", "handle", "seek")
+
+    def __init__(self, handle: Handle, attempts: int = 0, seek: Seek | None = None) -> None:
         self.handle = handle
         self.attempts = attempts
+        self.seek = seek
 
 
 class EdgeQueue:

@@ -146,15 +146,20 @@ class Poison(ProcessingStage[int, int]):
         return task
 
 
-class Slow(ProcessingStage[int, int]):
-    def __init__(self, name: str, cost_s: float, cpus: float = 0.5) -> None:
+class Slow(ProcessingStage[Any, Any]):
+    """Sleeps; with ``pad`` its output carries that many bytes (stored, not inline, on Ray)
+    as ``(n, bytes)``, which the next ``Slow`` turns back into ``n``."""
+
+    def __init__(self, name: str, cost_s: float, cpus: float = 0.5, pad: int = 0) -> None:
         self.name = name
         self.cost_s = cost_s
+        self.pad = pad
         self.resources = Resources(cpus=cpus)
 
-    def process(self, task: int) -> int:
+    def process(self, task: Any) -> Any:
         time.sleep(self.cost_s)
-        return task
+        n = task[0] if isinstance(task, tuple) else task
+        return (n, bytes(self.pad)) if self.pad else n
 
 
 @dataclass

@@ -378,11 +378,14 @@ def test_pipeline_survives_losing_a_node_mid_run(
     address: str, ray_cluster: LocalRayCluster
 ) -> None:
     """A third node (CPUs only, so placement prefers it for CPU stages) joins, takes workers,
-    and is killed mid-run: the run finishes and every input is accounted for."""
+    and is killed mid-run: the run finishes with every input's output, once. Inputs whose
+    payload died with the node are made again from their sources (``recovered``)."""
     node = ray_cluster.add_node("127.0.0.4", gpus=0)
     backend = RayBackend(address)
     try:
-        stages = [st.Slow("first", 0.04, cpus=0.5), st.Slow("second", 0.08, cpus=0.5)]
+        # first's outputs (512 KiB: beyond what Ray returns inline to the driver) stay in the
+        # object store of the node that made them: the third node's die with it
+        stages = [st.Slow("first", 0.04, pad=512 << 10), st.Slow("second", 0.08)]
         stream = Pipeline("p", stages).stream(StreamingExecutor(backend), range(120))
         outputs = []
         killed_at = None
@@ -402,11 +405,11 @@ def test_pipeline_survives_losing_a_node_mid_run(
     counts = result.counts
     assert killed_at is not None
     assert counts["inputs"] == 120
-    assert counts["outputs"] + counts["filtered"] + counts["failed"] == 120
-    assert sorted(outputs) == sorted(set(outputs))  # nothing twice
-    assert counts["outputs"] >= 100  # only tasks whose payload died with the node may fail
-    assert all("lost" in f.message or "WorkerDied" in f.error_type for f in result.failures)
+    assert result.failures == []
+    assert sorted(outputs) == list(range(120))  # every input once, nothing twice
+    assert counts["outputs"] == 120
     assert sum(s.worker_deaths for s in result.stats.values()) >= 1
+    assert result.stats["second"].recovered >= 1  # payloads did die with the node
 
 
 # -- same results as the local backend ----------------------------------------------------

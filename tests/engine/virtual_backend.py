@@ -5,6 +5,10 @@ Stage code really runs (in this process); only time is virtual: each batch takes
 message can also cost its worker ``call_overhead_s[stage]`` that the reported busy time does
 not show, and take ``latency_s`` to reach the worker and again for its results to come back
 (as actor calls on Ray do).
+
+``lose`` names outputs (stage, label) whose stored payload vanishes once, as if their node
+had left: a worker that reads one fails the batch with ``ErrorInfo.lost``. Set
+``payloads_can_be_lost`` to say so to the controller, as ``RayBackend`` does.
 """
 
 from __future__ import annotations
@@ -32,7 +36,17 @@ from conveyor.engine.messages import (
 from conveyor.engine.spec import StageSpec
 
 
+class _Lost:
+    """The ref of a payload that vanished."""
+
+
+class _PayloadLost(Exception):
+    pass
+
+
 class VirtualBackend:
+    payloads_can_be_lost = False
+
     def __init__(
         self,
         cpus: float = 4,
@@ -42,7 +56,9 @@ class VirtualBackend:
         memory_budget_bytes: int = 1 << 30,
         call_overhead_s: dict[str, float] | None = None,
         latency_s: float = 0.0,
+        lose: set[tuple[str, str]] | None = None,
     ) -> None:
+        self.lose = set(lose or ())
         self.cpus = cpus
         self.gpus = gpus
         self.service_s = service_s or {}
@@ -78,6 +94,12 @@ class VirtualBackend:
 
     def free(self, handles: Sequence[Handle]) -> None:
         pass
+
+    def _stored(self, stage: str, obj: Any, label: str) -> Handle:
+        if (stage, label) in self.lose:
+            self.lose.discard((stage, label))
+            return Handle(_Lost(), 1, label)
+        return self.put(obj, label)
 
     def _at(self, when: float, event: Any) -> None:
         heapq.heappush(self._timeline, (when, next(self._seq), event))
@@ -115,11 +137,20 @@ class VirtualBackend:
             done = begin + cost
             begin = done
             try:
+                if any(isinstance(h.ref, _Lost) for h in handles):
+                    raise _PayloadLost("payload lost with its node")
                 outputs, labels, filtered = runner.run(
                     [self.get(h) for h in handles], [h.label for h in handles]
                 )
-                outs = [self.put(o, lab) for o, lab in zip(outputs, labels, strict=True)]
+                outs = [
+                    self._stored(runner.name, o, lab)
+                    for o, lab in zip(outputs, labels, strict=True)
+                ]
                 event: Any = BatchesDone(worker_id, [BatchOutcome(batch_id, outs, filtered, cost)])
+            except _PayloadLost as exc:
+                event = BatchFailed(
+                    worker_id, batch_id, ErrorInfo("ObjectLostError", str(exc), lost=True)
+                )
             except Exception as exc:  # noqa: BLE001 - reported like a real worker would
                 event = BatchFailed(worker_id, batch_id, ErrorInfo.from_exception(exc))
             self._at(done + self.latency_s, event)

@@ -1,0 +1,122 @@
+"""Payloads lost with a node: the inputs they were are made again from their source tasks.
+
+Deterministic on the virtual clock: ``VirtualBackend(lose=...)`` makes chosen outputs vanish
+once, as a node leaving the cluster takes its object store along; a worker reading one fails
+with ``ErrorInfo.lost``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from conveyor import Pipeline, ProcessingStage, Resources
+from conveyor.executors import BatchExecutor, StreamingExecutor
+from conveyor.result import RunResult
+from tests.engine.virtual_backend import VirtualBackend
+
+
+class Times(ProcessingStage[int, int]):
+    resources = Resources(cpus=1)
+
+    def __init__(self, name: str, factor: int) -> None:
+        self.name = name
+        self.factor = factor
+
+    def process(self, task: int) -> int:
+        return task * self.factor
+
+
+SEEN: set[int] = set()  # inputs Split has had, by any of its workers (all in this process)
+
+
+class Split(ProcessingStage[int, int]):
+    """Fan-out: three children per input; ``unsteady`` gives one child on a second sight."""
+
+    resources = Resources(cpus=1)
+
+    def __init__(self, name: str = "split", unsteady: bool = False) -> None:
+        self.name = name
+        self.unsteady = unsteady
+        SEEN.clear()
+
+    def process(self, task: int) -> list[int]:
+        again = task in SEEN
+        SEEN.add(task)
+        if self.unsteady and again:
+            return [task]
+        return [task, task + 1, task + 2]
+
+
+class LosingBackend(VirtualBackend):
+    payloads_can_be_lost = True
+
+
+def stages(unsteady: bool = False) -> list[ProcessingStage[Any, Any]]:
+    return [Times("ten", 10), Split(unsteady=unsteady), Times("one", 1)]
+
+
+def expected(n: int) -> list[int]:
+    return sorted(y for x in range(n) for y in (10 * x, 10 * x + 1, 10 * x + 2))
+
+
+def run(backend: VirtualBackend, n: int = 10, **kw: Any) -> RunResult:
+    return Pipeline("p", stages(**kw)).run(StreamingExecutor(backend), initial_tasks=range(n))
+
+
+def test_lost_inputs_are_made_again_from_their_sources() -> None:
+    # "3" is ten's output (split's input); "5.1" a fan-out child (one's input)
+    backend = LosingBackend(cpus=3, lose={("ten", "3"), ("split", "5.1")})
+    result = run(backend)
+    assert sorted(result.outputs) == expected(10)  # nothing lost, nothing twice
+    assert result.failures == []
+    stats = result.stats
+    assert stats["split"].recovered == 1 and stats["one"].recovered == 1
+    assert stats["ten"].recovered == 0
+    # the source of each lost input ran again through the stages before it, alone
+    assert stats["ten"].tasks_in == 10 + 2
+    assert stats["split"].tasks_in == 10 + 1
+    assert stats["one"].tasks_in == 30
+    assert stats["split"].tasks_out == 30  # the children a recomputation dropped are not counted
+    assert result.counts["outputs"] == 30 and result.counts["failed"] == 0
+
+
+def test_a_finished_stage_takes_work_again_for_a_late_loss() -> None:
+    """The last input of a fast stage is lost while a slow stage is still far behind: the
+    fast stage, done and without workers by then, gets a worker back to make it again."""
+    backend = LosingBackend(
+        cpus=3, service_s={"ten": 0.01, "split": 0.5, "one": 0.01}, lose={("ten", "9")}
+    )
+    result = run(backend)
+    assert sorted(result.outputs) == expected(10)
+    assert result.failures == []
+    ten_starts = [t for t, name in backend.starts if name == "ten"]
+    assert len(ten_starts) >= 2  # a new worker for the recomputation
+    assert result.stats["split"].recovered == 1
+
+
+def test_the_same_holds_stage_at_a_time() -> None:
+    backend = LosingBackend(cpus=3, lose={("ten", "4"), ("split", "7.2")})
+    result = Pipeline("p", stages()).run(BatchExecutor(backend), initial_tasks=range(10))
+    assert sorted(result.outputs) == expected(10)
+    assert result.failures == []
+
+
+def test_a_recomputation_that_makes_something_else_is_a_recorded_failure() -> None:
+    """A stage that answers differently the second time cannot make the lost child again:
+    that one input is recorded (named, with the reason); every other one comes through."""
+    backend = LosingBackend(cpus=3, lose={("split", "5.2")})
+    result = run(backend, unsteady=True)
+    assert len(result.failures) == 1
+    failure = result.failures[0]
+    assert (failure.stage, failure.task, failure.error_type) == ("one", "5.2", "PayloadLost")
+    assert "did not make it" in failure.message
+    assert sorted(result.outputs) == sorted(set(expected(10)) - {52})
+
+
+def test_without_lineage_a_lost_input_fails_at_once() -> None:
+    """A backend that does not keep sources (none of the single-machine ones loses payloads):
+    the lost input is recorded at its first failure alone, not retried in vain."""
+    backend = VirtualBackend(cpus=3, lose={("ten", "3")})
+    result = run(backend)
+    assert [(f.stage, f.task, f.attempts) for f in result.failures] == [("split", "3", 1)]
+    assert len(result.outputs) == 27
