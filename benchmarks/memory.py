@@ -212,13 +212,16 @@ def main(argv: list[str] | None = None) -> list[Measurement]:
                     check(None if ratio is None else ratio <= TARGET_GROWTH),
                 ]
             )
+        # on Ray the tree holds the cluster itself (about 0.8 GB idle, ~0.1 GB per actor):
+        # only its growth with the dataset says something about the engine
+        on_ray = name.startswith("ray")
         for what, value in (("RSS", b.peak_rss), ("PSS", b.peak_pss), ("shm", b.peak_shm)):
             trows.append(
                 [
                     f"{name} peak {what} at {large} (MB)",
                     mb(value),
-                    f"< {TARGET_PEAK_MB:g}",
-                    check(value / MIB < TARGET_PEAK_MB),
+                    "-" if on_ray else f"< {TARGET_PEAK_MB:g}",
+                    "-" if on_ray else check(value / MIB < TARGET_PEAK_MB),
                 ]
             )
     print()

@@ -639,6 +639,8 @@ class RayBackend:
 
         A new actor is a new process that imports Ray, Conveyor and the stage; started all at
         once on a small node they would share its cores and none would be ready for seconds.
+        A stage's first worker does not wait for a slot: the controller sizes stages only once
+        every stage has been measured, so all first workers should be ready together.
         """
         cpus = float(self._live_nodes().get(node_id, {}).get("Resources", {}).get("CPU", 0.0))
         return max(2, math.ceil(cpus / 2))
@@ -647,18 +649,23 @@ class RayBackend:
         if not self._queued:
             return
         starting: dict[str, int] = {}
+        staffed: set[int] = set()  # stages with an actor, starting or ready
         for worker in self._workers.values():
-            if worker.actor is not None and not worker.scheduled:
-                starting[worker.node_id] = starting.get(worker.node_id, 0) + 1
+            if worker.actor is not None:
+                staffed.add(worker.stage.index)
+                if not worker.scheduled:
+                    starting[worker.node_id] = starting.get(worker.node_id, 0) + 1
         waiting: deque[_RayWorker] = deque()
         while self._queued:
             worker = self._queued.popleft()
             if self._workers.get(worker.worker_id) is not worker:
                 continue  # stopped or lost before its turn
             node = worker.node_id
-            if starting.get(node, 0) >= self._start_slots(node):
+            first = worker.stage.index not in staffed
+            if not first and starting.get(node, 0) >= self._start_slots(node):
                 waiting.append(worker)
                 continue
+            staffed.add(worker.stage.index)
             starting[node] = starting.get(node, 0) + 1
             self._create(worker)
         self._queued = waiting

@@ -59,8 +59,14 @@ PREFETCH_BELOW_S = 0.05
 #: ... or where the measured round trip (send to result, beyond the work) costs more than this
 #: share of a batch's time: on Ray an actor call and the return of its result take milliseconds
 PREFETCH_OVERHEAD_SHARE = 0.02
-#: how much work one message to a worker should carry for very fast stages
+#: how much work one message to a worker should carry for very fast stages ...
 MESSAGE_TARGET_S = 0.002
+#: ... and at least this many times the measured round trip of a message, so that per-call
+#: costs (milliseconds for an actor call on Ray) stay a small part of the work ...
+MESSAGE_OVERHEAD_FACTOR = 4.0
+#: ... but never more output than this share of the next edge's byte budget: what one
+#: message makes is in flight (and on Ray freed only as a whole) until all of it is consumed
+MESSAGE_EDGE_SHARE = 1 / 32
 MAX_BATCHES_PER_MESSAGE = 64
 #: first decision soon after the first measurements, never more often than this
 MIN_AUTOSCALE_SPACING_S = 0.1
@@ -351,7 +357,9 @@ class Controller:
                 break
             self._send(index, idle, [[queue.pop_suspect()]], alone=True)
         batch_size = stage.spec.batch_size
-        task_time = stage.meter.busy_time.value  # messages are sized by work, not round trips
+        meter = stage.meter
+        task_time = meter.busy_time.value  # messages are sized by work, not round trips
+        message_s = max(MESSAGE_TARGET_S, MESSAGE_OVERHEAD_FACTOR * (meter.overhead.value or 0.0))
         depth = self._depth(stage)
         upstream_done = self._upstream_done(index)
         while queue.fresh and self._may_feed(index):
@@ -363,7 +371,11 @@ class Controller:
                 return
             count = 1
             if task_time is not None:
-                count = int(MESSAGE_TARGET_S / max(task_time * batch_size, 1e-7))
+                count = int(message_s / max(task_time * batch_size, 1e-7))
+                out_bytes = meter.out_bytes.value or 0.0
+                if out_bytes > 0:
+                    room = MESSAGE_EDGE_SHARE * self.budgets[index + 1].max_bytes
+                    count = min(count, int(room / (out_bytes * batch_size)))
                 fair = math.ceil(max(1, full_batches) / pool.ready_count)
                 count = max(1, min(count, fair, MAX_BATCHES_PER_MESSAGE))
             if not upstream_done:

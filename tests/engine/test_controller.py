@@ -240,9 +240,12 @@ def test_stages_are_sized_by_how_long_a_call_holds_a_worker() -> None:
         cpus=5, service_s={"a": 0.1, "b": 0.12}, call_overhead_s={"a": 0.08}, setup_s=0.1
     )
     monitor = Snapshots()
-    result = Pipeline("p", [Pass("a"), Pass("b")]).run(
-        StreamingExecutor(backend, monitors=[monitor]), initial_tasks=range(400)
-    )
+    with pytest.MonkeyPatch.context() as mp:
+        # one batch per message, as where a deep queue cannot spread the call's cost
+        mp.setattr(controller_module, "MESSAGE_OVERHEAD_FACTOR", 0.0)
+        result = Pipeline("p", [Pass("a"), Pass("b")]).run(
+            StreamingExecutor(backend, monitors=[monitor]), initial_tasks=range(400)
+        )
     assert len(result.outputs) == 400
     steady = [t for t in monitor.ticks if 5 < t.elapsed_s < 20]
     assert steady and all([s.target for s in t.stages] == [3, 2] for t in steady)
@@ -250,6 +253,35 @@ def test_stages_are_sized_by_how_long_a_call_holds_a_worker() -> None:
     assert a.task_time_s == pytest.approx(0.18, rel=0.05)
     assert result.stats["a"].mean_service_s == pytest.approx(0.1)  # what the stage reported
     assert result.wall_s < 400 / 16.7 * 1.15
+
+
+def test_messages_grow_to_spread_a_per_call_cost() -> None:
+    """10 ms tasks behind a 20 ms per-call cost: one task per message would give 33 tasks/s;
+    messages carrying four round trips' worth of work give about 80."""
+    backend = VirtualBackend(
+        cpus=1, service_s={"only": 0.01}, call_overhead_s={"only": 0.02}, setup_s=0.1
+    )
+    result = Pipeline("p", [Pass("only")]).run(StreamingExecutor(backend), initial_tasks=range(400))
+    assert len(result.outputs) == 400
+    sizes = [len(batches) for name, batches in backend.submitted]
+    assert max(sizes) >= 6
+    assert result.wall_s < 400 / 60
+
+
+def test_message_size_is_capped_by_the_next_edges_bytes() -> None:
+    """Big outputs: a message makes at most 1/32 of the next edge's byte budget, however
+    cheap its tasks, so that what is in flight stays small next to what may queue."""
+    backend = VirtualBackend(
+        cpus=2,
+        service_s={"big": 0.001, "sink": 0.001},
+        call_overhead_s={"big": 0.02},
+        memory_budget_bytes=64 << 20,  # 32 MiB per edge: 1 MiB per message
+    )
+    stages = [Pass("big", size=256 << 10), Pass("sink")]
+    result = Pipeline("p", stages).run(StreamingExecutor(backend), initial_tasks=range(200))
+    assert len(result.outputs) == 200
+    big = [len(batches) for name, batches in backend.submitted if name == "big"]
+    assert max(big) <= 4  # 4 x 256 KiB
 
 
 def test_a_slow_round_trip_is_hidden_by_a_second_message_in_flight() -> None:
