@@ -16,6 +16,7 @@ _EXPORTS = {
     "AutoscaleConfig": "conveyor.engine.policies.autoscale",
     "CompositeStage": "conveyor.stage",
     "ConveyorError": "conveyor.errors",
+    "EngineStalled": "conveyor.errors",
     "FailureRecord": "conveyor.result",
     "PermanentError": "conveyor.errors",
     "Pipeline": "conveyor.pipeline",
@@ -32,6 +33,7 @@ __all__ = [
     "AutoscaleConfig",
     "CompositeStage",
     "ConveyorError",
+    "EngineStalled",
     "FailureRecord",
     "PermanentError",
     "Pipeline",
@@ -49,6 +51,7 @@ if TYPE_CHECKING:
     from conveyor.engine.policies.autoscale import AutoscaleConfig
     from conveyor.errors import (
         ConveyorError,
+        EngineStalled,
         PermanentError,
         PipelineBuildError,
         StageSetupError,

@@ -36,3 +36,11 @@ class PermanentError(ConveyorError):
 
 class BackendError(ConveyorError):
     """The backend could not do what the controller asked (e.g. a worker shape fits no node)."""
+
+
+class EngineStalled(ConveyorError):
+    """The controller held work and idle workers for it but sent nothing for a long time.
+
+    That can only be a defect of the engine itself; the run stops with its state in the
+    message (what each stage holds, its workers, and why nothing moved) instead of hanging.
+    """

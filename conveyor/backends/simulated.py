@@ -289,6 +289,11 @@ class SimulatedBackend:
         self.usage.starts.append((now, stage.name, worker_id))
         if len(placement.gpu_ids) > 1:
             self.usage.multi_gpu.append((stage.name, placement.node_id, placement.gpu_ids))
+        if placement.node_id in self._gone_nodes:
+            # placed from a view older than the node's departure: it dies at once, as on Ray
+            reason = f"node {placement.node_id} was lost"
+            self._push(now, WorkerDied(worker_id, reason))
+            return
         self._push(ready_at, WorkerReady(worker_id, model.setup_s))
 
     def _hold(self, worker: _SimWorker, sign: int) -> None:
@@ -399,6 +404,9 @@ class SimulatedBackend:
             if isinstance(event, WorkerStopped):
                 self._remove(worker, self.clock.now)
                 self.usage.stops.append((self.clock.now, worker.stage, worker.worker_id))
+            elif isinstance(event, WorkerDied):
+                self._remove(worker, self.clock.now)
+                self.usage.deaths.append((self.clock.now, worker.stage, worker.worker_id))
             events.append(event)
         return events
 

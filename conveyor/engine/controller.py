@@ -47,7 +47,7 @@ from conveyor.engine.policies.placement import Ledger
 from conveyor.engine.pool import Pool, Worker
 from conveyor.engine.queues import EdgeQueue, Entry, Seek
 from conveyor.engine.spec import StageSpec
-from conveyor.errors import BackendError, StageSetupError
+from conveyor.errors import BackendError, EngineStalled, StageSetupError
 from conveyor.result import FailureRecord, RunResult, StageStats
 from conveyor.tasks.base import EmptyTask, Task
 
@@ -71,6 +71,9 @@ MAX_BATCHES_PER_MESSAGE = 64
 #: first decision soon after the first measurements, never more often than this
 MIN_AUTOSCALE_SPACING_S = 0.1
 TICK_S = 0.25
+#: work waiting at idle workers with nothing in flight or starting for this long is a defect
+#: of the engine: the run stops with its state rather than hang
+STALL_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -186,6 +189,7 @@ class Controller:
         # set when a start could succeed now (new targets, freed resources): failed
         # placements are not retried on every turn of the loop
         self._placement_dirty = True
+        self._quiet_since: float | None = None  # work waits at idle workers since then
 
     # -- the loop -------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:
@@ -206,9 +210,11 @@ class Controller:
                     break
                 now = backend.now()
                 wait = max(0.0, min(self._next_autoscale, self._next_tick) - now)
-                for event in backend.poll(wait):
+                events = backend.poll(wait)
+                for event in events:
                     self._on_event(event)
                 now = backend.now()
+                self._check_stall(now, bool(events))
                 self._update_done()
                 if now >= self._next_autoscale:
                     self._autoscale(now)
@@ -437,6 +443,9 @@ class Controller:
                     self._startup_s = self.backend.now() - self._t0
         elif isinstance(event, WorkerDied):
             self._on_worker_gone(event.worker_id, ErrorInfo("WorkerDied", event.reason))
+            if self.ledger is not None:
+                # its node may have left: place no replacement there until the next cycle
+                self.ledger.refresh(self.backend.nodes())
         elif isinstance(event, WorkerStopped):
             self._on_worker_gone(
                 event.worker_id, ErrorInfo("WorkerDied", "worker stopped with work in flight")
@@ -659,6 +668,41 @@ class Controller:
             if batch is not None:
                 stage.in_flight_tasks -= len(batch.entries)
                 self._retry_or_fail(worker.stage, batch.entries, error)
+
+    def _check_stall(self, now: float, active: bool) -> None:
+        """Fail loudly, with the engine's state, when work waits at idle workers and nothing
+        is in flight or starting for ``STALL_S``. A stage short of workers (the cluster lacks
+        room for them) is waiting, not stalled."""
+        if active or self.batches or self.final:
+            self._quiet_since = None
+            return
+        waiting = [s for s in self.stages if s.queue]
+        if not waiting or any(
+            s.pool.live_count > s.pool.ready_count or not s.pool.ready_count for s in waiting
+        ):
+            self._quiet_since = None
+            return
+        if self._quiet_since is None:
+            self._quiet_since = now
+        elif now - self._quiet_since > STALL_S:
+            raise EngineStalled(self._stall_message(now - self._quiet_since))
+
+    def _stall_message(self, quiet_s: float) -> str:
+        lines = [
+            f"pipeline {self.pipeline_name!r} made no progress for {quiet_s:.0f} s although work "
+            "waits at idle workers (an engine defect; please report it with this state):"
+        ]
+        for index, stage in enumerate(self.stages):
+            queue, pool = stage.queue, stage.pool
+            lines.append(
+                f"  {stage.spec.name}: {len(queue.fresh)} queued, {len(queue.suspects)} to run "
+                f"alone, {stage.in_flight_tasks} in flight, {pool.ready_count} ready of "
+                f"{pool.live_count} live workers (target {stage.target}), done={stage.done}, "
+                f"upstream done={self._upstream_done(index)}, "
+                f"may feed next={self._may_feed(index)}, "
+                f"reserved={pool.reserved.worker_id if pool.reserved else None}"
+            )
+        return "\n".join(lines)
 
     # -- completion -----------------------------------------------------------------------
     def _update_done(self) -> None:

@@ -373,6 +373,13 @@ def test_outputs_outlive_the_worker_that_made_them(address: str) -> None:
         backend.shutdown()
 
 
+def _pending_on(controller: Any, stage: int, node: str) -> bool:
+    """Whether an input of ``stage`` that waits or is in flight is stored on ``node``."""
+    queued = list(controller.stages[stage].queue.fresh)
+    sent = [e for b in controller.batches.values() if b.stage == stage for e in b.entries]
+    return any(e.handle.node == node for e in queued + sent)
+
+
 @pytest.mark.slow
 def test_pipeline_survives_losing_a_node_mid_run(
     address: str, ray_cluster: LocalRayCluster
@@ -381,23 +388,28 @@ def test_pipeline_survives_losing_a_node_mid_run(
     and is killed mid-run: the run finishes with every input's output, once. Inputs whose
     payload died with the node are made again from their sources (``recovered``)."""
     node = ray_cluster.add_node("127.0.0.4", gpus=0)
+    third = node_ids()["127.0.0.4"]
     backend = RayBackend(address)
     try:
         # first's outputs (512 KiB: beyond what Ray returns inline to the driver) stay in the
         # object store of the node that made them: the third node's die with it
         stages = [st.Slow("first", 0.04, pad=512 << 10), st.Slow("second", 0.08)]
         stream = Pipeline("p", stages).stream(StreamingExecutor(backend), range(120))
+        controller = stream._controller
         outputs = []
         killed_at = None
+        lost_queued = False
         with stream:
             for out in stream:
                 outputs.append(out)
-                if killed_at is None and len(outputs) == 15:
-                    third = node_ids()["127.0.0.4"]
+                # kill it while payloads it holds wait for the next stage (so that some are
+                # lost), or at the latest after half of the outputs
+                on_third = _pending_on(controller, 1, third)
+                if killed_at is None and ((len(outputs) >= 15 and on_third) or len(outputs) == 60):
                     assert third in {n.node_id for n in backend.nodes()}  # the join was seen
                     assert third in backend.worker_nodes().values()  # and used
                     ray_cluster.remove_node(node)
-                    killed_at = len(outputs)
+                    killed_at, lost_queued = len(outputs), on_third
         result = stream.result
     finally:
         if node in ray_cluster.nodes:
@@ -409,6 +421,7 @@ def test_pipeline_survives_losing_a_node_mid_run(
     assert sorted(outputs) == list(range(120))  # every input once, nothing twice
     assert counts["outputs"] == 120
     assert sum(s.worker_deaths for s in result.stats.values()) >= 1
+    assert lost_queued, "no payload of the third node was waiting when it was killed"
     assert result.stats["second"].recovered >= 1  # payloads did die with the node
 
 

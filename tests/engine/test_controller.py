@@ -305,3 +305,32 @@ def test_a_slow_round_trip_is_hidden_by_a_second_message_in_flight() -> None:
         mp.setattr(controller_module.Controller, "_depth", staticmethod(spy))
         Pipeline("p", [Pass("only")]).run(StreamingExecutor(quiet), initial_tasks=range(20))
     assert set(controller_module_depths) == {1}
+
+
+def test_a_stalled_engine_stops_with_its_state_instead_of_hanging(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A defect that leaves work at idle workers (here: the second stage is never fed) ends
+    the run with a message that says what each stage holds; a long, busy run does not."""
+    original = controller_module.Controller._dispatch_stage
+
+    def never_feeds_slow(self: Any, index: int, stage: Any) -> None:
+        if stage.spec.name != "slow":
+            original(self, index, stage)
+
+    monkeypatch.setattr(controller_module.Controller, "_dispatch_stage", never_feeds_slow)
+    backend = VirtualBackend(cpus=3)
+    with pytest.raises(controller_module.EngineStalled) as info:
+        three_stage().run(StreamingExecutor(backend), initial_tasks=range(20))
+    message = str(info.value)
+    assert "no progress for 60 s" in message
+    assert "slow: 20 queued, 0 to run alone, 0 in flight" in message
+    assert "fast: 0 queued" in message and "done=True" in message
+    assert backend.now() < controller_module.STALL_S + 30  # stopped soon after the limit
+
+
+def test_a_long_run_with_slow_tasks_is_not_a_stall() -> None:
+    backend = VirtualBackend(cpus=3, service_s={"fast": 0.01, "slow": 90.0, "medium": 0.01})
+    result = three_stage().run(StreamingExecutor(backend), initial_tasks=range(3))
+    assert sorted(result.outputs) == [0, 1, 2]
+    assert backend.now() > 90

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from conveyor.engine.messages import WorkerPlacement, WorkerStopped
 from conveyor.resources import Resources
 from conveyor.sim import format_report, parse_scenario_text, simulate
+from conveyor.sim import report as report_module
 from conveyor.sim.chart import write_chart
 from conveyor.sim.report import TrackingBackend
 from conveyor.sim.scenario import ReportSpec
@@ -128,3 +130,50 @@ def test_failures_and_a_node_that_leaves_are_simulated() -> None:
     assert report.virtual_s > 20
     assert report.inputs == 400
     assert report.outputs + report.failed == 400
+
+
+def test_no_worker_is_placed_on_a_node_after_it_left(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Deaths refresh the controller's view of the cluster at once: replacements for the
+    workers of a node that left go elsewhere, not to the gone node until the next cycle."""
+    starts: list[tuple[float, str]] = []
+
+    class Recording(TrackingBackend):
+        def start_worker(self, worker_id: str, stage: Any, placement: WorkerPlacement) -> None:
+            starts.append((self.clock.now, placement.node_id))
+            super().start_worker(worker_id, stage, placement)
+
+    monkeypatch.setattr(report_module, "TrackingBackend", Recording)
+    scenario = parse_scenario_text(
+        TWO.replace(
+            "  - {name: g, cpus: 4, gpus: 2}",
+            "  - {name: g, cpus: 4, gpus: 2}\n"
+            "  - {name: spot, cpus: 4, joins_at: 5, leaves_at: 25}",
+        )
+        .replace("source:", "executor: {autoscale_interval_s: 10}\nsource:")
+        .replace("{tasks: 100}", "{tasks: 1000}")
+    )
+    sim = simulate(scenario)
+    spot = {node for _, node in starts if node.startswith("spot")}
+    assert spot and any(t < 25 for t, node in starts if node in spot)  # it was used
+    assert [t for t, node in starts if node in spot and t >= 25] == []
+    assert sim.report.worker_deaths >= 1
+    assert sim.report.outputs + sim.report.failed == 1000
+
+
+def test_a_worker_started_on_a_gone_node_dies_at_once() -> None:
+    """As on Ray: a start placed from a view older than the node's departure is reported
+    dead, never run on a node that no longer exists."""
+    scenario = parse_scenario_text(
+        TWO.replace(
+            "  - {name: g, cpus: 4, gpus: 2}",
+            "  - {name: g, cpus: 4, gpus: 2}\n  - {name: spot, cpus: 4, leaves_at: 5}",
+        )
+    )
+    backend = scenario.backend()
+    _, cpu = scenario.pipeline().build()
+    assert backend.poll(6.0) == []  # the node left (no worker was on it)
+    backend.start_worker("late", cpu, WorkerPlacement("spot-0", (), 0.0))
+    events = backend.poll(1.0)
+    assert [type(e).__name__ for e in events] == ["WorkerDied"]
+    assert "spot-0" in events[0].reason
+    assert [w for _, _, w in backend.usage.deaths] == ["late"]
