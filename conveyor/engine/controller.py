@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import math
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -53,6 +54,8 @@ from conveyor.tasks.base import EmptyTask, Task
 
 if TYPE_CHECKING:
     from conveyor.backends.base import Backend
+
+log = logging.getLogger(__name__)
 
 #: a second message may wait at a worker for stages this fast (hides the round trip) ...
 PREFETCH_BELOW_S = 0.05
@@ -189,7 +192,8 @@ class Controller:
         # set when a start could succeed now (new targets, freed resources): failed
         # placements are not retried on every turn of the loop
         self._placement_dirty = True
-        self._quiet_since: float | None = None  # work waits at idle workers since then
+        self._quiet_since: float | None = None  # work waits, nothing moves, since then
+        self._stall_told = False
 
     # -- the loop -------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:
@@ -670,28 +674,47 @@ class Controller:
                 self._retry_or_fail(worker.stage, batch.entries, error)
 
     def _check_stall(self, now: float, active: bool) -> None:
-        """Fail loudly, with the engine's state, when work waits at idle workers and nothing
-        is in flight or starting for ``STALL_S``. A stage short of workers (the cluster lacks
-        room for them) is waiting, not stalled."""
+        """Nothing in flight or starting for ``STALL_S`` while work waits: where every stage
+        with work has an idle worker, or none and no target, the engine itself is stuck, and
+        the run stops with its state (``EngineStalled``) rather than hang. Where a stage
+        wants workers the cluster has no room for, it waits (a node may join): that is said
+        once, in the log."""
         if active or self.batches or self.final:
             self._quiet_since = None
             return
         waiting = [s for s in self.stages if s.queue]
-        if not waiting or any(
-            s.pool.live_count > s.pool.ready_count or not s.pool.ready_count for s in waiting
-        ):
+        if not waiting or any(s.pool.live_count > s.pool.ready_count for s in waiting):
             self._quiet_since = None
             return
         if self._quiet_since is None:
             self._quiet_since = now
-        elif now - self._quiet_since > STALL_S:
-            raise EngineStalled(self._stall_message(now - self._quiet_since))
+            self._stall_told = False
+            return
+        quiet = now - self._quiet_since
+        if quiet <= STALL_S:
+            return
+        unplaced = [s.spec.name for s in waiting if not s.pool.ready_count and s.target > 0]
+        if not unplaced:
+            raise EngineStalled(
+                self._state_text(
+                    f"pipeline {self.pipeline_name!r} made no progress for {quiet:.0f} s "
+                    "although work waits at idle workers (an engine defect; please report "
+                    "it with this state):"
+                )
+            )
+        if not self._stall_told:
+            self._stall_told = True
+            cpus, gpus = self.ledger.totals() if self.ledger is not None else (0.0, 0.0)
+            log.warning(
+                self._state_text(
+                    f"pipeline {self.pipeline_name!r} has waited {quiet:.0f} s for room for "
+                    f"a worker of {', '.join(unplaced)} (the cluster has {cpus:g} CPUs and "
+                    f"{gpus:g} GPUs); it goes on once a node joins or resources free up:"
+                )
+            )
 
-    def _stall_message(self, quiet_s: float) -> str:
-        lines = [
-            f"pipeline {self.pipeline_name!r} made no progress for {quiet_s:.0f} s although work "
-            "waits at idle workers (an engine defect; please report it with this state):"
-        ]
+    def _state_text(self, headline: str) -> str:
+        lines = [headline]
         for index, stage in enumerate(self.stages):
             queue, pool = stage.queue, stage.pool
             lines.append(

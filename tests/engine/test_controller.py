@@ -323,7 +323,7 @@ def test_a_stalled_engine_stops_with_its_state_instead_of_hanging(
     with pytest.raises(controller_module.EngineStalled) as info:
         three_stage().run(StreamingExecutor(backend), initial_tasks=range(20))
     message = str(info.value)
-    assert "no progress for 60 s" in message
+    assert "made no progress for" in message
     assert "slow: 20 queued, 0 to run alone, 0 in flight" in message
     assert "fast: 0 queued" in message and "done=True" in message
     assert backend.now() < controller_module.STALL_S + 30  # stopped soon after the limit
@@ -334,3 +334,39 @@ def test_a_long_run_with_slow_tasks_is_not_a_stall() -> None:
     result = three_stage().run(StreamingExecutor(backend), initial_tasks=range(3))
     assert sorted(result.outputs) == [0, 1, 2]
     assert backend.now() > 90
+
+
+class Outage(VirtualBackend):
+    """No node from ``lo`` to ``hi`` virtual seconds: every worker dies at ``lo``."""
+
+    def __init__(self, lo: float, hi: float, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.lo, self.hi = lo, hi
+        self.struck = False
+
+    def nodes(self) -> list[Any]:
+        return [] if self.lo <= self.clock < self.hi else super().nodes()
+
+    def poll(self, timeout: float) -> list[Any]:
+        if not self.struck and self.clock + timeout >= self.lo:
+            self.clock = self.lo
+            self.struck = True
+            for worker_id in self.runners:
+                if worker_id not in self.dead:
+                    self.kill(worker_id)
+        return super().poll(timeout)
+
+
+def test_a_stage_without_room_waits_for_a_node_and_says_so_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    backend = Outage(lo=1.0, hi=200.0, cpus=3, service_s={"slow": 0.5})
+    with caplog.at_level("WARNING", logger="conveyor.engine.controller"):
+        result = three_stage().run(StreamingExecutor(backend), initial_tasks=range(20))
+    assert sorted(result.outputs) == list(range(20))  # nothing lost to the outage
+    assert result.failures == []
+    assert backend.now() > 200
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1
+    assert "s for room for a worker of" in warnings[0]
+    assert "the cluster has 0 CPUs and 0 GPUs" in warnings[0]
