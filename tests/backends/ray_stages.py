@@ -28,18 +28,32 @@ class WhereAmI(ProcessingStage[Any, dict]):
     """Tells where it ran: Ray's node id, the worker, its GPUs as the process sees them."""
 
     def __init__(
-        self, name: str, resources: Resources, workers: int | None, cost_s: float = 0.0
+        self,
+        name: str,
+        resources: Resources,
+        workers: int | None,
+        cost_s: float = 0.0,
+        barrier: Path | None = None,
     ) -> None:
         self.name = name
         self.resources = resources
         self.num_workers = workers
         self.cost_s = cost_s
+        self.barrier = barrier
 
     def setup(self, worker: WorkerInfo) -> None:
         import ray
 
         self.info = worker
         self.assigned = dict(ray.get_runtime_context().get_assigned_resources())
+        if self.barrier is not None and self.num_workers:
+            # every worker of the stage is ready before any takes work: each one has some
+            (self.barrier / worker.worker_id).touch()
+            deadline = time.monotonic() + 60
+            while len(list(self.barrier.glob(f"{self.name}-*"))) < self.num_workers:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{self.name}: not all workers started")
+                time.sleep(0.05)
 
     def process(self, task: Any) -> dict:
         time.sleep(self.cost_s)

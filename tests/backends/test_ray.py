@@ -214,13 +214,13 @@ def test_workers_land_on_both_nodes(address: str) -> None:
     assert {o["assigned_cpu"] for o in result.outputs} == {1.0}  # Ray accounts the real CPUs
 
 
-def test_gpu_workers_share_or_own_devices_as_asked(address: str) -> None:
+def test_gpu_workers_share_or_own_devices_as_asked(address: str, tmp_path: Path) -> None:
     """Fractional workers share one device, whole-GPU workers get distinct devices, and a
     ``gpu_memory_gb`` request becomes the matching fraction of the node's GPU in Ray's books."""
     stages = [
-        st.WhereAmI("half", Resources(cpus=0.25, gpus=0.5), workers=2, cost_s=0.05),
-        st.WhereAmI("whole", Resources(cpus=0.25, gpus=1), workers=2, cost_s=0.05),
-        st.WhereAmI("mem", Resources(cpus=0.25, gpu_memory_gb=20), workers=2, cost_s=0.05),
+        st.WhereAmI("half", Resources(cpus=0.25, gpus=0.5), 2, 0.05, tmp_path),
+        st.WhereAmI("whole", Resources(cpus=0.25, gpus=1), 2, 0.05, tmp_path),
+        st.WhereAmI("mem", Resources(cpus=0.25, gpu_memory_gb=20), 2, 0.05, tmp_path),
     ]
     result = run(stages, range(16), RayBackend(address, gpu_memory_gb=80))
     assert result.counts["outputs"] == 16 and not result.failures
