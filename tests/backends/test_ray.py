@@ -203,8 +203,8 @@ def test_private_cluster_and_joining_in_fresh_processes(ray_cluster: LocalRayClu
 
 
 # -- placement and resources --------------------------------------------------------------
-def test_workers_land_on_both_nodes(address: str) -> None:
-    stage = st.WhereAmI("spread", Resources(cpus=1), workers=4, cost_s=0.05)
+def test_workers_land_on_both_nodes(address: str, tmp_path: Path) -> None:
+    stage = st.WhereAmI("spread", Resources(cpus=1), 4, 0.05, barrier=tmp_path)
     result = run([stage], range(24), RayBackend(address))
     assert result.counts == {"inputs": 24, "outputs": 24, "filtered": 0, "failed": 0}
     nodes = {o["node"] for o in result.outputs}
