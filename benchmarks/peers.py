@@ -226,6 +226,8 @@ def main(argv: list[str] | None = None) -> dict[str, list[Measurement]]:
                     continue
                 print(f"  running {engine} ...", flush=True)
                 if engine == "conveyor-local":
+                    # the previous workload's cluster would be in this engine's process tree
+                    session.close()
                     m = run_conveyor(
                         engine,
                         stages_for(workload),
