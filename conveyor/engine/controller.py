@@ -674,16 +674,16 @@ class Controller:
                 self._retry_or_fail(worker.stage, batch.entries, error)
 
     def _check_stall(self, now: float, active: bool) -> None:
-        """Nothing in flight or starting for ``STALL_S`` while work waits: where every stage
-        with work has an idle worker, or none and no target, the engine itself is stuck, and
-        the run stops with its state (``EngineStalled``) rather than hang. Where a stage
-        wants workers the cluster has no room for, it waits (a node may join): that is said
-        once, in the log."""
-        if active or self.batches or self.final:
-            self._quiet_since = None
-            return
-        waiting = [s for s in self.stages if s.queue]
-        if not waiting or any(s.pool.live_count > s.pool.ready_count for s in waiting):
+        """An unfinished run with nothing in flight and no worker starting for ``STALL_S``:
+        unless a stage with work wants workers the cluster has no room for (it waits, a node
+        may join, and that is said once in the log), the engine itself is stuck, and the run
+        stops with its state (``EngineStalled``) rather than hang."""
+        if (
+            active
+            or self.batches
+            or self.final
+            or any(s.pool.live_count > s.pool.ready_count for s in self.stages)
+        ):
             self._quiet_since = None
             return
         if self._quiet_since is None:
@@ -693,13 +693,14 @@ class Controller:
         quiet = now - self._quiet_since
         if quiet <= STALL_S:
             return
+        waiting = [s for s in self.stages if s.queue]
         unplaced = [s.spec.name for s in waiting if not s.pool.ready_count and s.target > 0]
         if not unplaced:
             raise EngineStalled(
                 self._state_text(
                     f"pipeline {self.pipeline_name!r} made no progress for {quiet:.0f} s "
-                    "although work waits at idle workers (an engine defect; please report "
-                    "it with this state):"
+                    "with nothing in flight and no worker starting (an engine defect; please "
+                    "report it with this state):"
                 )
             )
         if not self._stall_told:

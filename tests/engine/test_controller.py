@@ -370,3 +370,16 @@ def test_a_stage_without_room_waits_for_a_node_and_says_so_once(
     assert len(warnings) == 1
     assert "s for room for a worker of" in warnings[0]
     assert "the cluster has 0 CPUs and 0 GPUs" in warnings[0]
+
+
+def test_a_run_that_never_ends_with_nothing_left_to_do_is_a_stall(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Everything went through but a defect keeps the stages from being seen done: the run
+    stops with its state rather than wait forever."""
+    monkeypatch.setattr(controller_module.Controller, "_update_done", lambda self: None)
+    backend = VirtualBackend(cpus=3)
+    with pytest.raises(controller_module.EngineStalled) as info:
+        three_stage().run(StreamingExecutor(backend), initial_tasks=range(5))
+    assert "nothing in flight and no worker starting" in str(info.value)
+    assert "medium: 0 queued, 0 to run alone, 0 in flight" in str(info.value)
