@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -188,7 +189,16 @@ def test_ctrl_c_stops_every_worker(tmp_path: Path) -> None:
         tree = psutil.Process(proc.pid).children(recursive=True)
         assert tree, "the run should have worker processes"
         os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
-        proc.wait(timeout=20)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            # say what was still there (a rare slow exit was seen once in CI)
+            alive = []
+            for p in [psutil.Process(proc.pid), *tree]:
+                with contextlib.suppress(psutil.Error):
+                    alive.append((p.pid, p.status(), " ".join(p.cmdline()[-2:])))
+            torn = len(list(tmp_path.glob("teardown-*")))
+            pytest.fail(f"no exit 20 s after Ctrl-C; alive: {alive}; teardowns: {torn}")
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
