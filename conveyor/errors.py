@@ -39,7 +39,7 @@ class BackendError(ConveyorError):
 
 
 class EngineStalled(ConveyorError):
-    """The controller held work and idle workers for it but sent nothing for a long time.
+    """An unfinished run had nothing in flight and no worker starting for a long time.
 
     That can only be a defect of the engine itself; the run stops with its state in the
     message (what each stage holds, its workers, and why nothing moved) instead of hanging.

@@ -372,6 +372,10 @@ class SimulatedBackend:
         if when > start:
             self.usage.add_alive(worker.stage, start, when)
 
+    def _die(self, worker: _SimWorker, when: float) -> None:
+        self._remove(worker, when)
+        self.usage.deaths.append((when, worker.stage, worker.worker_id))
+
     def _lose_nodes(self, until: float) -> list[BackendEvent]:
         events: list[BackendEvent] = []
         while self._lifecycle and self._lifecycle[0][0] <= until:
@@ -379,8 +383,7 @@ class SimulatedBackend:
             self.clock.advance_to(when)
             self._gone_nodes.add(node_id)
             for worker in [w for w in self._workers.values() if w.node_id == node_id]:
-                self._remove(worker, when)
-                self.usage.deaths.append((when, worker.stage, worker.worker_id))
+                self._die(worker, when)
                 events.append(WorkerDied(worker.worker_id, f"node {node_id} was lost"))
         return events
 
@@ -405,8 +408,7 @@ class SimulatedBackend:
                 self._remove(worker, self.clock.now)
                 self.usage.stops.append((self.clock.now, worker.stage, worker.worker_id))
             elif isinstance(event, WorkerDied):
-                self._remove(worker, self.clock.now)
-                self.usage.deaths.append((self.clock.now, worker.stage, worker.worker_id))
+                self._die(worker, self.clock.now)
             events.append(event)
         return events
 

@@ -74,8 +74,8 @@ MAX_BATCHES_PER_MESSAGE = 64
 #: first decision soon after the first measurements, never more often than this
 MIN_AUTOSCALE_SPACING_S = 0.1
 TICK_S = 0.25
-#: work waiting at idle workers with nothing in flight or starting for this long is a defect
-#: of the engine: the run stops with its state rather than hang
+#: an unfinished run with nothing in flight and no worker starting for this long is a defect
+#: of the engine (unless a stage waits for room in the cluster): it stops rather than hang
 STALL_S = 60.0
 
 
@@ -447,9 +447,7 @@ class Controller:
                     self._startup_s = self.backend.now() - self._t0
         elif isinstance(event, WorkerDied):
             self._on_worker_gone(event.worker_id, ErrorInfo("WorkerDied", event.reason))
-            if self.ledger is not None:
-                # its node may have left: place no replacement there until the next cycle
-                self.ledger.refresh(self.backend.nodes())
+            self._refresh_nodes()  # its node may have left: place no replacement there
         elif isinstance(event, WorkerStopped):
             self._on_worker_gone(
                 event.worker_id, ErrorInfo("WorkerDied", "worker stopped with work in flight")
@@ -771,13 +769,18 @@ class Controller:
             )
         return obs
 
+    def _refresh_nodes(self) -> None:
+        """Adopt the backend's node list (workers on a vanished node are reported dead by
+        the backend)."""
+        if self.ledger is not None:
+            self.ledger.refresh(self.backend.nodes())
+
     def _autoscale(self, now: float, initial: bool = False) -> None:
         assert self.ledger is not None
         self._placement_dirty = True
         self._last_autoscale = now
         self._next_autoscale = now + self.config.autoscale_interval_s
-        gone = self.ledger.refresh(self.backend.nodes())
-        del gone  # workers on a vanished node are reported dead by the backend
+        self._refresh_nodes()
         cpus, gpus = self.ledger.totals()
         for stage in self.stages:
             stage.meter.roll()

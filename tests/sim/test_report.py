@@ -112,13 +112,17 @@ def test_scenario_knobs_reach_the_executor_and_backend() -> None:
     assert sim.report.target_changes <= sim.report.virtual_s / 5 + 2
 
 
+def with_spot(lifetime: str) -> str:
+    """``TWO`` with a CPU node ``spot`` that lives as ``lifetime`` says (joins_at/leaves_at)."""
+    return TWO.replace(
+        "  - {name: g, cpus: 4, gpus: 2}",
+        f"  - {{name: g, cpus: 4, gpus: 2}}\n  - {{name: spot, cpus: 4, {lifetime}}}",
+    )
+
+
 def test_failures_and_a_node_that_leaves_are_simulated() -> None:
     scenario = parse_scenario_text(
-        TWO.replace(
-            "  - {name: g, cpus: 4, gpus: 2}",
-            "  - {name: g, cpus: 4, gpus: 2}\n"
-            "  - {name: spot, cpus: 4, joins_at: 5, leaves_at: 20}",
-        )
+        with_spot("joins_at: 5, leaves_at: 20")
         .replace("{service: {mean: 0.2}}", "{service: {mean: 0.2}, failure_rate: 0.05}")
         .replace("{tasks: 100}", "{tasks: 400}")
     )
@@ -144,11 +148,7 @@ def test_no_worker_is_placed_on_a_node_after_it_left(monkeypatch: pytest.MonkeyP
 
     monkeypatch.setattr(report_module, "TrackingBackend", Recording)
     scenario = parse_scenario_text(
-        TWO.replace(
-            "  - {name: g, cpus: 4, gpus: 2}",
-            "  - {name: g, cpus: 4, gpus: 2}\n"
-            "  - {name: spot, cpus: 4, joins_at: 5, leaves_at: 25}",
-        )
+        with_spot("joins_at: 5, leaves_at: 25")
         .replace("source:", "executor: {autoscale_interval_s: 10}\nsource:")
         .replace("{tasks: 100}", "{tasks: 1000}")
     )
@@ -163,12 +163,7 @@ def test_no_worker_is_placed_on_a_node_after_it_left(monkeypatch: pytest.MonkeyP
 def test_a_worker_started_on_a_gone_node_dies_at_once() -> None:
     """As on Ray: a start placed from a view older than the node's departure is reported
     dead, never run on a node that no longer exists."""
-    scenario = parse_scenario_text(
-        TWO.replace(
-            "  - {name: g, cpus: 4, gpus: 2}",
-            "  - {name: g, cpus: 4, gpus: 2}\n  - {name: spot, cpus: 4, leaves_at: 5}",
-        )
-    )
+    scenario = parse_scenario_text(with_spot("leaves_at: 5"))
     backend = scenario.backend()
     _, cpu = scenario.pipeline().build()
     assert backend.poll(6.0) == []  # the node left (no worker was on it)
