@@ -33,6 +33,10 @@ class ProcessingStage(Generic[In, Out]):
     resources: Resources = Resources(cpus=1.0)
     batch_size: int = 1
     num_workers: int | None = None
+    #: modules the stage's code imports lazily that are slow to import (``"torch"``): the local
+    #: backend imports them once per machine, before forking the stage's workers, so workers
+    #: share them instead of each importing them again
+    preload_modules: tuple[str, ...] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -119,6 +123,11 @@ def validate_stage(stage: ProcessingStage[Any, Any]) -> None:
         raise ValueError(f"stage {label!r}: batch_size must be an int, got {stage.batch_size!r}")
     if stage.batch_size < 1:
         raise ValueError(f"stage {label!r}: batch_size must be >= 1, got {stage.batch_size}")
+    preload = stage.preload_modules
+    if not isinstance(preload, tuple) or not all(isinstance(m, str) and m for m in preload):
+        raise ValueError(
+            f"stage {label!r}: preload_modules must be a tuple of module names, got {preload!r}"
+        )
     workers = stage.num_workers
     if workers is not None and (
         isinstance(workers, bool) or not isinstance(workers, int) or workers < 1

@@ -10,6 +10,7 @@ driver goes away, hosts see their control socket close and take their workers do
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import pickle
 import select
@@ -239,8 +240,15 @@ class Root(_Forker):
     """The zygote: loads each stage (its imports happen once, here) and forks its host.
 
     Stage hosts then run ``setup_on_node`` in parallel and share the imported modules with
-    every worker they fork, so a pipeline of five pyarrow stages imports pyarrow once.
+    every worker they fork, so a pipeline of five pyarrow stages imports pyarrow once. The
+    modules a stage lists in ``preload_modules`` (imported lazily by its code, like torch)
+    are imported here too, before its host is forked. Such a host waits until no other
+    request is pending: importing torch takes seconds, and the light stages asked for in
+    the same breath should not wait for it.
     """
+
+    #: how long to wait for more requests before starting a slow import
+    SETTLE_S = 0.05
 
     def serve(self) -> None:
         first = recv_ctrl(self.ctrl)
@@ -248,24 +256,61 @@ class Root(_Forker):
             return
         (_, init), _fds = first
         sys.path[:] = init["sys_path"]
+        deferred: list[tuple[str, Any, ErrorInfo | None, bool, int]] = []
         while True:
+            if deferred and not self._pending(self.SETTLE_S):
+                for name, stage, failure, node_setup, fd in deferred:
+                    if failure is None:
+                        failure = self._preload(stage)
+                    self.fork_host(init, name, stage, failure, node_setup, fd)
+                deferred.clear()
             got = self.wait()
             if got is None or got[0][0] == "exit":
+                for *_, fd in deferred:
+                    os.close(fd)
                 return
             (kind, *args), fds = got
             if kind == "host":
                 name, stage_file, node_setup = args
-                self.fork_host(init, name, stage_file, node_setup, fds[0])
+                stage, failure = self._load(stage_file)
+                slow = stage is not None and any(
+                    m not in sys.modules for m in stage.preload_modules
+                )
+                if slow:
+                    deferred.append((name, stage, failure, node_setup, fds[0]))
+                else:
+                    self.fork_host(init, name, stage, failure, node_setup, fds[0])
 
-    def fork_host(
-        self, init: dict[str, Any], name: str, stage_file: str, node_setup: bool, fd: int
-    ) -> None:
-        stage, failure = None, None
+    def _pending(self, timeout: float) -> bool:
+        readable, _, _ = select.select([self.ctrl], [], [], timeout)
+        return bool(readable)
+
+    @staticmethod
+    def _load(stage_file: str) -> tuple[Any, ErrorInfo | None]:
         try:
             with open(stage_file, "rb") as f:
-                stage = pickle.loads(f.read())
+                return pickle.loads(f.read()), None
         except BaseException as exc:  # noqa: BLE001 - the stage host reports it
-            failure = ErrorInfo.from_exception(exc)
+            return None, ErrorInfo.from_exception(exc)
+
+    @staticmethod
+    def _preload(stage: Any) -> ErrorInfo | None:
+        try:
+            for module in stage.preload_modules:
+                importlib.import_module(module)
+        except BaseException as exc:  # noqa: BLE001 - the stage host reports it
+            return ErrorInfo.from_exception(exc)
+        return None
+
+    def fork_host(
+        self,
+        init: dict[str, Any],
+        name: str,
+        stage: Any,
+        failure: ErrorInfo | None,
+        node_setup: bool,
+        fd: int,
+    ) -> None:
         pid = os.fork()
         if pid == 0:  # the stage host
             host = None

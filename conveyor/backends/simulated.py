@@ -229,6 +229,8 @@ class SimulatedBackend:
         self._events: list[tuple[float, int, Any]] = []
         self._workers: dict[str, _SimWorker] = {}
         self._node_cpus: dict[str, float] = defaultdict(float)
+        self._node_capacity = {n.node_id: n.cpus for n in nodes}
+        self._on_node: dict[str, set[_SimWorker]] = defaultdict(set)
         self._node_gpus: dict[str, float] = defaultdict(float)
         self._gone_nodes: set[str] = set()
         self._lifecycle = sorted(
@@ -285,6 +287,7 @@ class SimulatedBackend:
             ready_at,
         )
         self._workers[worker_id] = worker
+        self._on_node[worker.node_id].add(worker)
         self._hold(worker, +1)
         self.usage.starts.append((now, stage.name, worker_id))
         if len(placement.gpu_ids) > 1:
@@ -323,11 +326,13 @@ class SimulatedBackend:
         model = worker.model
         rng = self._rng
         begin = max(self.clock.now, worker.busy_until)
+        slowdown = self._contention(worker, begin)
         outcomes: list[BatchOutcome] = []
         for batch_id, handles in batches:
             dist = model.service_at(begin)
             n = len(handles)
             cost = dist.sample(rng) if model.per_batch else sum(dist.sample(rng) for _ in range(n))
+            cost *= slowdown
             end = begin + cost
             self.usage.add_busy(worker.stage, begin, end)
             begin = end
@@ -344,6 +349,20 @@ class SimulatedBackend:
         worker.busy_until = begin
         if outcomes:
             self._push(begin, BatchesDone(worker_id, outcomes))
+
+    def _contention(self, worker: _SimWorker, begin: float) -> float:
+        """How much slower work runs when the node's busy workers want more CPUs than it
+        has (they share them by time): busy CPUs wanted over the node's CPUs, at least 1.
+        Judged when a message starts; later arrivals do not slow it (a first-order model)."""
+        capacity = self._node_capacity.get(worker.node_id, 0.0)
+        if capacity <= 0 or worker.cpus <= 0:
+            return 1.0
+        wanted = worker.cpus + sum(
+            other.cpus
+            for other in self._on_node[worker.node_id]
+            if other is not worker and other.busy_until > begin
+        )
+        return max(1.0, wanted / capacity)
 
     def _outputs(self, worker: _SimWorker, handles: list[Handle]) -> tuple[list[Handle], int]:
         ratio = worker.model.output_ratio
@@ -367,6 +386,7 @@ class SimulatedBackend:
     # -- time -----------------------------------------------------------------------------
     def _remove(self, worker: _SimWorker, when: float) -> None:
         del self._workers[worker.worker_id]
+        self._on_node[worker.node_id].discard(worker)
         self._hold(worker, -1)
         start = max(worker.ready_at, 0.0)
         if when > start:

@@ -245,6 +245,7 @@ class Controller:
     def _begin(self) -> None:
         nodes = self.backend.nodes()
         self.ledger = Ledger.of(nodes)
+        self.ledger.share_cpus = self.config.autoscale.share_cpus
         n = len(self.stages)
         budget = edge_budget(
             self.backend.memory_budget_bytes,

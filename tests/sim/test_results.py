@@ -221,11 +221,10 @@ def test_bursty_source_gives_resources_back() -> None:
 def test_big_model_is_not_dropped_on_a_transient_starvation() -> None:
     sim = run("big_model_setup")
     report = sim.report
-    caption = [s.name for s in report.stages].index("caption")
-    starved = [t for t in sim.ticks if 300 < t.elapsed_s < 340 and not t.stages[caption].queued]
-    assert len(starved) >= 40, "the scenario must really starve the model stage (>= 10 s)"
+    # the scenario must really starve the model stage: less than half busy while the feed
+    # stalls (its queue may still hold a partial batch that waits for a full one)
     dip = sum(v for k, v in sim.backend.usage.busy_s["caption"].items() if 310 <= k < 330)
-    assert dip < 0.5 * 20 * 8  # less than half busy while starved
+    assert dip < 0.5 * 20 * 8
     lo, hi = report.window
     assert (lo, hi) == (200, 900)
     # steady state: zero adds and removes of any stage per cycle, through the starvation

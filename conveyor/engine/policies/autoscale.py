@@ -36,6 +36,12 @@ class AutoscaleConfig:
     #: upper bound on workers of one stage; ``None``: only the budget limits a stage, and a
     #: stage that reserves no CPU or GPU gets at most one worker per CPU of the cluster
     max_workers_per_stage: int | None = None
+    #: CPUs are time-shared: a worker costs the CPU time its stage's share of the work takes,
+    #: not its whole reservation, so workers are added to the bottleneck until the pipeline
+    #: is bound by the cluster's CPUs (a pipeline of more stages than cores still balances).
+    #: ``False``: every worker holds its ``cpus`` whole. GPUs are never shared beyond
+    #: their reservations.
+    share_cpus: bool = True
 
     def __post_init__(self) -> None:
         for name in ("min_gain", "scale_down_delay_s", "setup_cost_factor"):
@@ -132,6 +138,18 @@ def throughput(counts: Sequence[int], weights: Sequence[float], active: Sequence
     return min(rates) if rates else math.inf
 
 
+def cpu_bound_pace(
+    stages: Sequence[StageObservation],
+    weights: Sequence[float],
+    active: Sequence[bool],
+    budget: Budget,
+) -> float:
+    """Source tasks per second the cluster's CPUs can sustain when shared by time: its CPUs
+    over the CPU-seconds one source task needs across the active stages."""
+    work = sum(w * s.cpus for w, s, a in zip(weights, stages, active, strict=True) if a)
+    return budget.cpus / work if work > 0 else math.inf
+
+
 def _remaining(stages: Sequence[StageObservation]) -> list[float] | None:
     """Tasks each stage will still see, once the source is exhausted (else ``None``)."""
     if not stages or not stages[0].upstream_done:
@@ -187,12 +205,13 @@ def _give_back(
     active: list[bool],
     pace: float,
     min_gain: float,
+    slack: int = 1,
 ) -> list[int]:
     """Keep the current workers (a move is not worth its churn) but release a surplus.
 
-    A stage keeps enough workers for the plan's pace with ``min_gain`` to spare, plus one:
-    that dead band keeps cheap stages from flipping on measurement noise, while a stage that
-    grew for a burst gives its workers back once the input slows down.
+    A stage keeps enough workers for the plan's pace with ``min_gain`` to spare, plus
+    ``slack``: that dead band keeps cheap stages from flipping on measurement noise, while a
+    stage that grew for a burst gives its workers back once the input slows down.
     """
     kept = []
     for t, c, w, a in zip(target, current, weights, active, strict=True):
@@ -200,7 +219,7 @@ def _give_back(
             kept.append(c)
             continue
         need = math.ceil(pace * (1.0 + min_gain) * w - 1e-9)
-        kept.append(c if c <= need + 1 else max(t, need + 1))
+        kept.append(c if c <= need + slack else max(t, need + slack))
     return kept
 
 
@@ -233,6 +252,12 @@ def plan(
     target = list(base)
     cpus = budget.cpus - sum(n * s.cpus for n, s in zip(target, stages, strict=True))
     gpus = budget.gpus - sum(n * s.gpus for n, s in zip(target, stages, strict=True))
+    # CPUs are shared by time once every active stage's cost is known; before that, on a
+    # cold start, each worker holds its reservation (unknown stages might be the slow ones)
+    share = config.share_cpus and all(
+        s.task_time_s is not None for s, a in zip(stages, active, strict=True) if a
+    )
+    pace_cap = cpu_bound_pace(stages, weights, active, budget) if share else math.inf
     # Water-filling over "wanted" counts. A stage not measured yet may be unable to start
     # more workers (no work has reached it), but it still *reserves* its fair share of the
     # budget, so the first measured stage does not take everything on a cold start.
@@ -240,14 +265,16 @@ def plan(
     heap = [(wanted[i] / weights[i], i) for i in range(len(stages)) if active[i]]
     heapq.heapify(heap)
     while heap:
-        _, i = heapq.heappop(heap)
+        pace, i = heapq.heappop(heap)
         s = stages[i]
         if s.pinned is not None:
             break  # a pinned bottleneck: more workers elsewhere would not raise throughput
         limit = caps[i] if s.task_time_s is None else grow[i]
         if wanted[i] >= limit:
             continue  # no more work for it to take: the next stage may still need help
-        if s.cpus > cpus + 1e-9 or s.gpus > gpus + 1e-9:
+        if pace >= pace_cap:
+            break  # bound by the CPUs: another worker would only wait for one
+        if (not share and s.cpus > cpus + 1e-9) or s.gpus > gpus + 1e-9:
             break  # the bottleneck cannot grow: adding elsewhere would not raise throughput
         wanted[i] += 1
         cpus -= s.cpus
@@ -270,10 +297,16 @@ def plan(
         for a, t, g, s in zip(active, target, grow, stages, strict=True)
     ]
     if not forced and any(limiting):
-        before = max(throughput(current, weights, limiting), 1e-12)
-        pace = throughput(target, weights, limiting)
+        before = max(min(throughput(current, weights, limiting), pace_cap), 1e-12)
+        pace = min(throughput(target, weights, limiting), pace_cap)
         if pace / before < 1.0 + config.min_gain:
-            target = _give_back(target, current, weights, active, pace, config.min_gain)
+            # where shared CPUs let reservations outgrow the budget, nothing else reclaims
+            # an idle worker (the budget would), so the dead band is the 2% margin alone
+            reserved = sum(c * s.cpus for c, s in zip(current, stages, strict=True))
+            slack = 0 if share and reserved > budget.cpus + 1e-9 else 1
+            target = _give_back(
+                target, current, weights, active, pace, config.min_gain, slack
+            )
 
     # hysteresis on removals: a stage shrinks only after the proposal has held long enough
     result = []

@@ -140,6 +140,9 @@ class Ledger:
     nodes: dict[str, NodeFree] = field(default_factory=dict)
     held: dict[str, tuple[Resources, WorkerPlacement]] = field(default_factory=dict)
     gpu_cpu_reserve: float = 0.0
+    #: CPUs are time-shared (``AutoscaleConfig.share_cpus``): any worker may exceed a node's
+    #: free CPUs, and CPU-only workers go where the most are free
+    share_cpus: bool = False
     _groups: dict[tuple[object, ...], dict[str, None]] = field(default_factory=dict)
 
     def _ungroup(self, node: NodeFree) -> None:
@@ -217,7 +220,7 @@ class Ledger:
         last: NodeFree | None = None
         bar: _Key | None = None  # the runner-up's key: ``last`` must stay at least as good
         for index, worker_id in enumerate(worker_ids):
-            overcommit = overcommit_first and index == 0
+            overcommit = self.share_cpus or (overcommit_first and index == 0)
             choice = None
             if last is not None and not overcommit:
                 alone, key, _ = _rank([last], resources, False, self.gpu_cpu_reserve)

@@ -88,15 +88,63 @@ def test_fractional_gpu_workers_pack_into_the_budget() -> None:
     assert run_plan(stages, gpus=2) == [8]
 
 
+#: every worker holds its CPUs whole (the reservation model, ``share_cpus=False``)
+RESERVED = dataclasses.replace(EAGER, share_cpus=False)
+
+
 def test_targets_fit_the_budget_when_the_minimum_does() -> None:
     for gpus in range(3, 12):
         stages = [gpu_stage("a", 0.3), gpu_stage("b", 0.7, gpus=0.5), cpu_stage("c", 0.2)]
-        targets = run_plan(stages, gpus=gpus, cpus=9)
+        targets = run_plan(stages, gpus=gpus, cpus=9, config=RESERVED)
         used_gpus = targets[0] * 1.0 + targets[1] * 0.5
         used_cpus = sum(targets)
         assert used_gpus <= gpus
         assert used_cpus <= 9
         assert all(t >= 1 for t in targets)
+
+
+def test_shared_cpus_fit_the_budget_in_cpu_time_and_gpus_stay_whole() -> None:
+    # knob: share_cpus (True: a worker costs the CPU time its share of the work takes)
+    for gpus in range(3, 12):
+        stages = [gpu_stage("a", 0.3), gpu_stage("b", 0.7, gpus=0.5), cpu_stage("c", 0.2)]
+        targets = run_plan(stages, gpus=gpus, cpus=9)
+        assert targets[0] * 1.0 + targets[1] * 0.5 <= gpus
+        weights = [0.3, 0.7, 0.2]
+        cpu_bound = 9 / sum(weights)  # tasks/s the 9 CPUs carry, shared by time
+        assert all(t >= 1 for t in targets)
+        # no stage holds a worker it does not need to reach the CPU bound
+        assert all(t == 1 or (t - 1) / w < cpu_bound for t, w in zip(targets, weights))
+
+
+def test_shared_cpus_balance_more_stages_than_cores() -> None:
+    # three stages of 1 CPU on 2 CPUs: reserved, each keeps its one worker and the slow one
+    # sets the pace (1 task/s); shared, the slow one grows until the CPUs are the limit
+    stages = [cpu_stage("cheap", 0.1), cpu_stage("slow", 1.0), cpu_stage("mid", 0.2)]
+    assert run_plan(stages, cpus=2, config=RESERVED) == [1, 1, 1]
+    shared = run_plan(stages, cpus=2)
+    assert shared == [1, 2, 1]
+    # 2 CPUs over 1.3 CPU-s per task: 1.54 tasks/s, which two slow workers can carry
+    assert throughput(shared, [0.1, 1.0, 0.2], [True] * 3) >= 2 / 1.3
+
+
+def test_shared_cpus_wait_for_every_stage_to_be_measured() -> None:
+    # an unmeasured stage may be the slow one: until it is known, reservations hold
+    stages = [cpu_stage("cheap", 0.1), cpu_stage("slow", 1.0), cpu_stage("new")]
+    assert run_plan(stages, cpus=2) == [1, 1, 1]
+
+
+def test_shared_cpus_release_surplus_the_budget_would_have_taken_back() -> None:
+    # a cheap stage left with 3 workers by a cold start; a pinned slow stage sets the pace
+    # (2 tasks/s), for which the cheap one needs a single worker
+    stages = [
+        cpu_stage("cheap", 0.25, workers=3),
+        cpu_stage("slow", 1.0, workers=2, pinned=2),
+    ]
+    config = dataclasses.replace(EAGER, min_gain=0.02)
+    # reservations (5 CPUs) above the budget (2): the dead band is the 2% margin alone
+    assert run_plan(stages, cpus=2, config=config) == [1, 2]
+    # within the budget the usual dead band of one worker holds
+    assert run_plan(stages, cpus=64, config=config) == [2, 2]
 
 
 def test_unmeasured_stages_get_a_fair_share() -> None:
@@ -161,8 +209,10 @@ def test_resources_stay_unused_when_the_bottleneck_cannot_grow() -> None:
 def test_bottleneck_short_of_cpus_stops_growth_elsewhere() -> None:
     stages = [cpu_stage("light", 0.1, cpus=1.0), cpu_stage("heavy", 1.0, cpus=8.0)]
     # heavy needs 8 CPUs per worker; 1 CPU is left after 1 + 8 and is not handed to light
-    assert run_plan(stages, cpus=10) == [1, 1]
-    assert run_plan(stages, cpus=17) == [1, 2]
+    assert run_plan(stages, cpus=10, config=RESERVED) == [1, 1]
+    assert run_plan(stages, cpus=17, config=RESERVED) == [1, 2]
+    # shared by time, 10 CPUs carry 10 / 8.1 = 1.23 tasks/s: a second heavy worker helps
+    assert run_plan(stages, cpus=10) == [1, 2]
 
 
 # -- pins and finished stages -------------------------------------------------------------
