@@ -1,0 +1,1 @@
+"""Ready-made pipelines built from a config (what the CLI commands parameterise)."""

@@ -1,0 +1,409 @@
+"""The video curation pipeline: a ``VideoConfig`` in, an ordinary ``Pipeline`` out.
+
+``build_video_pipeline(config)`` assembles the stages (read, split, transcode, filter, frames,
+embed, annotate, write); ``run_video(config, executor)`` runs it, deduplicates when asked and
+writes ``summary.json``. The ``conveyor video`` command only parses options into a
+``VideoConfig``: whatever it does, a script can do with the same objects.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from conveyor.pipeline import Pipeline
+from conveyor.resources import Resources
+from conveyor.stage import ProcessingStage
+
+if TYPE_CHECKING:
+    from conveyor.executors.base import Executor
+    from conveyor.result import RunResult
+
+Splitter = Literal["fixed", "shots"]
+Detector = Literal["transnetv2", "histogram"]
+
+#: options that change what is written: resuming into an output made with other values of
+#: these would mix two kinds of results
+OUTPUT_OPTIONS = (
+    "splitter", "detector", "clip_len_s", "stride_s", "min_clip_s", "max_clip_s",
+    "max_len_mode", "crop_s", "shot_threshold", "encoder", "preset", "crf", "max_height",
+    "motion", "motion_threshold", "motion_patch_threshold", "quality", "nsfw",
+    "nsfw_threshold", "aesthetic_model", "aesthetic_threshold", "score_only", "embed",
+    "embed_model", "tags", "caption_model", "text_embed", "write_filtered",
+)  # fmt: skip
+
+
+@dataclass
+class VideoConfig:
+    """Everything the video pipeline can be told (the CLI's options, one for one)."""
+
+    input: str | Sequence[str]
+    output: str
+    splitter: Splitter = "shots"
+    detector: Detector = "transnetv2"
+    #: fixed stride: clip length, stride (default: the clip length), shortest clip kept
+    clip_len_s: float = 10.0
+    stride_s: float | None = None
+    min_clip_s: float = 2.0
+    #: shots: longest clip; longer shots are cut at this stride or truncated
+    max_clip_s: float = 10.0
+    max_len_mode: Literal["stride", "truncate"] = "stride"
+    crop_s: float = 0.5
+    shot_threshold: float | None = None  # default per detector
+    detection_window_s: float = 5.0
+    clips_per_chunk: int = 4
+    encoder: str = "auto"
+    preset: str = "veryfast"
+    crf: int = 23
+    max_height: int | None = None
+    motion: bool = True
+    motion_threshold: float = 1e-5
+    motion_patch_threshold: float = 0.0
+    quality: bool = True
+    nsfw: bool = False
+    nsfw_threshold: float = 0.8
+    aesthetic_model: str | None = None
+    aesthetic_threshold: float = 3.5
+    score_only: bool = False
+    embed: bool = True
+    embed_model: str = "efficientnet-lite0"
+    tags: bool = True
+    caption_model: str | None = None
+    #: embed each clip's caption (else its tags) as text with the packaged MiniLM; default:
+    #: when clips are captioned
+    text_embed: bool | None = None
+    dedup: bool = False
+    dedup_threshold: float = 0.95
+    write_filtered: bool = False
+    limit: int | None = None
+    #: run models (and NVENC) on GPUs: None = when this machine has any
+    gpus: bool | None = None
+    #: share of a GPU each model stage's worker asks for
+    gpu_share: float = 0.25
+    description: str = field(default="", repr=False)
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.splitter not in ("fixed", "shots"):
+            problems.append(f"splitter must be 'fixed' or 'shots', got {self.splitter!r}")
+        if self.detector not in ("transnetv2", "histogram"):
+            problems.append(f"detector must be 'transnetv2' or 'histogram', got {self.detector!r}")
+        for name in ("clip_len_s", "max_clip_s", "detection_window_s"):
+            if getattr(self, name) <= 0:
+                problems.append(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.stride_s is not None and self.stride_s <= 0:
+            problems.append(f"stride_s must be > 0, got {self.stride_s}")
+        for name in ("min_clip_s", "crop_s"):
+            if getattr(self, name) < 0:
+                problems.append(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.splitter == "fixed" and self.min_clip_s > self.clip_len_s:
+            problems.append(
+                f"min_clip_s ({self.min_clip_s}) is longer than clip_len_s ({self.clip_len_s}): "
+                "no clip could be kept"
+            )
+        if self.splitter == "shots" and self.min_clip_s > self.max_clip_s:
+            problems.append(
+                f"min_clip_s ({self.min_clip_s}) is longer than max_clip_s ({self.max_clip_s})"
+            )
+        if self.clips_per_chunk < 1:
+            problems.append(f"clips_per_chunk must be >= 1, got {self.clips_per_chunk}")
+        if self.limit is not None and self.limit < 1:
+            problems.append(f"limit must be >= 1, got {self.limit}")
+        if not 0 <= self.crf <= 51:
+            problems.append(f"crf must be in 0..51, got {self.crf}")
+        if not 0 < self.dedup_threshold <= 1:
+            problems.append(f"dedup_threshold must be in (0, 1], got {self.dedup_threshold}")
+        if self.dedup and not self.embed:
+            problems.append("dedup needs embeddings: drop --no-embed or --dedup")
+        if not 0 < self.gpu_share <= 1:
+            problems.append(f"gpu_share must be in (0, 1], got {self.gpu_share}")
+        for name in ("aesthetic_model", "caption_model"):
+            path = getattr(self, name)
+            if path is not None and not Path(path).expanduser().exists():
+                problems.append(f"{name.replace('_', ' ')} path {path!r} does not exist")
+        if (
+            self.embed_model != "efficientnet-lite0"
+            and not Path(self.embed_model).expanduser().exists()
+        ):
+            problems.append(f"embed model path {self.embed_model!r} does not exist")
+        if problems:
+            raise ValueError("; ".join(problems))
+
+    @property
+    def use_gpus(self) -> bool:
+        if self.gpus is not None:
+            return self.gpus
+        from conveyor.backends.devices import detect_gpus
+
+        return bool(detect_gpus().physical_ids)
+
+    @property
+    def embeds_text(self) -> bool:
+        if self.text_embed is not None:
+            return self.text_embed and (self.tags or self.caption_model is not None)
+        return self.caption_model is not None
+
+    def fingerprint(self) -> dict[str, Any]:
+        """The options that decide what is written (compared when resuming)."""
+        return {name: _plain(getattr(self, name)) for name in OUTPUT_OPTIONS}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return [str(v) for v in value]
+    return value
+
+
+# -- building ---------------------------------------------------------------------------
+def build_video_pipeline(config: VideoConfig) -> Pipeline:
+    """The stages of ``config``, in order, as an ordinary ``Pipeline``."""
+    from conveyor.stages.video import (
+        ClipFrameExtractor,
+        ClipTranscoder,
+        ClipWriter,
+        FixedStrideSplitter,
+        MotionFilter,
+        VideoReader,
+    )
+    from conveyor.stages.video.base import FrameConsumer
+
+    gpus = config.use_gpus
+    model_resources = Resources(cpus=1, gpus=config.gpu_share) if gpus else Resources(cpus=1)
+    stages: list[ProcessingStage[Any, Any]] = [
+        VideoReader(config.input, config.output, limit=config.limit)
+    ]
+    if config.splitter == "fixed":
+        stages.append(
+            FixedStrideSplitter(
+                config.clip_len_s, config.stride_s, config.min_clip_s, config.clips_per_chunk
+            )
+        )
+    else:
+        stages += _shot_stages(config, model_resources, gpus)
+    transcoder = ClipTranscoder(
+        encoder=config.encoder
+        if gpus
+        else "libx264"
+        if config.encoder == "auto"
+        else config.encoder,
+        preset=config.preset,
+        crf=config.crf,
+        max_height=config.max_height,
+    )
+    if gpus and config.encoder in ("auto", "h264_nvenc"):
+        transcoder = transcoder.with_(resources=Resources(cpus=1, gpus=round(1 / 3, 4)))
+    stages.append(transcoder)
+    if config.motion:
+        stages.append(
+            MotionFilter(
+                config.motion_threshold,
+                config.motion_patch_threshold,
+                score_only=config.score_only,
+            )
+        )
+    consumers: list[FrameConsumer] = _frame_consumers(config, model_resources)
+    if consumers:
+        stages.append(ClipFrameExtractor(rates={c.frame_rate for c in consumers}))
+        consumers[-1].release_frames = True
+        stages += consumers
+    if config.embeds_text:
+        from conveyor.stages.video.text_embed import TextEmbedder
+
+        stages.append(TextEmbedder().with_(resources=model_resources))
+    stages.append(ClipWriter(config.output, write_filtered=config.write_filtered))
+    return Pipeline("video-curation", stages, description=config.description or describe(config))
+
+
+def _shot_stages(
+    config: VideoConfig, model_resources: Resources, gpus: bool
+) -> list[ProcessingStage[Any, Any]]:
+    from conveyor.stages.video.shots import (
+        TRANSNET_CONTEXT,
+        HistogramDetector,
+        ShotFrameDecoder,
+        ShotWindows,
+        TransNetV2Detector,
+    )
+    from conveyor.stages.video.split import ShotSplitter, SplitRules
+
+    rules = SplitRules(config.min_clip_s, config.max_clip_s, config.max_len_mode, config.crop_s)
+    if config.detector == "transnetv2":
+        threshold = config.shot_threshold if config.shot_threshold is not None else 0.4
+        detector: ProcessingStage[Any, Any] = TransNetV2Detector(threshold).with_(
+            resources=model_resources, batch_size=8 if gpus else 1
+        )
+        head = [ShotWindows(config.detection_window_s, TRANSNET_CONTEXT), ShotFrameDecoder()]
+    else:
+        threshold = config.shot_threshold if config.shot_threshold is not None else 0.2
+        histogram = HistogramDetector(threshold)
+        head = [
+            ShotWindows(max(config.detection_window_s, 20.0), histogram.min_scene_len + 1),
+            ShotFrameDecoder(size=None, width=128),
+        ]
+        detector = histogram
+    return [*head, detector, ShotSplitter(rules, config.clips_per_chunk)]
+
+
+def _frame_consumers(config: VideoConfig, model_resources: Resources) -> list[Any]:
+    """The stages that read decoded frames, in pipeline order."""
+    consumers: list[Any] = []
+    if config.quality:
+        from conveyor.stages.video.quality import QualityFilter
+
+        consumers.append(QualityFilter(score_only=config.score_only))
+    if config.nsfw:
+        from conveyor.stages.video.nsfw import NSFWFilter
+
+        consumers.append(NSFWFilter(config.nsfw_threshold, score_only=config.score_only))
+    if config.aesthetic_model is not None:
+        from conveyor.stages.video.aesthetic import AestheticFilter
+
+        consumers.append(
+            AestheticFilter(
+                config.aesthetic_model, config.aesthetic_threshold, score_only=config.score_only
+            ).with_(resources=model_resources)
+        )
+    if config.embed:
+        from conveyor.stages.video.embed import ClipEmbedder
+
+        consumers.append(ClipEmbedder(config.embed_model).with_(resources=model_resources))
+    if config.tags:
+        from conveyor.stages.video.tags import ImageNetTagger
+
+        consumers.append(ImageNetTagger().with_(resources=model_resources))
+    if config.caption_model is not None:
+        from conveyor.stages.video.caption import Captioner
+
+        consumers.append(
+            Captioner(config.caption_model).with_(
+                resources=Resources(cpus=1, gpus=1) if config.use_gpus else Resources(cpus=1)
+            )
+        )
+    return consumers
+
+
+def describe(config: VideoConfig) -> str:
+    """One line saying what the pipeline does."""
+    if config.splitter == "fixed":
+        stride = config.stride_s if config.stride_s is not None else config.clip_len_s
+        split = f"fixed {config.clip_len_s:g} s clips every {stride:g} s"
+    else:
+        split = f"{config.detector} shots, clips {config.min_clip_s:g}-{config.max_clip_s:g} s"
+    parts = [split, f"H.264 ({config.encoder}, {config.preset}, crf {config.crf})"]
+    filters = [
+        name
+        for name, on in (
+            ("motion", config.motion),
+            ("quality", config.quality),
+            ("nsfw", config.nsfw),
+            ("aesthetic", config.aesthetic_model is not None),
+        )
+        if on
+    ]
+    if filters:
+        parts.append(("scored by " if config.score_only else "filtered by ") + "/".join(filters))
+    if config.embed:
+        parts.append(f"embeddings ({Path(config.embed_model).name})")
+    if config.tags:
+        parts.append("ImageNet tags")
+    if config.caption_model:
+        parts.append(f"captions ({Path(config.caption_model).name})")
+    if config.dedup:
+        parts.append(f"semantic dedup at {config.dedup_threshold:g}")
+    return "; ".join(parts)
+
+
+# -- running ----------------------------------------------------------------------------
+class ConfigMismatch(ValueError):
+    """The output holds results made with other options than the ones given."""
+
+
+def check_resume(config: VideoConfig) -> dict[str, Any] | None:
+    """Compare ``config`` with the options an earlier run wrote into the same output.
+
+    Returns the earlier options (``None`` for a fresh output) or raises ``ConfigMismatch``
+    naming the options that differ.
+    """
+    from conveyor.stages.video.layout import OutputLayout
+
+    layout = OutputLayout(config.output)
+    try:
+        earlier = json.loads(layout.config.read_text())
+    except (OSError, ValueError):
+        return None
+    now = config.fingerprint()
+    changed = [k for k in now if k in earlier and earlier[k] != now[k]]
+    if changed:
+        details = ", ".join(f"{k}: {earlier[k]!r} -> {now[k]!r}" for k in changed)
+        raise ConfigMismatch(
+            f"{config.output} holds results made with other options ({details}); resume with "
+            "the same options, or write to a new output (or pass --overwrite)"
+        )
+    return earlier
+
+
+def clear_output(output: str | os.PathLike[str]) -> None:
+    """Remove everything a video run writes under ``output`` (for ``--overwrite``)."""
+    import shutil
+
+    from conveyor.stages.video.layout import OutputLayout
+
+    layout = OutputLayout(output)
+    for folder in (
+        layout.clips, layout.filtered_clips, layout.metas, layout.embeddings,
+        layout.text_embeddings, layout.videos, layout.internal,
+    ):  # fmt: skip
+        shutil.rmtree(folder, ignore_errors=True)
+    layout.summary.unlink(missing_ok=True)
+
+
+@dataclass
+class VideoRunReport:
+    """What ``run_video`` did: the engine's result and the summary it wrote."""
+
+    result: RunResult
+    summary: dict[str, Any]
+    summary_path: Path
+    wall_s: float
+
+
+def run_video(
+    config: VideoConfig,
+    executor: Executor | None = None,
+    *,
+    on_output: Callable[[Any], None] | None = None,
+) -> VideoRunReport:
+    """Run the pipeline of ``config`` into ``config.output`` (resuming an earlier run),
+    deduplicate when asked, and write ``summary.json``."""
+    from conveyor.pipelines.video_summary import build_summary
+    from conveyor.stages.video.layout import OutputLayout
+    from conveyor.stages.video.reader import list_videos, pending_videos
+
+    check_resume(config)
+    layout = OutputLayout(config.output)
+    layout.internal.mkdir(parents=True, exist_ok=True)
+    layout.write_json(layout.config, config.fingerprint())
+    pipeline = build_video_pipeline(config)
+    # the listing stage finds the same videos in the same order: its i-th task is pending[i]
+    sources = list_videos(config.input, exclude=[config.output], limit=config.limit)
+    pending = pending_videos(sources, config.output)
+    started = time.perf_counter()
+    run = pipeline.stream(executor)
+    with run:
+        for output in run:
+            if on_output is not None:
+                on_output(output)
+    result = run.result
+    if config.dedup and result.completed:
+        from conveyor.stages.video.dedup import deduplicate
+
+        deduplicate(config.output, config.dedup_threshold)
+    wall = time.perf_counter() - started
+    summary = build_summary(config, sources, pending, result, wall, pipeline.description or "")
+    layout.write_json(layout.summary, summary)
+    return VideoRunReport(result, summary, layout.summary, wall)

@@ -1,0 +1,188 @@
+"""``summary.json`` of a video run, built from what is on disk (so it covers resumed runs),
+and its human form for the terminal."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from conveyor.stages.video.layout import OutputLayout
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from conveyor.pipelines.video import VideoConfig
+    from conveyor.result import FailureRecord, RunResult
+    from conveyor.stages.video.reader import VideoSource
+
+
+def video_of_label(label: str, pending: Sequence[VideoSource]) -> str | None:
+    """The video a task label descends from: the listing stage made video ``i`` as ``0.i``."""
+    parts = label.split(".")
+    if len(parts) < 2 or not parts[1].split("*")[0].isdigit():
+        return None
+    index = int(parts[1].split("*")[0])
+    return pending[index].relative_path if index < len(pending) else None
+
+
+def build_summary(
+    config: VideoConfig,
+    sources: Sequence[VideoSource],
+    pending: Sequence[VideoSource],
+    result: RunResult,
+    wall_s: float,
+    description: str,
+) -> dict[str, Any]:
+    """Totals over every listed video's record (this run's and earlier runs')."""
+    layout = OutputLayout(config.output)
+    done_now = {s.relative_path for s in pending}
+    engine_failures = _engine_failures(result.failures, pending)
+    videos = Counter()
+    clips = Counter()
+    filtered: Counter[str] = Counter()
+    seconds_in = seconds_now = kept_seconds = 0.0
+    failures: list[dict[str, Any]] = []
+    for source in sources:
+        record = layout.read_record(source.relative_path)
+        if record is None:
+            videos["incomplete"] += 1
+            reasons = engine_failures.get(source.relative_path) or [
+                {"stage": None, "reason": "not finished (the run was stopped before it)"}
+            ]
+            failures += [{"video": source.relative_path, **r} for r in reasons]
+            continue
+        videos[record["status"]] += 1
+        meta = record.get("metadata") or {}
+        duration = float(meta.get("duration_s") or 0.0)
+        seconds_in += duration
+        if source.relative_path in done_now:
+            seconds_now += duration
+        clips["made"] += len(record["clips"])
+        clips["kept"] += len(record["kept"])
+        kept_seconds += record.get("kept_seconds", 0.0)
+        for name, ids in record["filtered"].items():
+            filtered[name] += len(ids)
+        for stage, reason in record["errors"].items():
+            failures.append({"video": source.relative_path, "stage": stage, "reason": reason})
+        for error in record["clip_errors"]:
+            clips["failed"] += 1
+            failures.append(
+                {
+                    "video": source.relative_path,
+                    "clip_id": error["clip_id"],
+                    "stage": error["stage"],
+                    "reason": error["reason"],
+                }
+            )
+    duplicates = _duplicates(layout)
+    return {
+        "pipeline": description,
+        "input": config.input if isinstance(config.input, str) else list(config.input),
+        "output": str(config.output),
+        "options": config.fingerprint(),
+        "videos": {
+            "in": len(sources),
+            "ok": videos["ok"],
+            "failed": videos["failed"],
+            "incomplete": videos["incomplete"],
+            "done_this_run": len(done_now),
+            "skipped_as_complete": len(sources) - len(pending),
+        },
+        "seconds_in": round(seconds_in, 3),
+        "hours_in": round(seconds_in / 3600, 6),
+        "clips": {
+            "made": clips["made"],
+            "kept": clips["kept"],
+            "kept_seconds": round(kept_seconds, 3),
+            "filtered": dict(sorted(filtered.items())),
+            "failed": clips["failed"],
+            "duplicates": duplicates,
+        },
+        "failures": failures,
+        "wall_s": round(wall_s, 3),
+        "seconds_this_run": round(seconds_now, 3),
+        "video_hours_per_wall_hour": round(seconds_now / wall_s, 4) if wall_s > 0 else None,
+        "completed": result.completed,
+        "engine": {
+            "first_output_s": result.first_output_s,
+            "startup_s": round(result.startup_s, 3),
+            "stages": {name: s.as_dict() for name, s in result.stats.items()},
+        },
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
+def _engine_failures(
+    records: Sequence[FailureRecord], pending: Sequence[VideoSource]
+) -> dict[str, list[dict[str, Any]]]:
+    """Failures the engine recorded (a stage raised on every attempt), by video."""
+    found: dict[str, list[dict[str, Any]]] = {}
+    for record in records:
+        video = video_of_label(record.task, pending) or f"(task {record.task})"
+        found.setdefault(video, []).append(
+            {"stage": record.stage, "reason": f"{record.error_type}: {record.message}"}
+        )
+    return found
+
+
+def _duplicates(layout: OutputLayout) -> int | None:
+    from conveyor.stages.video.dedup import read_dedup_report
+
+    report = read_dedup_report(layout)
+    return None if report is None else report["duplicates"]
+
+
+def format_hours(seconds: float) -> str:
+    if seconds >= 3600:
+        return f"{seconds / 3600:.2f} h"
+    if seconds >= 60:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds:.1f} s"
+
+
+def print_summary(summary: dict[str, Any], console: Console, max_failures: int = 20) -> None:
+    """The run's summary as a few lines and tables."""
+    from rich import box
+    from rich.table import Table
+
+    videos, clips = summary["videos"], summary["clips"]
+    console.print(
+        f"[bold]videos[/]: {videos['in']} in, {videos['ok']} ok, {videos['failed']} failed"
+        + (f", {videos['incomplete']} incomplete" if videos["incomplete"] else "")
+        + (
+            f" ({videos['skipped_as_complete']} already complete, skipped)"
+            if videos["skipped_as_complete"]
+            else ""
+        )
+        + f"; {format_hours(summary['seconds_in'])} of video"
+    )
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("clips", no_wrap=True)
+    table.add_column("count", justify="right")
+    table.add_row("made", f"{clips['made']:,}")
+    table.add_row("kept", f"{clips['kept']:,} ({format_hours(clips['kept_seconds'])})")
+    for name, count in clips["filtered"].items():
+        table.add_row(f"filtered by {name}", f"{count:,}")
+    if clips["failed"]:
+        table.add_row("failed", f"[red]{clips['failed']:,}[/]")
+    if clips["duplicates"] is not None:
+        table.add_row("near-duplicates (marked)", f"{clips['duplicates']:,}")
+    console.print(table)
+    failures = summary["failures"]
+    if failures:
+        console.print(f"[bold red]{len(failures)} failure(s)[/]:")
+        for failure in failures[:max_failures]:
+            where = failure["video"] + (
+                f" clip {failure['clip_id']}" if "clip_id" in failure else ""
+            )
+            stage = f" [{failure['stage']}]" if failure.get("stage") else ""
+            console.print(f"  {where}{stage}: {failure['reason']}", markup=False)
+        if len(failures) > max_failures:
+            console.print(f"  ... and {len(failures) - max_failures} more (summary.json)")
+    rate = summary["video_hours_per_wall_hour"]
+    console.print(
+        f"wall {summary['wall_s']:.1f} s for {format_hours(summary['seconds_this_run'])} of video "
+        f"this run" + (f": {rate:.2f} video-hours per wall hour" if rate is not None else "")
+    )

@@ -1,0 +1,1 @@
+"""Generated sample data (no third-party media) for the demos, tests and benchmarks."""

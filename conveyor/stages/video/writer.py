@@ -1,0 +1,224 @@
+"""Writing clips, metadata and embeddings (the layout is in ``conveyor.stages.video.layout``).
+
+The writer takes chunks in any order. For each chunk it logs the clip ids it is about to
+write (the intent), writes the clips, their metas and the chunk's embedding rows, then the
+chunk's record, all in staging. When every chunk of a video is recorded, the video is
+finalised: its embeddings are gathered into ``embeddings/<video_id>.parquet``, its record is
+written to ``videos/<relative path>.json`` (that file's existence is what "complete" means
+to the next run) and its staging is removed. Two workers finishing a video's last chunks at
+once both finalise it, writing identical files: harmless, and no lock is needed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from conveyor.resources import Resources
+from conveyor.stage import ProcessingStage
+from conveyor.stages.video.layout import OutputLayout
+from conveyor.stages.video.text_embed import clip_text
+from conveyor.tasks.video import ERROR_FILTER, Clip, Video, VideoTask
+
+EMBEDDING_COLUMNS = ("clip_id", "embedding")
+
+
+def clip_meta(clip: Clip, video: Video, location: str | None) -> dict[str, Any]:
+    """The ``metas/<clip_id>.json`` record of a clip."""
+    meta = video.metadata
+    return {
+        "clip_id": clip.clip_id,
+        "source_video": clip.source_video,
+        "span": [round(clip.span[0], 6), round(clip.span[1], 6)],
+        "frame_span": list(clip.frame_span),
+        "duration_s": round(clip.duration_s, 6),
+        "width": clip.width,
+        "height": clip.height,
+        "fps": round(clip.fps, 6),
+        "num_frames": clip.num_frames,
+        "codec": clip.codec,
+        "num_bytes": len(clip.encoded) if clip.encoded is not None else 0,
+        "clip_location": location,
+        "scores": {k: _number(v) for k, v in sorted(clip.scores.items())},
+        "filtered_by": clip.filtered_by,
+        "errors": dict(clip.errors),
+        "tags": [{"label": label, "score": score} for label, score in clip.tags],
+        "captions": dict(clip.captions),
+        "has_embedding": clip.embedding is not None,
+        "duplicate_of": clip.duplicate_of,
+        "source": {
+            "width": meta.width if meta else None,
+            "height": meta.height if meta else None,
+            "fps": round(meta.fps, 6) if meta else None,
+            "codec": meta.codec if meta else None,
+        },
+    }
+
+
+def _number(value: Any) -> Any:
+    return round(float(value), 8) if isinstance(value, (int, float)) else value
+
+
+def _embedding_table(clips: list[Clip], attribute: str, with_text: bool = False) -> Any:
+    import numpy as np
+    import pyarrow as pa
+
+    rows = [c for c in clips if getattr(c, attribute) is not None]
+    if not rows:
+        return None
+    vectors = np.stack([np.asarray(getattr(c, attribute), dtype=np.float32) for c in rows])
+    dim = vectors.shape[1]
+    values = pa.array(vectors.reshape(-1), type=pa.float32())
+    columns: dict[str, Any] = {"clip_id": pa.array([c.clip_id for c in rows], type=pa.string())}
+    if with_text:
+        columns["text"] = pa.array([clip_text(c) for c in rows], type=pa.string())
+    columns["embedding"] = pa.ListArray.from_arrays(
+        pa.array(np.arange(0, len(rows) * dim + 1, dim, dtype=np.int32)), values
+    )
+    return pa.table(columns)
+
+
+class ClipWriter(ProcessingStage[VideoTask, VideoTask]):
+    """Write each chunk's clips and records under ``output``; finalise complete videos.
+
+    Kept clips go to ``clips/``, filtered ones to ``filtered_clips/`` only with
+    ``write_filtered``; every clip made gets a meta. Returns the chunk without its bytes,
+    frames and vectors, so what reaches the driver stays small.
+    """
+
+    resources = Resources(cpus=0.25)
+
+    def __init__(self, output: str | os.PathLike[str], *, write_filtered: bool = False) -> None:
+        self.output = str(output)
+        self.write_filtered = write_filtered
+
+    def process(self, task: VideoTask) -> VideoTask:
+        video = task.data
+        layout = OutputLayout(self.output)
+        staging = layout.staging_dir(video.video_id)
+        staging.mkdir(parents=True, exist_ok=True)
+        name = f"{video.chunk_index:06d}"
+        layout.write_json(
+            staging / f"intent-{name}.json", {"clip_ids": [c.clip_id for c in video.clips]}
+        )
+        made = [c for c in video.clips if c.encoded is not None]  # the writer needs bytes
+        for clip in made:
+            location = None
+            if clip.kept:
+                location = f"clips/{clip.clip_id}.mp4"
+            elif self.write_filtered:
+                location = f"filtered_clips/{clip.clip_id}.mp4"
+            if location is not None:
+                layout.write_bytes(layout.root / location, clip.encoded or b"")
+            layout.write_json(layout.meta_path(clip.clip_id), clip_meta(clip, video, location))
+        kept = [c for c in made if c.kept]
+        table = _embedding_table(kept, "embedding")
+        if table is not None:
+            layout.write_parquet(staging / f"embed-{name}.parquet", table)
+        texts = _embedding_table(kept, "text_embedding", with_text=True)
+        if texts is not None:
+            layout.write_parquet(staging / f"text-{name}.parquet", texts)
+        layout.write_json(staging / f"chunk-{name}.json", _chunk_record(video, made))
+        self._finalise_if_complete(video, layout, staging)
+        return _stripped(task)
+
+    def _finalise_if_complete(self, video: Video, layout: OutputLayout, staging: Path) -> None:
+        try:
+            records = [json.loads(p.read_text()) for p in sorted(staging.glob("chunk-*.json"))]
+        except (FileNotFoundError, ValueError):
+            return  # another worker is finalising this video right now
+        last = [r["chunk_index"] for r in records if r["last"]]
+        if not last or {r["chunk_index"] for r in records} != set(range(last[0] + 1)):
+            return
+        try:
+            embeddings = _concat(sorted(staging.glob("embed-*.parquet")))
+            texts = _concat(sorted(staging.glob("text-*.parquet")))
+        except FileNotFoundError:
+            return  # finalised meanwhile by another worker
+        vid = video.video_id
+        for table, path in (
+            (embeddings, layout.embedding_path(vid)),
+            (texts, layout.text_embedding_path(vid)),
+        ):
+            if table is not None and table.num_rows:
+                layout.write_parquet(path, table)
+            else:
+                path.unlink(missing_ok=True)
+        layout.write_json(
+            layout.video_record(video.relative_path),
+            _video_record(video, records, embeddings is not None and embeddings.num_rows > 0),
+        )
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _concat(paths: list[Path]) -> Any:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if not paths:
+        return None
+    return pa.concat_tables([pq.read_table(p) for p in paths])
+
+
+def _chunk_record(video: Video, made: list[Clip]) -> dict[str, Any]:
+    filtered: dict[str, list[str]] = {}
+    for clip in made:
+        if clip.filtered_by is not None and clip.filtered_by != ERROR_FILTER:
+            filtered.setdefault(clip.filtered_by, []).append(clip.clip_id)
+    return {
+        "chunk_index": video.chunk_index,
+        "last": video.last_chunk,
+        "clips": [c.clip_id for c in made],
+        "kept": [c.clip_id for c in made if c.kept],
+        "kept_seconds": round(sum(c.duration_s for c in made if c.kept), 6),
+        "filtered": filtered,
+        "clip_errors": [
+            {"clip_id": c.clip_id, "span": list(c.span), "stage": stage, "reason": reason}
+            for c in video.clips
+            for stage, reason in c.errors.items()
+        ],
+        "video_errors": dict(video.errors),
+    }
+
+
+def _video_record(
+    video: Video, chunks: list[dict[str, Any]], has_embeddings: bool
+) -> dict[str, Any]:
+    chunks = sorted(chunks, key=lambda r: r["chunk_index"])
+    errors: dict[str, str] = {}
+    filtered: dict[str, list[str]] = {}
+    for chunk in chunks:
+        errors.update(chunk["video_errors"])
+        for name, ids in chunk["filtered"].items():
+            filtered.setdefault(name, []).extend(ids)
+    meta = video.metadata
+    return {
+        "video_id": video.video_id,
+        "source_video": video.relative_path,
+        "path": video.path,
+        "source": {"size_bytes": video.source_size, "mtime": video.source_mtime},
+        "status": "failed" if errors else "ok",
+        "errors": errors,
+        "metadata": meta.as_dict() if meta else None,
+        "num_chunks": len(chunks),
+        "clips": [cid for c in chunks for cid in c["clips"]],
+        "kept": [cid for c in chunks for cid in c["kept"]],
+        "kept_seconds": round(sum(c["kept_seconds"] for c in chunks), 6),
+        "filtered": filtered,
+        "clip_errors": [e for c in chunks for e in c["clip_errors"]],
+        "embeddings": f"embeddings/{video.video_id}.parquet" if has_embeddings else None,
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
+def _stripped(task: VideoTask) -> VideoTask:
+    for clip in task.data.clips:
+        clip.encoded = None
+        clip.frames.clear()
+        clip.embedding = None
+        clip.text_embedding = None
+    return task

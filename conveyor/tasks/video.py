@@ -1,0 +1,231 @@
+"""The video data model: a ``Video`` (one source file, or one chunk of its clips) and its
+``Clip``s, carried between stages by a ``VideoTask``.
+
+A video travels in pieces. Before splitting, one task is one source file (probed metadata,
+errors). Shot detection cuts it into frame windows (``FrameWindow``: low-resolution frames
+and, once detected, the transitions in them), and splitting emits *chunks*: tasks that each
+hold a few consecutive clips of one video, numbered ``chunk_index`` with ``last_chunk`` set on
+the final one, so the writer knows when a video is complete. Every later stage works on the
+chunk's clips, so clips flow downstream independently of the rest of their video.
+
+Errors are data: a video that cannot be read carries ``errors`` and no clips, and travels on to
+the writer, which records it; a clip that fails a stage carries ``errors`` and is not kept.
+Large buffers are ``bytes`` (encoded clips) and NumPy arrays (frames, embeddings), which the
+engine stores once and maps without a copy.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from conveyor.tasks.base import Task
+
+#: namespace of clip and video ids (UUIDv5): the same source and span give the same id always
+ID_NAMESPACE = uuid.UUID("6f1c3b0e-8d7a-5c1e-9a4b-2e0c0f7d5a11")
+
+#: the value of ``Clip.filtered_by`` for a clip that failed a stage (it is never kept)
+ERROR_FILTER = "error"
+
+
+def video_id(relative_path: str) -> str:
+    """Stable id of a source video from its path relative to the input root."""
+    return str(uuid.uuid5(ID_NAMESPACE, f"video:{relative_path}"))
+
+
+def clip_id(relative_path: str, start_frame: int, end_frame: int) -> str:
+    """Stable id of a clip: a UUIDv5 of its source's relative path and its frame span."""
+    return str(uuid.uuid5(ID_NAMESPACE, f"clip:{relative_path}#{start_frame}-{end_frame}"))
+
+
+@dataclass(frozen=True)
+class VideoMetadata:
+    """What probing the source told us (``None`` where the container does not say)."""
+
+    duration_s: float
+    fps: float
+    num_frames: int
+    width: int
+    height: int
+    codec: str
+    pixel_format: str | None = None
+    bit_rate: int | None = None
+    audio_codec: str | None = None
+    container: str | None = None
+    size_bytes: int = 0
+    #: time (s) of the first frame in the stream's clock; spans are relative to it
+    start_time_s: float = 0.0
+    #: clockwise rotation the player applies (phone videos), in degrees
+    rotation: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "duration_s": round(self.duration_s, 6),
+            "fps": round(self.fps, 6),
+            "num_frames": self.num_frames,
+            "width": self.width,
+            "height": self.height,
+            "codec": self.codec,
+            "pixel_format": self.pixel_format,
+            "bit_rate": self.bit_rate,
+            "audio_codec": self.audio_codec,
+            "container": self.container,
+            "size_bytes": self.size_bytes,
+            "start_time_s": round(self.start_time_s, 6),
+            "rotation": self.rotation,
+        }
+
+
+@dataclass
+class Clip:
+    """One clip: a span of its source, and everything the stages learned about it."""
+
+    clip_id: str
+    #: path of the source relative to the input root
+    source_video: str
+    #: [start, end) in seconds from the source's first frame
+    span: tuple[float, float]
+    #: [start, end) frame indices of the source (at its nominal frame rate)
+    frame_span: tuple[int, int]
+    #: the encoded clip (H.264 in MP4), set by the transcoder
+    encoded: bytes | None = None
+    width: int = 0
+    height: int = 0
+    fps: float = 0.0
+    num_frames: int = 0
+    codec: str | None = None
+    #: name -> score, from every filter that looked at the clip (also in score-only mode)
+    scores: dict[str, float] = field(default_factory=dict)
+    #: the filter that rejected the clip, ``"error"`` if a stage failed on it, else ``None``
+    filtered_by: str | None = None
+    embedding: np.ndarray | None = None
+    text_embedding: np.ndarray | None = None
+    #: (label, score) pairs, best first
+    tags: list[tuple[str, float]] = field(default_factory=list)
+    #: model name -> caption
+    captions: dict[str, str] = field(default_factory=dict)
+    #: frames decoded once for the models downstream: sampling rate (fps) -> N x H x W x 3
+    #: uint8 RGB; dropped by the last stage that needs them
+    frames: dict[float, np.ndarray] = field(default_factory=dict, repr=False)
+    #: stage name -> reason, for failures of this clip
+    errors: dict[str, str] = field(default_factory=dict)
+    #: id of the kept clip this one nearly duplicates (semantic dedup), else ``None``
+    duplicate_of: str | None = None
+
+    @property
+    def duration_s(self) -> float:
+        return self.span[1] - self.span[0]
+
+    @property
+    def made(self) -> bool:
+        """Encoded by the transcoder (its bytes may since have been written and dropped)."""
+        return self.encoded is not None or self.num_frames > 0
+
+    @property
+    def kept(self) -> bool:
+        """Made, not filtered and not failed: what goes to ``clips/``."""
+        return self.made and self.filtered_by is None and not self.errors
+
+    @property
+    def active(self) -> bool:
+        """Still worth work downstream: not filtered and not failed."""
+        return self.filtered_by is None and not self.errors
+
+    def fail(self, stage: str, reason: str) -> None:
+        """Record a failure of this clip at ``stage``; the clip is not kept."""
+        self.errors[stage] = reason
+        self.filtered_by = ERROR_FILTER
+        self.frames.clear()
+
+    def reject(self, filter_name: str) -> None:
+        """Mark the clip filtered by ``filter_name`` (the first filter to reject it wins)."""
+        if self.filtered_by is None:
+            self.filtered_by = filter_name
+        self.frames.clear()
+
+
+@dataclass
+class FrameWindow:
+    """A stretch of a video for shot detection: frames ``[start, end)`` are the ones this
+    window decides about; ``frames`` also holds ``context`` frames on each side (edge frames
+    repeated at the video's ends), since a detector needs to see across its borders."""
+
+    index: int
+    count: int
+    start: int
+    end: int
+    context: int = 0
+    #: (end - start + 2 * context) x H x W x 3 uint8 RGB, dropped by the detector
+    frames: np.ndarray | None = field(default=None, repr=False)
+    #: transitions found in [start, end): (first, last) frame pairs, inclusive; a hard cut
+    #: between frames c - 1 and c is (c, c - 1), a transition of zero frames
+    transitions: list[tuple[int, int]] | None = None
+    #: the detector's per-frame transition score for [start, end) (for inspection)
+    scores: np.ndarray | None = field(default=None, repr=False)
+
+
+@dataclass
+class Video:
+    """A source video, or one chunk of its clips."""
+
+    path: str
+    relative_path: str
+    metadata: VideoMetadata | None = None
+    clips: list[Clip] = field(default_factory=list)
+    #: stage name -> reason, for failures of the whole video (it yields no clips)
+    errors: dict[str, str] = field(default_factory=dict)
+    #: position of this chunk among the video's chunks; ``last_chunk`` marks the final one
+    chunk_index: int = 0
+    last_chunk: bool = False
+    #: set while shot detection works on a window of this video
+    window: FrameWindow | None = None
+    #: size and modification time of the source when listed: a changed file is redone
+    source_size: int = 0
+    source_mtime: float = 0.0
+
+    @property
+    def video_id(self) -> str:
+        return video_id(self.relative_path)
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.errors)
+
+    def fail(self, stage: str, reason: str) -> None:
+        """Record a failure of the whole video: it yields no (more) clips."""
+        self.errors[stage] = reason
+        self.clips = []
+        if self.window is not None:  # its place among the windows still counts
+            self.window.frames = None
+
+    def chunk(self, clips: list[Clip], index: int, last: bool) -> Video:
+        """A copy of this video holding ``clips`` as chunk ``index``."""
+        return replace(self, clips=clips, chunk_index=index, last_chunk=last, window=None)
+
+
+@dataclass
+class VideoTask(Task[Video]):
+    """The task every video stage takes and returns; ``data`` is the ``Video``."""
+
+    data: Video = None  # type: ignore[assignment]
+
+    @property
+    def video(self) -> Video:
+        return self.data
+
+    @property
+    def num_items(self) -> int:
+        return len(self.data.clips) if self.data is not None else 0
+
+    def short_repr(self) -> str:
+        video = self.data
+        if video is None:
+            return f"VideoTask(id={self.task_id or '?'})"
+        where = f", window={video.window.index}" if video.window is not None else ""
+        return (
+            f"VideoTask(id={self.task_id or '?'}, video={video.relative_path!r}, "
+            f"chunk={video.chunk_index}{where}, clips={len(video.clips)})"
+        )
