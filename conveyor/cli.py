@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 import conveyor
+from conveyor.cli_video import video
 
 app = typer.Typer(
     name="conveyor",
@@ -42,35 +43,66 @@ def main(
     """Streaming, auto-balanced pipelines for curating datasets."""
 
 
+_LIVE = Annotated[bool, typer.Option("--live/--no-live", help="Show the live per-stage view.")]
+_CPUS = Annotated[
+    float | None,
+    typer.Option(min=0.5, help="CPUs the local backend may use.", show_default="this machine's"),
+]
+_EXECUTOR = Annotated[
+    ExecutorChoice, typer.Option(case_sensitive=False, help="How stages are scheduled.")
+]
+
+
 @app.command()
 def demo(
     workdir: Annotated[
         Path | None,
         typer.Option(help="Where input/ and output/ go.", show_default="<tmp>/conveyor-demo"),
     ] = None,
+    executor: _EXECUTOR = ExecutorChoice.streaming,
+    live: _LIVE = True,
+    seed: Annotated[int, typer.Option(help="Seed of the generated videos.")] = 0,
+    cpus: _CPUS = None,
+) -> None:
+    """Generate synthetic videos (cuts, a crossfade, a still stretch, a broken file) and curate
+    them with the full CPU video pipeline, then check the result against what was generated.
+    Exits 1 if a check fails."""
+    from rich.console import Console
+
+    from conveyor.demos.video import DEFAULT_WORKDIR, print_report, run_demo
+
+    console = Console()
+    report = run_demo(
+        workdir or DEFAULT_WORKDIR,
+        seed=seed,
+        executor=executor.value,
+        live=live,
+        cpus=cpus,
+        console=console,
+    )
+    print_report(report, console)
+    if not report.ok:
+        raise typer.Exit(code=1)
+
+
+@app.command("text-demo")
+def text_demo(
+    workdir: Annotated[
+        Path | None,
+        typer.Option(help="Where input/ and output/ go.", show_default="<tmp>/conveyor-text-demo"),
+    ] = None,
     files: Annotated[int, typer.Option(min=1, help="JSONL files to generate.")] = 40,
     docs_per_file: Annotated[int, typer.Option(min=1, help="Documents per file.")] = 200,
-    executor: Annotated[
-        ExecutorChoice, typer.Option(case_sensitive=False, help="How stages are scheduled.")
-    ] = ExecutorChoice.streaming,
-    live: Annotated[
-        bool, typer.Option("--live/--no-live", help="Show the live per-stage view.")
-    ] = True,
+    executor: _EXECUTOR = ExecutorChoice.streaming,
+    live: _LIVE = True,
     seed: Annotated[int, typer.Option(help="Seed of the generated corpus.")] = 0,
-    cpus: Annotated[
-        float | None,
-        typer.Option(
-            min=0.5,
-            help="CPUs the local backend may use.",
-            show_default="this machine's",
-        ),
-    ] = None,
+    cpus: _CPUS = None,
 ) -> None:
     """Generate a synthetic web-text corpus and curate it: partition, read, filter, annotate,
     write Parquet. Exits 1 if a task failed or the filters disagree with the generator labels."""
     from rich.console import Console
 
-    from conveyor.demo import DEFAULT_WORKDIR, print_report, run_demo
+    from conveyor.demos.text import DEFAULT_WORKDIR, print_report, run_demo
 
     console = Console()
     report = run_demo(
@@ -86,6 +118,9 @@ def demo(
     print_report(report, console)
     if not report.ok:
         raise typer.Exit(code=1)
+
+
+app.command()(video)
 
 
 @app.command()

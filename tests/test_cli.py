@@ -26,20 +26,20 @@ def test_version() -> None:
 
 
 def test_demo_help_shows_its_options() -> None:
-    result = runner.invoke(app, ["demo", "--help"])
+    result = runner.invoke(app, ["text-demo", "--help"])
     assert result.exit_code == 0
     for option in ("--workdir", "--files", "--docs-per-file", "--executor", "--no-live"):
         assert option in result.output
 
 
 def test_bad_executor_is_a_usage_error(tmp_path: Path) -> None:
-    result = runner.invoke(app, ["demo", "--workdir", str(tmp_path), "--executor", "ray"])
+    result = runner.invoke(app, ["text-demo", "--workdir", str(tmp_path), "--executor", "ray"])
     assert result.exit_code == 2
     assert not (tmp_path / "input").exists()
 
 
 def test_demo_runs_a_tiny_dataset(tmp_path: Path) -> None:
-    args = ["demo", "--workdir", str(tmp_path), "--files", "3", "--docs-per-file", "20"]
+    args = ["text-demo", "--workdir", str(tmp_path), "--files", "3", "--docs-per-file", "20"]
     result = runner.invoke(app, [*args, "--no-live"])
     assert result.exit_code == 0, result.output
     assert "60 documents in 3 files" in result.output

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from conveyor.demo import (
+from conveyor.demos.text import (
     KEEP_KINDS,
     MIX,
     _document,

@@ -9,6 +9,7 @@ of batch jobs and CI get the numbers without a wall of redraws.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from rich import box
@@ -61,6 +62,8 @@ class LiveView:
 
     The controller calls ``on_end`` also when a run fails or is stopped early; ``close()`` (or
     using the view as a context manager) restores the terminal if it never started.
+    ``extra`` returns one more line to show under the table (a pipeline's own progress, such
+    as clips written).
     """
 
     def __init__(
@@ -71,6 +74,7 @@ class LiveView:
         refresh_per_second: float = 4.0,
         window_s: float = 3.0,
         transient: bool = False,
+        extra: Callable[[], str] | None = None,
     ) -> None:
         if refresh_per_second <= 0:
             raise ValueError(f"LiveView: refresh_per_second must be > 0, got {refresh_per_second}")
@@ -85,6 +89,7 @@ class LiveView:
         self.refresh_s = 1.0 / refresh_per_second
         self.window_s = window_s
         self.transient = transient
+        self.extra = extra
         self.pipeline = ""
         self.stages: list[str] = []
         self.snapshot: RunSnapshot | None = None
@@ -214,7 +219,13 @@ class LiveView:
                 format_rate(self.throughput(stage.name)),
                 format_duration(stage.task_time_s),
             )
-        return Group(table, Text(self._totals_line(snap), style="dim"))
+        return Group(table, *self._lines(self._totals_line(snap), "dim"))
+
+    def _lines(self, totals: str, style: str) -> list[Text]:
+        lines = [Text(totals, style=style)]
+        if self.extra is not None:
+            lines.append(Text(self.extra(), style="dim"))
+        return lines
 
     def _totals_line(self, snap: RunSnapshot) -> str:
         admitted = f"{snap.inputs_admitted:,}" + ("" if snap.source_exhausted else "+")
@@ -256,7 +267,7 @@ class LiveView:
             f"outputs {c.get('outputs', 0):,} | filtered {c.get('filtered', 0):,} | "
             f"failed {c.get('failed', 0):,}"
         )
-        return Group(table, Text(line, style="red" if result.failures else "dim"))
+        return Group(table, *self._lines(line, "red" if result.failures else "dim"))
 
 
 def _failed(count: int) -> Text:

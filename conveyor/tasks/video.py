@@ -182,6 +182,9 @@ class Video:
     last_chunk: bool = False
     #: set while shot detection works on a window of this video
     window: FrameWindow | None = None
+    #: shot transitions found since the previous chunk, as inclusive frame pairs (a hard cut
+    #: before frame ``c`` is ``(c, c - 1)``): the writer gathers them into the video's record
+    transitions: list[tuple[int, int]] = field(default_factory=list)
     #: size and modification time of the source when listed: a changed file is redone
     source_size: int = 0
     source_mtime: float = 0.0
@@ -203,7 +206,9 @@ class Video:
 
     def chunk(self, clips: list[Clip], index: int, last: bool) -> Video:
         """A copy of this video holding ``clips`` as chunk ``index``."""
-        return replace(self, clips=clips, chunk_index=index, last_chunk=last, window=None)
+        return replace(
+            self, clips=clips, chunk_index=index, last_chunk=last, window=None, transitions=[]
+        )
 
 
 @dataclass

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 from conveyor._lazy import lazy_getattr
 
 _EXPORTS = {
+    "AestheticFilter": "conveyor.stages.video.aesthetic",
+    "Captioner": "conveyor.stages.video.caption",
     "ClipEmbedder": "conveyor.stages.video.embed",
     "ClipFrameExtractor": "conveyor.stages.video.frames",
     "ClipStage": "conveyor.stages.video.base",
@@ -20,6 +22,10 @@ _EXPORTS = {
     "ImageNetTagger": "conveyor.stages.video.tags",
     "InputError": "conveyor.stages.video.base",
     "MotionFilter": "conveyor.stages.video.motion",
+    "NSFWFilter": "conveyor.stages.video.nsfw",
+    "QualityFilter": "conveyor.stages.video.quality",
+    "SemanticDedup": "conveyor.stages.video.dedup",
+    "TextEmbedder": "conveyor.stages.video.text_embed",
     "OutputLayout": "conveyor.stages.video.layout",
     "ShotFrameDecoder": "conveyor.stages.video.shots",
     "ShotSplitter": "conveyor.stages.video.split",
@@ -33,6 +39,8 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "AestheticFilter",
+    "Captioner",
     "ClipEmbedder",
     "ClipFrameExtractor",
     "ClipStage",
@@ -44,11 +52,15 @@ __all__ = [
     "ImageNetTagger",
     "InputError",
     "MotionFilter",
+    "NSFWFilter",
     "OutputLayout",
+    "QualityFilter",
+    "SemanticDedup",
     "ShotFrameDecoder",
     "ShotSplitter",
     "ShotWindows",
     "SplitRules",
+    "TextEmbedder",
     "TransNetV2Detector",
     "VideoListing",
     "VideoProbe",
@@ -57,11 +69,16 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from conveyor.stages.video.aesthetic import AestheticFilter
     from conveyor.stages.video.base import ClipStage, FrameConsumer, InputError, VideoStage
+    from conveyor.stages.video.caption import Captioner
+    from conveyor.stages.video.dedup import SemanticDedup
     from conveyor.stages.video.embed import ClipEmbedder
     from conveyor.stages.video.frames import ClipFrameExtractor
     from conveyor.stages.video.layout import OutputLayout
     from conveyor.stages.video.motion import MotionFilter
+    from conveyor.stages.video.nsfw import NSFWFilter
+    from conveyor.stages.video.quality import QualityFilter
     from conveyor.stages.video.reader import VideoListing, VideoProbe, VideoReader
     from conveyor.stages.video.shots import (
         HistogramDetector,
@@ -71,6 +88,7 @@ if TYPE_CHECKING:
     )
     from conveyor.stages.video.split import FixedStrideSplitter, ShotSplitter, SplitRules
     from conveyor.stages.video.tags import ImageNetTagger
+    from conveyor.stages.video.text_embed import TextEmbedder
     from conveyor.stages.video.transcode import ClipTranscoder
     from conveyor.stages.video.writer import ClipWriter
 

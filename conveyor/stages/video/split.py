@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from conveyor.resources import Resources
@@ -237,6 +237,8 @@ class _Progress:
     next_chunk: int = 0
     end: int = 0
     errors: dict[str, str] | None = None
+    #: transitions not yet reported with a chunk
+    transitions: list[tuple[int, int]] = field(default_factory=list)
 
 
 class ShotSplitter(VideoStage):
@@ -299,6 +301,7 @@ class ShotSplitter(VideoStage):
                     "transitions; put a shot detector before it"
                 )
             spans: list[tuple[int, int]] = []
+            progress.transitions += window.transitions
             for first, last in window.transitions:
                 spans += progress.clipper.transition(first, last)
             spans += progress.clipper.advance(window.end)
@@ -316,6 +319,9 @@ class ShotSplitter(VideoStage):
             clips = []  # clips sent before the failure stay; no more are made
         chunks = chunk_clips(base, clips, self.clips_per_chunk, progress.next_chunk, last=done)
         progress.next_chunk += len(chunks)
+        if chunks:
+            chunks[0].transitions = progress.transitions
+            progress.transitions = []
         return chunks
 
     def _emit(self, task: VideoTask, videos: list[Video]) -> list[VideoTask]:

@@ -182,6 +182,7 @@ def _chunk_record(video: Video, made: list[Clip]) -> dict[str, Any]:
             for stage, reason in c.errors.items()
         ],
         "video_errors": dict(video.errors),
+        "transitions": [list(t) for t in video.transitions],
     }
 
 
@@ -196,6 +197,8 @@ def _video_record(
         for name, ids in chunk["filtered"].items():
             filtered.setdefault(name, []).extend(ids)
     meta = video.metadata
+    transitions = sorted(tuple(t) for c in chunks for t in c.get("transitions", []))
+    fps = meta.fps if meta else 0.0
     return {
         "video_id": video.video_id,
         "source_video": video.relative_path,
@@ -210,6 +213,10 @@ def _video_record(
         "kept_seconds": round(sum(c["kept_seconds"] for c in chunks), 6),
         "filtered": filtered,
         "clip_errors": [e for c in chunks for e in c["clip_errors"]],
+        # shot boundaries the detector found: frames (inclusive; a hard cut before frame c is
+        # [c, c - 1]) and the time of each boundary's middle
+        "transitions": [list(t) for t in transitions],
+        "boundaries_s": [round((a + b + 1) / 2 / fps, 4) for a, b in transitions] if fps else [],
         "embeddings": f"embeddings/{video.video_id}.parquet" if has_embeddings else None,
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }

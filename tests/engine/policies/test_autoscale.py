@@ -113,7 +113,7 @@ def test_shared_cpus_fit_the_budget_in_cpu_time_and_gpus_stay_whole() -> None:
         cpu_bound = 9 / sum(weights)  # tasks/s the 9 CPUs carry, shared by time
         assert all(t >= 1 for t in targets)
         # no stage holds a worker it does not need to reach the CPU bound
-        assert all(t == 1 or (t - 1) / w < cpu_bound for t, w in zip(targets, weights))
+        assert all(t == 1 or (t - 1) / w < cpu_bound for t, w in zip(targets, weights, strict=True))
 
 
 def test_shared_cpus_balance_more_stages_than_cores() -> None:

@@ -38,7 +38,7 @@ from conveyor.tasks import FileGroupTask
 
 ExecutorName = Literal["streaming", "batch"]
 
-DEFAULT_WORKDIR = Path(tempfile.gettempdir()) / "conveyor-demo"
+DEFAULT_WORKDIR = Path(tempfile.gettempdir()) / "conveyor-text-demo"
 INPUT_PATTERN = "docs-*.jsonl"
 FIELDS = ("id", "text", "label")
 

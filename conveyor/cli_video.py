@@ -1,0 +1,352 @@
+"""``conveyor video INPUT OUTPUT``: the video curation pipeline from the command line.
+
+It only turns options into a ``VideoConfig`` and an executor; ``run_video`` does the rest.
+Exit codes: 0 when the run completes (failed videos are listed, not fatal), 1 when a stage
+cannot start or the run stops early, 2 for a missing INPUT or a bad option, 130 on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+
+class SplitterChoice(StrEnum):
+    fixed = "fixed"
+    shots = "shots"
+
+
+class DetectorChoice(StrEnum):
+    transnetv2 = "transnetv2"
+    histogram = "histogram"
+
+
+class MaxLenMode(StrEnum):
+    stride = "stride"
+    truncate = "truncate"
+
+
+class EncoderChoice(StrEnum):
+    auto = "auto"
+    libx264 = "libx264"
+    h264_nvenc = "h264_nvenc"
+
+
+class VideoExecutor(StrEnum):
+    streaming = "streaming"
+    batch = "batch"
+    ray_data = "ray-data"
+
+
+class BackendChoice(StrEnum):
+    local = "local"
+    ray = "ray"
+
+
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code=code)
+
+
+def video(
+    input: Annotated[
+        Path,
+        typer.Argument(
+            help="A video file or a directory of videos (searched recursively).",
+            show_default=False,
+            metavar="INPUT",
+        ),
+    ],
+    output: Annotated[
+        Path,
+        typer.Argument(
+            help="Where clips, metas, embeddings and records go.",
+            show_default=False,
+            metavar="OUTPUT",
+        ),
+    ],
+    splitter: Annotated[
+        SplitterChoice, typer.Option(case_sensitive=False, help="How videos become clips.")
+    ] = SplitterChoice.shots,
+    detector: Annotated[
+        DetectorChoice, typer.Option(case_sensitive=False, help="Shot detector (--splitter shots).")
+    ] = DetectorChoice.transnetv2,
+    clip_len: Annotated[
+        float, typer.Option("--clip-len", min=0.1, help="Fixed stride: clip length (s).")
+    ] = 10.0,
+    stride: Annotated[
+        float | None,
+        typer.Option(
+            min=0.1, help="Fixed stride: seconds between clip starts.", show_default="clip-len"
+        ),
+    ] = None,
+    min_clip: Annotated[
+        float, typer.Option("--min-clip", min=0.0, help="Shortest clip kept (s).")
+    ] = 2.0,
+    max_clip: Annotated[
+        float, typer.Option("--max-clip", min=0.1, help="Shots: longest clip (s).")
+    ] = 10.0,
+    max_len_mode: Annotated[
+        MaxLenMode,
+        typer.Option(
+            case_sensitive=False, help="Shots longer than --max-clip: cut at a stride or truncate."
+        ),
+    ] = MaxLenMode.stride,
+    crop: Annotated[
+        float, typer.Option(min=0.0, help="Shots: seconds trimmed at each end of a shot.")
+    ] = 0.5,
+    shot_threshold: Annotated[
+        float | None,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="Detector threshold.",
+            show_default="0.4 transnetv2, 0.2 histogram",
+        ),
+    ] = None,
+    encoder: Annotated[
+        EncoderChoice,
+        typer.Option(case_sensitive=False, help="H.264 encoder (auto: NVENC on GPU workers)."),
+    ] = EncoderChoice.auto,
+    preset: Annotated[str, typer.Option(help="libx264 preset.")] = "veryfast",
+    crf: Annotated[
+        int, typer.Option(min=0, max=51, help="libx264 quality (lower is better).")
+    ] = 23,
+    max_height: Annotated[
+        int | None, typer.Option(min=2, help="Scale taller sources down to this height.")
+    ] = None,
+    motion: Annotated[bool, typer.Option("--motion/--no-motion", help="Motion filter.")] = True,
+    motion_threshold: Annotated[
+        float, typer.Option(min=0.0, help="Motion: least global mean (frame widths per frame).")
+    ] = 1e-5,
+    motion_patch_threshold: Annotated[
+        float, typer.Option(min=0.0, help="Motion: least per-patch mean (0: off).")
+    ] = 0.0,
+    quality: Annotated[
+        bool, typer.Option("--quality/--no-quality", help="Technical quality filter.")
+    ] = True,
+    nsfw: Annotated[bool, typer.Option("--nsfw/--no-nsfw", help="Content-safety filter.")] = False,
+    nsfw_threshold: Annotated[
+        float, typer.Option(min=0.0, max=1.0, help="Safety: reject at this NSFW probability.")
+    ] = 0.8,
+    aesthetic_model: Annotated[
+        Path | None, typer.Option(help="Aesthetic scorer (CLIP directory + head, or TorchScript).")
+    ] = None,
+    aesthetic_threshold: Annotated[float, typer.Option(help="Aesthetic: least score kept.")] = 3.5,
+    score_only: Annotated[
+        bool, typer.Option("--score-only", help="Score with every filter, filter nothing.")
+    ] = False,
+    embed: Annotated[bool, typer.Option("--embed/--no-embed", help="Clip embeddings.")] = True,
+    embed_model: Annotated[
+        str,
+        typer.Option(help="Embedding model: the packaged one, or a path to a torch or HF model."),
+    ] = "efficientnet-lite0",
+    tags: Annotated[bool, typer.Option("--tags/--no-tags", help="ImageNet tags.")] = True,
+    caption_model: Annotated[
+        Path | None, typer.Option(help="A local Hugging Face vision-language model.")
+    ] = None,
+    text_embed: Annotated[
+        bool | None,
+        typer.Option(
+            "--text-embed/--no-text-embed",
+            help="Embed captions (else tags) with MiniLM.",
+            show_default="with --caption-model",
+        ),
+    ] = None,
+    dedup: Annotated[
+        bool, typer.Option("--dedup/--no-dedup", help="Mark near-duplicate kept clips.")
+    ] = False,
+    dedup_threshold: Annotated[
+        float, typer.Option(min=0.0, max=1.0, help="Dedup: cosine similarity that counts.")
+    ] = 0.95,
+    write_filtered: Annotated[
+        bool, typer.Option("--write-filtered", help="Also write filtered clips.")
+    ] = False,
+    executor: Annotated[
+        VideoExecutor, typer.Option(case_sensitive=False, help="How stages are scheduled.")
+    ] = VideoExecutor.streaming,
+    backend: Annotated[
+        BackendChoice, typer.Option(case_sensitive=False, help="Where workers run.")
+    ] = BackendChoice.local,
+    address: Annotated[
+        str | None, typer.Option(help="Ray cluster address (--backend ray or ray-data).")
+    ] = None,
+    cpus: Annotated[
+        float | None, typer.Option(min=0.5, help="CPUs to use.", show_default="all")
+    ] = None,
+    gpus: Annotated[
+        int | None, typer.Option(min=0, help="GPUs to use (0: CPU only).", show_default="all")
+    ] = None,
+    limit: Annotated[
+        int | None, typer.Option(min=1, help="Only the first N videos (sorted by path).")
+    ] = None,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Delete OUTPUT's earlier results first.")
+    ] = False,
+    live: Annotated[bool, typer.Option("--live/--no-live", help="Live per-stage view.")] = True,
+) -> None:
+    """Curate videos: split into clips (shots or fixed stride), transcode to H.264, filter
+    (motion, quality, safety, aesthetics), embed, tag, caption, and write clips, metas and
+    embeddings to OUTPUT. Re-running the same command on the same OUTPUT resumes."""
+    from rich.console import Console
+
+    from conveyor.pipelines.video import ConfigMismatch, VideoConfig, check_resume, clear_output
+
+    if not input.exists():
+        raise _fail(f"INPUT {str(input)!r} does not exist")
+    if (
+        address is not None
+        and backend is BackendChoice.local
+        and executor is not VideoExecutor.ray_data
+    ):
+        raise _fail("--address needs --backend ray (or --executor ray-data)")
+    if executor is VideoExecutor.ray_data and backend is BackendChoice.ray:
+        raise _fail("--executor ray-data runs on Ray by itself: leave --backend at local")
+    try:
+        config = VideoConfig(
+            input=str(input),
+            output=str(output),
+            splitter=splitter.value,
+            detector=detector.value,
+            clip_len_s=clip_len,
+            stride_s=stride,
+            min_clip_s=min_clip,
+            max_clip_s=max_clip,
+            max_len_mode=max_len_mode.value,
+            crop_s=crop,
+            shot_threshold=shot_threshold,
+            encoder=encoder.value,
+            preset=preset,
+            crf=crf,
+            max_height=max_height,
+            motion=motion,
+            motion_threshold=motion_threshold,
+            motion_patch_threshold=motion_patch_threshold,
+            quality=quality,
+            nsfw=nsfw,
+            nsfw_threshold=nsfw_threshold,
+            aesthetic_model=str(aesthetic_model) if aesthetic_model else None,
+            aesthetic_threshold=aesthetic_threshold,
+            score_only=score_only,
+            embed=embed,
+            embed_model=embed_model,
+            tags=tags,
+            caption_model=str(caption_model) if caption_model else None,
+            text_embed=text_embed,
+            dedup=dedup,
+            dedup_threshold=dedup_threshold,
+            write_filtered=write_filtered,
+            limit=limit,
+            gpus=None if gpus is None else gpus > 0,
+        )
+        if overwrite:
+            clear_output(config.output)
+        check_resume(config)
+    except (ValueError, FileNotFoundError) as exc:
+        if isinstance(exc, ConfigMismatch):
+            raise _fail(str(exc)) from None
+        raise _fail(str(exc)) from None
+    console = Console()
+    _run(config, executor, backend, address, cpus, gpus, live, console)
+
+
+def _executor(
+    kind: VideoExecutor,
+    backend: BackendChoice,
+    address: str | None,
+    cpus: float | None,
+    gpus: int | None,
+    monitors: list[Any],
+) -> Any:
+    from conveyor.executors import BatchExecutor, StreamingExecutor
+
+    if kind is VideoExecutor.ray_data:
+        from conveyor.executors import RayDataExecutor
+
+        return RayDataExecutor(address, num_cpus=cpus, num_gpus=gpus)
+    if backend is BackendChoice.ray:
+        from conveyor.backends import RayBackend
+
+        chosen: Any = RayBackend(address, num_cpus=cpus, num_gpus=gpus)
+    else:
+        from conveyor.backends import LocalBackend
+
+        chosen = LocalBackend(num_cpus=cpus, num_gpus=gpus)
+    cls = BatchExecutor if kind is VideoExecutor.batch else StreamingExecutor
+    return cls(chosen, monitors=monitors)
+
+
+def _run(
+    config: Any,
+    kind: VideoExecutor,
+    backend: BackendChoice,
+    address: str | None,
+    cpus: float | None,
+    gpus: int | None,
+    live: bool,
+    console: Any,
+) -> None:
+    from conveyor.errors import ConveyorError
+    from conveyor.monitor import LiveView
+    from conveyor.pipelines.video import build_video_pipeline, run_video
+    from conveyor.pipelines.video_summary import print_summary
+    from conveyor.stages.video.reader import list_videos, pending_videos
+
+    sources = list_videos(config.input, exclude=[config.output], limit=config.limit)
+    if not sources:
+        raise _fail(
+            f"no videos in {config.input} (looked for .mp4 .mov .mkv .webm .avi, recursively)"
+        )
+    pending = pending_videos(sources, config.output)
+    done_before = len(sources) - len(pending)
+    progress = _Progress()
+    view = LiveView(console=console, live=None if live else False, extra=progress.line)
+    try:
+        executor = _executor(kind, backend, address, cpus, gpus, [view])
+    except (ImportError, ValueError, ConveyorError) as exc:
+        raise _fail(str(exc), 2 if isinstance(exc, ValueError) else 1) from None
+    pipeline = build_video_pipeline(config)
+    on_ray = backend is BackendChoice.ray or kind is VideoExecutor.ray_data
+    console.print(
+        f"[bold]conveyor video[/]: {len(sources)} video(s) in {config.input}"
+        + (f", {done_before} already complete in {config.output}" if done_before else "")
+        + f" -> {config.output}\n  {pipeline.description}\n"
+        f"  {kind.value} executor, {'Ray' if on_ray else 'local'} backend"
+    )
+    try:
+        report = run_video(config, executor, on_output=progress.add)
+    except KeyboardInterrupt:
+        view.close()
+        console.print("[yellow]interrupted[/]: run the same command again to resume")
+        raise typer.Exit(code=130) from None
+    except ConveyorError as exc:
+        view.close()
+        raise _fail(str(exc), 1) from None
+    finally:
+        view.close()
+    print_summary(report.summary, console)
+    console.print(f"summary: {report.summary_path}")
+    if not report.result.completed:
+        raise typer.Exit(code=1)
+
+
+class _Progress:
+    """Clips written so far, for the live view's last line."""
+
+    def __init__(self) -> None:
+        self.videos = 0
+        self.kept = 0
+        self.made = 0
+
+    def add(self, task: Any) -> None:
+        video = task.data
+        self.made += sum(1 for c in video.clips if c.made)
+        self.kept += sum(1 for c in video.clips if c.kept)
+        if video.last_chunk:
+            self.videos += 1
+
+    def line(self) -> str:
+        return f"videos finished {self.videos:,} | clips made {self.made:,}, kept {self.kept:,}"

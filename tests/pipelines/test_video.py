@@ -1,0 +1,366 @@
+"""The video pipeline end to end on the local backend: the output layout, the summary,
+resuming (also after ``kill -9``), deterministic ids, refused option changes, and the
+``conveyor video`` command's exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import av
+import psutil
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from conveyor.backends import LocalBackend
+from conveyor.cli import app
+from conveyor.executors import BatchExecutor, StreamingExecutor
+from conveyor.pipelines.video import (
+    ConfigMismatch,
+    VideoConfig,
+    build_video_pipeline,
+    run_video,
+)
+from conveyor.samples.video import Segment, write_bad_file, write_video
+from conveyor.stages.video.layout import OutputLayout
+
+REPO = Path(__file__).resolve().parents[2]
+runner = CliRunner()
+
+
+def make_inputs(root: Path, videos: int = 2) -> Path:
+    """Good videos in two containers (one with a still stretch) and one truncated file."""
+    specs = [
+        ("a.mp4", [Segment("pan", 4, 1), Segment("bars", 4, 2, static=True)]),
+        ("sub/b.mkv", [Segment("rings", 5, 3), Segment("shapes", 3, 4)]),
+        ("sub/c.mov", [Segment("checker", 6, 5)]),
+        ("d.webm", [Segment("plasma", 5, 6)]),
+    ]
+    for relative, segments in specs[:videos]:
+        write_video(root / relative, segments, width=160, height=96, fps=12)
+    write_bad_file(root / "broken.mp4", "truncated")
+    return root
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_inputs(tmp_path_factory.mktemp("videos"))
+
+
+def fast_config(inputs: Path, output: Path, **changes: Any) -> VideoConfig:
+    """Fixed stride, no models but the embedder: the layout without minutes of inference."""
+    values: dict[str, Any] = {
+        "splitter": "fixed",
+        "clip_len_s": 3.0,
+        "tags": False,
+        "quality": False,
+    }
+    values.update(changes)
+    return VideoConfig(str(inputs), str(output), **values)
+
+
+def local(executor: type = StreamingExecutor) -> Any:
+    return executor(LocalBackend(num_cpus=2))
+
+
+def records(output: Path) -> dict[str, dict[str, Any]]:
+    videos = output / "videos"
+    return {
+        str(p.relative_to(videos))[: -len(".json")]: json.loads(p.read_text())
+        for p in videos.rglob("*.json")
+    }
+
+
+def check_layout(output: Path) -> dict[str, dict[str, Any]]:
+    """Everything the layout promises, whatever run made it."""
+    layout = OutputLayout(output)
+    found = records(output)
+    kept = {c for r in found.values() for c in r["kept"]}
+    made = {c for r in found.values() for c in r["clips"]}
+    assert {p.stem for p in layout.clips.glob("*.mp4")} == kept
+    assert {p.stem for p in layout.metas.glob("*.json")} == made
+    rows = [
+        cid
+        for path in layout.embeddings.glob("*.parquet")
+        for cid in pq.read_table(path).column("clip_id").to_pylist()
+    ]
+    assert sorted(rows) == sorted(kept)  # exactly one row per kept clip
+    for path in layout.embeddings.glob("*.parquet"):
+        schema = pq.read_schema(path)
+        assert str(schema.field("clip_id").type) == "string"
+        assert str(schema.field("embedding").type) == "list<element: float>"
+    assert not list(layout.tmp.glob("*")) if layout.tmp.exists() else True
+    assert not list(layout.staging.glob("*")) if layout.staging.exists() else True
+    for path in layout.clips.glob("*.mp4"):
+        with av.open(str(path)) as container:
+            stream = container.streams.video[0]
+            assert stream.codec_context.name == "h264"
+            assert stream.codec_context.pix_fmt == "yuv420p"
+            frames = sum(1 for _ in container.decode(stream))
+        meta = json.loads(layout.meta_path(path.stem).read_text())
+        assert frames == meta["num_frames"] > 0
+    return found
+
+
+# -- one run -----------------------------------------------------------------------------
+def test_fixed_stride_run_writes_the_layout_and_summary(inputs: Path, tmp_path: Path) -> None:
+    output = tmp_path / "out"
+    report = run_video(fast_config(inputs, output), local())
+    assert report.result.completed
+    found = check_layout(output)
+    assert set(found) == {"a.mp4", "sub/b.mkv", "broken.mp4"}
+    assert found["broken.mp4"]["status"] == "failed"
+    assert "truncated" in found["broken.mp4"]["errors"]["VideoProbe"]
+    assert found["a.mp4"]["filtered"] == {"motion": found["a.mp4"]["filtered"]["motion"]}
+    assert len(found["a.mp4"]["filtered"]["motion"]) >= 1  # the still stretch
+    summary = json.loads((output / "summary.json").read_text())
+    assert summary == report.summary
+    assert summary["videos"] == {
+        "in": 3,
+        "ok": 2,
+        "failed": 1,
+        "incomplete": 0,
+        "done_this_run": 3,
+        "skipped_as_complete": 0,
+    }
+    assert summary["seconds_in"] == pytest.approx(16.0, abs=0.2)
+    assert summary["clips"]["kept"] == len({c for r in found.values() for c in r["kept"]})
+    assert summary["clips"]["filtered"]["motion"] >= 1
+    assert [f["video"] for f in summary["failures"]] == ["broken.mp4"]
+    meta = json.loads(next((output / "metas").glob("*.json")).read_text())
+    for key in ("clip_id", "source_video", "span", "duration_s", "width", "height", "fps",
+                "num_frames", "codec", "scores", "filtered_by", "tags", "captions"):  # fmt: skip
+        assert key in meta
+    assert meta["source_video"] in ("a.mp4", "sub/b.mkv")
+
+
+def test_write_filtered_and_score_only(inputs: Path, tmp_path: Path) -> None:
+    output = tmp_path / "filtered"
+    run_video(fast_config(inputs, output, write_filtered=True, embed=False), local())
+    filtered = list((output / "filtered_clips").glob("*.mp4"))
+    assert filtered
+    for path in filtered:
+        assert json.loads((output / "metas" / f"{path.stem}.json").read_text())["filtered_by"]
+    scored = tmp_path / "scored"
+    run_video(fast_config(inputs, scored, score_only=True, embed=False), local())
+    found = records(scored)
+    assert all(not r["filtered"] for r in found.values())
+    metas = [json.loads(p.read_text()) for p in (scored / "metas").glob("*.json")]
+    assert all("motion_global_mean" in m["scores"] for m in metas)
+
+
+def test_batch_executor_gives_the_same_clips(inputs: Path, tmp_path: Path) -> None:
+    streamed = run_video(fast_config(inputs, tmp_path / "s", embed=False), local())
+    batched = run_video(fast_config(inputs, tmp_path / "b", embed=False), local(BatchExecutor))
+    assert streamed.summary["clips"] == batched.summary["clips"]
+    a, b = records(tmp_path / "s"), records(tmp_path / "b")
+    assert {k: v["clips"] for k, v in a.items()} == {k: v["clips"] for k, v in b.items()}
+
+
+def test_clip_ids_are_the_same_in_every_run(inputs: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "moved"
+    shutil.copytree(inputs, copy)  # the same files elsewhere: ids follow relative paths
+    run_video(fast_config(inputs, tmp_path / "one", embed=False), local())
+    run_video(fast_config(copy, tmp_path / "two", embed=False), local())
+    one, two = records(tmp_path / "one"), records(tmp_path / "two")
+    assert {k: v["clips"] for k, v in one.items()} == {k: v["clips"] for k, v in two.items()}
+
+
+# -- resuming ----------------------------------------------------------------------------
+def test_a_second_run_skips_complete_videos_and_redoes_a_changed_one(
+    inputs: Path, tmp_path: Path
+) -> None:
+    source = tmp_path / "in"
+    shutil.copytree(inputs, source)
+    output = tmp_path / "out"
+    run_video(fast_config(source, output), local())
+    before = {p: p.stat().st_mtime_ns for p in (output / "clips").glob("*.mp4")}
+    again = run_video(fast_config(source, output), local())
+    assert again.summary["videos"]["skipped_as_complete"] == 3
+    assert again.summary["videos"]["done_this_run"] == 0
+    assert {p: p.stat().st_mtime_ns for p in (output / "clips").glob("*.mp4")} == before
+    # the input changed: its outputs are replaced, nothing of the old version is left
+    write_video(source / "a.mp4", [Segment("checker", 4, 9)], width=160, height=96, fps=12)
+    third = run_video(fast_config(source, output), local())
+    assert third.summary["videos"]["done_this_run"] == 1
+    check_layout(output)
+
+
+def test_other_options_on_the_same_output_are_refused(inputs: Path, tmp_path: Path) -> None:
+    output = tmp_path / "out"
+    run_video(fast_config(inputs, output, embed=False), local())
+    with pytest.raises(ConfigMismatch, match=r"clip_len_s: 3\.0 -> 4\.0"):
+        run_video(fast_config(inputs, output, embed=False, clip_len_s=4.0), local())
+    # the limit and the executor are no output options
+    run_video(fast_config(inputs, output, embed=False, limit=1), local(BatchExecutor))
+
+
+def _descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+@pytest.mark.slow
+def test_kill_9_mid_run_then_the_same_command_finishes_with_every_clip_once(
+    tmp_path: Path,
+) -> None:
+    source = make_inputs(tmp_path / "in", videos=4)
+    for i in range(4):  # more work, so the kill lands in the middle
+        write_video(
+            source / f"more/e{i}.mp4",
+            [Segment("pan", 6, 10 + i), Segment("noise", 6, 20 + i)],
+            width=320,
+            height=192,
+            fps=15,
+        )
+    output = tmp_path / "out"
+    command = [
+        sys.executable, "-m", "conveyor", "video", str(source), str(output),
+        "--splitter", "fixed", "--clip-len", "2", "--no-tags", "--no-quality",
+        "--no-live", "--cpus", "2",
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    family: set[int] = set()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        family |= {p.pid for p in _descendants(proc.pid)}
+        done = list((output / "videos").rglob("*.json")) if (output / "videos").exists() else []
+        if len(done) >= 2:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run ended before it could be killed"
+    family |= {p.pid for p in _descendants(proc.pid)}
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    # what the killed run left: every file complete, every unfinished video incomplete
+    layout = OutputLayout(output)
+    for path in layout.clips.glob("*.mp4"):
+        with av.open(str(path)) as container:
+            assert sum(1 for _ in container.decode(video=0)) > 0
+    finished = len(records(output))
+    assert 2 <= finished < 9
+    # its workers go away by themselves once their driver is gone
+    deadline = time.monotonic() + 30
+    while any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie" for p in family):
+        assert time.monotonic() < deadline, "workers outlived their killed driver"
+        time.sleep(0.1)
+
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    found = check_layout(output)
+    assert len(found) == 9
+    summary = json.loads((output / "summary.json").read_text())
+    assert summary["videos"]["skipped_as_complete"] == finished
+    assert summary["videos"]["ok"] == 8 and summary["videos"]["failed"] == 1
+    # exactly once: the clips on disk are those of the records, each id in one video only
+    ids = [c for r in found.values() for c in r["clips"]]
+    assert len(ids) == len(set(ids))
+
+
+# -- the shot pipeline -------------------------------------------------------------------
+def test_shot_pipeline_finds_cuts_and_keeps_clips_inside_shots(tmp_path: Path) -> None:
+    truth = write_video(
+        tmp_path / "in" / "cuts.mp4",
+        [Segment("pan", 4, 1), Segment("rings", 4, 2), Segment("checker", 4, 3)],
+        width=160,
+        height=96,
+        fps=15,
+    )
+    output = tmp_path / "out"
+    config = VideoConfig(str(tmp_path / "in"), str(output), tags=False, max_clip_s=3.0)
+    report = run_video(config, local())
+    assert report.result.completed
+    record = check_layout(output)["cuts.mp4"]
+    for cut in truth.cuts_s:
+        assert any(abs(b - cut) <= 1.5 / truth.fps for b in record["boundaries_s"])
+    for clip in record["clips"]:
+        start, end = json.loads((output / "metas" / f"{clip}.json").read_text())["span"]
+        assert not any(start < cut < end for cut in truth.cuts_s)
+        assert end - start <= 3.0 + 1e-6
+
+
+def test_pipeline_stages_follow_the_options(tmp_path: Path) -> None:
+    names = [s.name for s in build_video_pipeline(VideoConfig(str(tmp_path), "o")).build()]
+    assert names[:6] == [
+        "VideoListing", "VideoProbe", "ShotWindows", "ShotFrameDecoder",
+        "TransNetV2Detector", "ShotSplitter",
+    ]  # fmt: skip
+    assert names[-1] == "ClipWriter" and "ClipFrameExtractor" in names
+    bare = VideoConfig(
+        str(tmp_path), "o", splitter="fixed", quality=False, embed=False, tags=False,
+        motion=False,
+    )  # fmt: skip
+    names = [s.name for s in build_video_pipeline(bare).build()]
+    assert names == ["VideoListing", "VideoProbe", "FixedStrideSplitter", "ClipTranscoder",
+                     "ClipWriter"]  # fmt: skip
+    histogram = VideoConfig(str(tmp_path), "o", detector="histogram")
+    assert "HistogramDetector" in [s.name for s in build_video_pipeline(histogram).build()]
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"splitter": "scenes"}, "splitter must be"),
+        ({"clip_len_s": 0}, "clip_len_s must be > 0"),
+        ({"splitter": "fixed", "min_clip_s": 20}, "no clip could be kept"),
+        ({"dedup": True, "embed": False}, "dedup needs embeddings"),
+        ({"caption_model": "/nowhere/model"}, "does not exist"),
+        ({"embed_model": "/nowhere/model.pt"}, "does not exist"),
+        ({"limit": 0}, "limit must be >= 1"),
+    ],
+)
+def test_bad_options_are_clear_errors(changes: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        VideoConfig("in", "out", **changes)
+
+
+# -- the command -------------------------------------------------------------------------
+def test_command_runs_and_lists_failed_videos(inputs: Path, tmp_path: Path) -> None:
+    output = tmp_path / "out"
+    args = ["video", str(inputs), str(output), "--splitter", "fixed", "--clip-len", "3"]
+    result = runner.invoke(app, [*args, "--no-tags", "--no-quality", "--no-embed", "--no-live"])
+    assert result.exit_code == 0, result.output
+    assert "3 in, 2 ok, 1 failed" in result.output
+    assert "broken.mp4" in result.output and "truncated" in result.output
+    assert (output / "summary.json").exists()
+    again = runner.invoke(app, [*args, "--no-tags", "--no-quality", "--no-embed", "--no-live"])
+    assert again.exit_code == 0
+    assert "3 already complete" in again.output
+    changed = runner.invoke(app, [*args, "--no-tags", "--no-live"])
+    assert changed.exit_code == 2
+    assert "other options" in changed.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["video", "/no/such/dir", "out"], "does not exist"),
+        (["video", "{input}", "out", "--splitter", "scenes"], "scenes"),
+        (["video", "{input}", "out", "--address", "127.0.0.2:6390"], "--backend ray"),
+        (["video", "{input}", "out", "--caption-model", "/no/model"], "does not exist"),
+        (["video", "{input}", "out", "--clip-len", "0"], "0"),
+        (["video", "{empty}", "out"], "no videos in"),
+    ],
+)
+def test_command_usage_errors_exit_2(
+    args: list[str], message: str, inputs: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "empty").mkdir()
+    filled = [
+        a.replace("{input}", str(inputs)).replace("{empty}", str(tmp_path / "empty")) for a in args
+    ]
+    filled = [str(tmp_path / a) if a == "out" else a for a in filled]
+    result = runner.invoke(app, filled)
+    assert result.exit_code == 2, result.output
+    assert message in result.output

@@ -1,0 +1,170 @@
+"""Shot detection in windows: the frames a window decodes (with context at the video's
+ends), and the real detectors finding generated cuts and a crossfade."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conveyor.cluster import WorkerInfo
+from conveyor.samples.video import Segment, SyntheticVideo, write_video
+from conveyor.stages.video.decode import probe
+from conveyor.stages.video.shots import (
+    TRANSNET_CONTEXT,
+    HistogramDetector,
+    ShotFrameDecoder,
+    ShotWindows,
+    TransNetV2Detector,
+    transitions_from_scores,
+)
+from conveyor.stages.video.split import ShotSplitter, SplitRules
+from conveyor.tasks.video import Video, VideoTask
+
+
+@pytest.fixture(scope="module")
+def cuts_video(tmp_path_factory: pytest.TempPathFactory) -> SyntheticVideo:
+    path = tmp_path_factory.mktemp("shots") / "cuts.mp4"
+    segments = [Segment("pan", 3, 1), Segment("rings", 3, 2), Segment("checker", 3, 3)]
+    return write_video(path, segments, width=160, height=90, fps=15, crossfades=None)
+
+
+@pytest.fixture(scope="module")
+def fade_video(tmp_path_factory: pytest.TempPathFactory) -> SyntheticVideo:
+    path = tmp_path_factory.mktemp("shots") / "fade.mkv"
+    segments = [Segment("shapes", 4, 4), Segment("plasma", 4, 5), Segment("pan", 3, 6)]
+    return write_video(path, segments, width=160, height=90, fps=15, crossfades={0: 1.0})
+
+
+@pytest.fixture(scope="module")
+def transnet() -> TransNetV2Detector:
+    detector = TransNetV2Detector()
+    detector.setup(WorkerInfo("w", "TransNetV2Detector", "n"))
+    return detector
+
+
+def windowed(truth: SyntheticVideo, window_s: float, context: int) -> list[VideoTask]:
+    video = Video(str(truth.path), truth.path.name, probe(str(truth.path)))
+    return [VideoTask(data=v) for v in ShotWindows(window_s, context).process_video(video)]
+
+
+def detect(
+    truth: SyntheticVideo,
+    detector: object,
+    decoder: ShotFrameDecoder,
+    window_s: float,
+    context: int,
+) -> list[tuple[int, int]]:
+    found: list[tuple[int, int]] = []
+    for task in windowed(truth, window_s, context):
+        decoder.process(task)
+        if isinstance(detector, TransNetV2Detector):
+            detector.process_batch([task])
+        else:
+            detector.process(task)  # type: ignore[attr-defined]
+        assert task.data.window is not None and task.data.window.frames is None  # dropped
+        found += task.data.window.transitions or []
+    return found
+
+
+def boundary_s(transition: tuple[int, int], fps: float) -> float:
+    first, last = transition
+    return (first + last + 1) / 2 / fps
+
+
+def test_windows_cover_the_video_and_carry_context(cuts_video: SyntheticVideo) -> None:
+    tasks = windowed(cuts_video, 2.0, TRANSNET_CONTEXT)
+    spans = [(t.data.window.start, t.data.window.end) for t in tasks]  # type: ignore[union-attr]
+    assert spans[0][0] == 0 and spans[-1][1] == cuts_video.num_frames
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(spans))
+    decoder = ShotFrameDecoder()
+    first, last = tasks[0], tasks[-1]
+    for task in (first, last):
+        decoder.process(task)
+    window = first.data.window
+    assert window is not None and window.frames is not None
+    assert window.frames.shape == (30 + 2 * TRANSNET_CONTEXT, 27, 48, 3)
+    # before the video's first frame, the first frame is repeated (as TransNetV2 expects)
+    assert all(np.array_equal(window.frames[i], window.frames[TRANSNET_CONTEXT]) for i in range(25))
+    tail = last.data.window
+    assert tail is not None and tail.frames is not None
+    inside = tail.end - tail.start + TRANSNET_CONTEXT
+    assert np.array_equal(tail.frames[-1], tail.frames[inside - 1])
+
+
+def test_transnetv2_finds_every_cut_within_a_frame(
+    cuts_video: SyntheticVideo, transnet: TransNetV2Detector
+) -> None:
+    found = detect(cuts_video, transnet, ShotFrameDecoder(), 2.0, TRANSNET_CONTEXT)
+    boundaries = [boundary_s(t, cuts_video.fps) for t in found]
+    assert len(boundaries) == len(cuts_video.cuts_s)
+    for cut, boundary in zip(cuts_video.cuts_s, sorted(boundaries), strict=True):
+        assert abs(cut - boundary) <= 1.5 / cuts_video.fps
+
+
+def test_transnetv2_finds_a_crossfade(
+    fade_video: SyntheticVideo, transnet: TransNetV2Detector
+) -> None:
+    found = detect(fade_video, transnet, ShotFrameDecoder(), 3.0, TRANSNET_CONTEXT)
+    boundaries = [boundary_s(t, fade_video.fps) for t in found]
+    (start, end), cut = fade_video.fades_s[0], fade_video.cuts_s[0]
+    assert any(start - 0.3 <= b <= end + 0.3 for b in boundaries)
+    assert any(abs(b - cut) <= 1.5 / fade_video.fps for b in boundaries)
+
+
+def test_histogram_detector_finds_hard_cuts(cuts_video: SyntheticVideo) -> None:
+    detector = HistogramDetector()
+    detector.setup(WorkerInfo("w", "HistogramDetector", "n"))
+    found = detect(
+        cuts_video, detector, ShotFrameDecoder(size=None, width=64), 4.0, detector.min_scene_len + 1
+    )
+    assert [c for c, _ in found] == [round(t * cuts_video.fps) for t in cuts_video.cuts_s]
+
+
+def test_detection_then_splitting_keeps_clips_inside_shots(
+    cuts_video: SyntheticVideo, transnet: TransNetV2Detector
+) -> None:
+    found_windows = windowed(cuts_video, 2.0, TRANSNET_CONTEXT)
+    decoder, detector = ShotFrameDecoder(), transnet
+    splitter = ShotSplitter(SplitRules(min_len_s=1, max_len_s=10, crop_s=0.2))
+    splitter.setup(None)
+    chunks = []
+    for task in reversed(found_windows):  # any order
+        decoder.process(task)
+        detector.process_batch([task])
+        chunks += [t.data for t in splitter.process(task)]
+    spans = [c.span for chunk in chunks for c in chunk.clips]
+    assert len(spans) == 3
+    for start, end in spans:
+        assert not any(start < cut < end for cut in cuts_video.cuts_s)
+
+
+def test_transitions_from_scores_groups_runs() -> None:
+    scores = np.array([0.1, 0.9, 0.2, 0.7, 0.8, 0.9, 0.1, 0.95])
+    assert transitions_from_scores(scores, 100, 0.5) == [(101, 101), (103, 105), (107, 107)]
+    assert transitions_from_scores(np.zeros(5), 0, 0.5) == []
+
+
+def test_detector_settings_are_validated() -> None:
+    with pytest.raises(ValueError):
+        TransNetV2Detector(threshold=1.5)
+    with pytest.raises(ValueError):
+        HistogramDetector(threshold=0)
+    with pytest.raises(ValueError):
+        ShotWindows(window_s=0)
+    with pytest.raises(ValueError):
+        ShotFrameDecoder(size=(48, 27), width=64)
+
+
+def test_a_window_with_no_decodable_frame_fails_its_video(tmp_path: Path) -> None:
+    truth = write_video(tmp_path / "short.mp4", [Segment("pan", 1, 1)], width=64, height=48, fps=10)
+    video = Video(str(truth.path), "short.mp4", probe(str(truth.path)))
+    (window,) = ShotWindows(10.0, 0).process_video(video)
+    assert window.window is not None
+    window.window.start, window.window.end = 500, 600  # past the end of the file
+    task = VideoTask(data=window)
+    ShotFrameDecoder().process(task)
+    assert task.data.failed
+    assert "no frame could be decoded" in task.data.errors["ShotFrameDecoder"]
