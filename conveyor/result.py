@@ -38,6 +38,9 @@ class StageStats:
     #: their source task (the upstream stages' work for it shows in their tasks_in)
     recovered: int = 0
     busy_s: float = 0.0
+    #: CPU seconds the stage's workers spent on its batches (every thread of the worker
+    #: process; 0 where a backend cannot tell, such as in a simulation)
+    cpu_s: float = 0.0
     peak_workers: int = 0
     final_workers: int = 0
     worker_deaths: int = 0
@@ -59,6 +62,7 @@ class StageStats:
             "retried": self.retried,
             "recovered": self.recovered,
             "busy_s": round(self.busy_s, 6),
+            "cpu_s": round(self.cpu_s, 6),
             "mean_service_s": round(self.mean_service_s, 6),
             "peak_workers": self.peak_workers,
             "final_workers": self.final_workers,

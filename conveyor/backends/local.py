@@ -320,9 +320,9 @@ class LocalBackend:
         kind = msg[0]
         if kind == "done":
             outcomes = []
-            for batch_id, outputs, filtered, busy, error in msg[1]:
+            for batch_id, outputs, filtered, busy, cpu, error in msg[1]:
                 if error is None:
-                    outcomes.append(BatchOutcome(batch_id, outputs, filtered, busy))
+                    outcomes.append(BatchOutcome(batch_id, outputs, filtered, busy, cpu))
                 else:
                     self._events.append(BatchFailed(worker.worker_id, batch_id, error))
             if outcomes:

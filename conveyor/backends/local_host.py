@@ -82,7 +82,7 @@ def worker_main(fd: int, runner: StageRunner, store: ShmStore) -> int:
             results = []
             consumed: list[Handle] = []
             for batch_id, handles in msg[1]:
-                begun = time.perf_counter()
+                begun, cpu = time.perf_counter(), time.process_time()
                 try:
                     tasks = [get(h) for h in handles]
                     outputs, labels, filtered = runner.run(tasks, [h.label for h in handles])
@@ -90,10 +90,10 @@ def worker_main(fd: int, runner: StageRunner, store: ShmStore) -> int:
                     out_handles = [put(o, lab) for o, lab in zip(outputs, labels, strict=True)]
                     del outputs
                 except Exception as exc:  # noqa: BLE001 - a task failure, retried by the driver
-                    results.append((batch_id, None, 0, 0.0, ErrorInfo.from_exception(exc)))
+                    results.append((batch_id, None, 0, 0.0, 0.0, ErrorInfo.from_exception(exc)))
                     continue
-                busy = time.perf_counter() - begun
-                results.append((batch_id, out_handles, filtered, busy, None))
+                busy, cpu = time.perf_counter() - begun, time.process_time() - cpu
+                results.append((batch_id, out_handles, filtered, busy, cpu, None))
                 consumed.extend(handles)
             send(pickle.dumps(("done", results), protocol=5))
             # Inputs are released only once their outputs are safely reported.

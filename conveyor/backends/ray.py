@@ -245,7 +245,7 @@ class _Worker:
         stored: list[Any] = []
         room = RECORD_INLINE_MAX
         for batch_id, items in batches:
-            begun = time.perf_counter()
+            begun, cpu = time.perf_counter(), time.process_time()
             mark = len(stored)
             try:
                 labels = [label for label, _ in items]
@@ -268,7 +268,8 @@ class _Worker:
                 del stored[mark:]
                 records.append((batch_id, _error(exc)))
                 continue
-            records.append((batch_id, entries, filtered, time.perf_counter() - begun))
+            busy, cpu = time.perf_counter() - begun, time.process_time() - cpu
+            records.append((batch_id, entries, filtered, busy, cpu))
         return records, stored
 
     def stop(self) -> bool:
@@ -805,7 +806,7 @@ class RayBackend:
                     done = []
                 self._events.append(BatchFailed(worker.worker_id, record[0], record[1]))
                 continue
-            batch_id, entries, filtered, busy = record
+            batch_id, entries, filtered, busy, cpu = record
             handles = []
             for label, data, nbytes, pickled in entries:
                 node = None
@@ -816,7 +817,7 @@ class RayBackend:
                     position += 1
                     node = worker.node_id  # stays in that node's object store
                 handles.append(Handle(payload, nbytes, label, node))
-            done.append(BatchOutcome(batch_id, handles, filtered, busy))
+            done.append(BatchOutcome(batch_id, handles, filtered, busy, cpu))
         if done:
             self._events.append(BatchesDone(worker.worker_id, done))
 

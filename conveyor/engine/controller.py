@@ -496,6 +496,7 @@ class Controller:
             n_out = len(outcome.outputs)
             stats.tasks_in += n_in
             stats.busy_s += outcome.busy_s
+            stats.cpu_s += outcome.cpu_s
             first_measurement = not stage.meter.measured
             out_bytes = sum(h.nbytes for h in outcome.outputs)
             stage.meter.record(n_in, n_out, out_bytes, outcome.busy_s, held_s)

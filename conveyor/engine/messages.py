@@ -62,12 +62,14 @@ class ErrorInfo:
 
 @dataclass(frozen=True, slots=True)
 class BatchOutcome:
-    """A batch a worker finished: output handles, how many inputs gave nothing, busy time."""
+    """A batch a worker finished: output handles, how many inputs gave nothing, busy time,
+    and the CPU time the worker's process spent on it (all its threads)."""
 
     batch_id: int
     outputs: list[Handle]
     filtered: int
     busy_s: float
+    cpu_s: float = 0.0
 
 
 # -- events a backend reports from poll() ------------------------------------------------

@@ -54,8 +54,9 @@ from conveyor.result import FailureRecord, RunResult, StageStats
 from conveyor.tasks.base import EmptyTask, Task
 
 TASK, FAILURE, COUNTS, SETUP_FAILED = 0, 1, 2, 3
-#: a stage's per-batch counts: (stage index, in, out, filtered, failed, retried, busy seconds)
-Counts = tuple[int, int, int, int, int, int, float]
+#: a stage's per-batch counts: (stage index, in, out, filtered, failed, retried, busy seconds,
+#: CPU seconds)
+Counts = tuple[int, int, int, int, int, int, float, float]
 _SCHEMA = pa.schema(
     [
         ("kind", pa.int8()),
@@ -130,15 +131,17 @@ class _StageFn:
                 passed.append((row["kind"], row["label"], row["data"], None))
         out: list[tuple[int, str, bytes, bytes | None]] = []
         if tasks:
-            begun = time.perf_counter()
+            begun, cpu = time.perf_counter(), time.process_time()
             outputs, out_labels, filtered, failures, retried = self._process(tasks, labels)
-            busy = time.perf_counter() - begun
+            busy, cpu = time.perf_counter() - begun, time.process_time() - cpu
             for obj, label in zip(outputs, out_labels, strict=True):
                 out.append((TASK, label, _dumps(obj, None), None))
             for record in failures:
                 out.append((FAILURE, record.task, pickle.dumps(record), None))
             done = len(tasks) - len(failures)  # as the controller counts: inputs that finished
-            carried.append((self.index, done, len(outputs), filtered, len(failures), retried, busy))
+            carried.append(
+                (self.index, done, len(outputs), filtered, len(failures), retried, busy, cpu)
+            )
         out.extend(passed)
         if carried:
             blob = pickle.dumps(carried)
@@ -272,9 +275,16 @@ class RayDataRun:
             for batch in ds.iter_batches(batch_format="pyarrow", batch_size=None):
                 for row in batch.to_pylist():
                     if row["counts"] is not None:
-                        for index, n_in, n_out, filtered, failed, retried, busy in pickle.loads(
-                            row["counts"]
-                        ):
+                        for (
+                            index,
+                            n_in,
+                            n_out,
+                            filtered,
+                            failed,
+                            retried,
+                            busy,
+                            cpu,
+                        ) in pickle.loads(row["counts"]):
                             s = stats[names[index]]
                             s.tasks_in += n_in
                             s.tasks_out += n_out
@@ -282,6 +292,7 @@ class RayDataRun:
                             s.failed += failed
                             s.retried += retried
                             s.busy_s += busy
+                            s.cpu_s += cpu
                     if row["kind"] == FAILURE:
                         result.failures.append(pickle.loads(row["data"]))
                     elif row["kind"] == SETUP_FAILED:

@@ -212,3 +212,69 @@ def test_cuda_visible_devices_restricts_detection(monkeypatch: pytest.MonkeyPatc
     assert backend.gpu_ids == ["2", "3"] and backend.gpu_memory_gb == 80.0
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     assert LocalBackend(num_cpus=1).gpu_ids == []
+
+
+class Burn(ProcessingStage[int, int]):
+    """Spends ``cpu_s`` of CPU, or sleeps as long: busy either way, CPU only in the first."""
+
+    def __init__(self, cpu_s: float, sleep: bool) -> None:
+        self.cpu_s = cpu_s
+        self.sleep = sleep
+        self.name = "sleep" if sleep else "burn"
+
+    def process(self, task: int) -> int:
+        if self.sleep:
+            time.sleep(self.cpu_s)
+        else:
+            end = time.process_time() + self.cpu_s
+            while time.process_time() < end:
+                pass
+        return task
+
+
+def test_stage_stats_count_cpu_time_apart_from_busy_time() -> None:
+    stages = [Burn(0.1, sleep=False), Burn(0.1, sleep=True)]
+    result = Pipeline("p", stages).run(StreamingExecutor(LocalBackend(num_cpus=2)), range(6))
+    burn, sleep = result.stats["burn"], result.stats["sleep"]
+    assert burn.cpu_s >= 0.55 and burn.busy_s >= burn.cpu_s * 0.9
+    assert sleep.busy_s >= 0.55 and sleep.cpu_s < 0.1
+
+
+class Preloaded(ProcessingStage[int, str]):
+    """Names a module it never imports itself; the host must already have it at node setup."""
+
+    preload_modules = ("wave",)
+
+    def setup_on_node(self, node: NodeInfo, worker: WorkerInfo) -> None:
+        import sys
+
+        if "wave" not in sys.modules:
+            raise RuntimeError("wave was not preloaded before setup_on_node")
+
+    def process(self, task: int) -> str:
+        import sys
+
+        return "yes" if "wave" in sys.modules else "no"
+
+
+def test_preload_modules_are_imported_before_the_host_starts() -> None:
+    result = Pipeline("p", [Preloaded()]).run(StreamingExecutor(LocalBackend()), range(3))
+    assert result.outputs == ["yes"] * 3
+
+
+def test_a_preload_module_that_does_not_exist_stops_the_run() -> None:
+    from conveyor.errors import StageSetupError
+
+    stage = Preloaded()
+    stage.preload_modules = ("no_such_module_anywhere",)
+    with pytest.raises(StageSetupError, match="no_such_module_anywhere"):
+        Pipeline("p", [stage]).run(StreamingExecutor(LocalBackend()), range(3))
+
+
+def test_preload_modules_must_be_a_tuple_of_names() -> None:
+    from conveyor.errors import PipelineBuildError
+
+    stage = Preloaded()
+    stage.preload_modules = "torch"  # type: ignore[assignment]
+    with pytest.raises(PipelineBuildError, match="preload_modules must be a tuple"):
+        Pipeline("p", [stage]).build()

@@ -304,9 +304,7 @@ def plan(
             # an idle worker (the budget would), so the dead band is the 2% margin alone
             reserved = sum(c * s.cpus for c, s in zip(current, stages, strict=True))
             slack = 0 if share and reserved > budget.cpus + 1e-9 else 1
-            target = _give_back(
-                target, current, weights, active, pace, config.min_gain, slack
-            )
+            target = _give_back(target, current, weights, active, pace, config.min_gain, slack)
 
     # hysteresis on removals: a stage shrinks only after the proposal has held long enough
     result = []

@@ -56,9 +56,7 @@ def _load(layout: OutputLayout) -> tuple[list[str], np.ndarray]:
     return ids, matrix
 
 
-def similar_pairs(
-    matrix: np.ndarray, threshold: float, block: int = 2048
-) -> list[tuple[int, int]]:
+def similar_pairs(matrix: np.ndarray, threshold: float, block: int = 2048) -> list[tuple[int, int]]:
     """Index pairs ``i < j`` with cosine similarity >= ``threshold`` (rows L2-normalised)."""
     pairs: list[tuple[int, int]] = []
     n = len(matrix)
