@@ -8,7 +8,8 @@ the broken inputs users have: empty, truncated, not a video, audio only, undecod
 
 Every pattern is deterministic for its seed, and consecutive segments use different palettes,
 so a cut is a real change of content (as in edited footage) and a static segment is truly
-still (its codec motion vectors are zero).
+still: every frame is the same picture (an encoder still refines it for a few frames after
+each key frame, so its motion vectors are not all zero).
 """
 
 from __future__ import annotations
@@ -249,7 +250,8 @@ def render_frames(
     crossfades: dict[int, float] | None = None,
 ) -> Iterator[np.ndarray]:
     """Frames of the whole timeline; ``crossfades[i]`` blends segment i into i + 1 over that
-    many seconds at the end of segment i (the timeline's length does not change)."""
+    many seconds at the end of segment i: the next segment starts inside the fade, so the
+    timeline is shorter than the segments' durations by the fades' lengths."""
     crossfades = crossfades or {}
     renderers = [_Renderer(s, width, height, fps) for s in segments]
     lengths = [max(1, round(s.duration_s * fps)) for s in segments]

@@ -13,7 +13,6 @@ import contextlib
 import math
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from conveyor.stages.video.base import InputError
@@ -28,18 +27,24 @@ _RESEEK_S = 10.0
 _FIRST_FRAME_PACKETS = 600
 
 
+_QUIET = False
+
+
 def _quiet_logs() -> None:
     """Keep FFmpeg's errors for exception messages ("last error log") without printing them:
     a corrupt file would otherwise fill the terminal with decoder complaints."""
+    global _QUIET
     import logging
 
     import av.logging
 
     if av.logging.get_level() != av.logging.ERROR:
         av.logging.set_level(av.logging.ERROR)
+    if not _QUIET:
         libav = logging.getLogger("libav")
         libav.addHandler(logging.NullHandler())
         libav.propagate = False
+        _QUIET = True
 
 
 @contextlib.contextmanager
@@ -47,6 +52,7 @@ def _capture() -> Iterator[list[tuple[int, str, str]]]:
     """Capture FFmpeg's messages (warnings too: they explain why a file did not open)."""
     import av.logging
 
+    _quiet_logs()
     av.logging.set_level(av.logging.WARNING)
     try:
         with av.logging.Capture() as logs:
@@ -111,14 +117,6 @@ def frame_seconds(frame: Any, start_pts: int, time_base: float) -> float | None:
     return (pts - start_pts) * time_base
 
 
-@dataclass
-class _Stream:
-    container: Any
-    stream: Any
-    start_pts: int
-    time_base: float
-
-
 def probe(path: str, *, verify: bool = True) -> VideoMetadata:
     """Metadata of ``path``'s first video stream; ``InputError`` with the reason otherwise.
 
@@ -148,20 +146,20 @@ def probe(path: str, *, verify: bool = True) -> VideoMetadata:
             raise InputError(f"no decoder for the video stream's codec ({stream.codec.name})")
         width, height = context.width, context.height
         fps = _frame_rate(stream)
-        time_base = float(stream.time_base) if stream.time_base else None
-        duration = None
-        if stream.duration and time_base:
-            duration = stream.duration * time_base
-        elif container.duration:
-            duration = container.duration / 1_000_000
+        time_base = float(stream.time_base) if stream.time_base else 0.0
+        # the video track's own length, where the stream says it; a Matroska DURATION tag
+        # (an end time when written by FFmpeg, a length by others) and the container's
+        # duration (which may span a longer audio track) are only hints of where it ends
+        declared = stream.duration * time_base if stream.duration and time_base else None
+        tag = _tag_seconds(stream.metadata)
+        hint = tag or (container.duration / 1_000_000 if container.duration else None)
         start = stream.start_time * time_base if stream.start_time and time_base else 0.0
         frames = stream.frames or 0
-        if fps is None and frames and duration:
-            fps = frames / duration
+        if fps is None and frames and (declared or hint):
+            fps = frames / (declared or hint)  # type: ignore[operator]
         if fps is None:
             raise InputError("the video stream declares no frame rate and no frame count")
-        if not duration and frames:
-            duration = frames / fps
+        duration = declared or (frames / fps if frames else None) or hint
         audio = container.streams.audio[0].codec_context.name if container.streams.audio else None
         bit_rate = context.bit_rate or container.bit_rate or None
         container_name = container.format.name if container.format else None
@@ -174,9 +172,12 @@ def probe(path: str, *, verify: bool = True) -> VideoMetadata:
             pix_fmt = pix_fmt or first.format.name
             rotation = int(getattr(first, "rotation", 0) or 0)
             start_pts = first.pts if first.pts is not None else 0
-            start = start_pts * (time_base or 0.0)
-            if duration:
-                _check_tail(container, stream, start_pts, time_base or 0.0, duration, fps)
+            start = start_pts * time_base
+            offset = start if tag else (container.start_time or 0) / 1_000_000
+            ends = [] if hint is None else [hint, hint + offset]
+            duration = _check_tail(container, stream, start_pts, time_base, fps, declared, ends)
+            if declared is None:
+                frames = round(duration * fps)
         if not width or not height:
             raise InputError("the video stream has no frame size")
         if not duration:
@@ -220,34 +221,109 @@ def _first_frame(container: Any, stream: Any) -> Any:
     )
 
 
+def _tag_seconds(metadata: Any) -> float | None:
+    """Seconds from a ``DURATION`` tag such as ``00:01:02.500000000``."""
+    value = metadata.get("DURATION") or metadata.get("duration")
+    if not value:
+        return None
+    try:
+        hours, minutes, seconds = value.split(":")
+        total = int(hours) * 3600 + int(minutes) * 60 + float(seconds)
+    except ValueError:
+        return None
+    return total if total > 0 else None
+
+
 def _check_tail(
-    container: Any, stream: Any, start_pts: int, time_base: float, duration: float, fps: float
-) -> None:
-    """Decode the last seconds; a file whose frames stop well before its declared duration
-    was cut short."""
+    container: Any,
+    stream: Any,
+    start_pts: int,
+    time_base: float,
+    fps: float,
+    declared: float | None,
+    ends: list[float],
+) -> float:
+    """Read the last seconds and return the video's length; ``InputError`` if the file was
+    cut short.
+
+    With a length of its own (``declared``), the video track must reach it. Without one, the
+    file's data (any stream) must reach the end the container gives (read either as a length
+    or as an end time), and the video's length is where its frames stop: a Matroska file
+    whose audio outlasts its video, or whose timestamps start late, is complete.
+    """
+    start = start_pts * time_base
+    if declared is not None:
+        reference = start + declared
+        seek_to = reference
+    elif ends:
+        reference = min(ends)
+        seek_to = max(ends)
+    else:
+        raise InputError("the video's duration is unknown (neither stream nor container say)")
+    tolerance = max(1.0, 0.02 * (reference - start), 3 / fps)
+    last_video, last_any = _scan_tail(container, stream, time_base, max(start, seek_to - 3.0))
+    if declared is not None:
+        if last_video is None:
+            raise InputError(
+                f"truncated: no frame can be decoded in the last seconds of the {declared:.2f} s "
+                "the file declares"
+            )
+        if last_video + 1 / fps < reference - tolerance:
+            raise InputError(
+                f"truncated: its frames stop at {last_video + 1 / fps - start:.2f} s of the "
+                f"{declared:.2f} s the file declares"
+            )
+        return declared
+    if last_any is None or last_any < reference - tolerance:
+        got = "nothing" if last_any is None else f"{last_any - start:.2f} s"
+        raise InputError(
+            f"truncated: its data stops at {got} of the {reference - start:.2f} s the file declares"
+        )
+    if last_video is None:  # the video ended well before the other streams: find where
+        last_video = _last_video_packet(container, stream, time_base, start)
+    if last_video is None:
+        raise InputError("no frame of the video stream can be found")
+    return last_video + 1 / fps - start
+
+
+def _scan_tail(
+    container: Any, stream: Any, time_base: float, seek_to: float
+) -> tuple[float | None, float | None]:
+    """(last video frame time, last data time of any stream) from ``seek_to`` to the end."""
     import av
 
-    tolerance = max(1.0, 0.02 * duration, 3 / fps)
-    target = max(0.0, duration - 3.0)
+    last_video: float | None = None
+    last_any: float | None = None
+    try:
+        container.seek(int(seek_to / time_base), stream=stream, backward=True)
+        for packet in container.demux():
+            if packet.pts is not None and packet.time_base:
+                end = float((packet.pts + (packet.duration or 0)) * packet.time_base)
+                last_any = end if last_any is None else max(last_any, end)
+            if packet.stream is stream:
+                for frame in packet.decode():
+                    if frame.pts is not None:
+                        t = frame.pts * time_base
+                        last_video = t if last_video is None else max(last_video, t)
+    except av.FFmpegError:
+        pass  # judged by how far the data got
+    return last_video, last_any
+
+
+def _last_video_packet(container: Any, stream: Any, time_base: float, start: float) -> float | None:
+    """The last video packet's time, demuxing (not decoding) from the start."""
+    import av
+
     last: float | None = None
     try:
-        container.seek(int(target / time_base) + start_pts, stream=stream, backward=True)
-        for frame in container.decode(stream):
-            t = frame_seconds(frame, start_pts, time_base)
-            if t is not None:
-                last = t
+        container.seek(int(start / time_base), stream=stream, backward=True)
+        for packet in container.demux(stream):
+            if packet.pts is not None:
+                t = packet.pts * time_base
+                last = t if last is None else max(last, t)
     except av.FFmpegError:
-        pass  # judged below by how far the frames got
-    if last is None:
-        raise InputError(
-            f"truncated: no frame can be decoded in the last seconds of the {duration:.2f} s "
-            "the file declares"
-        )
-    if last + 1 / fps < duration - tolerance:
-        raise InputError(
-            f"truncated: its frames stop at {last + 1 / fps:.2f} s of the {duration:.2f} s the "
-            "file declares"
-        )
+        pass
+    return last
 
 
 # -- decoding a range -------------------------------------------------------------------
@@ -283,6 +359,8 @@ def decode_range(
             frames = _decode_from(container, stream, start_pts, time_base, metadata.fps)
             first = next(frames, None)
             if first is None:
+                if origin > 0:
+                    continue  # nothing decodes after this seek: read from further back
                 return
             if first[0] > start_s + half_frame and origin > 0:
                 continue  # landed after the start: go further back

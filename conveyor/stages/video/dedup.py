@@ -94,7 +94,7 @@ def find_duplicate_groups(
         candidates = [similar_pairs(matrix, threshold)]
     else:
         candidates = []
-        for members in _clusters(matrix, exact_limit // 4):
+        for members in _clusters(matrix, max(1, exact_limit // 4)):
             local = similar_pairs(matrix[members], threshold)
             candidates.append([(int(members[a]), int(members[b])) for a, b in local])
     for pairs in candidates:
@@ -120,6 +120,8 @@ def deduplicate(
     """Mark near-duplicate kept clips under ``output``; returns the counts and groups."""
     if not 0 < threshold <= 1:
         raise ValueError(f"threshold must be in (0, 1], got {threshold}")
+    if exact_limit < 1:
+        raise ValueError(f"exact_limit must be >= 1, got {exact_limit}")
     layout = OutputLayout(output)
     ids, matrix = _load(layout)
     metas = {cid: _read_meta(layout, cid) for cid in ids}

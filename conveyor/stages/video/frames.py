@@ -26,7 +26,9 @@ def sample_indices(num_frames: int, fps: float, rate: float) -> list[int]:
     if num_frames <= 0:
         return []
     duration = num_frames / fps
-    count = max(1, math.floor(duration * rate + 1e-9))
+    if duration * rate < 1:
+        return [num_frames // 2]
+    count = math.floor(duration * rate + 1e-9)
     indices = [min(num_frames - 1, int((k + 0.5) / rate * fps)) for k in range(count)]
     return sorted(set(indices))
 

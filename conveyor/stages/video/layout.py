@@ -129,7 +129,7 @@ class OutputLayout:
         removed = 0
         ids: set[str] = set()
         staging = self.staging_dir(vid)
-        for intent in staging.glob("*.intent.json"):
+        for intent in staging.glob("intent-*.json"):
             with contextlib.suppress(OSError, ValueError):
                 ids.update(json.loads(intent.read_text()).get("clip_ids", []))
         record = self.read_record(relative_path)

@@ -4,13 +4,14 @@ Decoding an H.264 clip with ``export_mvs`` gives every inter-coded block's motio
 no extra decoding cost. Two scores come out, both in fractions of the frame width per frame
 (so they do not depend on the resolution):
 
-- ``motion_global_mean``: the block-area-weighted mean vector length over all frames;
+- ``motion_global_mean``: each frame's block-area-weighted mean vector length, and its
+  median over the frames;
 - ``motion_patch_min``: the frame cut into ``patch`` x ``patch`` pixel squares, each square's
-  mean over the clip, and the least of them (low when some region never moves).
+  median over the frames, and the least of them (low when some region never moves).
 
 A clip below either threshold is filtered as ``"motion"``. The defaults filter still footage
-(a global mean of about 1e-7 on a frozen frame) and keep slow content (a few shapes moving
-over a still background scores around 3e-4 at 720p); ``patch_threshold`` is off by default,
+(a frozen frame scores 0) and keep slow content (a few shapes moving over a still background
+score around 3e-4 at 720p); ``patch_threshold`` is off by default,
 since a still region (a logo, a letterbox, a fixed background) is common in good footage.
 """
 
@@ -27,7 +28,12 @@ from conveyor.tasks.video import Clip, Video
 
 
 def motion_scores(encoded: bytes, patch: int = 256) -> tuple[float, float, int]:
-    """``(global mean, patch minimum, frames with vectors)`` of an encoded clip."""
+    """``(global score, patch minimum, frames with vectors)`` of an encoded clip.
+
+    Both are medians over the frames: after each key frame an encoder spends a few frames
+    refining even a frozen picture, with small vectors that a mean would let dominate a
+    still clip (the median of a frozen clip is 0; of a moving one, its typical motion).
+    """
     import av
 
     with av.open(io.BytesIO(encoded)) as container:
@@ -36,9 +42,8 @@ def motion_scores(encoded: bytes, patch: int = 256) -> tuple[float, float, int]:
         stream.codec_context.flags2 |= av.codec.context.Flags2.export_mvs
         width, height = stream.codec_context.width, stream.codec_context.height
         cols, rows = max(1, -(-width // patch)), max(1, -(-height // patch))
-        patch_sum = np.zeros(rows * cols)
-        patch_area = np.zeros(rows * cols)
         frame_means: list[float] = []
+        patch_means: list[np.ndarray] = []
         for frame in container.decode(stream):
             vectors = _vectors(frame)
             if vectors is None:
@@ -51,14 +56,15 @@ def motion_scores(encoded: bytes, patch: int = 256) -> tuple[float, float, int]:
             cx = np.clip(vectors["dst_x"] // patch, 0, cols - 1)
             cy = np.clip(vectors["dst_y"] // patch, 0, rows - 1)
             cell = cy * cols + cx
-            patch_sum += np.bincount(cell, weights=length * area, minlength=rows * cols)
-            patch_area += np.bincount(cell, weights=area, minlength=rows * cols)
+            moved = np.bincount(cell, weights=length * area, minlength=rows * cols)
+            covered = np.bincount(cell, weights=area, minlength=rows * cols)
+            # a square no vector landed on was coded without motion: still
+            patch_means.append(np.where(covered > 0, moved / np.maximum(covered, 1.0), 0.0))
     if not frame_means:
         return 0.0, 0.0, 0
-    # a square no vector ever landed on was coded without motion: it counts as still
-    per_patch = np.where(patch_area > 0, patch_sum / np.maximum(patch_area, 1.0), 0.0)
+    per_patch = np.median(np.stack(patch_means), axis=0)
     return (
-        float(np.mean(frame_means)) / width,
+        float(np.median(frame_means)) / width,
         float(per_patch.min()) / width,
         len(frame_means),
     )

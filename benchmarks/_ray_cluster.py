@@ -1,0 +1,51 @@
+"""A two-node Ray cluster on loopback for a benchmark (the tests' cluster, with its own token
+and temp dir), connected from this process and stopped by process id afterwards."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+
+@contextlib.contextmanager
+def two_node_cluster(cpus_per_node: int = 1, gpus_per_node: int = 0) -> Iterator[str]:
+    """Yields the address of a head (127.0.0.2) and a worker node (127.0.0.3)."""
+    root = Path(tempfile.mkdtemp(prefix="cvy-bench-ray-"))
+    token = root / "token"
+    token.write_text(secrets.token_hex(32))
+    token.chmod(0o600)
+    env = {
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN_PATH": str(token),
+        "RAY_USAGE_STATS_ENABLED": "0",
+    }
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)  # before ray is imported: it reads them then
+    from tests.backends.ray_cluster import LocalRayCluster
+
+    cluster = LocalRayCluster(
+        root, cpus_per_node=cpus_per_node, gpus_per_node=gpus_per_node, env=env
+    )
+    try:
+        cluster.start(workers=1)
+        from conveyor.backends.ray import RayConnection
+
+        RayConnection(cluster.address).connect()
+        yield cluster.address
+    finally:
+        import ray
+
+        with contextlib.suppress(Exception):
+            ray.shutdown()
+        cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

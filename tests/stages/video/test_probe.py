@@ -1,0 +1,337 @@
+"""Probing (metadata, and clear reasons for every kind of bad file) and decoding a range."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import av
+import numpy as np
+import pytest
+
+from conveyor.samples.video import BAD_KINDS, CONTAINERS, Segment, SyntheticVideo, write_bad_file
+from conveyor.stages.video import decode
+from conveyor.stages.video.base import InputError
+from conveyor.stages.video.decode import decode_range, probe
+
+from .conftest import Media
+
+#: what each broken kind's reason must say
+TELLING = {
+    "empty": "empty",
+    "truncated": "truncated",
+    "not_video": "not a video",
+    "random_bytes": "not a video",
+    "audio_only": "no video stream",
+    "undecodable": "cannot decode",
+}
+
+CODECS = {".mp4": "h264", ".mkv": "h264", ".mov": "h264", ".webm": "vp9", ".avi": "mpeg4"}
+
+
+def long_video(media: Media, suffix: str) -> SyntheticVideo:
+    """6 s at 160x120, 12 fps (72 frames), a key frame every 2 s."""
+    return media.video(
+        f"long{suffix}",
+        [Segment("pan", 3.0, 1), Segment("shapes", 3.0, 2)],
+        width=160,
+        height=120,
+        fps=12,
+    )
+
+
+@pytest.fixture(scope="module")
+def bad_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("bad")
+    return {kind: write_bad_file(folder / f"{kind}.mp4", kind) for kind in BAD_KINDS}
+
+
+def cut(source: Path, target: Path, fraction: float) -> Path:
+    data = source.read_bytes()
+    target.write_bytes(data[: int(len(data) * fraction)])
+    return target
+
+
+# -- probing ------------------------------------------------------------------------------
+@pytest.mark.parametrize("suffix", sorted(CONTAINERS))
+def test_probe_reads_every_container(media: Media, suffix: str) -> None:
+    video = long_video(media, suffix)
+    meta = probe(str(video.path))
+    assert meta.codec == CODECS[suffix]
+    assert (meta.width, meta.height) == (160, 120)
+    assert meta.fps == pytest.approx(12)
+    assert meta.duration_s == pytest.approx(6.0, abs=0.1)
+    assert meta.num_frames == 72
+    assert meta.pixel_format == "yuv420p"
+    assert meta.audio_codec is None
+    assert meta.size_bytes == video.path.stat().st_size
+    assert meta.start_time_s == pytest.approx(0.0)
+    assert meta.rotation == 0
+    assert meta.container
+
+
+def test_probe_reports_the_audio_codec_and_a_10_bit_pixel_format(media: Media) -> None:
+    with_audio = media.video(
+        "audio.mp4", [Segment("pan", 1.0, 1)], width=160, height=120, fps=12, audio=True
+    )
+    assert probe(str(with_audio.path)).audio_codec == "aac"
+    try:
+        deep = media.video(
+            "deep.mp4",
+            [Segment("pan", 1.0, 1)],
+            width=160,
+            height=120,
+            fps=12,
+            pix_fmt="yuv420p10le",
+        )
+    except av.FFmpegError:
+        pytest.skip("this libx264 cannot encode 10-bit")
+    assert probe(str(deep.path)).pixel_format == "yuv420p10le"
+
+
+def test_probe_without_verify_skips_decoding(media: Media, tmp_path: Path) -> None:
+    truncated = cut(long_video(media, ".mkv").path, tmp_path / "cut.mkv", 0.6)
+    meta = probe(str(truncated), verify=False)  # the header still says 6 s
+    assert meta.duration_s == pytest.approx(6.0, abs=0.1)
+    with pytest.raises(InputError, match="truncated"):
+        probe(str(truncated))
+
+
+@pytest.mark.parametrize("kind", BAD_KINDS)
+def test_every_bad_file_is_rejected_with_a_telling_reason(
+    bad_files: dict[str, Path], kind: str
+) -> None:
+    with pytest.raises(InputError) as raised:
+        probe(str(bad_files[kind]))
+    assert TELLING[kind] in str(raised.value).lower()
+
+
+@pytest.mark.parametrize("suffix", [".mkv", ".webm"])
+def test_a_cut_matroska_file_is_reported_truncated(
+    media: Media, tmp_path: Path, suffix: str
+) -> None:
+    truncated = cut(long_video(media, suffix).path, tmp_path / f"cut{suffix}", 0.6)
+    with pytest.raises(InputError, match="truncated") as raised:
+        probe(str(truncated))
+    assert "6.00 s" in str(raised.value)
+
+
+def test_a_missing_file_is_an_input_error(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="cannot read the file"):
+        probe(str(tmp_path / "nowhere.mp4"))
+
+
+def test_probing_a_corrupt_file_prints_nothing(media: Media, tmp_path: Path) -> None:
+    truncated = cut(long_video(media, ".mkv").path, tmp_path / "cut.mkv", 0.6)
+    script = (
+        "import sys\n"
+        "from conveyor.stages.video.base import InputError\n"
+        "from conveyor.stages.video.decode import probe\n"
+        "try:\n"
+        "    probe(sys.argv[1])\n"
+        "except InputError:\n"
+        "    print('rejected')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(truncated)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert done.stdout.strip() == "rejected"
+    assert done.stderr == ""
+
+
+# -- decoding a range --------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def sequential(media: Media) -> dict[str, list[np.ndarray]]:
+    """Every frame of each long video, decoded from the start."""
+    frames = {}
+    for suffix in CONTAINERS:
+        with av.open(str(long_video(media, suffix).path)) as container:
+            frames[suffix] = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
+    return frames
+
+
+class SeekCounter:
+    """Wraps ``decode.open_video`` and counts the seeks made on what it opened."""
+
+    def __init__(
+        self, monkeypatch: pytest.MonkeyPatch, wrapper: type[_Counted] | None = None
+    ) -> None:
+        self.seeks = 0
+        original = decode.open_video
+        wrap = wrapper or _Counted
+
+        def counting(path: str, threads: int = 1) -> tuple[Any, Any]:
+            container, stream = original(path, threads)
+            return wrap(container, self), stream
+
+        monkeypatch.setattr(decode, "open_video", counting)
+
+
+class _Counted:
+    def __init__(self, container: Any, counter: SeekCounter) -> None:
+        self._container = container
+        self._counter = counter
+
+    def seek(self, *args: Any, **kwargs: Any) -> Any:
+        self._counter.seeks += 1
+        return self._container.seek(*args, **kwargs)
+
+    def __enter__(self) -> _Counted:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._container.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._container, name)
+
+
+@pytest.mark.parametrize("suffix", sorted(CONTAINERS))
+@pytest.mark.parametrize(
+    ("start", "end"),
+    [(0.0, 1.0), (2.5, 3.5), (1.0, 2.0), (5.5, 7.0), (0.04, 0.5), (4.0, 4.0)],
+)
+def test_decode_range_gives_exactly_the_frames_of_the_range(
+    media: Media,
+    sequential: dict[str, list[np.ndarray]],
+    monkeypatch: pytest.MonkeyPatch,
+    suffix: str,
+    start: float,
+    end: float,
+) -> None:
+    path = str(long_video(media, suffix).path)
+    meta = media.metadata(path)
+    counter = SeekCounter(monkeypatch)
+    got = list(decode_range(path, meta, start, end))
+    indices = [round(t * meta.fps) for t, _ in got]
+    expected = list(range(round(start * 12), min(round(end * 12), 72)))
+    assert indices == expected
+    for (t, frame), index in zip(got, indices, strict=True):
+        assert t == pytest.approx(index / 12, abs=1e-3)
+        assert np.array_equal(frame.to_ndarray(format="rgb24"), sequential[suffix][index])
+    assert counter.seeks <= 1
+
+
+def test_decode_range_past_the_end_gives_nothing(media: Media) -> None:
+    path = str(long_video(media, ".mp4").path)
+    assert list(decode_range(path, media.metadata(path), 7.0, 9.0)) == []
+
+
+def test_decode_range_reads_again_from_further_back_when_a_seek_lands_late(
+    media: Media, sequential: dict[str, list[np.ndarray]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A container whose first seek lands after the start is read from 10 s earlier."""
+    path = str(long_video(media, ".mkv").path)
+    meta = media.metadata(path)
+
+    class LateFirstSeek(_Counted):
+        def seek(self, offset: int, *args: Any, **kwargs: Any) -> Any:
+            self._counter.seeks += 1
+            if self._counter.seeks == 1:  # land on the key frame at 4 s instead
+                offset = round(4.0 / float(self._container.streams.video[0].time_base))
+            return self._container.seek(offset, *args, **kwargs)
+
+    counter = SeekCounter(monkeypatch, LateFirstSeek)
+    got = list(decode_range(path, meta, 2.5, 3.0))
+    assert [round(t * 12) for t, _ in got] == list(range(30, 36))
+    assert np.array_equal(got[0][1].to_ndarray(format="rgb24"), sequential[".mkv"][30])
+    assert counter.seeks == 2
+
+
+# -- sources whose timestamps do not start at zero, and MPEG-TS ---------------------------
+def write_raw(
+    path: Path, fmt: str, first_pts: int, seconds: float = 4.0, audio_s: float = 0.0
+) -> list[np.ndarray]:
+    """Noise at 160x120, 12 fps, key frames every 2 s, timestamps from ``first_pts`` (as a
+    stream cut out of a longer one keeps them), and ``audio_s`` of silence in AAC; returns
+    the frames as decoded."""
+    from fractions import Fraction
+
+    from conveyor.samples.video import render_frames
+
+    rate = Fraction(12)
+    with av.open(str(path), "w", format=fmt) as container:
+        stream = container.add_stream("libx264", rate=rate)
+        stream.width, stream.height, stream.pix_fmt = 160, 120, "yuv420p"
+        stream.options = {"preset": "ultrafast"}
+        stream.codec_context.gop_size = 24
+        sound = container.add_stream("aac", rate=48000) if audio_s else None
+        for i, image in enumerate(render_frames([Segment("noise", seconds, 7)], 160, 120, 12)):
+            frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(image), format="rgb24")
+            frame.pts = first_pts + i
+            frame.time_base = 1 / rate
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+        if sound is not None:
+            for start in range(0, int(audio_s * 48000), 1024):
+                samples = av.AudioFrame.from_ndarray(
+                    np.zeros((1, 1024), np.float32), format="fltp", layout="mono"
+                )
+                samples.sample_rate, samples.pts = 48000, start
+                for packet in sound.encode(samples):
+                    container.mux(packet)
+            for packet in sound.encode():
+                container.mux(packet)
+    with av.open(str(path)) as container:
+        return [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
+
+
+def test_an_mp4_starting_late_is_read_from_its_first_frame(tmp_path: Path) -> None:
+    path = tmp_path / "late.mp4"
+    frames = write_raw(path, "mp4", first_pts=30)
+    meta = probe(str(path))
+    assert meta.start_time_s == pytest.approx(2.5)
+    assert meta.duration_s == pytest.approx(4.0, abs=0.1) and meta.num_frames == 48
+    got = list(decode_range(str(path), meta, 2.5, 3.0))
+    assert [round(t * 12) for t, _ in got] == list(range(30, 36))
+    assert np.array_equal(got[0][1].to_ndarray(format="rgb24"), frames[30])
+
+
+def test_an_mkv_starting_late_is_not_truncated(tmp_path: Path) -> None:
+    path = tmp_path / "late.mkv"
+    write_raw(path, "matroska", first_pts=30)
+    meta = probe(str(path))
+    assert meta.start_time_s == pytest.approx(2.5)
+    assert meta.duration_s == pytest.approx(4.0, abs=0.1) and meta.num_frames == 48
+
+
+def test_an_mpeg_ts_file_named_explicitly_is_probed(tmp_path: Path) -> None:
+    path = tmp_path / "broadcast.ts"
+    frames = write_raw(path, "mpegts", first_pts=0, seconds=6.0)
+    meta = probe(str(path))
+    assert meta.duration_s == pytest.approx(6.0, abs=0.1) and meta.num_frames == 72
+    got = list(decode_range(str(path), meta, 2.5, 3.0))
+    assert [round(t * 12) for t, _ in got] == list(range(30, 36))
+    assert np.array_equal(got[0][1].to_ndarray(format="rgb24"), frames[30])
+
+
+def test_an_mpeg_ts_range_after_the_last_key_frame(tmp_path: Path) -> None:
+    path = tmp_path / "broadcast.ts"
+    frames = write_raw(path, "mpegts", first_pts=0, seconds=6.0)
+    meta = probe(str(path))
+    got = list(decode_range(str(path), meta, 4.5, 5.0))
+    assert [round(t * 12) for t, _ in got] == list(range(54, 60))
+    assert np.array_equal(got[0][1].to_ndarray(format="rgb24"), frames[54])
+
+
+def test_an_mkv_whose_audio_outlasts_its_video_is_not_truncated(tmp_path: Path) -> None:
+    path = tmp_path / "long-audio.mkv"
+    write_raw(path, "matroska", first_pts=0, audio_s=8.0)
+    meta = probe(str(path))
+    assert meta.audio_codec == "aac"
+    assert meta.duration_s == pytest.approx(4.0, abs=0.1) and meta.num_frames == 48
+
+
+def test_an_mp4_whose_audio_outlasts_its_video_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "long-audio.mp4"
+    write_raw(path, "mp4", first_pts=0, audio_s=8.0)
+    meta = probe(str(path))
+    assert meta.duration_s == pytest.approx(4.0, abs=0.1) and meta.num_frames == 48

@@ -1,0 +1,259 @@
+"""Finding the videos (directories, files, lists; resume) and probing each one."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from conveyor.samples.video import write_bad_file
+from conveyor.stages.video.layout import OutputLayout
+from conveyor.stages.video.reader import (
+    VideoListing,
+    VideoProbe,
+    VideoReader,
+    check_inputs,
+    input_root,
+    list_videos,
+    pending_videos,
+)
+from conveyor.tasks.base import Task
+from conveyor.tasks.video import Video, VideoTask
+
+from .conftest import Media
+
+
+def touch(root: Path, *names: str) -> None:
+    for name in names:
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"x" * (len(name) + 1))
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    root = tmp_path / "in"
+    touch(
+        root,
+        "b.mp4",
+        "a.MOV",
+        "sub/c.mkv",
+        "sub/deeper/d.WebM",
+        "sub/e.avi",
+        "notes.txt",
+        "clip.mp4.part",
+        ".hidden.mp4",
+        ".cache/f.mp4",
+        "sub/.git/g.mp4",
+        "out/clips/h.mp4",
+    )
+    return root
+
+
+def relatives(sources: list) -> list[str]:  # type: ignore[type-arg]
+    return [s.relative_path for s in sources]
+
+
+def test_a_directory_is_searched_recursively_in_relative_path_order(tree: Path) -> None:
+    found = list_videos(tree, exclude=[tree / "out"])
+    assert relatives(found) == [
+        "a.MOV",
+        "b.mp4",
+        "sub/c.mkv",
+        "sub/deeper/d.WebM",
+        "sub/e.avi",
+    ]
+    first = found[0]
+    assert first.path == str(tree / "a.MOV")
+    assert first.size == (tree / "a.MOV").stat().st_size
+    assert first.mtime == (tree / "a.MOV").stat().st_mtime
+
+
+def test_hidden_files_and_directories_are_skipped(tree: Path) -> None:
+    names = relatives(list_videos(tree))
+    assert not any(part.startswith(".") for name in names for part in name.split("/"))
+    assert "out/clips/h.mp4" in names  # nothing excluded unless asked
+
+
+def test_extensions_are_matched_in_any_case(tree: Path) -> None:
+    assert relatives(list_videos(tree, extensions=[".MKV", ".avi"])) == [
+        "sub/c.mkv",
+        "sub/e.avi",
+    ]
+
+
+def test_limit_takes_the_first_in_sorted_order(tree: Path) -> None:
+    assert relatives(list_videos(tree, limit=2)) == ["a.MOV", "b.mp4"]
+
+
+def test_a_single_file_is_taken_whatever_its_extension(tree: Path) -> None:
+    found = list_videos(tree / "notes.txt")
+    assert relatives(found) == ["notes.txt"]
+    assert input_root(tree / "notes.txt") == tree
+
+
+def test_a_list_of_paths_is_relative_to_their_common_directory(tree: Path) -> None:
+    inputs = [tree / "sub" / "deeper", tree / "b.mp4", str(tree / "sub" / "e.avi")]
+    assert input_root(inputs) == tree
+    assert relatives(list_videos(inputs)) == ["b.mp4", "sub/deeper/d.WebM", "sub/e.avi"]
+
+
+def test_a_path_named_twice_is_listed_once(tree: Path) -> None:
+    assert relatives(list_videos([tree / "b.mp4", tree / "b.mp4", tree])).count("b.mp4") == 1
+
+
+def test_input_root_of_a_directory_is_itself(tree: Path) -> None:
+    assert input_root(tree) == tree
+    assert input_root(str(tree / "sub")) == tree / "sub"
+    with pytest.raises(ValueError):
+        input_root([])
+
+
+def test_missing_inputs_are_named(tree: Path) -> None:
+    check_inputs([tree, tree / "b.mp4"])
+    with pytest.raises(FileNotFoundError, match=r"nope\.mp4"):
+        check_inputs([tree, tree / "nope.mp4"])
+    with pytest.raises(FileNotFoundError, match=r"nope\.mp4"):
+        list_videos(tree / "nope.mp4")
+    with pytest.raises(FileNotFoundError):
+        VideoListing(tree / "nope.mp4")
+
+
+def test_listing_validates_its_limit(tree: Path) -> None:
+    with pytest.raises(ValueError, match="limit"):
+        VideoListing(tree, limit=0)
+
+
+# -- the listing stage -------------------------------------------------------------------
+def seed() -> Task:  # type: ignore[type-arg]
+    return Task(data=None, dataset_name="ds")
+
+
+def listed(stage: VideoListing) -> list[Video]:
+    tasks = stage.process(seed())
+    assert all(isinstance(t, VideoTask) and t.dataset_name == "ds" for t in tasks)
+    return [t.data for t in tasks]
+
+
+def complete(layout: OutputLayout, tree: Path, relative: str, **source: object) -> None:
+    """A finished record of ``relative`` as the writer leaves it."""
+    stat = (tree / relative).stat()
+    stamp = {"size_bytes": stat.st_size, "mtime": stat.st_mtime, **source}
+    layout.write_json(
+        layout.video_record(relative), {"source": stamp, "status": "ok", "clips": ["old-clip"]}
+    )
+
+
+def test_listing_makes_one_task_per_video_and_excludes_its_output(tree: Path) -> None:
+    videos = listed(VideoListing(tree, tree / "out"))
+    assert [v.relative_path for v in videos] == [
+        "a.MOV",
+        "b.mp4",
+        "sub/c.mkv",
+        "sub/deeper/d.WebM",
+        "sub/e.avi",
+    ]
+    b = videos[1]
+    stat = (tree / "b.mp4").stat()
+    assert (b.path, b.source_size, b.source_mtime) == (
+        str(tree / "b.mp4"),
+        stat.st_size,
+        stat.st_mtime,
+    )
+    assert b.metadata is None and not b.clips and not b.failed
+
+
+def test_listing_honours_extensions_and_limit(tree: Path) -> None:
+    videos = listed(VideoListing(tree, extensions=[".mkv", ".avi", ".mp4"], limit=2))
+    assert [v.relative_path for v in videos] == ["b.mp4", "out/clips/h.mp4"]
+
+
+def test_resume_skips_complete_videos_and_resets_the_others(tree: Path) -> None:
+    out = tree / "out"  # inside the input: never listed
+    layout = OutputLayout(out)
+    complete(layout, tree, "b.mp4")  # done from this very file: skipped
+    complete(layout, tree, "sub/c.mkv", mtime=1.0)  # done from an older file: redone
+    layout.write_bytes(layout.clip_path("old-clip"), b"old")
+    layout.write_json(layout.meta_path("old-clip"), {})
+    layout.tmp.mkdir(parents=True, exist_ok=True)
+    (layout.tmp / "half-written.json.abc").write_text("{")
+
+    videos = listed(VideoListing(tree, out, limit=3))
+
+    assert [v.relative_path for v in videos] == ["a.MOV", "sub/c.mkv"]
+    assert layout.read_record("b.mp4") is not None
+    assert layout.read_record("sub/c.mkv") is None  # the outdated record was reset
+    assert not layout.clip_path("old-clip").exists()
+    assert not layout.meta_path("old-clip").exists()
+    assert list(layout.tmp.iterdir()) == []
+
+
+def test_resume_calls_reset_on_every_pending_video(
+    tree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "out"
+    complete(OutputLayout(out), tree, "b.mp4")
+    reset: list[str] = []
+    monkeypatch.setattr(OutputLayout, "reset", lambda self, rel: reset.append(rel) or 0)
+    videos = listed(VideoListing(tree, out, extensions=[".mp4", ".mov"]))
+    assert reset == [v.relative_path for v in videos] == ["a.MOV", "out/clips/h.mp4"]
+
+
+def test_a_changed_size_means_not_complete(tree: Path, tmp_path: Path) -> None:
+    layout = OutputLayout(tmp_path / "out")
+    complete(layout, tree, "b.mp4")
+    sources = list_videos(tree / "b.mp4")
+    assert pending_videos(sources, tmp_path / "out") == []
+    assert pending_videos(sources, None) == sources
+    (tree / "b.mp4").write_bytes(b"longer now")
+    os.utime(tree / "b.mp4", (sources[0].mtime, sources[0].mtime))
+    assert relatives(pending_videos(list_videos(tree / "b.mp4"), tmp_path / "out")) == ["b.mp4"]
+
+
+def test_a_record_without_source_is_not_complete(tree: Path, tmp_path: Path) -> None:
+    layout = OutputLayout(tmp_path / "out")
+    layout.video_record("b.mp4").parent.mkdir(parents=True)
+    layout.video_record("b.mp4").write_text(json.dumps({"status": "ok"}))
+    assert relatives(pending_videos(list_videos(tree / "b.mp4"), tmp_path / "out")) == ["b.mp4"]
+
+
+# -- probing -----------------------------------------------------------------------------
+def test_probe_fills_the_metadata(media: Media) -> None:
+    source = media.standard()
+    video = Video(str(source.path), "standard.mp4")
+    task = VideoTask(data=video)
+    assert VideoProbe().process(task) is task
+    assert video.metadata is not None
+    assert (video.metadata.width, video.metadata.height, video.metadata.num_frames) == (
+        160,
+        120,
+        48,
+    )
+    assert not video.failed and not video.last_chunk
+
+
+@pytest.mark.parametrize("kind", ["empty", "not_video", "audio_only"])
+def test_a_bad_file_fails_the_video_as_its_last_chunk(tmp_path: Path, kind: str) -> None:
+    path = write_bad_file(tmp_path / f"{kind}.mp4", kind)
+    video = Video(str(path), path.name)
+    task = VideoTask(data=video)
+    assert VideoProbe().process(task) is task
+    assert video.failed and video.last_chunk
+    assert list(video.errors) == ["VideoProbe"]
+    assert video.metadata is None and video.clips == []
+
+
+def test_probe_leaves_a_failed_video_alone(tmp_path: Path) -> None:
+    video = Video(str(tmp_path / "gone.mp4"), "gone.mp4", errors={"earlier": "bad"})
+    VideoProbe().process(VideoTask(data=video))
+    assert video.errors == {"earlier": "bad"} and video.metadata is None
+
+
+def test_reader_is_the_listing_then_the_probe(tree: Path, tmp_path: Path) -> None:
+    reader = VideoReader(tree, tmp_path / "out", limit=1, verify=False)
+    listing, prober = reader.decompose()
+    assert isinstance(listing, VideoListing) and isinstance(prober, VideoProbe)
+    assert listing.limit == 1 and listing.output == tmp_path / "out"
+    assert prober.verify is False

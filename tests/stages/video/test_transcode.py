@@ -1,0 +1,261 @@
+"""Cutting clips out of their source into H.264 yuv420p MP4s, one decoding pass per chunk."""
+
+from __future__ import annotations
+
+import io
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import av
+import numpy as np
+import pytest
+
+from conveyor.cluster import WorkerInfo
+from conveyor.samples.video import CONTAINERS, Segment, SyntheticVideo
+from conveyor.stages.video import transcode
+from conveyor.stages.video.transcode import ClipTranscoder, output_size
+from conveyor.tasks.video import Clip, VideoTask
+
+from .conftest import Media
+
+#: overlapping clips starting between key frames (every 24 frames), the last at the end
+SPANS = [(18, 30), (24, 40), (40, 48)]
+
+
+@pytest.fixture(autouse=True)
+def scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The encoders' scratch files go to a folder of the test's own, checked empty after."""
+    folder = tmp_path / "scratch"
+    folder.mkdir()
+    monkeypatch.setattr(transcode, "_scratch_dir", lambda: str(folder))
+    yield folder
+    assert list(folder.iterdir()) == []
+
+
+def noise_video(media: Media, suffix: str, **options: Any) -> SyntheticVideo:
+    """4 s of noise (every frame differs from its neighbours), 48 frames at 12 fps."""
+    settings = {"width": 160, "height": 120, "fps": 12, **options}
+    return media.video(f"noise{suffix}", [Segment("noise", 4.0, 7)], **settings)
+
+
+def decoded(data: bytes) -> tuple[Any, list[np.ndarray]]:
+    """``(stream facts, RGB frames)`` of an encoded clip."""
+    with av.open(io.BytesIO(data)) as container:
+        stream = container.streams.video[0]
+        facts = {
+            "codec": stream.codec_context.name,
+            "pix_fmt": stream.codec_context.pix_fmt,
+            "size": (stream.codec_context.width, stream.codec_context.height),
+            "rate": float(stream.average_rate),
+            "audio": len(container.streams.audio),
+            "format": container.format.name,
+        }
+        frames = [f.to_ndarray(format="rgb24") for f in container.decode(stream)]
+    return facts, frames
+
+
+def source_frames(path: Path, size: tuple[int, int] | None = None) -> list[np.ndarray]:
+    with av.open(str(path)) as container:
+        if size is None:
+            return [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
+        width, height = size
+        return [
+            f.to_ndarray(width=width, height=height, format="rgb24")
+            for f in container.decode(video=0)
+        ]
+
+
+def transcoded(
+    media: Media, path: Path, spans: list[tuple[int, int]], **options: Any
+) -> list[Clip]:
+    task = media.task(path, media.metadata(path), spans)
+    stage = media.ready(ClipTranscoder(encoder="libx264", preset="ultrafast", **options))
+    assert stage.process(task) is task
+    return task.data.clips
+
+
+def assert_good_clip(clip: Clip, size: tuple[int, int], fps: float = 12.0) -> list[np.ndarray]:
+    assert not clip.errors
+    assert clip.encoded is not None
+    facts, frames = decoded(clip.encoded)
+    first, last = clip.frame_span
+    assert facts["codec"] == "h264"
+    assert facts["pix_fmt"] == "yuv420p"
+    assert facts["size"] == size
+    assert size[0] % 2 == 0 and size[1] % 2 == 0
+    assert facts["rate"] == pytest.approx(fps)
+    assert facts["audio"] == 0
+    assert len(frames) == last - first == clip.num_frames
+    assert (clip.width, clip.height) == size
+    assert clip.fps == pytest.approx(fps)
+    assert clip.codec == "h264"
+    return frames
+
+
+def assert_aligned(frames: list[np.ndarray], source: list[np.ndarray], first: int) -> None:
+    """Clip frame k is source frame first + k (closer to it than to its neighbours)."""
+    for k, frame in enumerate(frames):
+        want = first + k
+        errors = {
+            i: np.abs(frame.astype(np.int16) - source[i]).mean()
+            for i in range(max(0, want - 2), min(len(source), want + 3))
+        }
+        assert min(errors, key=errors.__getitem__) == want, (k, errors)
+
+
+# -- sizes and settings -------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("width", "height", "max_height", "expected"),
+    [
+        (320, 240, None, (320, 240)),
+        (321, 241, None, (320, 240)),
+        (1920, 1080, 720, (1280, 720)),
+        (1080, 1920, 720, (404, 720)),
+        (640, 360, 720, (640, 360)),
+        (1, 1, None, (2, 2)),
+    ],
+)
+def test_output_size(
+    width: int, height: int, max_height: int | None, expected: tuple[int, int]
+) -> None:
+    assert output_size(width, height, max_height) == expected
+
+
+def test_settings_are_validated() -> None:
+    with pytest.raises(ValueError, match="encoder"):
+        ClipTranscoder(encoder="libx265")
+    with pytest.raises(ValueError, match="crf"):
+        ClipTranscoder(crf=60)
+    with pytest.raises(ValueError, match="max_height"):
+        ClipTranscoder(max_height=1)
+
+
+def test_the_encoder_follows_the_worker(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    cpu = WorkerInfo("w", "ClipTranscoder", "n")
+    gpu = WorkerInfo("w", "ClipTranscoder", "n", gpu_ids=(0,))
+    monkeypatch.setattr(transcode, "_nvenc_works", lambda: False)
+    for encoder in ("auto", "libx264"):
+        stage = ClipTranscoder(encoder=encoder)
+        stage.setup(cpu)
+        assert stage._codec == "libx264"
+        assert stage._options() == {"preset": "veryfast", "crf": "23"}
+    with caplog.at_level(logging.WARNING):
+        auto = ClipTranscoder()
+        auto.setup(gpu)
+    assert auto._codec == "libx264" and "NVENC" in caplog.text
+    with pytest.raises(RuntimeError, match="h264_nvenc"):
+        ClipTranscoder(encoder="h264_nvenc").setup(gpu)
+    monkeypatch.setattr(transcode, "_nvenc_works", lambda: True)
+    nvenc = ClipTranscoder(cq=19)
+    nvenc.setup(gpu)
+    assert nvenc._codec == "h264_nvenc" and nvenc._options()["cq"] == "19"
+
+
+# -- transcoding ----------------------------------------------------------------------------
+@pytest.mark.parametrize("suffix", sorted(CONTAINERS))
+def test_clips_of_every_container_are_h264_with_the_right_frames(media: Media, suffix: str) -> None:
+    source = noise_video(media, suffix)
+    clips = transcoded(media, source.path, SPANS)
+    frames_of_source = source_frames(source.path)
+    for clip in clips:
+        frames = assert_good_clip(clip, (160, 120))
+        assert_aligned(frames, frames_of_source, clip.frame_span[0])
+        assert clip.encoded is not None and clip.encoded[4:8] == b"ftyp"
+        assert clip.encoded.find(b"moov") < clip.encoded.find(b"mdat")  # the index first
+
+
+def test_one_decoding_pass_per_chunk(media: Media, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[float, float]] = []
+    original = transcode.decode_range
+
+    def counting(path: str, meta: Any, start: float, end: float, **kw: Any) -> Any:
+        calls.append((start, end))
+        return original(path, meta, start, end, **kw)
+
+    monkeypatch.setattr(transcode, "decode_range", counting)
+    source = noise_video(media, ".mp4")
+    clips = transcoded(media, source.path, [(24, 40), (18, 30), (40, 48)])
+    assert calls == [(1.5, 4.0)]
+    assert all(clip.num_frames == clip.frame_span[1] - clip.frame_span[0] for clip in clips)
+
+
+def test_an_odd_sized_source_gives_even_dimensions(media: Media) -> None:
+    source = media.video("odd.webm", [Segment("pan", 1.0, 1)], width=321, height=241, fps=12)
+    assert (media.metadata(source.path).width, media.metadata(source.path).height) == (321, 241)
+    (clip,) = transcoded(media, source.path, [(2, 10)])
+    assert_good_clip(clip, (320, 240))
+
+
+def test_a_10_bit_source_becomes_8_bit(media: Media) -> None:
+    try:
+        source = noise_video(media, ".mp4", pix_fmt="yuv420p10le")
+    except av.FFmpegError:
+        pytest.skip("this libx264 cannot encode 10-bit")
+    assert media.metadata(source.path).pixel_format == "yuv420p10le"
+    clips = transcoded(media, source.path, SPANS[:2])
+    frames_of_source = source_frames(source.path)
+    for clip in clips:
+        frames = assert_good_clip(clip, (160, 120))
+        assert_aligned(frames, frames_of_source, clip.frame_span[0])
+
+
+def test_a_source_with_audio_gives_video_only_clips(media: Media) -> None:
+    source = noise_video(media, ".mkv", audio=True)
+    assert media.metadata(source.path).audio_codec == "aac"
+    frames_of_source = source_frames(source.path)
+    for clip in transcoded(media, source.path, SPANS):
+        assert_aligned(assert_good_clip(clip, (160, 120)), frames_of_source, clip.frame_span[0])
+
+
+def test_a_portrait_source_stays_portrait_and_scales_to_max_height(media: Media) -> None:
+    source = noise_video(media, ".mov", width=120, height=160)
+    (clip,) = transcoded(media, source.path, [(6, 20)])
+    assert_aligned(assert_good_clip(clip, (120, 160)), source_frames(source.path), 6)
+    (small,) = transcoded(media, source.path, [(6, 20)], max_height=80)
+    frames = assert_good_clip(small, (60, 80))
+    assert_aligned(frames, source_frames(source.path, (60, 80)), 6)
+
+
+def test_a_clip_with_no_frames_fails_alone(media: Media) -> None:
+    source = noise_video(media, ".mp4")
+    good, beyond = transcoded(media, source.path, [(30, 40), (50, 60)])
+    assert_good_clip(good, (160, 120))
+    assert beyond.encoded is None and not beyond.made
+    assert beyond.filtered_by == "error"
+    assert "no frame could be decoded" in beyond.errors["ClipTranscoder"]
+
+
+def test_only_active_clips_are_transcoded(media: Media) -> None:
+    source = noise_video(media, ".mp4")
+    task = media.task(source.path, media.metadata(source.path), [(0, 12), (12, 24), (24, 36)])
+    filtered, failed, active = task.data.clips
+    filtered.reject("motion")
+    failed.fail("Earlier", "bad")
+    media.ready(ClipTranscoder(encoder="libx264", preset="ultrafast")).process(task)
+    assert filtered.encoded is None and failed.encoded is None
+    assert failed.errors == {"Earlier": "bad"}
+    assert_good_clip(active, (160, 120))
+
+
+def test_a_failed_video_passes_through(media: Media) -> None:
+    source = noise_video(media, ".mp4")
+    task = media.task(source.path, media.metadata(source.path), [])
+    task.data.fail("VideoProbe", "bad")
+    assert ClipTranscoder().process(task) is task
+    assert isinstance(task, VideoTask) and task.data.errors == {"VideoProbe": "bad"}
+
+
+def test_an_unreadable_source_fails_the_chunks_clips(media: Media, tmp_path: Path) -> None:
+    source = noise_video(media, ".mp4")
+    meta = media.metadata(source.path)
+    broken = tmp_path / "gone.mp4"
+    broken.write_bytes(b"no longer a video")
+    task = media.task(broken, meta, [(0, 12), (12, 24)])
+    media.ready(ClipTranscoder(encoder="libx264")).process(task)
+    assert not task.data.failed
+    for clip in task.data.clips:
+        assert clip.encoded is None and "ClipTranscoder" in clip.errors
