@@ -215,6 +215,7 @@ class LocalBackend:
         env = {
             "CUDA_VISIBLE_DEVICES": ",".join(self.gpu_ids[i] for i in placement.gpu_ids),
             "CONVEYOR_WORKER_ID": worker_id,
+            "CONVEYOR_NICENESS": str(placement.niceness),
         }
         try:
             send_ctrl(host.ctrl, ("fork", worker_id, info, env), [theirs.fileno()])

@@ -21,7 +21,7 @@ import time
 from multiprocessing.connection import Connection
 from typing import Any
 
-from conveyor.backends.runtime import StageRunner
+from conveyor.backends.runtime import StageRunner, lower_priority
 from conveyor.backends.shm_store import ShmStore
 from conveyor.cluster import NodeInfo, WorkerInfo
 from conveyor.engine.messages import ErrorInfo, Handle
@@ -200,6 +200,7 @@ class StageHost(_Forker):
             try:
                 self.in_child()
                 os.environ.update(env)
+                lower_priority(int(env.get("CONVEYOR_NICENESS", "0")))
                 runner = StageRunner(self.stage, info.stage, info)
                 code = worker_main(fd, runner, ShmStore(self.store_root, info.worker_id))
             finally:

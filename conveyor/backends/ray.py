@@ -47,7 +47,7 @@ import ray
 import ray.exceptions
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from conveyor.backends.runtime import StageRunner
+from conveyor.backends.runtime import StageRunner, lower_priority
 from conveyor.cluster import NodeInfo, WorkerInfo
 from conveyor.engine.messages import (
     BackendEvent,
@@ -213,11 +213,12 @@ class _Worker:
         """Answers as soon as Ray has scheduled the actor: its node and process id."""
         return _node_id(), os.getpid()
 
-    def setup(self, node_error: ErrorInfo | None) -> tuple[Any, ...]:
+    def setup(self, node_error: ErrorInfo | None, niceness: int = 0) -> tuple[Any, ...]:
         started = time.perf_counter()
         if node_error is not None:
             return ("failed", node_error)
         try:
+            lower_priority(niceness)  # an actor is a process of its own
             _extend_sys_path(self.sys_path)
             gpu_ids = _gpu_ids()
             if not gpu_ids:
@@ -686,7 +687,9 @@ class RayBackend:
         worker.actor = actor
         worker.started_at = time.monotonic()
         worker.hello = actor.hello.remote()
-        worker.setup = actor.setup.remote(self._node_setup(stage, placement.node_id))
+        worker.setup = actor.setup.remote(
+            self._node_setup(stage, placement.node_id), placement.niceness
+        )
         self._refs[worker.hello] = ("hello", worker)
         self._refs[worker.setup] = ("setup", worker)
 

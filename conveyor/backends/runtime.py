@@ -7,6 +7,8 @@ and per-task timing records.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -34,6 +36,13 @@ def _has(task: Any, name: str) -> bool:
     if checker is not None:
         return bool(checker(name))
     return hasattr(task, name)
+
+
+def lower_priority(niceness: int) -> None:
+    """Lower this process's CPU priority by ``niceness`` (``WorkerPlacement.niceness``)."""
+    if niceness > 0:
+        with contextlib.suppress(OSError):  # not allowed here: run at the usual priority
+            os.nice(niceness)
 
 
 class StageRunner:

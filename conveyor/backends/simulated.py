@@ -332,6 +332,7 @@ class SimulatedBackend:
             dist = model.service_at(begin)
             n = len(handles)
             cost = dist.sample(rng) if model.per_batch else sum(dist.sample(rng) for _ in range(n))
+            cpu = cost * worker.cpus  # the work itself: a worker uses its CPUs while it works
             cost *= slowdown
             end = begin + cost
             self.usage.add_busy(worker.stage, begin, end)
@@ -345,7 +346,7 @@ class SimulatedBackend:
                 continue
             outputs, filtered = self._outputs(worker, handles)
             self.usage.add_done(worker.stage, end, n)
-            outcomes.append(BatchOutcome(batch_id, outputs, filtered, cost))
+            outcomes.append(BatchOutcome(batch_id, outputs, filtered, cost, cpu))
         worker.busy_until = begin
         if outcomes:
             self._push(begin, BatchesDone(worker_id, outcomes))

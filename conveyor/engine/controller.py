@@ -8,6 +8,7 @@ Decisions come from the pure policies; this module only applies them.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import logging
 import math
@@ -45,6 +46,7 @@ from conveyor.engine.policies.backpressure import (
     may_feed,
 )
 from conveyor.engine.policies.placement import Ledger
+from conveyor.engine.policies.priority import stage_niceness
 from conveyor.engine.pool import Pool, Worker
 from conveyor.engine.queues import EdgeQueue, Entry, Seek
 from conveyor.engine.spec import StageSpec
@@ -89,6 +91,8 @@ class ControllerConfig:
     edge_max_tasks: int = 1024
     edge_max_bytes: int | None = None
     stage_at_a_time: bool = False
+    #: later stages get a contended CPU first (``policies.priority``)
+    stage_priority: bool = True
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
@@ -499,7 +503,7 @@ class Controller:
             stats.cpu_s += outcome.cpu_s
             first_measurement = not stage.meter.measured
             out_bytes = sum(h.nbytes for h in outcome.outputs)
-            stage.meter.record(n_in, n_out, out_bytes, outcome.busy_s, held_s)
+            stage.meter.record(n_in, n_out, out_bytes, outcome.busy_s, held_s, outcome.cpu_s)
             if first_measurement and all(s.meter.measured or s.done for s in self.stages):
                 # every stage has been seen working: decide now rather than at the interval
                 self._next_autoscale = min(
@@ -763,6 +767,7 @@ class Controller:
                     pinned=spec.num_workers,
                     workers=stage.pool.live_count,
                     task_time_s=stage.meter.task_time.value,
+                    cpu_time_s=stage.meter.cpu_time.value,
                     fanout=stage.meter.fanout.value,
                     backlog=stage.backlog,
                     upstream_done=self._upstream_done(index),
@@ -842,7 +847,12 @@ class Controller:
             placements = self.ledger.allocate_many(
                 wanted, stage.spec.resources, overcommit_first=not pool.live_count
             )
+            niceness = 0
+            if self.config.stage_priority:
+                niceness = stage_niceness(stage.spec.index, len(self.stages))
             for worker_id, placement in zip(wanted, placements, strict=False):
+                if niceness:
+                    placement = dataclasses.replace(placement, niceness=niceness)
                 worker = Worker(
                     worker_id,
                     stage.spec.index,

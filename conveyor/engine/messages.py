@@ -28,11 +28,13 @@ class Handle(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class WorkerPlacement:
-    """Where a worker runs: its node and, for GPU workers, device indices and share."""
+    """Where a worker runs: its node and, for GPU workers, device indices and share; and how
+    much lower than the default its CPU priority is (a ``nice`` increment)."""
 
     node_id: str
     gpu_ids: tuple[int, ...] = ()
     gpu_fraction: float = 0.0
+    niceness: int = 0
 
 
 @dataclass(frozen=True, slots=True)

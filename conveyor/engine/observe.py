@@ -46,6 +46,8 @@ class StageMeter:
 
     task_time: Ewma = field(default_factory=lambda: Ewma(alpha=0.5))  # s held per input task
     busy_time: Ewma = field(default_factory=lambda: Ewma(alpha=0.5))  # s of work per input task
+    #: CPU seconds per input task, where the backend measures them (else never set)
+    cpu_time: Ewma = field(default_factory=lambda: Ewma(alpha=0.5))
     fanout: Ewma = field(default_factory=lambda: Ewma(alpha=0.5))  # outputs per input task
     out_bytes: Ewma = field(default_factory=lambda: Ewma(alpha=0.5))  # output bytes per input
     setup_s: Ewma = field(default_factory=lambda: Ewma(alpha=0.5))
@@ -57,6 +59,7 @@ class StageMeter:
     _bytes: int = 0
     _busy: float = 0.0
     _held: float = 0.0
+    _cpu: float = 0.0
 
     def record(
         self,
@@ -65,14 +68,17 @@ class StageMeter:
         out_bytes: int,
         busy_s: float,
         held_s: float | None = None,
+        cpu_s: float = 0.0,
     ) -> None:
-        """One finished batch; ``held_s`` (default: ``busy_s``) is how long it held a worker."""
+        """One finished batch; ``held_s`` (default: ``busy_s``) is how long it held a worker,
+        ``cpu_s`` the CPU time it took (0: not measured)."""
         if tasks_in <= 0:
             return
         self._tasks += tasks_in
         self._outputs += tasks_out
         self._bytes += out_bytes
         self._busy += busy_s
+        self._cpu += cpu_s
         self._held += busy_s if held_s is None else max(held_s, busy_s)
         if not self.rolled:
             self._publish_running()
@@ -86,6 +92,8 @@ class StageMeter:
     def _publish_running(self) -> None:
         self.task_time.value = self._per_task()
         self.busy_time.value = self._busy / self._tasks
+        if self._cpu > 0:
+            self.cpu_time.value = self._cpu / self._tasks
         self.fanout.value = self._outputs / self._tasks
         self.out_bytes.value = self._bytes / self._tasks
 
@@ -103,13 +111,15 @@ class StageMeter:
             weight = max(self.MIN_WEIGHT, min(1.0, self._tasks / self.SAMPLE_TASKS))
             self.task_time.update(self._per_task(), weight)
             self.busy_time.update(self._busy / self._tasks, weight)
+            if self._cpu > 0:
+                self.cpu_time.update(self._cpu / self._tasks, weight)
             self.fanout.update(self._outputs / self._tasks, weight)
             self.out_bytes.update(self._bytes / self._tasks, weight)
         else:
             self._publish_running()
             self.rolled = True
         self._tasks = self._outputs = self._bytes = 0
-        self._busy = self._held = 0.0
+        self._busy = self._held = self._cpu = 0.0
 
     @property
     def measured(self) -> bool:

@@ -65,6 +65,7 @@ class Executor:
         autoscale_interval_s: float = 1.0,
         edge_max_tasks: int = 1024,
         edge_max_bytes: int | None = None,
+        stage_priority: bool = True,
         monitors: Iterable[Monitor] = (),
     ) -> None:
         if backend is None:
@@ -79,6 +80,7 @@ class Executor:
             edge_max_tasks=edge_max_tasks,
             edge_max_bytes=edge_max_bytes,
             stage_at_a_time=self.stage_at_a_time,
+            stage_priority=stage_priority,
         )
         self.monitors = list(monitors)
 

@@ -56,7 +56,7 @@ class VideoConfig:
     crop_s: float = 0.5
     shot_threshold: float | None = None  # default per detector
     detection_window_s: float = 5.0
-    clips_per_chunk: int = 4
+    clips_per_chunk: int = 2
     encoder: str = "auto"
     preset: str = "veryfast"
     crf: int = 23

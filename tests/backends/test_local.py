@@ -278,3 +278,21 @@ def test_preload_modules_must_be_a_tuple_of_names() -> None:
     stage.preload_modules = "torch"  # type: ignore[assignment]
     with pytest.raises(PipelineBuildError, match="preload_modules must be a tuple"):
         Pipeline("p", [stage]).build()
+
+
+class Nice(ProcessingStage[Any, Any]):
+    """Adds its worker's nice value to the task: ``(first stage's, last stage's)``."""
+
+    def process(self, task: Any) -> Any:
+        nice = os.getpriority(os.PRIO_PROCESS, 0)
+        return (nice,) if isinstance(task, int) else (*task, nice)
+
+
+@pytest.mark.parametrize("priority", [True, False])
+def test_upstream_workers_run_at_a_lower_priority(priority: bool) -> None:
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    stages = [Nice().with_(name="first"), Nice().with_(name="last")]
+    executor = StreamingExecutor(LocalBackend(num_cpus=2), stage_priority=priority)
+    result = Pipeline("p", stages).run(executor, range(3))
+    seen = {(a - base, b - base) for a, b in result.outputs}
+    assert seen == ({(10, 0)} if priority else {(0, 0)})

@@ -166,3 +166,15 @@ def test_task_time_is_what_a_worker_is_held_within_bounds(
     meter.roll()
     assert meter.busy_time.value == pytest.approx(1.0)
     assert meter.task_time.value == pytest.approx(task_time + 0.5 * 0.1 * (1.0 - task_time))
+
+
+def test_meter_keeps_cpu_time_only_where_it_is_measured() -> None:
+    meter = StageMeter()
+    meter.record(2, 2, 0, busy_s=2.0)
+    assert meter.cpu_time.value is None
+    meter.record(2, 2, 0, busy_s=2.0, cpu_s=1.0)
+    assert meter.cpu_time.value == pytest.approx(0.25)  # 1 s over the 4 tasks so far
+    meter.roll()
+    meter.record(4, 4, 0, busy_s=4.0, cpu_s=4.0)
+    meter.roll()
+    assert 0.25 < meter.cpu_time.value < 1.0

@@ -243,6 +243,12 @@ def test_kill_9_mid_run_then_the_same_command_finishes_with_every_clip_once(
     family |= {p.pid for p in _descendants(proc.pid)}
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
+    # its workers go away by themselves once their driver is gone (a batch they were doing
+    # may still be finished and written: writes are whole files)
+    deadline = time.monotonic() + 30
+    while any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie" for p in family):
+        assert time.monotonic() < deadline, "workers outlived their killed driver"
+        time.sleep(0.1)
     # what the killed run left: every file complete, every unfinished video incomplete
     layout = OutputLayout(output)
     for path in layout.clips.glob("*.mp4"):
@@ -250,11 +256,6 @@ def test_kill_9_mid_run_then_the_same_command_finishes_with_every_clip_once(
             assert sum(1 for _ in container.decode(video=0)) > 0
     finished = len(records(output))
     assert 2 <= finished < 9
-    # its workers go away by themselves once their driver is gone
-    deadline = time.monotonic() + 30
-    while any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie" for p in family):
-        assert time.monotonic() < deadline, "workers outlived their killed driver"
-        time.sleep(0.1)
 
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr

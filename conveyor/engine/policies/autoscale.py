@@ -72,6 +72,9 @@ class StageObservation:
     pinned: int | None = None
     workers: int = 0  # live workers, starting or ready, not being stopped
     task_time_s: float | None = None  # busy seconds per input task, None until measured
+    #: CPU seconds per input task, where the backend measures them (else ``cpus`` times the
+    #: task time is assumed: a worker uses its reservation while it works)
+    cpu_time_s: float | None = None
     fanout: float | None = None  # outputs per input, None until measured
     backlog: int = 0  # tasks queued for or in flight at this stage
     upstream_done: bool = False  # no input beyond the backlog will arrive
@@ -145,8 +148,19 @@ def cpu_bound_pace(
     budget: Budget,
 ) -> float:
     """Source tasks per second the cluster's CPUs can sustain when shared by time: its CPUs
-    over the CPU-seconds one source task needs across the active stages."""
-    work = sum(w * s.cpus for w, s, a in zip(weights, stages, active, strict=True) if a)
+    over the CPU-seconds one source task needs across the active stages.
+
+    A stage's CPU-seconds are measured where the backend can (a worker that waits on a
+    contended CPU, or on I/O, is busy longer than it computes); else its task time times
+    its CPUs."""
+    work = 0.0
+    for w, s, a in zip(weights, stages, active, strict=True):
+        if not a:
+            continue
+        if s.cpu_time_s is not None and s.task_time_s:
+            work += w / s.task_time_s * s.cpu_time_s  # reach x CPU seconds per task
+        else:
+            work += w * s.cpus
     return budget.cpus / work if work > 0 else math.inf
 
 
@@ -252,12 +266,15 @@ def plan(
     target = list(base)
     cpus = budget.cpus - sum(n * s.cpus for n, s in zip(target, stages, strict=True))
     gpus = budget.gpus - sum(n * s.gpus for n, s in zip(target, stages, strict=True))
-    # CPUs are shared by time once every active stage's cost is known; before that, on a
-    # cold start, each worker holds its reservation (unknown stages might be the slow ones)
+    # CPUs are shared by time once the cost of every stage with work is known. A stage that
+    # has seen no input yet uses no CPU and is left out until it has some; but while one
+    # with work waits for its first measurement, each worker holds its reservation (the
+    # unknown stage might be the slow one)
+    measured = [a and s.task_time_s is not None for s, a in zip(stages, active, strict=True)]
     share = config.share_cpus and all(
-        s.task_time_s is not None for s, a in zip(stages, active, strict=True) if a
+        m or s.backlog == 0 for s, m, a in zip(stages, measured, active, strict=True) if a
     )
-    pace_cap = cpu_bound_pace(stages, weights, active, budget) if share else math.inf
+    pace_cap = cpu_bound_pace(stages, weights, measured, budget) if share else math.inf
     # Water-filling over "wanted" counts. A stage not measured yet may be unable to start
     # more workers (no work has reached it), but it still *reserves* its fair share of the
     # budget, so the first measured stage does not take everything on a cold start.

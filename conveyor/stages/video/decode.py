@@ -72,7 +72,9 @@ def open_video(path: str, threads: int = 1) -> tuple[Any, Any]:
     except IndexError:
         container.close()
         raise InputError("no video stream") from None
-    stream.thread_type = "AUTO" if threads > 1 else "SLICE"
+    # slice threads only: frame threads keep decoded frames in a pool the encoder may still
+    # hold, and closing such a decoder mid-stream can hang (seen with libx264 consumers)
+    stream.thread_type = "SLICE"
     stream.thread_count = max(1, threads)
     return container, stream
 

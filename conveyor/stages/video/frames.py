@@ -4,7 +4,8 @@ The pipeline builder collects ``frame_rate`` from every ``FrameConsumer`` (embed
 quality, safety, aesthetics, captions) and gives the set to one ``ClipFrameExtractor``, which
 decodes the encoded clip once and keeps, per rate, frames sampled at the middle of each
 interval, scaled so the short side is ``short_side`` pixels (each model crops or resizes from
-there). The last consumer drops them.
+there) and turned upright as a player would show them (phone videos carry a display
+rotation). The last consumer drops them.
 """
 
 from __future__ import annotations
@@ -42,6 +43,12 @@ def scaled_size(width: int, height: int, short_side: int) -> tuple[int, int]:
     return max(1, round(width * factor)), max(1, round(height * factor))
 
 
+def _upright(image: np.ndarray, rotation: int) -> np.ndarray:
+    """The frame as a player shows it: turned counter-clockwise by the display rotation."""
+    turns = round(rotation / 90) % 4
+    return np.ascontiguousarray(np.rot90(image, k=turns)) if turns else image
+
+
 class ClipFrameExtractor(ClipStage):
     """Decode each active clip once and keep frames at each of ``rates`` (frames/s)."""
 
@@ -74,7 +81,8 @@ class ClipFrameExtractor(ClipStage):
                 if nxt is None:
                     break
                 if position == nxt:
-                    decoded[position] = frame.to_ndarray(width=width, height=height, format="rgb24")
+                    image = frame.to_ndarray(width=width, height=height, format="rgb24")
+                    decoded[position] = _upright(image, frame.rotation)
                     nxt = next(target, None)
         if not decoded:
             raise InputError("the encoded clip has no decodable frame")

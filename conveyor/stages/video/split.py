@@ -208,7 +208,7 @@ class FixedStrideSplitter(VideoStage):
         clip_len_s: float = 10.0,
         stride_s: float | None = None,
         min_clip_s: float = 2.0,
-        clips_per_chunk: int = 4,
+        clips_per_chunk: int = 2,
     ) -> None:
         self.clip_len_s = clip_len_s
         self.stride_s = clip_len_s if stride_s is None else stride_s
@@ -254,7 +254,7 @@ class ShotSplitter(VideoStage):
     resources = Resources(cpus=0.25)
     num_workers = 1
 
-    def __init__(self, rules: SplitRules | None = None, clips_per_chunk: int = 4) -> None:
+    def __init__(self, rules: SplitRules | None = None, clips_per_chunk: int = 2) -> None:
         self.rules = rules or SplitRules()
         self.clips_per_chunk = clips_per_chunk
         next(chunk_sizes(clips_per_chunk))

@@ -51,6 +51,7 @@ class _ClipEncoder:
         size: tuple[int, int],
         rate: Fraction,
         threads: int,
+        rotation: int = 0,
     ) -> None:
         import av
 
@@ -63,6 +64,8 @@ class _ClipEncoder:
         stream.options = options
         if codec == "libx264":
             stream.codec_context.thread_count = threads
+        if rotation:
+            stream.set_display_rotation(rotation)  # players turn the clip as the source
         self.stream = stream
         self.size = size
         self.rate = rate
@@ -166,7 +169,9 @@ class ClipTranscoder(ClipStage):
                     elif index >= first:
                         encoder = open_.get(clip.clip_id)
                         if encoder is None:
-                            encoder = _ClipEncoder(self._codec, options, size, rate, threads)
+                            encoder = _ClipEncoder(
+                                self._codec, options, size, rate, threads, meta.rotation
+                            )
                             open_[clip.clip_id] = encoder
                         encoder.add(frame)
             for clip in pending:

@@ -127,10 +127,13 @@ def test_shared_cpus_balance_more_stages_than_cores() -> None:
     assert throughput(shared, [0.1, 1.0, 0.2], [True] * 3) >= 2 / 1.3
 
 
-def test_shared_cpus_wait_for_every_stage_to_be_measured() -> None:
-    # an unmeasured stage may be the slow one: until it is known, reservations hold
+def test_shared_cpus_wait_for_every_stage_with_work_to_be_measured() -> None:
+    # an unmeasured stage with work may be the slow one: until it is known, reservations hold
     stages = [cpu_stage("cheap", 0.1), cpu_stage("slow", 1.0), cpu_stage("new")]
     assert run_plan(stages, cpus=2) == [1, 1, 1]
+    # one that has seen no input yet uses no CPU: the stages that work share the cores
+    idle = [cpu_stage("cheap", 0.1), cpu_stage("slow", 1.0), cpu_stage("new", backlog=0)]
+    assert run_plan(idle, cpus=2) == [1, 2, 1]
 
 
 def test_shared_cpus_release_surplus_the_budget_would_have_taken_back() -> None:
@@ -511,3 +514,12 @@ def test_a_small_surplus_inside_the_dead_band_is_kept() -> None:
     config = AutoscaleConfig(scale_down_delay_s=0.0, setup_cost_factor=0.0)
     stages = [cpu_stage("source", 0.5, pinned=1), cpu_stage("decode", 1.0, workers=4)]
     assert run_plan(stages, cpus=64, config=config) == [1, 4]
+
+
+def test_shared_cpus_count_measured_cpu_time_not_time_held() -> None:
+    # the slow stage is busy 1 s per task but computes 0.5 s of it (it waits for a contended
+    # CPU or for I/O the rest): the CPUs carry twice the pace the busy time suggests
+    waiting = [cpu_stage("cheap", 0.1), cpu_stage("slow", 1.0, cpu_time_s=0.5)]
+    computing = [cpu_stage("cheap", 0.1), cpu_stage("slow", 1.0, cpu_time_s=1.0)]
+    assert run_plan(computing, cpus=2) == [1, 2]  # 2 / 1.1 s = 1.8 tasks/s
+    assert run_plan(waiting, cpus=2) == [1, 4]  # 2 / 0.6 s = 3.3 tasks/s

@@ -135,7 +135,7 @@ def test_chunks_grow_from_one_clip_to_the_cap() -> None:
 
 def test_chunk_clips_numbers_and_marks_the_last() -> None:
     video = Video("/x/a.mp4", "a.mp4", meta(1000))
-    clips = FixedStrideSplitter(clip_len_s=10).process_video(video)
+    clips = FixedStrideSplitter(clip_len_s=10, clips_per_chunk=4).process_video(video)
     assert [len(c.clips) for c in clips] == [1, 2, 4, 3]
     assert [c.chunk_index for c in clips] == [0, 1, 2, 3]
     assert [c.last_chunk for c in clips] == [False, False, False, True]

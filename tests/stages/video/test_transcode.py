@@ -259,3 +259,42 @@ def test_an_unreadable_source_fails_the_chunks_clips(media: Media, tmp_path: Pat
     assert not task.data.failed
     for clip in task.data.clips:
         assert clip.encoded is None and "ClipTranscoder" in clip.errors
+
+
+def test_a_rotated_source_keeps_its_rotation_and_models_see_it_upright(tmp_path: Path) -> None:
+    from fractions import Fraction
+
+    import av
+    import numpy as np
+
+    from conveyor.cluster import WorkerInfo
+    from conveyor.stages.video.decode import probe
+    from conveyor.stages.video.frames import ClipFrameExtractor
+    from conveyor.stages.video.split import FixedStrideSplitter
+    from conveyor.tasks.video import Video, VideoTask
+
+    path = tmp_path / "phone.mp4"
+    with av.open(str(path), "w") as container:  # landscape pixels shown as portrait
+        stream = container.add_stream("libx264", rate=12)
+        stream.width, stream.height, stream.pix_fmt = 96, 64, "yuv420p"
+        stream.set_display_rotation(90)
+        for i in range(36):
+            image = np.zeros((64, 96, 3), np.uint8)
+            image[:, : 10 + i] = 200
+            frame = av.VideoFrame.from_ndarray(image, format="rgb24")
+            frame.pts, frame.time_base = i, Fraction(1, 12)
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode(None))
+    meta = probe(str(path))
+    assert meta.rotation == 90
+    (chunk,) = FixedStrideSplitter(clip_len_s=3).process_video(Video(str(path), "phone.mp4", meta))
+    task = VideoTask(data=chunk)
+    ClipTranscoder(encoder="libx264").process(task)
+    (clip,) = task.data.clips
+    with av.open(io.BytesIO(clip.encoded)) as container:  # type: ignore[arg-type]
+        assert next(container.decode(video=0)).rotation == 90
+    extractor = ClipFrameExtractor(rates=[1.0])
+    extractor.setup(WorkerInfo("w", "ClipFrameExtractor", "n"))
+    extractor.process(task)
+    frames = clip.frames[1.0]
+    assert frames.shape[1:3] == (96, 64)  # portrait, as shown
