@@ -4,10 +4,11 @@ Decoding an H.264 clip with ``export_mvs`` gives every inter-coded block's motio
 no extra decoding cost. Two scores come out, both in fractions of the frame width per frame
 (so they do not depend on the resolution):
 
-- ``motion_global_mean``: each frame's block-area-weighted mean vector length, and its
-  median over the frames;
+- ``motion_global_mean``: each frame's block-area-weighted mean vector length, averaged
+  over the frames (the busiest tenth left out, see ``motion_scores``);
 - ``motion_patch_min``: the frame cut into ``patch`` x ``patch`` pixel squares, each square's
-  median over the frames, and the least of them (low when some region never moves).
+  average over the frames (likewise), and the least of them (low when some region never
+  moves).
 
 A clip below either threshold is filtered as ``"motion"``. The defaults filter still footage
 (a frozen frame scores 0) and keep slow content (a few shapes moving over a still background
@@ -30,9 +31,10 @@ from conveyor.tasks.video import Clip, Video
 def motion_scores(encoded: bytes, patch: int = 256) -> tuple[float, float, int]:
     """``(global score, patch minimum, frames with vectors)`` of an encoded clip.
 
-    Both are medians over the frames: after each key frame an encoder spends a few frames
-    refining even a frozen picture, with small vectors that a mean would let dominate a
-    still clip (the median of a frozen clip is 0; of a moving one, its typical motion).
+    Both are means over the frames without the busiest tenth (``TRIM``): after each key
+    frame an encoder spends a few frames refining even a frozen picture, with vectors that
+    a plain mean would let dominate a still clip; a median would call a slow pan still,
+    since a texture moving less than a pixel per frame has a vector in only some frames.
     """
     import av
 
@@ -62,12 +64,26 @@ def motion_scores(encoded: bytes, patch: int = 256) -> tuple[float, float, int]:
             patch_means.append(np.where(covered > 0, moved / np.maximum(covered, 1.0), 0.0))
     if not frame_means:
         return 0.0, 0.0, 0
-    per_patch = np.median(np.stack(patch_means), axis=0)
+    per_patch = trimmed_mean(np.stack(patch_means))
     return (
-        float(np.median(frame_means)) / width,
+        float(trimmed_mean(np.asarray(frame_means))) / width,
         float(per_patch.min()) / width,
         len(frame_means),
     )
+
+
+#: share of the frames with the most motion left out of the scores (see ``motion_scores``)
+TRIM = 0.1
+
+
+def trimmed_mean(values: np.ndarray, share: float = TRIM) -> np.ndarray | float:
+    """Mean over the first axis without its largest ``share`` (at least one value is kept,
+    and one is dropped once there are ten)."""
+    n = len(values)
+    drop = min(n - 1, int(n * share))
+    if drop <= 0:
+        return values.mean(axis=0)
+    return np.sort(values, axis=0)[: n - drop].mean(axis=0)
 
 
 def _vectors(frame: Any) -> np.ndarray | None:

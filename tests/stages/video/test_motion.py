@@ -143,3 +143,15 @@ def test_a_frozen_frame_of_shapes_is_filtered(media: Media) -> None:
     MotionFilter().process(task)
     (clip,) = task.data.clips
     assert clip.filtered_by == "motion", clip.scores
+
+
+def test_a_slow_pan_is_motion_even_where_most_frames_move_less_than_a_pixel(media: Media) -> None:
+    # a checkerboard panning about half a pixel per frame at 160 pixels wide: the encoder
+    # finds a vector in only some frames, which a median would call still
+    slow = media.video("slow-pan.mp4", [Segment("checker", 3.0, 3)], width=160, height=96, fps=12)
+    task = media.task(slow.path, media.metadata(slow.path), [(0, 36)])
+    media.ready(ClipTranscoder(encoder="libx264")).process(task)
+    MotionFilter().process(task)
+    (clip,) = task.data.clips
+    assert clip.filtered_by is None, clip.scores
+    assert clip.scores["motion_global_mean"] > 1e-4
