@@ -36,11 +36,11 @@ class AutoscaleConfig:
     #: upper bound on workers of one stage; ``None``: only the budget limits a stage, and a
     #: stage that reserves no CPU or GPU gets at most one worker per CPU of the cluster
     max_workers_per_stage: int | None = None
-    #: CPUs are time-shared: a worker costs the CPU time its stage's share of the work takes,
-    #: not its whole reservation, so workers are added to the bottleneck until the pipeline
-    #: is bound by the cluster's CPUs (a pipeline of more stages than cores still balances).
-    #: ``False``: every worker holds its ``cpus`` whole. GPUs are never shared beyond
-    #: their reservations.
+    #: CPUs are time-shared: every stage's first worker shares the cores (a pipeline of more
+    #: stages than cores still streams), and workers are added to the bottleneck while the
+    #: measured CPU time the plan needs fits the cluster's CPUs and the reservations of the
+    #: workers beyond each stage's first fit them too. ``False``: every worker holds its
+    #: ``cpus`` whole. GPUs are never shared beyond their reservations.
     share_cpus: bool = True
 
     def __post_init__(self) -> None:
@@ -275,6 +275,9 @@ def plan(
         m or s.backlog == 0 for s, m, a in zip(stages, measured, active, strict=True) if a
     )
     pace_cap = cpu_bound_pace(stages, weights, measured, budget) if share else math.inf
+    # shared or not, the workers beyond each stage's first hold their CPUs in the books: a
+    # stage whose work is mostly waiting (sleep, I/O) costs little CPU time but processes
+    extra = budget.cpus
     # Water-filling over "wanted" counts. A stage not measured yet may be unable to start
     # more workers (no work has reached it), but it still *reserves* its fair share of the
     # budget, so the first measured stage does not take everything on a cold start.
@@ -291,10 +294,12 @@ def plan(
             continue  # no more work for it to take: the next stage may still need help
         if pace >= pace_cap:
             break  # bound by the CPUs: another worker would only wait for one
-        if (not share and s.cpus > cpus + 1e-9) or s.gpus > gpus + 1e-9:
+        room = extra if share else cpus
+        if s.cpus > room + 1e-9 or s.gpus > gpus + 1e-9:
             break  # the bottleneck cannot grow: adding elsewhere would not raise throughput
         wanted[i] += 1
         cpus -= s.cpus
+        extra -= s.cpus
         gpus -= s.gpus
         heapq.heappush(heap, (wanted[i] / weights[i], i))
     target = [

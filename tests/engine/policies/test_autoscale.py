@@ -522,4 +522,14 @@ def test_shared_cpus_count_measured_cpu_time_not_time_held() -> None:
     waiting = [cpu_stage("cheap", 0.1), cpu_stage("slow", 1.0, cpu_time_s=0.5)]
     computing = [cpu_stage("cheap", 0.1), cpu_stage("slow", 1.0, cpu_time_s=1.0)]
     assert run_plan(computing, cpus=2) == [1, 2]  # 2 / 1.1 s = 1.8 tasks/s
-    assert run_plan(waiting, cpus=2) == [1, 4]  # 2 / 0.6 s = 3.3 tasks/s
+    # 2 / 0.6 s = 3.3 tasks/s would take 4 workers; beyond the first, workers hold their CPU
+    # in the books, and 2 CPUs hold 2 more
+    assert run_plan(waiting, cpus=2) == [1, 3]
+    assert run_plan(waiting, cpus=3) == [1, 4]
+
+
+def test_shared_cpus_do_not_multiply_workers_that_only_wait() -> None:
+    # a stage that sleeps costs no CPU time, but every worker is a process: beyond each
+    # stage's first, workers fit the budget in reservations (2 CPUs / 0.25 = 8 more)
+    sleeper = [cpu_stage("sleep", 1.0, cpus=0.25, cpu_time_s=0.0)]
+    assert run_plan(sleeper, cpus=2) == [9]
