@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install lint bench bench-peers clean
+.PHONY: demo test install lint bench bench-video bench-peers clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,13 @@ bench: $(STAMP)
 	$(PY) benchmarks/memory.py
 	$(PY) benchmarks/policy_scale.py --in-situ
 	$(PY) benchmarks/sim_hour.py --quiet
+
+# The video pipeline: 8 generated 60 s 720p30 videos, sequential vs streaming vs batch (both
+# kinds of work), memory from 4 to 16 videos, a 2-node loopback Ray cluster, and the
+# simulator scenario of the measured costs (about an hour on 2 cores)
+bench-video: $(STAMP)
+	$(PY) benchmarks/video.py --memory 4,16 --ray \
+		--scenario-out conveyor/sim/scenarios/video_curation_measured.yaml
 
 # Peers (Cosmos-Xenna; tqdm is a dependency it does not declare) are installed here only,
 # never by `make test`. On Python 3.11 pip picks cosmos-xenna 0.3.0 (0.4+ needs 3.12).

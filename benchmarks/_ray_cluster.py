@@ -7,6 +7,7 @@ import contextlib
 import os
 import secrets
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +27,7 @@ def two_node_cluster(cpus_per_node: int = 1, gpus_per_node: int = 0) -> Iterator
     }
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)  # before ray is imported: it reads them then
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' cluster helper
     from tests.backends.ray_cluster import LocalRayCluster
 
     cluster = LocalRayCluster(

@@ -27,7 +27,6 @@ import multiprocessing
 import os
 import random
 import shutil
-import sys
 import tempfile
 import threading
 import time
@@ -36,9 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks._common import (
+from _common import (
     CpuClock,
     TreeSampler,
     fmt,
@@ -47,6 +44,7 @@ from benchmarks._common import (
     table,
     usable_cores,
 )
+
 from conveyor import Resources
 from conveyor.backends import LocalBackend
 from conveyor.cluster import NodeInfo, WorkerInfo
@@ -378,7 +376,8 @@ def scenario_yaml(per_task: dict[str, tuple[float, float]], gpus: int) -> str:
             f"    model: {{service: {{kind: lognormal, mean: {max(mean, 1e-4):.4g}, spread: 0.3}}, "
             f"output_ratio: {ratio:.4g}}}"
         )
-    lines += ["source: {duration_s: 1800}", "report: {warmup_s: 300}", ""]
+    # ten virtual minutes: steady after two, and a minute of wall time to simulate
+    lines += ["source: {duration_s: 600}", "report: {warmup_s: 120}", ""]
     return "\n".join(lines)
 
 
@@ -527,7 +526,8 @@ def ray_figures(
     works: list[str],
     figures: dict[str, Any],
 ) -> dict[str, Any]:
-    from benchmarks._ray_cluster import two_node_cluster
+    from _ray_cluster import two_node_cluster
+
     from conveyor.backends import RayBackend
 
     found = {}

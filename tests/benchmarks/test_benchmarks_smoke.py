@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -24,6 +25,7 @@ def load(name: str, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCHMARKS / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)  # dataclasses look their module up
     spec.loader.exec_module(module)
     return module
 
@@ -113,3 +115,40 @@ def test_memory_quick(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFix
     ):
         assert text in out
     assert not own_shm_dirs()
+
+
+def test_video_quick(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    bench = load("video", monkeypatch)
+    scenario = tmp_path / "measured.yaml"
+    common = ["--videos", "1", "--seconds", "4", "--width", "160", "--height", "96"]
+    figures = bench.main(
+        [
+            *common,
+            "--fps",
+            "12",
+            "--cache",
+            str(tmp_path / "cache"),
+            "--scenario-out",
+            str(scenario),
+        ]
+    )
+    out = capsys.readouterr().out
+    for work in ("shots", "fixed"):
+        contenders = figures[work]["contenders"]
+        assert set(contenders) == {"sequential", "streaming", "batch"}
+        assert all(
+            c["completed"] and c["video_s"] == pytest.approx(4, abs=0.2)
+            for c in contenders.values()
+        )
+        assert len({c["clips_kept"] for c in contenders.values()}) == 1  # the same work
+        assert figures[work]["ideal_video_hours_per_hour"] > 0
+        assert f"[{work}] CPU seconds per video-hour, by stage" in out
+    assert "TransNetV2Detector" in figures["shots"]["cpu_s_per_video_hour"]
+    assert "streaming / sequential" in out and "streaming / batch" in out
+    from conveyor.sim import parse_scenario_text, simulate
+
+    text = scenario.read_text().replace("duration_s: 600", "duration_s: 20")  # seconds, not minutes
+    report = simulate(parse_scenario_text(text, str(scenario))).report  # measured costs simulate
+    assert report.outputs > 0 and report.failed == 0

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from conveyor.resources import Resources
-from conveyor.stages.video.base import FrameConsumer, TorchStage, describe_error, input_errors
+from conveyor.stages.video.base import FrameConsumer, TorchStage
 from conveyor.stages.video.models import check_model_path, load_torch_module, to_tensor
 from conveyor.tasks.video import Clip, Video
 
@@ -227,20 +227,7 @@ class AestheticFilter(FrameConsumer, TorchStage):
         return np.concatenate(scores).astype(np.float64) if scores else np.zeros(0)
 
     def process_clips(self, clips: list[Clip], video: Video) -> None:
-        # the chunk's frames go through the model together; a clip without frames fails alone
-        ready: list[tuple[Clip, np.ndarray]] = []
-        for clip in clips:
-            try:
-                ready.append((clip, self.frames_of(clip)))
-            except input_errors() as exc:
-                clip.fail(self.name, describe_error(exc))
-        if not ready:
-            return
-        scores = self.frame_scores([frame for _, f in ready for frame in f])
-        start = 0
-        for clip, frames in ready:
-            own = scores[start : start + len(frames)]
-            start += len(frames)
+        for clip, own in self.scored_together(clips, self.frame_scores):
             score = float(own.min() if self.reduction == "min" else own.mean())
             clip.scores["aesthetic"] = score
             if not self.score_only and score < self.threshold:

@@ -13,6 +13,7 @@ and records it as a failure.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from conveyor.stage import ProcessingStage
@@ -122,6 +123,26 @@ class FrameConsumer(ClipStage):
             if self.release_frames:
                 for clip in video.clips:
                     clip.frames.clear()
+
+    def scored_together(
+        self, clips: list[Clip], score: Callable[[list[Any]], Any]
+    ) -> Iterator[tuple[Clip, Any]]:
+        """Every clip's frames through ``score`` in one go (a model batches them); yields each
+        clip with its frames' scores. A clip without frames fails alone."""
+        ready: list[tuple[Clip, Any]] = []
+        errors = input_errors()
+        for clip in clips:
+            try:
+                ready.append((clip, self.frames_of(clip)))
+            except errors as exc:
+                clip.fail(self.name, describe_error(exc))
+        if not ready:
+            return
+        scores = score([frame for _, frames in ready for frame in frames])
+        start = 0
+        for clip, frames in ready:
+            yield clip, scores[start : start + len(frames)]
+            start += len(frames)
 
     def frames_of(self, clip: Clip) -> Any:
         """The clip's frames at this stage's rate (N x H x W x 3 uint8 RGB)."""

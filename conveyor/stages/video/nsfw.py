@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from conveyor.resources import Resources
-from conveyor.stages.video.base import FrameConsumer, describe_error, input_errors
+from conveyor.stages.video.base import FrameConsumer
 from conveyor.tasks.video import Clip, Video
 
 #: frames per onnxruntime call (a chunk's clips are scored together, this many at a time)
@@ -95,20 +95,8 @@ class NSFWFilter(FrameConsumer):
         return np.asarray(scores, dtype=np.float64)
 
     def process_clips(self, clips: list[Clip], video: Video) -> None:
-        # the chunk's frames go through the model together; a clip without frames fails alone
-        ready: list[tuple[Clip, np.ndarray]] = []
-        for clip in clips:
-            try:
-                ready.append((clip, self.frames_of(clip)))
-            except input_errors() as exc:
-                clip.fail(self.name, describe_error(exc))
-        if not ready:
-            return
-        probabilities = self.nsfw_probabilities([frame for _, f in ready for frame in f])
-        start = 0
-        for clip, frames in ready:
-            score = float(probabilities[start : start + len(frames)].max())
-            start += len(frames)
+        for clip, probabilities in self.scored_together(clips, self.nsfw_probabilities):
+            score = float(probabilities.max())
             clip.scores["nsfw"] = score
             if not self.score_only and score >= self.threshold:
                 clip.reject(self.filter_name)

@@ -100,3 +100,45 @@ def transcoded_standard(media: Media) -> tuple[SyntheticVideo, VideoTask]:
     Media.ready(ClipTranscoder(encoder="libx264", preset="ultrafast")).process(task)
     assert all(clip.encoded for clip in task.data.clips)
     return source, task
+
+
+def tiny_clip_config(projection_dim: int, patch_size: int = 8) -> Any:
+    """A randomly initialised CLIP small enough to build in a test (32 x 32 images)."""
+    from transformers import CLIPConfig
+
+    return CLIPConfig(
+        text_config={
+            "hidden_size": 16,
+            "intermediate_size": 32,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "vocab_size": 64,
+            "max_position_embeddings": 16,
+            "bos_token_id": 0,
+            "eos_token_id": 1,
+            "pad_token_id": 1,
+        },
+        vision_config={
+            "hidden_size": 16,
+            "intermediate_size": 32,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "image_size": 32,
+            "patch_size": patch_size,
+        },
+        projection_dim=projection_dim,
+    )
+
+
+def save_clip_processor(directory: Path) -> None:
+    """The image processor of ``tiny_clip_config`` (the PIL one: no torchvision here)."""
+    try:
+        from transformers.models.clip.image_processing_pil_clip import (
+            CLIPImageProcessorPil as Processor,
+        )
+    except ImportError:  # older transformers
+        from transformers import CLIPImageProcessor as Processor
+
+    Processor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}).save_pretrained(
+        directory
+    )

@@ -14,7 +14,7 @@ from conveyor.samples.video import Segment, render_frames
 from conveyor.stages.video.aesthetic import AestheticFilter
 from conveyor.tasks.video import Clip, Video, VideoTask
 
-from .conftest import Media
+from .conftest import Media, save_clip_processor, tiny_clip_config
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*torch.jit.*is deprecated:DeprecationWarning")
 
@@ -22,46 +22,6 @@ RATE = 1.0
 EMBED = 12
 #: the LAION improved-aesthetic-predictor head: index in ``layers`` -> (out, in)
 LAYERS = {0: (1024, EMBED), 2: (128, 1024), 4: (64, 128), 6: (16, 64), 7: (1, 16)}
-
-
-def tiny_clip_config() -> object:
-    from transformers import CLIPConfig
-
-    return CLIPConfig(
-        text_config={
-            "hidden_size": 16,
-            "intermediate_size": 32,
-            "num_hidden_layers": 1,
-            "num_attention_heads": 2,
-            "vocab_size": 64,
-            "max_position_embeddings": 16,
-            "bos_token_id": 0,
-            "eos_token_id": 1,
-            "pad_token_id": 1,
-        },
-        vision_config={
-            "hidden_size": 16,
-            "intermediate_size": 32,
-            "num_hidden_layers": 1,
-            "num_attention_heads": 2,
-            "image_size": 32,
-            "patch_size": 8,
-        },
-        projection_dim=EMBED,
-    )
-
-
-def save_processor(directory: Path) -> None:
-    try:  # transformers 5 without torchvision: the PIL processor (same saved config)
-        from transformers.models.clip.image_processing_pil_clip import (
-            CLIPImageProcessorPil as Processor,
-        )
-    except ImportError:
-        from transformers import CLIPImageProcessor as Processor
-
-    Processor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}).save_pretrained(
-        directory
-    )
 
 
 def head_weights(seed: int | None = None, bias: float = 5.0) -> dict[str, torch.Tensor]:
@@ -89,8 +49,8 @@ def clip_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     directory = tmp_path_factory.mktemp("aesthetic") / "clip"
     torch.manual_seed(0)
-    CLIPModel(tiny_clip_config()).save_pretrained(directory)
-    save_processor(directory)
+    CLIPModel(tiny_clip_config(EMBED)).save_pretrained(directory)
+    save_clip_processor(directory)
     save_file(head_weights(), str(directory / "aesthetic_head.safetensors"))
     return directory
 
@@ -167,12 +127,12 @@ def test_a_random_head_scores_the_normalised_embedding(
         save_file(state, str(directory / "aesthetic_head.safetensors"))
         model = CLIPModel.from_pretrained(str(directory)).eval()
     else:  # the vision tower alone, the head as a torch state dict
-        config = tiny_clip_config().vision_config  # type: ignore[attr-defined]
+        config = tiny_clip_config(EMBED).vision_config  # type: ignore[attr-defined]
         config.projection_dim = EMBED
         torch.manual_seed(1)
         model = CLIPVisionModelWithProjection(config).eval()
         model.save_pretrained(directory)
-        save_processor(directory)
+        save_clip_processor(directory)
         torch.save(state, directory / "aesthetic_head.pt")
 
     by_frame = [expected_scores(directory, state, f, model) for f in frames]

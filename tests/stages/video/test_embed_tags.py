@@ -17,7 +17,7 @@ from conveyor.stages.video.models import load_frame_encoder, load_torch_module, 
 from conveyor.stages.video.tags import ImageNetTagger, imagenet_labels
 from conveyor.tasks.video import VideoTask
 
-from .conftest import Media
+from .conftest import Media, save_clip_processor, tiny_clip_config
 
 INPUT = 32
 
@@ -125,36 +125,11 @@ def test_a_module_with_encode_video_gets_the_whole_clip(
 
 
 def build_tiny_clip(directory: Path) -> None:
-    from transformers import CLIPConfig, CLIPModel
-    from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
+    from transformers import CLIPModel
 
     torch.manual_seed(0)
-    config = CLIPConfig(
-        text_config={
-            "hidden_size": 16,
-            "intermediate_size": 32,
-            "num_hidden_layers": 1,
-            "num_attention_heads": 2,
-            "vocab_size": 64,
-            "max_position_embeddings": 16,
-            "bos_token_id": 0,
-            "eos_token_id": 1,
-            "pad_token_id": 1,
-        },
-        vision_config={
-            "hidden_size": 16,
-            "intermediate_size": 32,
-            "num_hidden_layers": 1,
-            "num_attention_heads": 2,
-            "image_size": 32,
-            "patch_size": 16,
-        },
-        projection_dim=12,
-    )
-    CLIPModel(config).save_pretrained(directory)
-    CLIPImageProcessorPil(
-        size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}
-    ).save_pretrained(directory)
+    CLIPModel(tiny_clip_config(12, patch_size=16)).save_pretrained(directory)
+    save_clip_processor(directory)
 
 
 def test_a_hugging_face_clip_directory(
