@@ -12,10 +12,17 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+_PREPARED: tuple[Path, dict[str, str]] | None = None
 
-@contextlib.contextmanager
-def two_node_cluster(cpus_per_node: int = 1, gpus_per_node: int = 0) -> Iterator[str]:
-    """Yields the address of a head (127.0.0.2) and a worker node (127.0.0.3)."""
+
+def prepare() -> None:
+    """Make the cluster's token and set Ray's token settings in this process's environment.
+
+    Call it before anything imports ``ray``: Ray reads ``RAY_AUTH_MODE`` once, on import, and a
+    process that imported it without them cannot join a token-authenticated cluster."""
+    global _PREPARED
+    if _PREPARED is not None:
+        return
     root = Path(tempfile.mkdtemp(prefix="cvy-bench-ray-"))
     token = root / "token"
     token.write_text(secrets.token_hex(32))
@@ -25,8 +32,17 @@ def two_node_cluster(cpus_per_node: int = 1, gpus_per_node: int = 0) -> Iterator
         "RAY_AUTH_TOKEN_PATH": str(token),
         "RAY_USAGE_STATS_ENABLED": "0",
     }
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)  # before ray is imported: it reads them then
+    os.environ.update(env)
+    _PREPARED = (root, env)
+
+
+@contextlib.contextmanager
+def two_node_cluster(cpus_per_node: int = 1, gpus_per_node: int = 0) -> Iterator[str]:
+    """Yields the address of a head (127.0.0.2) and a worker node (127.0.0.3)."""
+    global _PREPARED
+    prepare()
+    assert _PREPARED is not None
+    root, env = _PREPARED
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' cluster helper
     from tests.backends.ray_cluster import LocalRayCluster
 
@@ -46,8 +62,4 @@ def two_node_cluster(cpus_per_node: int = 1, gpus_per_node: int = 0) -> Iterator
             ray.shutdown()
         cluster.stop()
         shutil.rmtree(root, ignore_errors=True)
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+        _PREPARED = None
