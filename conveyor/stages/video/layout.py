@@ -25,7 +25,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -71,22 +71,26 @@ class OutputLayout:
         return self.staging / vid
 
     # -- atomic writes --------------------------------------------------------------------
-    def _temp(self, final: Path) -> tuple[int, str]:
+    @contextlib.contextmanager
+    def _replacing(self, final: Path) -> Iterator[str]:
+        """A temporary file's path to write; renamed to ``final`` when the block ends, removed
+        if it raises."""
         self.tmp.mkdir(parents=True, exist_ok=True)
-        return tempfile.mkstemp(prefix=final.name[:40] + ".", dir=self.tmp)
-
-    def write_bytes(self, path: Path, data: bytes) -> None:
-        """Write ``data`` to a temporary file and rename it to ``path``."""
-        fd, temp = self._temp(path)
+        fd, temp = tempfile.mkstemp(prefix=final.name[:40] + ".", dir=self.tmp)
+        os.close(fd)
         try:
-            with os.fdopen(fd, "wb") as out:
-                out.write(data)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(temp, path)
+            yield temp
+            final.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(temp, final)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(temp)
             raise
+
+    def write_bytes(self, path: Path, data: bytes) -> None:
+        """Write ``data`` to a temporary file and rename it to ``path``."""
+        with self._replacing(path) as temp, open(temp, "wb") as out:
+            out.write(data)
 
     def write_json(self, path: Path, obj: Any) -> None:
         self.write_bytes(path, (json.dumps(obj, indent=1, ensure_ascii=False) + "\n").encode())
@@ -94,16 +98,8 @@ class OutputLayout:
     def write_parquet(self, path: Path, table: Any) -> None:
         import pyarrow.parquet as pq
 
-        fd, temp = self._temp(path)
-        os.close(fd)
-        try:
+        with self._replacing(path) as temp:
             pq.write_table(table, temp, compression="zstd")
-            path.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(temp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(temp)
-            raise
 
     # -- resume ---------------------------------------------------------------------------
     def read_record(self, relative_path: str) -> dict[str, Any] | None:
