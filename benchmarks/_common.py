@@ -489,13 +489,14 @@ def run_conveyor(
     trace: bool = False,
     engine: str = "local",
     ray_session: RaySession | None = None,
+    journal: str | os.PathLike[str] | None = None,
 ) -> Measurement:
     """Run ``stages`` through ``Pipeline.stream()`` on a fresh backend of ``engine``.
 
     ``local``: ``LocalBackend(num_cpus)``; ``ray``: ``RayBackend`` on the script's Ray
     cluster (``RaySession``); ``ray-data``: ``RayDataExecutor`` there (``executor_cls`` is
     ignored). Ray runs sample memory less often: reading PSS of Ray's many processes costs
-    CPU that the run would miss.
+    CPU that the run would miss. ``journal``: the run keeps one there (``Pipeline.stream``).
     """
     monitors = [TraceMonitor(label)] if trace else []
     if engine == "local":
@@ -523,7 +524,7 @@ def run_conveyor(
     first = last = None
     with TreeSampler(sample_interval_s, pss_every) as sampler, CpuClock() as cpu:
         begun = time.perf_counter()
-        run = pipeline.stream(executor, initial_tasks=tasks)
+        run = pipeline.stream(executor, initial_tasks=tasks, journal=journal)
         with run:
             for out in run:
                 last = time.perf_counter() - begun

@@ -1,7 +1,8 @@
 """Per-task overhead: 20,000 zero-cost int tasks through three ``x + 1`` stages.
 
-Reports end-to-end tasks per second of StreamingExecutor, BatchExecutor and a plain loop over
-the same stage objects, on the local backend and, with Ray installed, on RayBackend and
+Reports end-to-end tasks per second of StreamingExecutor, StreamingExecutor keeping a journal
+(``journal=``: one record per finished task), BatchExecutor and a plain loop over the same
+stage objects, on the local backend and, with Ray installed, on RayBackend and
 RayDataExecutor, measured one after the other in this process.
 
     .venv/bin/python benchmarks/tiny3.py
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
+from pathlib import Path
 
 from _common import (
     RESOURCE_HEADER,
@@ -35,7 +38,7 @@ from _common import (
 )
 
 TARGET_TPS = 5000.0
-CONTENDERS = ("streaming", "batch", "loop")
+CONTENDERS = ("streaming", "journal", "batch", "loop")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -83,7 +86,10 @@ def main(argv: list[str] | None = None) -> list[Measurement]:
     print(machine_line(args.num_cpus))
     results: list[Measurement] = []
     expected = sum(range(args.tasks)) + 3 * args.tasks
-    with RaySession(args.num_cpus, args.ray_address) as ray_session:
+    with (
+        tempfile.TemporaryDirectory(prefix="conveyor-tiny3-") as scratch,
+        RaySession(args.num_cpus, args.ray_address) as ray_session,
+    ):
         for label, engine, name in contenders(args):
             print(f"  running {label} ...", flush=True)
             stages = [
@@ -101,6 +107,7 @@ def main(argv: list[str] | None = None) -> list[Measurement]:
                 total = expected  # the loop is the reference
             else:
                 cls = BatchExecutor if name == "batch" else StreamingExecutor
+                journal = Path(scratch, f"{label}.journal") if name == "journal" else None
                 m = run_conveyor(
                     label,
                     stages,
@@ -112,7 +119,11 @@ def main(argv: list[str] | None = None) -> list[Measurement]:
                     trace=args.trace,
                     engine=engine,
                     ray_session=ray_session,
+                    journal=journal,
                 )
+                if journal is not None:
+                    records = len(journal.read_text().splitlines()) - 1  # after its header
+                    print(f"  {label}: {records} journal records, {journal.stat().st_size} B")
             if total != expected:
                 print(f"  !! {label}: outputs sum to {total}, expected {expected}")
             results.append(m)
@@ -167,6 +178,12 @@ def main(argv: list[str] | None = None) -> list[Measurement]:
                 check(streaming.tps >= TARGET_TPS),
             ]
         ]
+        journaled = next((m for m in results if m.label == "journal"), None)
+        if journaled is not None and streaming.tps:
+            ratio = journaled.tps / streaming.tps
+            trows.append(
+                ["journal / streaming tasks/s", fmt(ratio), ">= 0.95 (noise)", check(ratio >= 0.95)]
+            )
         print()
         print(table("targets", ["metric", "measured", "target", "status"], trows))
     return results

@@ -18,6 +18,7 @@ _EXPORTS = {
     "ConveyorError": "conveyor.errors",
     "EngineStalled": "conveyor.errors",
     "FailureRecord": "conveyor.result",
+    "JournalError": "conveyor.errors",
     "PermanentError": "conveyor.errors",
     "Pipeline": "conveyor.pipeline",
     "PipelineBuildError": "conveyor.errors",
@@ -26,6 +27,7 @@ _EXPORTS = {
     "RunResult": "conveyor.result",
     "StageSetupError": "conveyor.errors",
     "StageStats": "conveyor.result",
+    "TaskTimeout": "conveyor.errors",
     "processing_stage": "conveyor.stage",
 }
 
@@ -35,6 +37,7 @@ __all__ = [
     "ConveyorError",
     "EngineStalled",
     "FailureRecord",
+    "JournalError",
     "PermanentError",
     "Pipeline",
     "PipelineBuildError",
@@ -43,6 +46,7 @@ __all__ = [
     "RunResult",
     "StageSetupError",
     "StageStats",
+    "TaskTimeout",
     "__version__",
     "processing_stage",
 ]
@@ -52,9 +56,11 @@ if TYPE_CHECKING:
     from conveyor.errors import (
         ConveyorError,
         EngineStalled,
+        JournalError,
         PermanentError,
         PipelineBuildError,
         StageSetupError,
+        TaskTimeout,
     )
     from conveyor.pipeline import Pipeline
     from conveyor.resources import Resources

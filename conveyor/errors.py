@@ -44,3 +44,15 @@ class EngineStalled(ConveyorError):
     That can only be a defect of the engine itself; the run stops with its state in the
     message (what each stage holds, its workers, and why nothing moved) instead of hanging.
     """
+
+
+class JournalError(ConveyorError, ValueError):
+    """A journal cannot be used: an unreadable file, or a source task without a stable key."""
+
+
+class TaskTimeout(ConveyorError):
+    """A batch ran longer than its stage's ``timeout_s``: its worker was killed and replaced.
+
+    Recorded (``FailureRecord.error_type == "TaskTimeout"``) for the input that timed out
+    alone on every attempt; the other inputs of its batch are retried and go on.
+    """

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from conveyor.engine.journal import Journal, JournalKey, source_key
 from conveyor.engine.spec import StageSpec
-from conveyor.errors import PipelineBuildError
+from conveyor.errors import JournalError, PipelineBuildError
 from conveyor.result import RunResult
 from conveyor.stage import CompositeStage, ProcessingStage, declared_names, validate_stage
 
@@ -105,6 +107,7 @@ class Pipeline:
                     num_workers=stage.num_workers,
                     stage=stage,
                     has_node_setup=stage.overrides("setup_on_node"),
+                    timeout_s=stage.timeout_s,
                 )
             )
         for up, down in itertools.pairwise(specs):
@@ -129,6 +132,8 @@ class Pipeline:
             lines.append(f"  {spec.index + 1}. {spec.name} [{type(stage).__name__}]")
             lines.append(f"     resources: {spec.resources.describe()}")
             lines.append(f"     batch_size: {spec.batch_size}   workers: {pin}")
+            if spec.timeout_s is not None:
+                lines.append(f"     timeout_s: {spec.timeout_s:g} per batch")
             ins, outs = declared_names(stage.inputs()), declared_names(stage.outputs())
             if ins:
                 lines.append(f"     inputs: {', '.join(sorted(ins))}")
@@ -145,24 +150,69 @@ class Pipeline:
         return executor
 
     def run(
-        self, executor: Executor | None = None, initial_tasks: Iterable[Any] | None = None
+        self,
+        executor: Executor | None = None,
+        initial_tasks: Iterable[Any] | None = None,
+        *,
+        journal: str | os.PathLike[str] | None = None,
+        journal_key: JournalKey | None = None,
     ) -> RunResult:
-        """Run to completion and return every last-stage output with the run's records."""
-        run = self._executor(executor).start(self.build(), initial_tasks, pipeline_name=self.name)
+        """Run to completion and return every last-stage output with the run's records.
+
+        With ``journal=PATH`` the run records each source task once everything made from it
+        is done, and skips the source tasks an earlier run with the same journal finished
+        (``result.counts["skipped"]``). A source task's key is the value itself for ``str``,
+        ``int``, ``bytes`` and ``pathlib.Path``, its type's ``key`` (``FileGroupTask``: its
+        paths), or ``journal_key(task)``.
+        """
+        run = self.stream(executor, initial_tasks, journal=journal, journal_key=journal_key)
         outputs = list(run)
         result = run.result
         result.outputs = outputs
         return result
 
     def stream(
-        self, executor: Executor | None = None, initial_tasks: Iterable[Any] | None = None
+        self,
+        executor: Executor | None = None,
+        initial_tasks: Iterable[Any] | None = None,
+        *,
+        journal: str | os.PathLike[str] | None = None,
+        journal_key: JournalKey | None = None,
     ) -> Run:
         """Iterator of last-stage outputs, each yielded as soon as it is ready.
 
         The returned ``Run`` is also a context manager; ``close()`` (or leaving the ``with``)
-        stops the run early. After exhaustion ``run.result`` holds the records.
+        stops the run early. After exhaustion ``run.result`` holds the records. ``journal``
+        and ``journal_key`` as in ``run``; an output counts as delivered once the caller
+        asks for the next one.
         """
-        return self._executor(executor).start(self.build(), initial_tasks, pipeline_name=self.name)
+        specs = self.build()
+        opened = None
+        if journal is not None:
+            opened = self._journal(journal, initial_tasks, journal_key)
+        elif journal_key is not None:
+            raise TypeError(f"pipeline {self.name!r}: journal_key= needs journal=PATH")
+        return self._executor(executor).start(
+            specs, initial_tasks, pipeline_name=self.name, journal=opened, journal_key=journal_key
+        )
+
+    def _journal(
+        self,
+        path: str | os.PathLike[str],
+        initial_tasks: Iterable[Any] | None,
+        journal_key: JournalKey | None,
+    ) -> Journal:
+        """Check every source task has a key (where they are known before the run), then
+        open the journal."""
+        if initial_tasks is None:
+            raise JournalError(
+                f"pipeline {self.name!r}: a journal follows source tasks, and this run has "
+                "none (pass initial_tasks, e.g. the input files, to run with journal=)"
+            )
+        if isinstance(initial_tasks, Sequence):
+            for task in initial_tasks:
+                source_key(task, journal_key)
+        return Journal(path).open(self.name)
 
     def __repr__(self) -> str:
         return f"Pipeline({self.name!r}, stages={[s.name for s in self.stages]})"

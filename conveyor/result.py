@@ -44,6 +44,8 @@ class StageStats:
     peak_workers: int = 0
     final_workers: int = 0
     worker_deaths: int = 0
+    #: batches that ran past the stage's ``timeout_s`` (their workers were killed)
+    timeouts: int = 0
     queue_hwm_tasks: int = 0
     queue_hwm_bytes: int = 0
 
@@ -67,6 +69,7 @@ class StageStats:
             "peak_workers": self.peak_workers,
             "final_workers": self.final_workers,
             "worker_deaths": self.worker_deaths,
+            "timeouts": self.timeouts,
             "queue_hwm_tasks": self.queue_hwm_tasks,
             "queue_hwm_bytes": self.queue_hwm_bytes,
         }

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import math
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
@@ -37,6 +38,10 @@ class ProcessingStage(Generic[In, Out]):
     #: backend imports them once per machine, before forking the stage's workers, so workers
     #: share them instead of each importing them again
     preload_modules: tuple[str, ...] = ()
+    #: seconds one batch may take; a batch that runs longer has its worker killed and
+    #: replaced, is retried (each input alone) and finally recorded as a ``TaskTimeout``
+    #: failure, so a hung input cannot hold a worker forever. ``None``: no limit
+    timeout_s: float | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -88,6 +93,7 @@ class ProcessingStage(Generic[In, Out]):
         resources: Resources = _UNSET,
         batch_size: int = _UNSET,
         num_workers: int | None = _UNSET,
+        timeout_s: float | None = _UNSET,
     ) -> ProcessingStage[In, Out]:
         """A copy with the given settings replaced; ``num_workers`` pins the pool size."""
         new = copy.deepcopy(self)
@@ -96,6 +102,7 @@ class ProcessingStage(Generic[In, Out]):
             ("resources", resources),
             ("batch_size", batch_size),
             ("num_workers", num_workers),
+            ("timeout_s", timeout_s),
         ):
             if value is not _UNSET:
                 setattr(new, key, value)
@@ -134,6 +141,15 @@ def validate_stage(stage: ProcessingStage[Any, Any]) -> None:
     ):
         raise ValueError(
             f"stage {label!r}: num_workers must be None or an int >= 1, got {workers!r}"
+        )
+    timeout = stage.timeout_s
+    if timeout is not None and (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, (int, float))
+        or not 0 < timeout < math.inf
+    ):
+        raise ValueError(
+            f"stage {label!r}: timeout_s must be None or a number of seconds > 0, got {timeout!r}"
         )
     if not isinstance(stage, CompositeStage) and not (
         stage.overrides("process") or stage.overrides("process_batch")

@@ -10,14 +10,16 @@ _EXPORTS = {
     "Backend": "conveyor.backends.base",
     "LocalBackend": "conveyor.backends.local",
     "RayBackend": "conveyor.backends.ray",
+    "SimulatedBackend": "conveyor.backends.simulated",
 }
 
-__all__ = ["Backend", "LocalBackend", "RayBackend"]
+__all__ = ["Backend", "LocalBackend", "RayBackend", "SimulatedBackend"]
 
 if TYPE_CHECKING:
     from conveyor.backends.base import Backend
     from conveyor.backends.local import LocalBackend
     from conveyor.backends.ray import RayBackend
+    from conveyor.backends.simulated import SimulatedBackend
 
 
 __getattr__ = lazy_getattr("conveyor.backends", _EXPORTS, globals())

@@ -53,6 +53,10 @@ class Backend(Protocol):
     def stop_worker(self, worker_id: str) -> None:
         """Let the worker finish what it holds, tear down, and report ``WorkerStopped``."""
 
+    def kill_worker(self, worker_id: str) -> None:
+        """Kill a worker at once, whatever it is doing (a batch ran past its stage's
+        ``timeout_s``); its death may still be reported, and is then ignored."""
+
     def submit(self, worker_id: str, batches: list[tuple[int, list[Handle]]]) -> None:
         """Hand batches ``(batch_id, handles)`` to a ready worker."""
 

@@ -88,13 +88,15 @@ class StageModel:
     ``service`` is the time per task (per batch when ``per_batch``); ``phases`` replaces it
     from a given virtual time on (a source that slows down, a burst). ``output_ratio`` is the
     mean number of outputs per input (0.3 filters most, 20 fans out). ``failure_rate`` is the
-    chance that one task raises.
+    chance that one task raises; ``hang_rate`` the chance that one task never returns (its
+    batch holds the worker until the stage's ``timeout_s`` has it killed).
     """
 
     service: Distribution
     setup_s: float = 0.0
     output_ratio: float = 1.0
     failure_rate: float = 0.0
+    hang_rate: float = 0.0
     output_bytes: int = 1024
     per_batch: bool = False
     phases: tuple[tuple[float, Distribution], ...] = ()
@@ -107,8 +109,9 @@ class StageModel:
         ):
             if value < 0:
                 raise ValueError(f"StageModel.{label} must be >= 0, got {value}")
-        if not 0 <= self.failure_rate <= 1:
-            raise ValueError(f"StageModel.failure_rate must be in [0, 1], got {self.failure_rate}")
+        for label, rate in (("failure_rate", self.failure_rate), ("hang_rate", self.hang_rate)):
+            if not 0 <= rate <= 1:
+                raise ValueError(f"StageModel.{label} must be in [0, 1], got {rate}")
 
     def service_at(self, now: float) -> Distribution:
         current = self.service
@@ -145,6 +148,7 @@ class _SimWorker:
     ready_at: float
     busy_until: float
     stopping: bool = False
+    hung_since: float | None = None  # a task of its current batch never returns
 
 
 @dataclass
@@ -331,6 +335,13 @@ class SimulatedBackend:
         for batch_id, handles in batches:
             dist = model.service_at(begin)
             n = len(handles)
+            if model.hang_rate and any(rng.random() < model.hang_rate for _ in range(n)):
+                if outcomes:  # those before it did end
+                    self._push(begin, BatchesDone(worker_id, outcomes))
+                    outcomes = []
+                worker.hung_since = begin  # this batch and those behind it never end
+                begin = math.inf
+                break
             cost = dist.sample(rng) if model.per_batch else sum(dist.sample(rng) for _ in range(n))
             cpu = cost * worker.cpus  # the work itself: a worker uses its CPUs while it works
             cost *= slowdown
@@ -350,6 +361,16 @@ class SimulatedBackend:
         worker.busy_until = begin
         if outcomes:
             self._push(begin, BatchesDone(worker_id, outcomes))
+
+    def kill_worker(self, worker_id: str) -> None:
+        """The controller gave up on a batch (``timeout_s``): the worker dies now."""
+        worker = self._workers.get(worker_id)
+        if worker is None:
+            return
+        now = self.clock.now
+        if worker.hung_since is not None and now > worker.hung_since:
+            self.usage.add_busy(worker.stage, worker.hung_since, now)
+        self._die(worker, now)
 
     def _contention(self, worker: _SimWorker, begin: float) -> float:
         """How much slower work runs when the node's busy workers want more CPUs than it

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from conveyor.engine.events import Monitor, RunSnapshot, StageSnapshot
+from conveyor.engine.journal import Journal, JournalKey, key_label, source_key
 from conveyor.engine.messages import (
     BatchesDone,
     BatchFailed,
@@ -118,16 +119,35 @@ class _Batch:
 
 @dataclass(eq=False, slots=True)
 class _Root:
-    """A source task kept while anything made from it is alive (``live``): a lost payload
-    downstream is made again from it."""
+    """A source task while anything made from it is alive (``live``): a lost payload
+    downstream is made again from its ``handle`` (kept where payloads can be lost), and its
+    journal ``key`` is recorded once nothing is left."""
 
-    handle: Handle
+    handle: Handle | None
+    key: str | None = None
     live: int = 1
+
+
+@dataclass(eq=False, slots=True)
+class _Merge:
+    """The sources behind the outputs of a batch that did not map inputs one to one."""
+
+    roots: tuple[str, ...]
+    live: int = 0
 
 
 def _root_label(label: str) -> str:
     """The source task a label descends from ("7.2.0" and "7*1" come from "7")."""
     return label.split(".", 1)[0].split("*", 1)[0]
+
+
+def _merge_label(label: str) -> str | None:
+    """The label of the merged output a label descends from ("7*1.0" comes from "7*1")."""
+    star = label.rfind("*")
+    if star < 0:
+        return None
+    dot = label.find(".", star)
+    return label if dot < 0 else label[:dot]
 
 
 @dataclass(eq=False)
@@ -158,6 +178,8 @@ class Controller:
         config: ControllerConfig,
         pipeline_name: str = "pipeline",
         monitors: Iterable[Monitor] = (),
+        journal: Journal | None = None,
+        journal_key: JournalKey | None = None,
     ) -> None:
         self.backend = backend
         self.config = config
@@ -172,7 +194,14 @@ class Controller:
         # where stored payloads can be lost, each source task is kept until all that was made
         # from it is done, so that a lost input can be made again
         self.lineage = bool(getattr(backend, "payloads_can_be_lost", False))
+        # with a journal, each source is followed until all that was made from it is done
+        self.journal = journal
+        self.journal_key = journal_key
+        self.tracked = self.lineage or journal is not None
         self.roots: dict[str, _Root] = {}
+        self.merges: dict[str, _Merge] = {}
+        self.skipped = 0
+        self.keys_seen: set[str] = set()
         self.final_bytes = 0
         self.failures: list[FailureRecord] = []
         self.batches: dict[int, _Batch] = {}
@@ -198,6 +227,7 @@ class Controller:
         self._placement_dirty = True
         self._quiet_since: float | None = None  # work waits, nothing moves, since then
         self._stall_told = False
+        self._timed = [s for s in self.stages if s.spec.timeout_s is not None]
 
     # -- the loop -------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:
@@ -213,7 +243,10 @@ class Controller:
                 self._admit()
                 self._dispatch()
                 while self.final:
-                    yield self._take_output()
+                    label, output = self._take_output()
+                    yield output
+                    # the caller asked for the next one: this one is theirs now
+                    self._live(label, -1)
                 if self._finished():
                     break
                 now = backend.now()
@@ -235,16 +268,15 @@ class Controller:
                 # stopped early or failed: monitors and the result still get what is known
                 with contextlib.suppress(Exception):
                     self._finish(completed=False)
-            self._close()
+            self.close()
 
-    def _take_output(self) -> Any:
+    def _take_output(self) -> tuple[str, Any]:
         handle = self.final.popleft()
         self.final_bytes -= handle.nbytes
-        self._live(handle.label, -1)
         if self._first_output_s is None:
             self._first_output_s = self.backend.now() - self._t0
         self.outputs += 1
-        return self.backend.get(handle)
+        return handle.label, self.backend.get(handle)
 
     def _begin(self) -> None:
         nodes = self.backend.nodes()
@@ -340,13 +372,22 @@ class Controller:
             except StopIteration:
                 self.source_done = True
                 return
-            label = str(self.admitted)
+            key = None
+            if self.journal is None:
+                label = str(self.admitted)
+            else:
+                key = source_key(task, self.journal_key)
+                if key in self.journal.finished or key in self.keys_seen:
+                    self.skipped += 1  # finished by an earlier run (or given twice)
+                    continue
+                self.keys_seen.add(key)
+                label = key_label(key)
             if isinstance(task, Task):
                 task.task_id = label
             self.admitted += 1
             handle = self.backend.put(task, label)
-            if self.lineage:
-                self.roots[label] = _Root(handle)
+            if self.tracked:
+                self.roots[label] = _Root(handle if self.lineage else None, key)
             first.queue.push(Entry(handle))
 
     # -- dispatch -------------------------------------------------------------------------
@@ -395,6 +436,8 @@ class Controller:
                 count = max(1, min(count, fair, MAX_BATCHES_PER_MESSAGE))
             if not upstream_done:
                 count = min(count, full_batches)  # never a partial batch before the end
+            if stage.spec.timeout_s is not None:
+                count = 1  # each batch's start is then known, and so is when it is late
             batches = [queue.take(batch_size, worker.node) for _ in range(count) if queue.fresh]
             self._send(index, worker, batches, alone=False)
 
@@ -439,7 +482,7 @@ class Controller:
                 worker.last_done = self.backend.now()
             batch = self._pop_batch(event.worker_id, event.batch_id)
             if batch is not None:
-                self._retry_or_fail(batch.stage, batch.entries, event.error)
+                self._retry_or_fail(batch.stage, batch.entries, event.error, culprit=True)
         elif isinstance(event, WorkerReady):
             worker = self.workers.get(event.worker_id)
             if worker is not None:
@@ -513,15 +556,18 @@ class Controller:
             if seek is not None:
                 self._on_recomputed(batch.stage, seek, outcome.outputs)
             else:
-                self._pass_on(batch.stage, outcome)
+                self._pass_on(batch, outcome)
             for entry in batch.entries:  # after the outputs: a source may be let go now
                 self._live(entry.handle.label, -1)
 
-    def _pass_on(self, index: int, outcome: BatchOutcome) -> None:
+    def _pass_on(self, batch: _Batch, outcome: BatchOutcome) -> None:
+        index = batch.stage
         stats = self.stages[index].stats
         stats.tasks_out += len(outcome.outputs)
         stats.filtered += outcome.filtered
         for handle in outcome.outputs:
+            if self.tracked and "*" in handle.label and handle.label not in self.merges:
+                self._merge(handle.label, batch.entries)
             self._live(handle.label, 1)
         nxt = index + 1
         if nxt < len(self.stages):
@@ -532,17 +578,47 @@ class Controller:
             self.final.extend(outcome.outputs)
             self.final_bytes += sum(h.nbytes for h in outcome.outputs)
 
-    # -- lost payloads --------------------------------------------------------------------
+    # -- following sources ----------------------------------------------------------------
+    def _merge(self, label: str, entries: list[Entry]) -> None:
+        """An output of a batch that did not map inputs one to one descends from every
+        source of the batch: each stays alive until it is done."""
+        roots: dict[str, None] = {}
+        for entry in entries:
+            roots.update(dict.fromkeys(self._roots_of(entry.handle.label)))
+        self.merges[label] = _Merge(tuple(roots))
+
+    def _roots_of(self, label: str) -> tuple[str, ...]:
+        merged = _merge_label(label)
+        if merged is not None and merged in self.merges:
+            return self.merges[merged].roots
+        return (_root_label(label),)
+
     def _live(self, label: str, delta: int) -> None:
-        """Count what is alive of a source task; let it go once nothing is."""
-        if not self.lineage:
+        """Count what is alive of each source a label descends from; a source with nothing
+        left is finished (journaled) and let go."""
+        if not self.tracked:
             return
-        key = _root_label(label)
-        root = self.roots.get(key)
-        if root is not None:
-            root.live += delta
-            if root.live <= 0:
-                del self.roots[key]
+        if "*" in label and self.merges:
+            merged = _merge_label(label)
+            merge = self.merges.get(merged) if merged is not None else None
+            if merge is not None:
+                merge.live += delta
+                if merge.live <= 0:
+                    del self.merges[merged]  # type: ignore[arg-type]
+                for name in merge.roots:
+                    self._count(name, delta)
+                return
+        self._count(_root_label(label), delta)
+
+    def _count(self, name: str, delta: int) -> None:
+        root = self.roots.get(name)
+        if root is None:
+            return
+        root.live += delta
+        if root.live <= 0:
+            del self.roots[name]
+            if root.key is not None and self.journal is not None:
+                self.journal.record(root.key)
 
     def _recompute(self, index: int, entry: Entry) -> bool:
         """Make a lost input of stage ``index`` again: its source task runs again, alone at
@@ -550,7 +626,7 @@ class Controller:
         (a stage's own input, a batch-level output, a source already let go)."""
         label = entry.handle.label
         root = self.roots.get(_root_label(label)) if self.lineage else None
-        if root is None or index == 0 or "*" in label:
+        if root is None or root.handle is None or index == 0 or "*" in label:
             return False
         seek = Seek(label, index, entry.attempts)
         root.live += 1
@@ -625,12 +701,23 @@ class Controller:
             return [held / len(done)] * len(done)
         return [b * held / total for b in busy]
 
-    def _retry_or_fail(self, index: int, entries: list[Entry], error: ErrorInfo) -> None:
+    def _retry_or_fail(
+        self, index: int, entries: list[Entry], error: ErrorInfo, culprit: bool
+    ) -> None:
+        """``entries`` failed with ``error``; ``culprit``: they were all the worker was
+        running, so the error is theirs (else it may be a neighbour's)."""
         stage = self.stages[index]
-        # a permanent error (or a lost payload) is final only when it is known to be this
-        # input's own; a lost input is then made again from its source where that can work
-        alone = len(entries) == 1
+        # an error counts against an input only when it is known to be its own (it ran
+        # alone); a lost input is then made again from its source where that can work
+        alone = culprit and len(entries) == 1
         final = (error.permanent or error.lost) and alone
+        if not alone:
+            # whose fault it was is not known: each input is tried again alone, without
+            # spending an attempt, so the innocent go on whatever max_attempts is
+            for entry in entries:
+                stage.stats.retried += 1
+                stage.queue.push_suspect(entry)
+            return
         for entry in entries:
             entry.attempts += 1
             if final or entry.attempts >= self.config.max_attempts:
@@ -671,11 +758,54 @@ class Controller:
             self._placement_dirty = True
         if not worker.stopping:
             stage.stats.worker_deaths += 1
-        for batch_id in [b for m in worker.messages for b in m]:
-            batch = self.batches.pop(batch_id, None)
-            if batch is not None:
-                stage.in_flight_tasks -= len(batch.entries)
-                self._retry_or_fail(worker.stage, batch.entries, error)
+        held = [self.batches.pop(b, None) for m in worker.messages for b in m]
+        batches = [b for b in held if b is not None]
+        for batch in batches:
+            stage.in_flight_tasks -= len(batch.entries)
+            self._retry_or_fail(worker.stage, batch.entries, error, culprit=len(batches) == 1)
+
+    # -- timeouts -------------------------------------------------------------------------
+    def _check_timeouts(self, stage: _Stage, now: float) -> None:
+        """Kill the workers whose running batch is past the stage's ``timeout_s``.
+
+        A worker runs its messages in order and each holds one batch here, so the batch at
+        the head started when it was sent or when the one before it was seen to end.
+        """
+        limit = stage.spec.timeout_s
+        assert limit is not None
+        for worker in list(stage.pool.workers.values()):
+            if not worker.messages:
+                continue
+            batch = self.batches.get(worker.messages[0][0])
+            if batch is None:
+                continue
+            elapsed = now - max(batch.sent_at, worker.last_done)
+            if elapsed > limit:
+                self._time_out(stage, worker, batch, elapsed)
+
+    def _time_out(self, stage: _Stage, worker: Worker, batch: _Batch, elapsed: float) -> None:
+        """The late batch fails as ``TaskTimeout`` (each input is retried alone), batches
+        waiting behind it go back to the queue untouched, and the worker is killed."""
+        stage.stats.timeouts += 1
+        waiting = [b for m in list(worker.messages)[1:] for b in m]
+        self._pop_batch(worker.worker_id, batch.batch_id)
+        for batch_id in waiting:
+            late = self._pop_batch(worker.worker_id, batch_id)
+            if late is not None:
+                for entry in late.entries:
+                    stage.queue.push(entry)
+        n = len(batch.entries)
+        error = ErrorInfo(
+            "TaskTimeout",
+            f"stage {stage.spec.name!r}: a batch of {n} input{'s' if n != 1 else ''} ran "
+            f"{elapsed:.1f} s, longer than its timeout_s={stage.spec.timeout_s:g}; its worker "
+            "was killed and replaced",
+        )
+        labels = ", ".join(e.handle.label for e in batch.entries)
+        log.warning("%s (inputs %s)", error.message, labels)
+        self._retry_or_fail(batch.stage, batch.entries, error, culprit=True)
+        self._on_worker_gone(worker.worker_id, error)
+        self.backend.kill_worker(worker.worker_id)
 
     def _check_stall(self, now: float, active: bool) -> None:
         """An unfinished run with nothing in flight and no worker starting for ``STALL_S``:
@@ -898,6 +1028,10 @@ class Controller:
 
     def _tick(self, now: float) -> None:
         self._next_tick = now + TICK_S
+        for stage in self._timed:
+            self._check_timeouts(stage, now)
+        if self.journal is not None:
+            self.journal.sync()
         if self.monitors:
             snap = self.snapshot(now)
             for monitor in self.monitors:
@@ -921,6 +1055,7 @@ class Controller:
             "outputs": self.outputs,
             "filtered": sum(s.stats.filtered for s in self.stages),
             "failed": len(self.failures),
+            "skipped": self.skipped,
         }
         if self.monitors:
             snap = self.snapshot(now)
@@ -928,8 +1063,13 @@ class Controller:
                 monitor.on_tick(snap)
                 monitor.on_end(result)
 
-    def _close(self) -> None:
+    def close(self) -> None:
+        """Stop every worker and close the journal (idempotent)."""
         if self._closed:
             return
         self._closed = True
-        self.backend.shutdown()
+        try:
+            self.backend.shutdown()
+        finally:
+            if self.journal is not None:
+                self.journal.close()

@@ -25,6 +25,8 @@ class StageSpec:
     num_workers: int | None
     stage: Any = field(repr=False)
     has_node_setup: bool = False
+    #: seconds a batch may run before its worker is killed (``ProcessingStage.timeout_s``)
+    timeout_s: float | None = None
     _payload: bytes | None = field(default=None, repr=False)
 
     @property

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from conveyor.engine.controller import Controller, ControllerConfig
 from conveyor.engine.events import Monitor
+from conveyor.engine.journal import Journal, JournalKey
 from conveyor.engine.policies.autoscale import AutoscaleConfig
 from conveyor.engine.spec import StageSpec
 from conveyor.result import RunResult
@@ -42,7 +43,7 @@ class Run:
         if self._iter is not None:
             self._iter.close()  # type: ignore[attr-defined]
         else:
-            self._controller.backend.shutdown()
+            self._controller.close()
 
     def __enter__(self) -> Run:
         return self
@@ -89,8 +90,18 @@ class Executor:
         specs: list[StageSpec],
         initial_tasks: Iterable[Any] | None = None,
         pipeline_name: str = "pipeline",
+        *,
+        journal: Journal | None = None,
+        journal_key: JournalKey | None = None,
     ) -> Run:
         controller = Controller(
-            specs, self.backend, initial_tasks, self.config, pipeline_name, self.monitors
+            specs,
+            self.backend,
+            initial_tasks,
+            self.config,
+            pipeline_name,
+            self.monitors,
+            journal=journal,
+            journal_key=journal_key,
         )
         return Run(controller)

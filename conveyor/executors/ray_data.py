@@ -47,9 +47,10 @@ from conveyor.backends.ray import (
 )
 from conveyor.backends.runtime import StageRunner
 from conveyor.cluster import NodeInfo, WorkerInfo
+from conveyor.engine.journal import Journal, JournalKey
 from conveyor.engine.messages import ErrorInfo
 from conveyor.engine.spec import StageSpec
-from conveyor.errors import StageSetupError
+from conveyor.errors import JournalError, StageSetupError
 from conveyor.result import FailureRecord, RunResult, StageStats
 from conveyor.tasks.base import EmptyTask, Task
 
@@ -498,7 +499,17 @@ class RayDataExecutor:
         specs: list[StageSpec],
         initial_tasks: Iterable[Any] | None = None,
         pipeline_name: str = "pipeline",
+        *,
+        journal: Journal | None = None,
+        journal_key: JournalKey | None = None,
     ) -> RayDataRun:
+        if journal is not None:
+            journal.close()
+            raise JournalError(
+                "RayDataExecutor keeps no journal (Ray Data does not say when all that was "
+                "made from one input is done); run with StreamingExecutor(RayBackend(...)) "
+                "to resume on a Ray cluster"
+            )
         return RayDataRun(self, specs, initial_tasks, pipeline_name)
 
 

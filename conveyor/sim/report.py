@@ -212,6 +212,8 @@ class StageReport:
     tasks_out: int
     filtered: int
     failed: int
+    #: batches killed for running past the stage's timeout_s
+    timeouts: int
     queue_hwm_tasks: int
     #: snapshots where the stage had queued work but not one worker starting or ready
     ticks_with_work_and_no_worker: int
@@ -454,6 +456,7 @@ def _report(
                 tasks_out=stats.tasks_out if stats else 0,
                 filtered=stats.filtered if stats else 0,
                 failed=stats.failed if stats else 0,
+                timeouts=stats.timeouts if stats else 0,
                 queue_hwm_tasks=stats.queue_hwm_tasks if stats else 0,
                 ticks_with_work_and_no_worker=idle_with_work,
                 short_ticks=dict(sorted(recorder.short.get(name, {}).items())),
@@ -551,10 +554,11 @@ def format_report(report: SimReport, samples: int = 8) -> str:
             + f"  {s.peak_workers:>4}  {s.starts:>5}  {s.stops:>5}"
         )
     lines.append("")
+    timeouts = sum(s.timeouts for s in report.stages)
     lines.append(
         f"virtual {report.virtual_s:,.1f} s in {report.wall_s:.2f} s wall "
         f"({report.cpu_s:.2f} s CPU) · inputs {report.inputs:,} · outputs {report.outputs:,} · "
-        f"failed {report.failed:,}"
+        f"failed {report.failed:,}" + (f" · timeouts {timeouts:,}" if timeouts else "")
     )
     lines.append(
         f"source tasks/s in window {_rate(report.source_tasks_per_s)} · GPU busy (share-weighted) "

@@ -82,6 +82,7 @@ class ModelSpec:
     setup_s: float = 0.0
     output_ratio: float = 1.0
     failure_rate: float = 0.0
+    hang_rate: float = 0.0
     output_bytes: int = 1024
     phases: list[PhaseSpec] = field(default_factory=list)
 
@@ -91,6 +92,7 @@ class ModelSpec:
             setup_s=self.setup_s,
             output_ratio=self.output_ratio,
             failure_rate=self.failure_rate,
+            hang_rate=self.hang_rate,
             output_bytes=self.output_bytes,
             per_batch=self.per_batch,
             phases=tuple((p.at, p.service.build()) for p in self.phases),
@@ -118,6 +120,8 @@ class StageScenario:
     resources: ResourcesSpec = field(default_factory=ResourcesSpec)
     batch_size: int = 1
     num_workers: int | None = None
+    #: seconds a batch may run before its worker is killed (``ProcessingStage.timeout_s``)
+    timeout_s: float | None = None
     #: free text: where the numbers come from
     note: str = ""
 
@@ -222,7 +226,7 @@ class Scenario:
         return Pipeline(
             self.name,
             [
-                ModelledStage(s.name, s.resources.build(), s.batch_size, s.num_workers)
+                ModelledStage(s.name, s.resources.build(), s.batch_size, s.num_workers, s.timeout_s)
                 for s in self.stages
             ],
             description=self.description or None,
@@ -253,12 +257,18 @@ class ModelledStage(ProcessingStage[Any, Any]):
     """A stage whose behaviour lives in the simulated backend's model, never in ``process``."""
 
     def __init__(
-        self, name: str, resources: Resources, batch_size: int, num_workers: int | None
+        self,
+        name: str,
+        resources: Resources,
+        batch_size: int,
+        num_workers: int | None,
+        timeout_s: float | None = None,
     ) -> None:
         self.name = name
         self.resources = resources
         self.batch_size = batch_size
         self.num_workers = num_workers
+        self.timeout_s = timeout_s
 
     def process(self, task: Any) -> Any:
         raise RuntimeError(

@@ -17,6 +17,11 @@ class FileGroupTask(Task[list[str]]):
     reader_config: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def key(self) -> tuple[str, ...]:
+        """What a journal knows this task by across runs: its paths, in order."""
+        return tuple(self.data)
+
+    @property
     def content_id(self) -> str:
         """Stable id from the sorted paths: the same files give the same id across runs."""
         digest = hashlib.sha1("\n".join(sorted(self.data)).encode()).hexdigest()

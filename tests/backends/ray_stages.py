@@ -139,7 +139,7 @@ class FlakyOnce(ProcessingStage[int, int]):
 
 
 class Poison(ProcessingStage[int, int]):
-    """Raises, raises ``PermanentError``, or kills its own worker on one input."""
+    """Raises, raises ``PermanentError``, kills its own worker, or hangs on one input."""
 
     resources = Resources(cpus=0.5)
 
@@ -155,6 +155,8 @@ class Poison(ProcessingStage[int, int]):
                 raise ValueError(f"cannot handle {task}")
             if self.how == "permanent":
                 raise PermanentError(f"malformed {task}")
+            if self.how == "hang":
+                time.sleep(3600)
             os.kill(os.getpid(), signal.SIGKILL)
         time.sleep(self.cost_s)
         return task

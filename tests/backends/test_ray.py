@@ -206,7 +206,7 @@ def test_private_cluster_and_joining_in_fresh_processes(ray_cluster: LocalRayClu
 def test_workers_land_on_both_nodes(address: str, tmp_path: Path) -> None:
     stage = st.WhereAmI("spread", Resources(cpus=1), 4, 0.05, barrier=tmp_path)
     result = run([stage], range(24), RayBackend(address))
-    assert result.counts == {"inputs": 24, "outputs": 24, "filtered": 0, "failed": 0}
+    assert result.counts == {"inputs": 24, "outputs": 24, "filtered": 0, "failed": 0, "skipped": 0}
     nodes = {o["node"] for o in result.outputs}
     assert nodes == set(node_ids().values())
     assert all(o["node"] == o["info_node"] for o in result.outputs)  # WorkerInfo is true
@@ -305,7 +305,7 @@ def test_exceptions_are_retried_and_poison_is_recorded(address: str, tmp_path: P
     assert result.stats["FlakyOnce"].retried == 6
     failures = {f.task: (f.stage, f.error_type, f.attempts) for f in result.failures}
     assert failures == {"13": ("Poison", "ValueError", 3), "17": ("Poison_2", "PermanentError", 1)}
-    assert result.counts == {"inputs": 30, "outputs": 28, "filtered": 0, "failed": 2}
+    assert result.counts == {"inputs": 30, "outputs": 28, "filtered": 0, "failed": 2, "skipped": 0}
 
 
 @pytest.mark.slow
@@ -314,7 +314,31 @@ def test_a_worker_killing_input_is_isolated(address: str) -> None:
     assert sorted(result.outputs) == [i for i in range(30) if i != 11]
     assert [(f.task, f.error_type) for f in result.failures] == [("11", "WorkerDied")]
     assert "Ray actor died" in result.failures[0].message
-    assert result.stats["Poison"].worker_deaths == 3
+    # once in its batch of two (which costs no attempt: it might have been the other
+    # input's fault), then three times alone
+    assert result.stats["Poison"].worker_deaths == 4
+
+
+def test_a_hung_input_times_out_and_the_others_go_on(address: str) -> None:
+    stage = st.Poison(7, how="hang", batch_size=2).with_(timeout_s=3)
+    executor = StreamingExecutor(RayBackend(address), max_attempts=2)
+    result = Pipeline("p", [stage]).run(executor, range(12))
+    assert sorted(result.outputs) == [i for i in range(12) if i != 7]
+    [failure] = result.failures
+    assert (failure.task, failure.error_type, failure.attempts) == ("7", "TaskTimeout", 2)
+    assert result.stats["Poison"].timeouts == 3
+
+
+def test_a_journal_resumes_on_ray(address: str, tmp_path: Path) -> None:
+    journal = tmp_path / "journal"
+    stages = [st.Slow("a", 0.01), st.Slow("b", 0.01)]
+    pipeline = Pipeline("p", stages)
+    first = pipeline.stream(StreamingExecutor(RayBackend(address)), range(40), journal=journal)
+    with first:
+        taken = [next(first) for _ in range(15)]  # the 15th is never acknowledged
+    rest = pipeline.run(StreamingExecutor(RayBackend(address)), range(40), journal=journal)
+    assert (rest.counts["skipped"], rest.counts["inputs"]) == (14, 26)
+    assert sorted(taken[:14] + rest.outputs) == list(range(40))
 
 
 @pytest.mark.slow
@@ -472,7 +496,7 @@ def test_ray_data_executor_returns_the_same_result(address: str, tmp_path: Path)
         ("13", "ValueError", 3)
     ]
     assert result.stats["FlakyOnce"].retried == 6
-    assert result.counts == {"inputs": 30, "outputs": 29, "filtered": 0, "failed": 1}
+    assert result.counts == {"inputs": 30, "outputs": 29, "filtered": 0, "failed": 1, "skipped": 0}
     assert sorted(p.read_text() for p in tmp_path.glob("node-*")) == ["x", "x"]
 
     with pytest.raises(StageSetupError, match="no model here"):

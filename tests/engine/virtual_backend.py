@@ -6,6 +6,7 @@ message can also cost its worker ``call_overhead_s[stage]`` that the reported bu
 not show, and take ``latency_s`` to reach the worker and again for its results to come back
 (as actor calls on Ray do).
 
+``hangs(task)`` true makes a batch holding that task never end (a hung call).
 ``lose`` names outputs (stage, label) whose stored payload vanishes once, as if their node
 had left: a worker that reads one fails the batch with ``ErrorInfo.lost``. Set
 ``payloads_can_be_lost`` to say so to the controller, as ``RayBackend`` does.
@@ -57,8 +58,10 @@ class VirtualBackend:
         call_overhead_s: dict[str, float] | None = None,
         latency_s: float = 0.0,
         lose: set[tuple[str, str]] | None = None,
+        hangs: Callable[[Any], bool] | None = None,
     ) -> None:
         self.lose = set(lose or ())
+        self.hangs = hangs
         self.cpus = cpus
         self.gpus = gpus
         self.service_s = service_s or {}
@@ -75,6 +78,8 @@ class VirtualBackend:
         self.stops: list[tuple[float, str]] = []
         self.submitted: list[tuple[str, list[int]]] = []
         self.dead: set[str] = set()
+        self.killed: list[tuple[float, str]] = []
+        self.batch_starts: list[tuple[float, str]] = []  # (virtual time, worker)
 
     def open(self) -> None:
         pass
@@ -119,6 +124,10 @@ class VirtualBackend:
         self.stops.append((self.clock, worker_id))
         self._at(max(self.clock, self.busy_until[worker_id]), WorkerStopped(worker_id))
 
+    def kill_worker(self, worker_id: str) -> None:
+        self.killed.append((self.clock, worker_id))
+        self.kill(worker_id)
+
     def kill(self, worker_id: str) -> None:
         """Kill a worker now: its queued work is lost and reported as a death."""
         self.dead.add(worker_id)
@@ -130,10 +139,13 @@ class VirtualBackend:
         begin = max(self.clock + self.latency_s, self.busy_until[worker_id])
         begin += self.call_overhead_s.get(runner.name, 0.0)
         for batch_id, handles in batches:
+            self.batch_starts.append((begin, worker_id))
             per_task = self.service_s.get(runner.name, 0.01)
             if callable(per_task):
                 per_task = per_task(begin)
             cost = per_task * len(handles)
+            if self.hangs is not None and any(self.hangs(self.get(h)) for h in handles):
+                cost = 1e9  # never seen to end, unless its worker is killed
             done = begin + cost
             begin = done
             try:

@@ -49,7 +49,7 @@ def test_persistent_exception_becomes_one_failure_record(executor_type: type) ->
     )
     assert "cannot handle 13" in record.message and "cannot handle 13" in str(record)
     assert "raise ValueError" in record.traceback
-    assert result.counts == {"inputs": 30, "outputs": 29, "filtered": 0, "failed": 1}
+    assert result.counts == {"inputs": 30, "outputs": 29, "filtered": 0, "failed": 1, "skipped": 0}
 
 
 def test_max_attempts_is_honoured() -> None:
@@ -79,7 +79,9 @@ def test_a_worker_killing_input_is_isolated(executor_type: type) -> None:
     record = result.failures[0]
     assert record.task == "11" and record.error_type == "WorkerDied"
     assert "SIGKILL" in record.message
-    assert result.stats["Poison"].worker_deaths == 3
+    # once in its batch of two (no attempt spent: it may have been the other input), then
+    # three times alone
+    assert result.stats["Poison"].worker_deaths == 4
 
 
 def test_worker_killed_from_outside_is_replaced_and_nothing_is_lost() -> None:
@@ -226,8 +228,9 @@ def test_permanent_error_fails_at_once_without_hurting_batch_mates() -> None:
     )
     assert sorted(result.outputs) == [i for i in range(12) if i != 5]
     (record,) = result.failures
-    # once in its batch of 4, then alone: known to be its own, so no third attempt
-    assert (record.task, record.error_type, record.attempts) == ("5", "PermanentError", 2)
+    # in its batch of 4 (not counted: it may have been another input's), then alone: known
+    # to be its own, so final at its first attempt
+    assert (record.task, record.error_type, record.attempts) == ("5", "PermanentError", 1)
 
 
 def test_monitors_hear_the_end_of_a_run_that_was_stopped_early() -> None:
@@ -258,3 +261,19 @@ def test_monitors_hear_the_end_of_a_run_that_was_stopped_early() -> None:
     with pytest.raises(StageSetupError):
         Pipeline("p", [BadSetup()]).run(executor, initial_tasks=range(3))
     assert len(ended) == 2 and ended[1].completed is False
+
+
+@pytest.mark.parametrize("executor_type", EXECUTORS)
+def test_a_hung_input_times_out_and_its_batch_neighbours_go_on(executor_type: type) -> None:
+    stage = Poison(5, how="hang", batch_size=3).with_(timeout_s=2)
+    started = time.monotonic()
+    result = Pipeline("p", [stage]).run(
+        executor_type(LocalBackend(num_cpus=2), max_attempts=2), initial_tasks=range(12)
+    )
+    assert sorted(result.outputs) == [i for i in range(12) if i != 5]
+    [failure] = result.failures
+    assert (failure.task, failure.error_type, failure.attempts) == ("5", "TaskTimeout", 2)
+    assert "'Poison'" in failure.message and "timeout_s=2" in failure.message
+    stats = result.stats["Poison"]
+    assert stats.timeouts == 3 and stats.worker_deaths == 3  # in its batch, then twice alone
+    assert time.monotonic() - started < 30  # three timeouts of 2 s, not an hour's sleep

@@ -51,7 +51,7 @@ def test_run_returns_every_output_with_counts_and_stats() -> None:
         streaming(), initial_tasks=range(50)
     )
     assert sorted(result.outputs) == [i + 2 for i in range(50)]
-    assert result.counts == {"inputs": 50, "outputs": 50, "filtered": 0, "failed": 0}
+    assert result.counts == {"inputs": 50, "outputs": 50, "filtered": 0, "failed": 0, "skipped": 0}
     assert set(result.stats) == {"AddOne", "again"}
     for stats in result.stats.values():
         assert stats.tasks_in == 50 and stats.tasks_out == 50

@@ -1,0 +1,234 @@
+"""The journal: finished source tasks are recorded once, and a re-run skips exactly them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conveyor import JournalError, PermanentError, Pipeline, ProcessingStage, Resources
+from conveyor.engine.journal import Journal, key_label, source_key
+from conveyor.executors import StreamingExecutor
+from conveyor.tasks import FileGroupTask
+from tests.engine.virtual_backend import VirtualBackend
+
+
+class Step(ProcessingStage[Any, Any]):
+    resources = Resources(cpus=1)
+
+    def __init__(self, name: str, fanout: int = 1, drop: int | None = None) -> None:
+        self.name = name
+        self.fanout = fanout
+        self.drop = drop
+
+    def process(self, task: Any) -> Any:
+        if self.drop is not None and task == self.drop:
+            return None
+        if self.fanout == 1:
+            return task
+        return [(task, j) for j in range(self.fanout)]
+
+
+class Poison(ProcessingStage[Any, Any]):
+    resources = Resources(cpus=1)
+    name = "poison"
+
+    def process(self, task: Any) -> Any:
+        if task == 3:
+            raise PermanentError("3 is bad data")
+        return task
+
+
+class Pairs(ProcessingStage[Any, Any]):
+    """Merges a batch into one output (not one per input)."""
+
+    resources = Resources(cpus=1)
+    name = "pairs"
+    batch_size = 2
+
+    def process_batch(self, tasks: list[Any]) -> list[Any]:
+        return [tuple(tasks)]
+
+
+def executor() -> StreamingExecutor:
+    return StreamingExecutor(VirtualBackend(cpus=2, service_s={"a": 0.01, "b": 0.02}))
+
+
+def records(path: Path) -> list[Any]:
+    lines = path.read_text().splitlines()
+    assert json.loads(lines[0])["conveyor_journal"] == 1
+    return [json.loads(line)["k"] for line in lines[1:]]
+
+
+def test_a_rerun_skips_every_finished_source(tmp_path: Path) -> None:
+    journal = tmp_path / "run.journal"
+    pipeline = Pipeline("p", [Step("a", fanout=3), Step("b")])
+    first = pipeline.run(executor(), range(20), journal=journal)
+    assert first.counts["skipped"] == 0 and len(first.outputs) == 60
+    assert sorted(records(journal)) == list(range(20))  # one record per source, not per output
+
+    again = pipeline.run(executor(), range(25), journal=journal)
+    assert again.counts["skipped"] == 20 and again.counts["inputs"] == 5
+    assert sorted(again.outputs) == [(i, j) for i in range(20, 25) for j in range(3)]
+    assert sorted(records(journal)) == list(range(25))
+
+
+def test_without_a_journal_nothing_is_skipped() -> None:
+    result = Pipeline("p", [Step("a")]).run(executor(), range(5))
+    assert result.counts["skipped"] == 0
+
+
+def test_a_stopped_run_is_finished_by_the_next_with_every_output_once(tmp_path: Path) -> None:
+    journal = tmp_path / "j"
+    pipeline = Pipeline("p", [Step("a", fanout=2), Step("b")])
+    seen: list[Any] = []
+    with pipeline.stream(executor(), range(30), journal=journal) as run:
+        for output in run:
+            seen.append(output)
+            if len(seen) == 17:
+                break  # the 17th was handed out but the caller never came back for more
+    done = set(records(journal))
+    assert 0 < len(done) < 30
+    # a source is finished only once every one of its outputs was taken by the caller
+    delivered = {i for i, _ in seen[:16]}
+    assert done <= delivered
+    again = pipeline.run(executor(), range(30), journal=journal)
+    assert again.counts["skipped"] == len(done)
+    outputs = [o for o in seen if o[0] in done] + again.outputs
+    assert sorted(outputs) == [(i, j) for i in range(30) for j in range(2)]
+
+
+def test_filtered_and_failed_sources_are_finished(tmp_path: Path) -> None:
+    journal = tmp_path / "j"
+    pipeline = Pipeline("p", [Step("a", drop=5), Poison()])
+    result = pipeline.run(executor(), range(8), journal=journal)
+    assert [f.error_type for f in result.failures] == ["PermanentError"]
+    assert sorted(records(journal)) == list(range(8))
+    assert pipeline.run(executor(), range(8), journal=journal).counts["skipped"] == 8
+
+
+def test_sources_merged_into_one_output_finish_with_it(tmp_path: Path) -> None:
+    journal = tmp_path / "j"
+    pipeline = Pipeline("p", [Step("a"), Pairs(), Step("b")])
+    with pipeline.stream(executor(), range(10), journal=journal) as run:
+        first = next(run)
+        assert records(journal) == []
+        next(run)  # the caller came back: the first pair is theirs
+    assert len(first) == 2
+    run_records = records(journal)
+    assert sorted(run_records) == sorted(first)
+    rest = pipeline.run(executor(), range(10), journal=journal)
+    assert rest.counts["skipped"] == 2
+    assert sorted(x for pair in [first, *rest.outputs] for x in pair) == list(range(10))
+
+
+def test_labels_follow_keys_so_a_resumed_run_names_outputs_the_same(tmp_path: Path) -> None:
+    class Label(ProcessingStage[FileGroupTask, str]):
+        resources = Resources(cpus=1)
+
+        def process(self, task: FileGroupTask) -> str:
+            return task.task_id
+
+    tasks = [FileGroupTask(data=[f"f{i}.jsonl"]) for i in range(4)]
+    pipeline = Pipeline("p", [Label()])
+    full = pipeline.run(executor(), tasks, journal=tmp_path / "a")
+    assert sorted(full.outputs) == sorted(key_label(source_key(t)) for t in tasks)
+    pipeline.run(executor(), tasks[2:], journal=tmp_path / "b")
+    resumed = pipeline.run(executor(), tasks, journal=tmp_path / "b")
+    assert resumed.counts["skipped"] == 2
+    assert set(resumed.outputs) <= set(full.outputs)
+
+
+def test_a_source_given_twice_runs_once(tmp_path: Path) -> None:
+    result = Pipeline("p", [Step("a")]).run(executor(), ["x", "y", "x"], journal=tmp_path / "j")
+    assert sorted(result.outputs) == ["x", "y"] and result.counts["skipped"] == 1
+
+
+@pytest.mark.parametrize(
+    ("task", "expected"),
+    [
+        ("a.jsonl", '"a.jsonl"'),
+        (7, "7"),
+        (b"\x00k", '{"b64":"AGs="}'),
+        (Path("in/v.mp4"), '"in/v.mp4"'),
+        (FileGroupTask(data=["b", "a"]), '["b","a"]'),
+    ],
+)
+def test_source_keys(task: Any, expected: str) -> None:
+    assert source_key(task) == expected
+
+
+def test_a_journal_key_callable_names_any_task() -> None:
+    assert source_key({"id": 4}, lambda t: t["id"]) == "4"
+
+
+@pytest.mark.parametrize("task", [{"id": 4}, 1.5, None, True, FileGroupTask(data=[])])
+def test_a_task_without_a_stable_key_is_a_clear_error_before_the_run(
+    tmp_path: Path, task: Any
+) -> None:
+    backend = VirtualBackend()
+    with pytest.raises(JournalError, match="key"):
+        Pipeline("p", [Step("a")]).run(
+            StreamingExecutor(backend), ["ok", task], journal=tmp_path / "j"
+        )
+    assert backend.starts == []  # nothing ran
+
+
+def test_a_task_without_a_key_from_a_generator_stops_the_run(tmp_path: Path) -> None:
+    with pytest.raises(JournalError, match="dict"):
+        Pipeline("p", [Step("a")]).run(
+            executor(), (t for t in ["ok", {"x": 1}]), journal=tmp_path / "j"
+        )
+
+
+def test_a_journal_needs_source_tasks(tmp_path: Path) -> None:
+    with pytest.raises(JournalError, match="initial_tasks"):
+        Pipeline("p", [Step("a")]).run(executor(), journal=tmp_path / "j")
+
+
+def test_a_torn_last_record_is_ignored_and_overwritten(tmp_path: Path) -> None:
+    path = tmp_path / "j"
+    path.write_text('{"conveyor_journal": 1, "pipeline": "p"}\n{"k":1}\n{"k":2}\n{"k":')
+    journal = Journal(path).open("p")
+    assert journal.finished == {"1", "2"}
+    journal.record("3")
+    journal.close()
+    assert records(path) == [1, 2, 3]
+
+
+def test_records_reach_the_disk_at_the_sync_interval(tmp_path: Path) -> None:
+    path = tmp_path / "j"
+    journal = Journal(path, sync_s=3600).open("p")
+    journal.sync()
+    journal.record('"a"')
+    journal.sync()
+    assert records(path) == ["a"]  # the first sync after a quiet spell writes at once
+    journal.record('"b"')
+    journal.sync()
+    assert records(path) == ["a"]  # then at most every sync_s
+    journal.close()
+    assert records(path) == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    ("content", "match"),
+    [("hello\n", "not a Conveyor journal"), ('{"conveyor_journal": 1}\nnope\n', "line 2")],
+)
+def test_a_file_that_is_not_a_journal_is_refused(tmp_path: Path, content: str, match: str) -> None:
+    path = tmp_path / "j"
+    path.write_text(content)
+    with pytest.raises(JournalError, match=match):
+        Journal(path).open("p")
+    assert path.read_text() == content  # never touched
+
+
+def test_a_directory_is_not_a_journal(tmp_path: Path) -> None:
+    with pytest.raises(JournalError, match="directory"):
+        Journal(tmp_path).open("p")
+
+
+def test_journal_key_without_a_journal_is_a_mistake() -> None:
+    with pytest.raises(TypeError, match="journal=PATH"):
+        Pipeline("p", [Step("a")]).run(executor(), [1], journal_key=str)
