@@ -161,8 +161,8 @@ class LocalBackend:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         env = dict(os.environ)
         env["CUDA_VISIBLE_DEVICES"] = ",".join(self.gpu_ids)
-        proc = subprocess.Popen(
-            [sys.executable, "-c", _ROOT_MAIN, str(theirs.fileno())],
+        proc = subprocess.Popen(  # our pid: the root tells the driver's death by it
+            [sys.executable, "-c", _ROOT_MAIN, str(theirs.fileno()), str(os.getpid())],
             pass_fds=[theirs.fileno()],
             env=env,
         )

@@ -3,17 +3,24 @@
 ``LocalBackend`` starts the root with a control socket. The root loads each stage (imports
 happen once, there) and forks a host per stage; the host runs ``setup_on_node`` and forks
 one worker per request, so workers start in milliseconds and share the imported modules.
-Neither root nor hosts run user batches or start threads, so forking them is safe. When the
-driver goes away, hosts see their control socket close and take their workers down.
+Neither root nor hosts run user batches or start threads, so forking them is safe.
+
+Nothing outlives the driver, even one killed with ``kill -9``: the root and the hosts see
+their control socket close; each host and worker also asks the kernel for ``SIGKILL`` when
+its parent exits (``PR_SET_PDEATHSIG``), so a worker stuck in a long native call, or a host
+in ``setup_on_node``, goes too. The root, whose parent is the driver, gets a signal it can
+catch instead: it then takes its hosts down and removes the run's payload directory.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import importlib
 import os
 import pickle
 import select
+import shutil
 import signal
 import socket
 import sys
@@ -27,6 +34,31 @@ from conveyor.cluster import NodeInfo, WorkerInfo
 from conveyor.engine.messages import ErrorInfo, Handle
 
 CTRL_MSG_MAX = 1 << 16
+#: how long a host whose driver died lets idle workers tear down before killing them all
+DRIVER_GONE_GRACE_S = 2.0
+#: the signal the root gets when its parent (thread) exits; caught, so it can clean up
+DRIVER_SIGNAL = signal.SIGUSR1
+_PR_SET_PDEATHSIG = 1
+_libc: Any = None
+
+
+class DriverGone(BaseException):
+    """Raised in the root when the driver died: unwinds whatever it was doing to clean up."""
+
+
+def die_with_parent(sig: int, parent: int) -> bool:
+    """Ask the kernel to send ``sig`` when our parent exits (Linux; elsewhere a no-op).
+
+    The signal follows the exit of the parent *thread* that forked us, and only that one
+    parent: each generation asks for itself. Returns False when ``parent`` already exited
+    before we asked (then no signal will come).
+    """
+    global _libc
+    if sys.platform.startswith("linux"):
+        if _libc is None:
+            _libc = ctypes.CDLL(None, use_errno=True)
+        _libc.prctl(_PR_SET_PDEATHSIG, ctypes.c_ulong(sig), *[ctypes.c_ulong(0)] * 3)
+    return os.getppid() == parent
 
 
 def send_ctrl(sock: socket.socket, msg: Any, fds: list[int] | None = None) -> None:
@@ -155,10 +187,15 @@ class _Forker:
     def shutdown(self, grace_s: float = 5.0) -> None:
         """Give children time to finish (workers tear down), then make sure none is left."""
         deadline = time.monotonic() + grace_s
-        while self.children and time.monotonic() < deadline:
+        while self.children:
             self.reap()
-            if self.children:
-                time.sleep(0.002)
+            left = deadline - time.monotonic()
+            if not self.children or left <= 0:
+                break
+            # SIGCHLD writes to the wake pipe: sleep until a child exits, not in a poll loop
+            if select.select([self.wake_r], [], [], left)[0]:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(self.wake_r, 4096)
         for pid in list(self.children):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
@@ -188,16 +225,20 @@ class StageHost(_Forker):
         self.node = node
         self.store_root = store_root
         self.node_setup = node_setup
+        self.driver_gone = False  # its control socket closed without an "exit"
 
     def on_exit(self, name: str, status: int) -> None:
         with contextlib.suppress(OSError):
             send_ctrl(self.ctrl, ("exited", name, describe_status(status)))
 
     def fork_worker(self, info: WorkerInfo, env: dict[str, str], fd: int) -> None:
+        host = os.getpid()
         pid = os.fork()
         if pid == 0:  # the worker
             code = 1
             try:
+                if not die_with_parent(signal.SIGKILL, host):
+                    return  # the host is already gone
                 self.in_child()
                 os.environ.update(env)
                 lower_priority(int(env.get("CONVEYOR_NICENESS", "0")))
@@ -226,6 +267,7 @@ class StageHost(_Forker):
         while True:
             got = self.wait()
             if got is None or got[0][0] == "exit":
+                self.driver_gone = got is None
                 return
             (kind, *args), fds = got
             if kind == "fork":
@@ -251,11 +293,40 @@ class Root(_Forker):
     #: how long to wait for more requests before starting a slow import
     SETTLE_S = 0.05
 
+    def __init__(self, ctrl: socket.socket, driver: int) -> None:
+        super().__init__(ctrl)
+        self.driver = driver
+        self.driver_gone = False
+        self.store_root: str | None = None
+
+    def watch_driver(self) -> None:
+        """Get ``DRIVER_SIGNAL`` when the driver exits, to stop even in a long import."""
+        signal.signal(DRIVER_SIGNAL, self._on_parent_exit)
+        if not die_with_parent(DRIVER_SIGNAL, self.driver):
+            self.driver_gone = True  # died before we asked: its socket's EOF tells the rest
+
+    def _on_parent_exit(self, signum: int, _frame: Any) -> None:
+        # The signal also comes when only the driver thread that started us ended; our
+        # parent is then still the driver process.
+        if os.getppid() == self.driver:
+            return
+        signal.signal(signum, signal.SIG_IGN)
+        if not self.driver_gone:
+            self.driver_gone = True
+            raise DriverGone
+
+    def clean_up(self) -> None:
+        """Once every host is down: a dead driver's payloads are ours to remove."""
+        if self.driver_gone and self.store_root is not None:
+            shutil.rmtree(self.store_root, ignore_errors=True)
+
     def serve(self) -> None:
         first = recv_ctrl(self.ctrl)
         if first is None:
+            self.driver_gone = True
             return
         (_, init), _fds = first
+        self.store_root = init["store_root"]
         sys.path[:] = init["sys_path"]
         deferred: list[tuple[str, Any, ErrorInfo | None, bool, int]] = []
         while True:
@@ -267,6 +338,7 @@ class Root(_Forker):
                 deferred.clear()
             got = self.wait()
             if got is None or got[0][0] == "exit":
+                self.driver_gone = self.driver_gone or got is None
                 for *_, fd in deferred:
                     os.close(fd)
                 return
@@ -312,10 +384,14 @@ class Root(_Forker):
         node_setup: bool,
         fd: int,
     ) -> None:
+        root = os.getpid()
         pid = os.fork()
         if pid == 0:  # the stage host
             host = None
             try:
+                if not die_with_parent(signal.SIGKILL, root):
+                    return  # the root is already gone
+                signal.signal(DRIVER_SIGNAL, signal.SIG_DFL)
                 self.in_child()
                 host = StageHost(
                     socket.socket(fileno=fd),
@@ -329,19 +405,30 @@ class Root(_Forker):
                 host.serve()
             finally:
                 if host is not None:
-                    host.shutdown()
+                    host.shutdown(DRIVER_GONE_GRACE_S if host.driver_gone else 5.0)
                 os._exit(0)
         os.close(fd)
         self.children[pid] = name
 
 
 def main() -> None:
-    root = Root(socket.socket(fileno=int(sys.argv[1])))
+    """``python -c ... CTRL_FD DRIVER_PID``: serve the driver, then leave nothing behind."""
+    driver = int(sys.argv[2]) if len(sys.argv) > 2 else os.getppid()
+    root = Root(socket.socket(fileno=int(sys.argv[1])), driver)
     try:
+        root.watch_driver()
         root.serve()
+    except DriverGone:
+        pass
     finally:
-        root.shutdown()
-        os._exit(0)  # nothing left to flush: skip the interpreter's slow finalization
+        try:
+            # hosts get a little longer than they give their workers, then are killed
+            with contextlib.suppress(DriverGone):
+                root.shutdown(DRIVER_GONE_GRACE_S + 1.0 if root.driver_gone else 5.0)
+            signal.signal(DRIVER_SIGNAL, signal.SIG_IGN)
+            root.clean_up()
+        finally:
+            os._exit(0)  # nothing left to flush: skip the interpreter's slow finalization
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
@@ -48,6 +49,7 @@ import ray.exceptions
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from conveyor.backends.runtime import StageRunner, lower_priority
+from conveyor.backends.shm_store import claim_dir, sweep_stale
 from conveyor.cluster import NodeInfo, WorkerInfo
 from conveyor.engine.messages import (
     BackendEvent,
@@ -322,6 +324,17 @@ def probe_gpu_memory(node_ids: Sequence[str]) -> dict[str, float | None]:
 
 
 # -- connecting -----------------------------------------------------------------------------
+def private_temp_dir() -> tuple[str, int]:
+    """A temp dir for a private cluster and the lock that marks it in use (close it after).
+
+    A driver killed with ``kill -9`` cannot remove its cluster's dir (Ray's sockets, logs and
+    session files); the next private cluster sweeps those whose driver is gone first.
+    """
+    sweep_stale(Path(tempfile.gettempdir()), "conveyor-ray-*")
+    path = tempfile.mkdtemp(prefix="conveyor-ray-")
+    return path, claim_dir(Path(path))
+
+
 @dataclass
 class RayConnection:
     """How this process talks to Ray: an existing connection, a cluster it joined, or a private
@@ -336,6 +349,7 @@ class RayConnection:
     started: bool = False  # we called ray.init
     private: bool = False  # ... and it started a local cluster
     temp_dir: str | None = None
+    temp_lock: int | None = None  # held while temp_dir is in use
 
     def __post_init__(self) -> None:
         if self.address is not None and (
@@ -375,7 +389,7 @@ class RayConnection:
             ip = self.node_ip_address or ("127.0.0.2" if sys.platform == "linux" else None)
             if ip is not None:
                 kwargs["_node_ip_address"] = ip  # Ray rewrites 127.0.0.1 to the external IP
-            self.temp_dir = tempfile.mkdtemp(prefix="conveyor-ray-")
+            self.temp_dir, self.temp_lock = private_temp_dir()
             kwargs.setdefault("_temp_dir", self.temp_dir)
             kwargs.setdefault("include_dashboard", False)
             ray.init(address="local", **kwargs)
@@ -399,7 +413,9 @@ class RayConnection:
                 ray.shutdown()
             if self.temp_dir is not None:
                 shutil.rmtree(self.temp_dir, ignore_errors=True)
-            self.temp_dir = None
+            if self.temp_lock is not None:
+                os.close(self.temp_lock)
+            self.temp_dir = self.temp_lock = None
             self.private = self.started = False
 
 

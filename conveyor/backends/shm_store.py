@@ -9,6 +9,7 @@ straight from the mapping without a copy.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import itertools
 import mmap
 import os
@@ -38,19 +39,68 @@ def default_root() -> Path:
     return base
 
 
-def sweep_stale(base: Path) -> None:
-    """Remove run directories left by processes that no longer exist (after a hard crash)."""
-    for entry in base.glob("conveyor-*"):
+#: a file in each run directory that its driver holds an exclusive ``flock`` on while it runs
+LOCK_NAME = ".lock"
+
+
+def _owner_gone(entry: Path) -> bool:
+    """Whether the driver that made run directory ``entry`` is gone.
+
+    The driver holds a lock on the directory's lock file for its whole life; the kernel drops
+    it when the process dies, even by ``kill -9``. That survives what a pid in the name does
+    not: a recycled pid, or a driver in another pid namespace sharing ``/dev/shm``. A
+    directory without a lock file (made before the lock existed, or crashed before taking
+    it) falls back to its pid: gone only if no such process exists.
+    """
+    try:
+        fd = os.open(entry / LOCK_NAME, os.O_RDWR)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return False  # not ours to judge (another user's)
+    else:
         try:
-            pid = int(entry.name.split("-")[1])
-        except (IndexError, ValueError):
-            continue
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return False  # held: its driver is alive
+        finally:
+            os.close(fd)
+        return True
+    try:
+        pid = int(entry.name.split("-")[1])
+    except (IndexError, ValueError):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def claim_dir(root: Path) -> int:
+    """Lock run directory ``root`` for as long as the returned descriptor stays open.
+
+    The lock is taken on a temporary name and renamed into place, so a concurrent sweep
+    never finds this directory's lock file unlocked. The descriptor is not inherited by
+    programs this process starts, so the lock dies with this process alone.
+    """
+    taking = root / f"{LOCK_NAME}.new"
+    fd = os.open(taking, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.rename(taking, root / LOCK_NAME)
+    return fd
+
+
+def sweep_stale(base: Path, pattern: str = "conveyor-*") -> None:
+    """Remove run directories whose driver is gone (a hard crash that took the root along).
+
+    Cheap enough for every start: one ``flock`` attempt per run directory present.
+    """
+    for entry in base.glob(pattern):
+        if entry.is_dir() and _owner_gone(entry):
             shutil.rmtree(entry, ignore_errors=True)
-        except PermissionError:
-            continue
 
 
 class ShmStore:
@@ -60,14 +110,18 @@ class ShmStore:
         self.root = root
         self.owner = owner
         self._seq = itertools.count()
+        self._lock: int | None = None  # the driver's: held while the run may use the store
 
     @classmethod
-    def create(cls) -> ShmStore:
-        base = default_root()
+    def create(cls, base: Path | None = None) -> ShmStore:
+        """A new run directory, locked by this process (after sweeping those of dead runs)."""
+        base = base or default_root()
         sweep_stale(base)
         root = base / f"conveyor-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         root.mkdir(mode=0o700)
-        return cls(root, "d")
+        store = cls(root, "d")
+        store._lock = claim_dir(root)
+        return store
 
     def put(self, obj: Any, label: str) -> Handle:
         buffers: list[pickle.PickleBuffer] = []
@@ -129,3 +183,6 @@ class ShmStore:
 
     def destroy(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None

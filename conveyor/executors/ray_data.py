@@ -269,7 +269,13 @@ class RayDataRun:
         context.verbose_stats_logs = False
         try:
             rows = self._source()
-            result.counts = {"inputs": len(rows), "outputs": 0, "filtered": 0, "failed": 0}
+            result.counts = {
+                "inputs": len(rows),
+                "outputs": 0,
+                "filtered": 0,
+                "failed": 0,
+                "skipped": 0,
+            }
             self._setup_on_nodes()
             ds = self._plan(rows)
             result.startup_s = time.perf_counter() - t0

@@ -13,6 +13,7 @@ import logging
 import os
 import tempfile
 from fractions import Fraction
+from pathlib import Path
 from typing import Any
 
 from conveyor.resources import Resources
@@ -33,12 +34,30 @@ def output_size(width: int, height: int, max_height: int | None) -> tuple[int, i
     return max(2, round(width / 2) * 2), max(2, round(height / 2) * 2)
 
 
+SCRATCH_PREFIX = "conveyor-clip-"
+
+
 def _scratch_dir() -> str:
     return (
         "/dev/shm"
         if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK)
         else tempfile.gettempdir()
     )
+
+
+def sweep_scratch(folder: str) -> None:
+    """Remove the scratch clips of workers that died mid-clip (a crash, a ``kill -9``): each
+    file names the process writing it, and one whose process is gone is garbage."""
+    for path in Path(folder).glob(f"{SCRATCH_PREFIX}*-*.mp4"):
+        try:
+            pid = int(path.name[len(SCRATCH_PREFIX) :].split("-", 1)[0])
+            os.kill(pid, 0)
+        except ValueError:
+            continue  # not named by a process
+        except ProcessLookupError:
+            path.unlink(missing_ok=True)
+        except PermissionError:
+            continue  # another user's live process
 
 
 class _ClipEncoder:
@@ -55,7 +74,8 @@ class _ClipEncoder:
     ) -> None:
         import av
 
-        fd, self.path = tempfile.mkstemp(suffix=".mp4", prefix="conveyor-clip-", dir=_scratch_dir())
+        prefix = f"{SCRATCH_PREFIX}{os.getpid()}-"
+        fd, self.path = tempfile.mkstemp(suffix=".mp4", prefix=prefix, dir=_scratch_dir())
         os.close(fd)
         self.container = av.open(self.path, "w", format="mp4", options={"movflags": "+faststart"})
         stream = self.container.add_stream(codec, rate=rate)
@@ -128,6 +148,7 @@ class ClipTranscoder(ClipStage):
         self._codec = "libx264"
 
     def setup(self, worker: Any) -> None:
+        sweep_scratch(_scratch_dir())
         self._codec = self._choose(bool(worker.gpu_ids))
 
     def _choose(self, has_gpu: bool) -> str:

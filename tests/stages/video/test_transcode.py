@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -298,3 +299,23 @@ def test_a_rotated_source_keeps_its_rotation_and_models_see_it_upright(tmp_path:
     extractor.process(task)
     frames = clip.frames[1.0]
     assert frames.shape[1:3] == (96, 64)  # portrait, as shown
+
+
+def test_scratch_clips_of_dead_workers_are_swept(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        text=True,
+        capture_output=True,
+        check=True,
+    )
+    pid = int(dead.stdout)  # exited: its pid is free (a recycled one would keep its file)
+    left = tmp_path / f"conveyor-clip-{pid}-abc.mp4"
+    mine = tmp_path / f"conveyor-clip-{os.getpid()}-def.mp4"
+    other = tmp_path / "conveyor-clip-notapid.mp4"
+    for path in (left, mine, other):
+        path.write_bytes(b"partial")
+    transcode.sweep_scratch(str(tmp_path))
+    assert not left.exists() and mine.exists() and other.exists()
