@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,ray,video]'
+	$(PY) -m pip install --quiet -e '.[dev,ray,video,s3]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -53,17 +53,19 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
 
 def video(
     input: Annotated[
-        Path,
+        str,
         typer.Argument(
-            help="A video file or a directory of videos (searched recursively).",
+            help="A video file or a directory of videos (searched recursively), or a URL "
+            "such as s3://bucket/videos.",
             show_default=False,
             metavar="INPUT",
         ),
     ],
     output: Annotated[
-        Path,
+        str,
         typer.Argument(
-            help="Where clips, metas, embeddings and records go.",
+            help="Where clips, metas, embeddings and records go: a directory or a URL such "
+            "as s3://bucket/out.",
             show_default=False,
             metavar="OUTPUT",
         ),
@@ -186,6 +188,14 @@ def video(
     overwrite: Annotated[
         bool, typer.Option("--overwrite", help="Delete OUTPUT's earlier results first.")
     ] = False,
+    journal: Annotated[
+        Path | None,
+        typer.Option(
+            help="Keep the run's journal in this local file (each finished video, recorded "
+            "as it finishes; a re-run skips them).",
+            show_default="OUTPUT/.conveyor/journal; none for a bucket OUTPUT or ray-data",
+        ),
+    ] = None,
     live: Annotated[bool, typer.Option("--live/--no-live", help="Live per-stage view.")] = True,
 ) -> None:
     """Curate videos: split into clips (shots or fixed stride), transcode to H.264, filter
@@ -193,10 +203,24 @@ def video(
     embeddings to OUTPUT. Re-running the same command on the same OUTPUT resumes."""
     from rich.console import Console
 
-    from conveyor.pipelines.video import ConfigMismatch, VideoConfig, check_resume, clear_output
+    from conveyor.pipelines.video import (
+        ConfigMismatch,
+        VideoConfig,
+        check_resume,
+        clear_output,
+        default_journal,
+    )
+    from conveyor.storage import ObjectPath, location, normalize
 
-    if not input.exists():
-        raise _fail(f"INPUT {str(input)!r} does not exist")
+    input, output = normalize(input), normalize(output)
+    where = location(input)
+    try:
+        if isinstance(where, ObjectPath):
+            where.info()  # names what is wrong: no such key or bucket, no credentials, ...
+        elif not where.exists():
+            raise FileNotFoundError(f"{input!r} does not exist")
+    except (OSError, ImportError, ValueError) as exc:
+        raise _fail(f"INPUT {exc}") from None
     if (
         address is not None
         and backend is BackendChoice.local
@@ -205,10 +229,14 @@ def video(
         raise _fail("--address needs --backend ray (or --executor ray-data)")
     if executor is VideoExecutor.ray_data and backend is BackendChoice.ray:
         raise _fail("--executor ray-data runs on Ray by itself: leave --backend at local")
+    if journal is not None and executor is VideoExecutor.ray_data:
+        raise _fail("--journal needs the streaming or batch executor (Ray Data keeps none)")
+    if journal is not None and journal.is_dir():
+        raise _fail(f"--journal {str(journal)!r} is a directory, expected a file")
     try:
         config = VideoConfig(
-            input=str(input),
-            output=str(output),
+            input=input,
+            output=output,
             splitter=splitter.value,
             detector=detector.value,
             clip_len_s=clip_len,
@@ -245,12 +273,14 @@ def video(
         if overwrite:
             clear_output(config.output)
         check_resume(config)
-    except (ValueError, FileNotFoundError) as exc:
+    except (ValueError, OSError, ImportError) as exc:
         if isinstance(exc, ConfigMismatch):
             raise _fail(str(exc)) from None
         raise _fail(str(exc)) from None
     console = Console()
-    _run(config, executor, backend, address, cpus, gpus, live, console)
+    if journal is None and executor is not VideoExecutor.ray_data:
+        journal = default_journal(config.output)
+    _run(config, executor, backend, address, cpus, gpus, live, console, journal)
 
 
 def _executor(
@@ -288,6 +318,7 @@ def _run(
     gpus: int | None,
     live: bool,
     console: Any,
+    journal: Path | None,
 ) -> None:
     from conveyor.errors import ConveyorError
     from conveyor.monitor import LiveView
@@ -295,12 +326,15 @@ def _run(
     from conveyor.pipelines.video_summary import print_summary
     from conveyor.stages.video.reader import list_videos, pending_videos
 
-    sources = list_videos(config.input, exclude=[config.output], limit=config.limit)
+    try:
+        sources = list_videos(config.input, exclude=[config.output], limit=config.limit)
+        pending = pending_videos(sources, config.output)
+    except (OSError, ImportError, ValueError) as exc:  # a store refusing, unreachable, ...
+        raise _fail(str(exc), 1) from None
     if not sources:
         raise _fail(
             f"no videos in {config.input} (looked for .mp4 .mov .mkv .webm .avi, recursively)"
         )
-    pending = pending_videos(sources, config.output)
     done_before = len(sources) - len(pending)
     progress = _Progress()
     view = LiveView(console=console, live=None if live else False, extra=progress.line)
@@ -317,12 +351,12 @@ def _run(
         f"  {kind.value} executor, {'Ray' if on_ray else 'local'} backend"
     )
     try:
-        report = run_video(config, executor, on_output=progress.add)
+        report = run_video(config, executor, on_output=progress.add, journal=journal)
     except KeyboardInterrupt:
         view.close()
         console.print("[yellow]interrupted[/]: run the same command again to resume")
         raise typer.Exit(code=130) from None
-    except ConveyorError as exc:
+    except (ConveyorError, OSError, ImportError) as exc:  # OSError: e.g. a store refusing
         view.close()
         raise _fail(str(exc), 1) from None
     finally:

@@ -8,6 +8,9 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
+#: fixtures for the object-storage tests (an S3 server on 127.0.0.1, a bucket per test)
+pytest_plugins = ("tests.s3_server",)
+
 #: pids of process trees a session-scoped fixture owns and stops itself (a Ray cluster's
 #: nodes): they and their descendants are not "left behind" by the test that is running
 SESSION_ROOTS: set[int] = set()

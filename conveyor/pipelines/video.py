@@ -23,6 +23,7 @@ from conveyor.stage import ProcessingStage
 if TYPE_CHECKING:
     from conveyor.executors.base import Executor
     from conveyor.result import RunResult
+    from conveyor.storage import StoragePath
 
 Splitter = Literal["fixed", "shots"]
 Detector = Literal["transnetv2", "histogram"]
@@ -319,6 +320,20 @@ def describe(config: VideoConfig) -> str:
 
 
 # -- running ----------------------------------------------------------------------------
+def default_journal(output: str | os.PathLike[str]) -> Path | None:
+    """Where ``conveyor video`` keeps its journal: in the output's internal folder, which
+    ``--overwrite`` clears with the rest. ``None`` for an output on a bucket: a journal is
+    appended to, which object stores cannot do (their records say what is done)."""
+    from conveyor.stages.video.layout import OutputLayout
+    from conveyor.storage import is_url
+
+    if is_url(output):
+        return None
+    internal = OutputLayout(output).internal
+    assert isinstance(internal, Path)
+    return internal / "journal"
+
+
 class ConfigMismatch(ValueError):
     """The output holds results made with other options than the ones given."""
 
@@ -333,7 +348,7 @@ def check_resume(config: VideoConfig) -> dict[str, Any] | None:
 
     layout = OutputLayout(config.output)
     try:
-        earlier = json.loads(layout.config.read_text())
+        earlier = json.loads(layout.config.read_bytes())
     except (OSError, ValueError):
         return None
     now = config.fingerprint()
@@ -349,8 +364,7 @@ def check_resume(config: VideoConfig) -> dict[str, Any] | None:
 
 def clear_output(output: str | os.PathLike[str]) -> None:
     """Remove everything a video run writes under ``output`` (for ``--overwrite``)."""
-    import shutil
-
+    from conveyor.stages.video.dedup import REPORT as DEDUP_REPORT
     from conveyor.stages.video.layout import OutputLayout
 
     layout = OutputLayout(output)
@@ -358,8 +372,9 @@ def clear_output(output: str | os.PathLike[str]) -> None:
         layout.clips, layout.filtered_clips, layout.metas, layout.embeddings,
         layout.text_embeddings, layout.videos, layout.internal,
     ):  # fmt: skip
-        shutil.rmtree(folder, ignore_errors=True)
+        layout.remove_tree(folder)
     layout.summary.unlink(missing_ok=True)
+    (layout.root / DEDUP_REPORT).unlink(missing_ok=True)
 
 
 @dataclass
@@ -368,7 +383,7 @@ class VideoRunReport:
 
     result: RunResult
     summary: dict[str, Any]
-    summary_path: Path
+    summary_path: StoragePath
     wall_s: float
 
 
@@ -377,9 +392,15 @@ def run_video(
     executor: Executor | None = None,
     *,
     on_output: Callable[[Any], None] | None = None,
+    journal: str | os.PathLike[str] | None = None,
 ) -> VideoRunReport:
     """Run the pipeline of ``config`` into ``config.output`` (resuming an earlier run),
-    deduplicate when asked, and write ``summary.json``."""
+    deduplicate when asked, and write ``summary.json``.
+
+    The output's records say which videos are done, on a disk or a bucket alike; with
+    ``journal`` (a local file, see ``default_journal``) the run also keeps the engine's
+    journal: each video is a source task, recorded once all its clips are written.
+    """
     from conveyor.pipelines.video_summary import build_summary
     from conveyor.stages.video.layout import OutputLayout
     from conveyor.stages.video.reader import list_videos, pending_videos
@@ -393,7 +414,11 @@ def run_video(
     sources = list_videos(config.input, exclude=[config.output], limit=config.limit)
     pending = pending_videos(sources, config.output)
     started = time.perf_counter()
-    run = pipeline.stream(executor)
+    if journal is None:
+        run = pipeline.stream(executor)
+    else:
+        layout.sweep_tmp()  # what the listing stage does when it lists
+        run = pipeline.stream(executor, pending, journal=journal)
     with run:
         for output in run:
             if on_output is not None:

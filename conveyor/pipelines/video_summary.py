@@ -19,7 +19,13 @@ if TYPE_CHECKING:
 
 
 def video_of_label(label: str, pending: Sequence[VideoSource]) -> str | None:
-    """The video a task label descends from: the listing stage made video ``i`` as ``0.i``."""
+    """The video a task label descends from: the listing stage made video ``i`` as ``0.i``;
+    with a journal each video is a source task, labelled after its key."""
+    from conveyor.engine.journal import key_label, source_key
+
+    root = label.split(".", 1)[0].split("*", 1)[0]
+    if root.startswith("k"):
+        return next((s.relative_path for s in pending if key_label(source_key(s)) == root), None)
     parts = label.split(".")
     if len(parts) < 2 or not parts[1].split("*")[0].isdigit():
         return None
@@ -44,8 +50,9 @@ def build_summary(
     filtered: Counter[str] = Counter()
     seconds_in = seconds_now = kept_seconds = 0.0
     failures: list[dict[str, Any]] = []
+    records = layout.read_records([s.relative_path for s in sources])
     for source in sources:
-        record = layout.read_record(source.relative_path)
+        record = records[source.relative_path]
         if record is None:
             videos["incomplete"] += 1
             reasons = engine_failures.get(source.relative_path) or [

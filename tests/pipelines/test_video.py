@@ -335,6 +335,9 @@ def test_command_runs_and_lists_failed_videos(inputs: Path, tmp_path: Path) -> N
     assert "3 in, 2 ok, 1 failed" in result.output
     assert "broken.mp4" in result.output and "truncated" in result.output
     assert (output / "summary.json").exists()
+    # the journal: a header, then each video once it finished (the failed one included)
+    journal = (output / ".conveyor" / "journal").read_text().splitlines()
+    assert len(journal) == 1 + 3 and "broken.mp4" in "".join(journal)
     again = runner.invoke(app, [*args, "--no-tags", "--no-quality", "--no-embed", "--no-live"])
     assert again.exit_code == 0
     assert "3 already complete" in again.output
@@ -352,6 +355,8 @@ def test_command_runs_and_lists_failed_videos(inputs: Path, tmp_path: Path) -> N
         (["video", "{input}", "out", "--caption-model", "/no/model"], "does not exist"),
         (["video", "{input}", "out", "--clip-len", "0"], "0"),
         (["video", "{empty}", "out"], "no videos in"),
+        (["video", "{input}", "out", "--executor", "ray-data", "--journal", "j"], "journal"),
+        (["video", "{input}", "out", "--journal", "{input}"], "is a directory"),
     ],
 )
 def test_command_usage_errors_exit_2(
@@ -365,3 +370,15 @@ def test_command_usage_errors_exit_2(
     result = runner.invoke(app, filled)
     assert result.exit_code == 2, result.output
     assert message in result.output
+
+
+def test_overwrite_clears_what_a_run_wrote_and_nothing_else(tmp_path: Path) -> None:
+    from conveyor.pipelines.video import clear_output
+
+    out = tmp_path / "out"
+    written = ["clips/a.mp4", "metas/a.json", "videos/v.mp4.json", "embeddings/v.parquet"]
+    for name in [*written, "summary.json", "dedup.json", "notes.txt"]:
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).write_text("x")
+    clear_output(out)
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]

@@ -1,4 +1,4 @@
-"""File partitioning: turn a directory into ``FileGroupTask``s of N files each.
+"""File partitioning: turn a directory (or a URL's prefix) into ``FileGroupTask``s of N files.
 
 Listing happens inside the stage (on a worker), not when the pipeline is built, so a pipeline
 over a large bucket starts at once and the listing cost shows up in the stage's measurements.
@@ -8,22 +8,28 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from conveyor.resources import Resources
 from conveyor.stage import ProcessingStage
+from conveyor.storage import ObjectPath, location
 from conveyor.tasks import FileGroupTask
 
 
-def list_files(directory: str | Path, pattern: str = "*", recursive: bool = True) -> list[Path]:
-    """Files under ``directory`` whose name matches the glob ``pattern``, in a stable order.
+def list_files(
+    directory: str | Path | ObjectPath, pattern: str = "*", recursive: bool = True
+) -> list[Path] | list[ObjectPath]:
+    """Files under ``directory`` (a path or a URL) whose name matches the glob ``pattern``, in a
+    stable order.
 
     Hidden files and files inside hidden directories (a name starting with ``.``) are skipped:
-    they are editor swap files, checksums and the like, never data. The order is the sorted
-    relative path, so the same tree always gives the same partitions.
+    they are editor swap files, checksums, a writer's temporaries and the like, never data.
+    The order is the sorted relative path, so the same tree always gives the same partitions.
     """
-    root = Path(directory)
+    root = location(directory)
+    if isinstance(root, ObjectPath):
+        return _list_objects(root, pattern, recursive)
     if not root.exists():
         raise FileNotFoundError(f"input directory {str(root)!r} does not exist")
     if not root.is_dir():
@@ -38,6 +44,25 @@ def list_files(directory: str | Path, pattern: str = "*", recursive: bool = True
     return sorted(files, key=lambda p: p.relative_to(root).as_posix())
 
 
+def _list_objects(root: ObjectPath, pattern: str, recursive: bool) -> list[ObjectPath]:
+    """``list_files`` under a URL: one listing of the prefix, matched like ``rglob``/``glob``."""
+    try:
+        info = root.info()
+    except FileNotFoundError as exc:  # names the URL, or its missing bucket
+        raise FileNotFoundError(f"input directory {exc}") from None
+    if info["type"] != "directory":
+        raise NotADirectoryError(f"input path {str(root)!r} is a file, expected a directory")
+    depth = len(PurePosixPath(pattern).parts)
+    files = []
+    for entry in root.find():
+        rel = PurePosixPath(entry.relative)
+        if any(part.startswith(".") for part in rel.parts):
+            continue
+        if (recursive or len(rel.parts) == depth) and rel.match(pattern):
+            files.append(entry.path)
+    return files
+
+
 class FilePartitioningStage(ProcessingStage[Any, FileGroupTask]):
     """Lists files matching ``pattern`` under ``path`` and emits groups of ``files_per_partition``.
 
@@ -50,7 +75,7 @@ class FilePartitioningStage(ProcessingStage[Any, FileGroupTask]):
 
     def __init__(
         self,
-        path: str | Path,
+        path: str | Path | ObjectPath,
         pattern: str = "*",
         files_per_partition: int = 1,
         *,

@@ -6,6 +6,7 @@ file and line number; for the document sizes of curation work the parse is not t
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 from collections.abc import Iterator, Sequence
@@ -16,24 +17,35 @@ from conveyor.resources import Resources
 from conveyor.stage import CompositeStage, ProcessingStage
 from conveyor.stages.io.partitioning import FilePartitioningStage
 from conveyor.stages.text import _arrow  # noqa: F401 - pandas/pyarrow set-up once
+from conveyor.storage import is_url, open_input
 from conveyor.tasks import DocumentBatch, FileGroupTask
 
 _SNIPPET = 60
 
 
-def _open(path: str) -> IO[bytes]:
+@contextlib.contextmanager
+def _open(path: str) -> Iterator[IO[bytes]]:
+    """The file's bytes (a local path or a URL), decompressed when it ends in ``.gz``."""
     try:
-        if path.endswith(".gz"):
-            return gzip.open(path, "rb")
-        return open(path, "rb")  # closed by the caller's with
-    except FileNotFoundError:
+        raw = open_input(path)
+    except FileNotFoundError as exc:
+        detail = str(exc)
+        if is_url(path) and "bucket" in detail.lower():
+            raise FileNotFoundError(f"JSONL file {detail}") from None
         raise FileNotFoundError(f"JSONL file {path!r} does not exist") from None
     except IsADirectoryError:
         raise IsADirectoryError(f"JSONL path {path!r} is a directory, expected a file") from None
+    with raw:
+        if path.endswith(".gz"):
+            with gzip.open(raw, "rb") as unzipped:
+                yield unzipped
+        else:
+            yield raw
 
 
 def iter_jsonl(path: str | Path, fields: Sequence[str] | None = None) -> Iterator[dict[str, Any]]:
-    """Records of one JSONL file (blank lines skipped; ``.gz`` decompressed).
+    """Records of one JSONL file, a local path or a URL (blank lines skipped; ``.gz``
+    decompressed).
 
     Raises ``ValueError`` naming the file and 1-based line number for invalid UTF-8, malformed
     JSON, a line that is not an object, or a record that lacks one of ``fields``.
@@ -118,7 +130,8 @@ class JsonlReaderStage(ProcessingStage[FileGroupTask, DocumentBatch]):
 
 
 class JsonlReader(CompositeStage[Any, DocumentBatch]):
-    """Partition the ``*.jsonl`` files under ``path`` and read each group: two stages in one."""
+    """Partition the ``*.jsonl`` files under ``path`` (a directory or a URL such as
+    ``s3://bucket/docs``) and read each group: two stages in one."""
 
     def __init__(
         self,

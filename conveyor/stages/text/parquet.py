@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -12,26 +11,29 @@ import pyarrow.parquet as pq
 from conveyor.resources import Resources
 from conveyor.stage import ProcessingStage
 from conveyor.stages.text import _arrow  # noqa: F401 - pandas/pyarrow set-up once
+from conveyor.storage import ObjectPath, atomic_write, location
 from conveyor.tasks import DocumentBatch, FileGroupTask
 
 _UNSAFE = re.compile(r"[^0-9A-Za-z_-]+")
 
 
 class ParquetWriter(ProcessingStage[DocumentBatch, FileGroupTask]):
-    """Writes each batch to ``output_dir/{prefix}-{task_id}.parquet`` and emits the path.
+    """Writes each batch to ``output_dir/{prefix}-{task_id}.parquet`` and emits the path
+    (``output_dir`` may be a URL such as ``s3://bucket/out``).
 
     The name comes from the task's lineage id (``metadata["source_id"]`` when it has none), so
     a rerun over the same inputs rewrites the same files instead of adding new ones. Files are
-    written under a hidden temporary name and renamed, so a crashed or retried attempt never
-    leaves a half-written file with a real name. An empty batch writes nothing and gives a
-    ``FileGroupTask`` without paths, which still carries the batch's metadata (its counts).
+    written under a hidden temporary name and renamed (copied, on a store), so a crashed or
+    retried attempt never leaves a half-written file with a real name. An empty batch writes
+    nothing and gives a ``FileGroupTask`` without paths, which still carries the batch's
+    metadata (its counts).
     Writing is I/O bound, hence the half CPU.
     """
 
     resources = Resources(cpus=0.5)
 
     def __init__(
-        self, output_dir: str | Path, prefix: str = "part", compression: str = "snappy"
+        self, output_dir: str | Path | ObjectPath, prefix: str = "part", compression: str = "snappy"
     ) -> None:
         if not prefix or _UNSAFE.search(prefix):
             raise ValueError(
@@ -57,19 +59,13 @@ class ParquetWriter(ProcessingStage[DocumentBatch, FileGroupTask]):
         metadata["num_rows"] = table.num_rows
         if table.num_rows == 0:
             return FileGroupTask(data=[], dataset_name=task.dataset_name, metadata=metadata)
-        out = Path(self.output_dir)
-        if out.exists() and not out.is_dir():
+        out = location(self.output_dir)
+        if isinstance(out, Path) and out.is_file():  # a store's key and prefix may coexist
             raise NotADirectoryError(
                 f"stage {self.name!r}: output path {self.output_dir!r} is a file, expected a "
                 "directory"
             )
-        out.mkdir(parents=True, exist_ok=True)
         final = out / self.file_name(task)
-        tmp = out / f".{final.name}.{os.getpid()}.tmp"
-        try:
-            pq.write_table(table, tmp, compression=self.compression)
-            os.replace(tmp, final)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        with atomic_write(final) as stream:
+            pq.write_table(table, stream, compression=self.compression)
         return FileGroupTask(data=[str(final)], dataset_name=task.dataset_name, metadata=metadata)

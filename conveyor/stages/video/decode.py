@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from conveyor.stages.video.base import InputError
+from conveyor.storage import READ_BLOCK, ObjectPath, is_url
+from conveyor.storage import size as file_size
 from conveyor.tasks.video import VideoMetadata
-
-if TYPE_CHECKING:
-    pass
 
 #: how far back (s) to seek before a range when the container's seek lands late
 _RESEEK_S = 10.0
@@ -61,8 +59,17 @@ def _capture() -> Iterator[list[tuple[int, str, str]]]:
         av.logging.set_level(av.logging.ERROR)
 
 
-def open_video(path: str, threads: int = 1) -> tuple[Any, Any]:
-    """Open ``path`` and its first video stream, decoding with ``threads`` threads."""
+def _source(path: str, stack: contextlib.ExitStack) -> Any:
+    """What ``av.open`` reads: a local path itself, or for a URL a seekable file streamed
+    through fsspec (closed by ``stack``; PyAV never closes a file object it is given)."""
+    if not is_url(path):
+        return path
+    return stack.enter_context(ObjectPath(path).open("rb", block_size=READ_BLOCK))
+
+
+def open_video(path: Any, threads: int = 1) -> tuple[Any, Any]:
+    """Open ``path`` (a local path or an open binary file) and its first video stream,
+    decoding with ``threads`` threads."""
     import av
 
     _quiet_logs()
@@ -120,70 +127,78 @@ def frame_seconds(frame: Any, start_pts: int, time_base: float) -> float | None:
 
 
 def probe(path: str, *, verify: bool = True) -> VideoMetadata:
-    """Metadata of ``path``'s first video stream; ``InputError`` with the reason otherwise.
+    """Metadata of ``path``'s (a local path or a URL) first video stream; ``InputError`` with
+    the reason otherwise.
 
     With ``verify``, a first frame is decoded (the codec works on this file) and the last
     seconds are decoded (the file holds as much video as its header says: a truncated file
     fails here rather than half-way through the pipeline).
     """
     try:
-        size = os.path.getsize(path)
+        size = file_size(path)
     except OSError as exc:
         raise InputError(f"cannot read the file: {exc.strerror or exc}") from None
     if size == 0:
         raise InputError("empty file (0 bytes)")
-    with _capture() as logs:
-        try:
-            import av
+    with contextlib.ExitStack() as stack:
+        source = _source(path, stack)
+        with _capture() as logs:
+            try:
+                import av
 
-            container = av.open(path, metadata_errors="ignore")
-        except (av.FFmpegError, UnicodeDecodeError) as exc:
-            raise InputError(_open_reason(exc, logs)) from None
-    with container:
-        if not container.streams.video:
-            raise InputError(f"no video stream (the file has: {_streams_text(container)})")
-        stream = container.streams.video[0]
-        context = stream.codec_context
-        if context is None or not context.name:
-            raise InputError(f"no decoder for the video stream's codec ({stream.codec.name})")
-        width, height = context.width, context.height
-        fps = _frame_rate(stream)
-        time_base = float(stream.time_base) if stream.time_base else 0.0
-        # the video track's own length, where the stream says it; a Matroska DURATION tag
-        # (an end time when written by FFmpeg, a length by others) and the container's
-        # duration (which may span a longer audio track) are only hints of where it ends
-        declared = stream.duration * time_base if stream.duration and time_base else None
-        tag = _tag_seconds(stream.metadata)
-        hint = tag or (container.duration / 1_000_000 if container.duration else None)
-        start = stream.start_time * time_base if stream.start_time and time_base else 0.0
-        frames = stream.frames or 0
-        if fps is None and frames and (declared or hint):
-            fps = frames / (declared or hint)  # type: ignore[operator]
-        if fps is None:
-            raise InputError("the video stream declares no frame rate and no frame count")
-        duration = declared or (frames / fps if frames else None) or hint
-        audio = container.streams.audio[0].codec_context.name if container.streams.audio else None
-        bit_rate = context.bit_rate or container.bit_rate or None
-        container_name = container.format.name if container.format else None
-        pix_fmt = context.pix_fmt
-        rotation = 0
-        if verify:
-            first = _first_frame(container, stream)
-            width = width or first.width
-            height = height or first.height
-            pix_fmt = pix_fmt or first.format.name
-            rotation = int(getattr(first, "rotation", 0) or 0)
-            start_pts = first.pts if first.pts is not None else 0
-            start = start_pts * time_base
-            offset = start if tag else (container.start_time or 0) / 1_000_000
-            ends = [] if hint is None else [hint, hint + offset]
-            duration = _check_tail(container, stream, start_pts, time_base, fps, declared, ends)
-            if declared is None:
-                frames = round(duration * fps)
-        if not width or not height:
-            raise InputError("the video stream has no frame size")
-        if not duration:
-            raise InputError("the video's duration is unknown (neither stream nor container say)")
+                container = av.open(source, metadata_errors="ignore")
+            except (av.FFmpegError, UnicodeDecodeError) as exc:
+                raise InputError(_open_reason(exc, logs)) from None
+        with container:
+            return _probe_open(container, size, verify)
+
+
+def _probe_open(container: Any, size: int, verify: bool) -> VideoMetadata:
+    """``probe``'s work once the container is open."""
+    if not container.streams.video:
+        raise InputError(f"no video stream (the file has: {_streams_text(container)})")
+    stream = container.streams.video[0]
+    context = stream.codec_context
+    if context is None or not context.name:
+        raise InputError(f"no decoder for the video stream's codec ({stream.codec.name})")
+    width, height = context.width, context.height
+    fps = _frame_rate(stream)
+    time_base = float(stream.time_base) if stream.time_base else 0.0
+    # the video track's own length, where the stream says it; a Matroska DURATION tag
+    # (an end time when written by FFmpeg, a length by others) and the container's
+    # duration (which may span a longer audio track) are only hints of where it ends
+    declared = stream.duration * time_base if stream.duration and time_base else None
+    tag = _tag_seconds(stream.metadata)
+    hint = tag or (container.duration / 1_000_000 if container.duration else None)
+    start = stream.start_time * time_base if stream.start_time and time_base else 0.0
+    frames = stream.frames or 0
+    if fps is None and frames and (declared or hint):
+        fps = frames / (declared or hint)  # type: ignore[operator]
+    if fps is None:
+        raise InputError("the video stream declares no frame rate and no frame count")
+    duration = declared or (frames / fps if frames else None) or hint
+    audio = container.streams.audio[0].codec_context.name if container.streams.audio else None
+    bit_rate = context.bit_rate or container.bit_rate or None
+    container_name = container.format.name if container.format else None
+    pix_fmt = context.pix_fmt
+    rotation = 0
+    if verify:
+        first = _first_frame(container, stream)
+        width = width or first.width
+        height = height or first.height
+        pix_fmt = pix_fmt or first.format.name
+        rotation = int(getattr(first, "rotation", 0) or 0)
+        start_pts = first.pts if first.pts is not None else 0
+        start = start_pts * time_base
+        offset = start if tag else (container.start_time or 0) / 1_000_000
+        ends = [] if hint is None else [hint, hint + offset]
+        duration = _check_tail(container, stream, start_pts, time_base, fps, declared, ends)
+        if declared is None:
+            frames = round(duration * fps)
+    if not width or not height:
+        raise InputError("the video stream has no frame size")
+    if not duration:
+        raise InputError("the video's duration is unknown (neither stream nor container say)")
     return VideoMetadata(
         duration_s=float(duration),
         fps=float(fps),
@@ -330,7 +345,7 @@ def _last_video_packet(container: Any, stream: Any, time_base: float, start: flo
 
 # -- decoding a range -------------------------------------------------------------------
 def decode_range(
-    path: str,
+    path: str,  # a local path or a URL
     metadata: VideoMetadata,
     start_s: float,
     end_s: float,
@@ -342,40 +357,49 @@ def decode_range(
     The seek lands on the key frame before ``start_s``; frames before it are decoded and
     dropped. A container whose seek lands after ``start_s`` is read again from further back.
     """
+    with contextlib.ExitStack() as stack:
+        source = _source(path, stack)
+        with _capture():
+            container, stream = open_video(source, threads)
+        with container:
+            yield from _decode_open(container, stream, metadata, start_s, end_s)
+
+
+def _decode_open(
+    container: Any, stream: Any, metadata: VideoMetadata, start_s: float, end_s: float
+) -> Iterator[tuple[float, Any]]:
+    """``decode_range``'s work once the container is open."""
     import av
 
-    with _capture():
-        container, stream = open_video(path, threads)
-    with container:
-        time_base = float(stream.time_base)
-        start_pts = round(metadata.start_time_s / time_base) if time_base else 0
-        half_frame = 0.5 / metadata.fps
-        for back in (0.0, _RESEEK_S, math.inf):
-            origin = max(0.0, start_s - back) if math.isfinite(back) else 0.0
-            if origin > 0 or back:
-                try:
-                    container.seek(int(origin / time_base) + start_pts, stream=stream)
-                except av.FFmpegError:
-                    if math.isfinite(back):
-                        continue
-            frames = _decode_from(container, stream, start_pts, time_base, metadata.fps)
-            first = next(frames, None)
-            if first is None:
-                if origin > 0:
-                    continue  # nothing decodes after this seek: read from further back
-                return
-            if first[0] > start_s + half_frame and origin > 0:
-                continue  # landed after the start: go further back
-            if first[0] >= start_s - half_frame:
-                if first[0] >= end_s - half_frame:
-                    return
-                yield first
-            for t, frame in frames:
-                if t >= end_s - half_frame:
-                    return
-                if t >= start_s - half_frame:
-                    yield t, frame
+    time_base = float(stream.time_base)
+    start_pts = round(metadata.start_time_s / time_base) if time_base else 0
+    half_frame = 0.5 / metadata.fps
+    for back in (0.0, _RESEEK_S, math.inf):
+        origin = max(0.0, start_s - back) if math.isfinite(back) else 0.0
+        if origin > 0 or back:
+            try:
+                container.seek(int(origin / time_base) + start_pts, stream=stream)
+            except av.FFmpegError:
+                if math.isfinite(back):
+                    continue
+        frames = _decode_from(container, stream, start_pts, time_base, metadata.fps)
+        first = next(frames, None)
+        if first is None:
+            if origin > 0:
+                continue  # nothing decodes after this seek: read from further back
             return
+        if first[0] > start_s + half_frame and origin > 0:
+            continue  # landed after the start: go further back
+        if first[0] >= start_s - half_frame:
+            if first[0] >= end_s - half_frame:
+                return
+            yield first
+        for t, frame in frames:
+            if t >= end_s - half_frame:
+                return
+            if t >= start_s - half_frame:
+                yield t, frame
+        return
 
 
 def _decode_from(

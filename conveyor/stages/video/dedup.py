@@ -26,6 +26,7 @@ import numpy as np
 from conveyor.resources import Resources
 from conveyor.stage import ProcessingStage
 from conveyor.stages.video.layout import OutputLayout
+from conveyor.storage import ObjectPath
 
 REPORT = "dedup.json"
 
@@ -38,12 +39,10 @@ class DedupResult:
 
 
 def _load(layout: OutputLayout) -> tuple[list[str], np.ndarray]:
-    import pyarrow.parquet as pq
-
     ids: list[str] = []
     vectors: list[np.ndarray] = []
     for path in sorted(layout.embeddings.glob("*.parquet")):
-        table = pq.read_table(path, columns=["clip_id", "embedding"])
+        table = layout.read_table(path, columns=["clip_id", "embedding"])
         if not table.num_rows:
             continue
         ids += table.column("clip_id").to_pylist()
@@ -115,7 +114,7 @@ def _order_key(meta: dict[str, Any] | None, clip: str) -> tuple[str, float, str]
 
 
 def deduplicate(
-    output: str | os.PathLike[str], threshold: float = 0.95, exact_limit: int = 20_000
+    output: str | os.PathLike[str] | ObjectPath, threshold: float = 0.95, exact_limit: int = 20_000
 ) -> DedupResult:
     """Mark near-duplicate kept clips under ``output``; returns the counts and groups."""
     if not 0 < threshold <= 1:
@@ -171,7 +170,9 @@ class SemanticDedup(ProcessingStage[Any, Any]):
     resources = Resources(cpus=1)
     num_workers = 1
 
-    def __init__(self, output: str | os.PathLike[str], threshold: float = 0.95) -> None:
+    def __init__(
+        self, output: str | os.PathLike[str] | ObjectPath, threshold: float = 0.95
+    ) -> None:
         if not 0 < threshold <= 1:
             raise ValueError(f"threshold must be in (0, 1], got {threshold}")
         self.output = str(output)

@@ -11,9 +11,11 @@
     OUT/summary.json                     the run's totals
     OUT/.conveyor/                       work in progress (temporary files, staging)
 
-Every file is written under ``.conveyor/tmp`` and renamed into place, so a reader never sees
-half a file. A video is *complete* once its ``videos/<relative path>.json`` exists: that record
-is written last, after every clip, meta and embedding of the video. Before a video's first
+``OUT`` is a directory or a URL (``s3://bucket/out``; ``conveyor.storage``). Every file is
+written under ``.conveyor/tmp`` and renamed into place (on an object store: uploaded whole,
+which the store publishes at once), so a reader never sees half a file. A video is *complete*
+once its ``videos/<relative path>.json`` exists: that record is written last, after every
+clip, meta and embedding of the video. Before a video's first
 file is written its clip ids are logged in staging (``intent``), so a run killed half-way can
 remove exactly what the unfinished video left behind before doing it again.
 """
@@ -23,22 +25,32 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
-import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
+from conveyor.storage import (
+    ObjectPath,
+    StoragePath,
+    atomic_write,
+    explained,
+    location,
+    remove_tree,
+)
 from conveyor.tasks.video import video_id
 
 INTERNAL = ".conveyor"
 
 
 class OutputLayout:
-    """Paths and atomic writes under one output directory."""
+    """Paths and atomic writes under one output directory (or URL prefix).
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
-        self.root = Path(root)
+    Its paths are ``Path``s for a local output and ``ObjectPath``s for a URL; both have the
+    operations the writer and the resume logic use (``/``, ``glob``, ``read_text``, ...).
+    """
+
+    def __init__(self, root: str | os.PathLike[str] | ObjectPath) -> None:
+        self.root: StoragePath = location(root)
         self.clips = self.root / "clips"
         self.filtered_clips = self.root / "filtered_clips"
         self.metas = self.root / "metas"
@@ -52,71 +64,116 @@ class OutputLayout:
         self.config = self.internal / "config.json"
 
     # -- paths ----------------------------------------------------------------------------
-    def clip_path(self, clip_id: str, kept: bool = True) -> Path:
+    def clip_path(self, clip_id: str, kept: bool = True) -> StoragePath:
         return (self.clips if kept else self.filtered_clips) / f"{clip_id}.mp4"
 
-    def meta_path(self, clip_id: str) -> Path:
+    def meta_path(self, clip_id: str) -> StoragePath:
         return self.metas / f"{clip_id}.json"
 
-    def embedding_path(self, vid: str) -> Path:
+    def embedding_path(self, vid: str) -> StoragePath:
         return self.embeddings / f"{vid}.parquet"
 
-    def text_embedding_path(self, vid: str) -> Path:
+    def text_embedding_path(self, vid: str) -> StoragePath:
         return self.text_embeddings / f"{vid}.parquet"
 
-    def video_record(self, relative_path: str) -> Path:
+    def video_record(self, relative_path: str) -> StoragePath:
         return self.videos / f"{relative_path}.json"
 
-    def staging_dir(self, vid: str) -> Path:
+    def staging_dir(self, vid: str) -> StoragePath:
         return self.staging / vid
 
     # -- atomic writes --------------------------------------------------------------------
     @contextlib.contextmanager
-    def _replacing(self, final: Path) -> Iterator[str]:
-        """A temporary file's path to write; renamed to ``final`` when the block ends, removed
-        if it raises."""
-        self.tmp.mkdir(parents=True, exist_ok=True)
-        fd, temp = tempfile.mkstemp(prefix=final.name[:40] + ".", dir=self.tmp)
-        os.close(fd)
-        try:
-            yield temp
-            final.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(temp, final)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(temp)
-            raise
+    def _replacing(self, final: StoragePath) -> Iterator[IO[bytes]]:
+        """A file to write that becomes ``final`` when the block ends, and nothing if it
+        raises (``atomic_write``: locally a temporary under ``.conveyor/tmp``, renamed)."""
+        with atomic_write(final, self.tmp) as out:
+            yield out
 
-    def write_bytes(self, path: Path, data: bytes) -> None:
+    def write_bytes(self, path: StoragePath, data: bytes) -> None:
         """Write ``data`` to a temporary file and rename it to ``path``."""
-        with self._replacing(path) as temp, open(temp, "wb") as out:
+        with self._replacing(path) as out:
             out.write(data)
 
-    def write_json(self, path: Path, obj: Any) -> None:
+    def write_json(self, path: StoragePath, obj: Any) -> None:
         self.write_bytes(path, (json.dumps(obj, indent=1, ensure_ascii=False) + "\n").encode())
 
-    def write_parquet(self, path: Path, table: Any) -> None:
+    def write_parquet(self, path: StoragePath, table: Any) -> None:
         import pyarrow.parquet as pq
 
-        with self._replacing(path) as temp:
-            pq.write_table(table, temp, compression="zstd")
+        with self._replacing(path) as out:
+            pq.write_table(table, out, compression="zstd")
+
+    def read_table(self, path: StoragePath, columns: list[str] | None = None) -> Any:
+        """A Parquet file written here, as a pyarrow Table."""
+        import pyarrow.parquet as pq
+
+        if isinstance(path, Path):
+            return pq.read_table(path, columns=columns)
+        import pyarrow as pa
+
+        # one GET through fsspec (not pyarrow's own S3 client): these files are small
+        return pq.read_table(pa.BufferReader(path.read_bytes()), columns=columns)
+
+    def remove_tree(self, path: StoragePath) -> None:
+        """Delete a folder of the layout and everything in it (absent is fine)."""
+        remove_tree(path)
 
     # -- resume ---------------------------------------------------------------------------
     def read_record(self, relative_path: str) -> dict[str, Any] | None:
         """A complete video's record, or ``None`` (absent or unreadable: not complete)."""
         try:
-            record = json.loads(self.video_record(relative_path).read_text())
-        except (OSError, ValueError):
+            return _parse_record(self.video_record(relative_path).read_bytes())
+        except OSError:
             return None
-        return record if isinstance(record, dict) else None
+
+    def read_records(self, relative_paths: Sequence[str]) -> dict[str, dict[str, Any] | None]:
+        """``read_record`` of many videos at once: on a store the reads go out concurrently
+        (one request per video, not one round trip after another)."""
+        if isinstance(self.root, Path):
+            return {rel: self.read_record(rel) for rel in relative_paths}
+        if not relative_paths:
+            return {}
+        videos = self.videos
+        assert isinstance(videos, ObjectPath)
+        fs, _ = videos.filesystem()
+        keys = {rel: (videos / f"{rel}.json").filesystem()[1] for rel in relative_paths}
+        with explained(str(videos)):
+            found = fs.cat(list(keys.values()), on_error="return")
+        records: dict[str, dict[str, Any] | None] = {}
+        for rel, key in keys.items():
+            data = found.get(key)
+            if isinstance(data, BaseException) and not isinstance(data, FileNotFoundError):
+                with explained(str(self.video_record(rel))):
+                    raise data
+            records[rel] = _parse_record(data) if isinstance(data, bytes) else None
+        return records
 
     def is_complete(self, relative_path: str, size: int, mtime: float) -> bool:
         """Finished in an earlier run from this very file (same size and modification time)."""
-        record = self.read_record(relative_path)
-        if record is None:
-            return False
-        source = record.get("source", {})
-        return source.get("size_bytes") == size and source.get("mtime") == mtime
+        return same_source(self.read_record(relative_path), size, mtime)
+
+    def started_videos(self) -> set[str]:
+        """Ids of the videos something was written for (a record or staging): one listing of
+        ``videos/`` and of the staging, so that a store is not asked about every video."""
+        vids: set[str] = set()
+        if isinstance(self.root, Path):
+            if self.videos.is_dir():
+                vids.update(
+                    video_id(p.relative_to(self.videos).as_posix()[: -len(".json")])
+                    for p in self.videos.rglob("*.json")
+                )
+            if self.staging.is_dir():
+                vids.update(p.name for p in self.staging.iterdir())
+            return vids
+        assert isinstance(self.videos, ObjectPath) and isinstance(self.staging, ObjectPath)
+        vids.update(
+            video_id(e.relative[: -len(".json")])
+            for e in self.videos.find()
+            if e.relative.endswith(".json")
+        )
+        vids.update(e.relative.split("/", 1)[0] for e in self.staging.find())
+        return vids
 
     def reset(self, relative_path: str) -> int:
         """Remove what an unfinished (or outdated) run of this video left; returns files
@@ -140,20 +197,36 @@ class OutputLayout:
             self.video_record(relative_path),
         ):
             removed += _unlink(path)
-        shutil.rmtree(staging, ignore_errors=True)
+        remove_tree(staging)
         return removed
 
     def sweep_tmp(self) -> int:
         """Delete temporary files a killed run left (only one run may use ``root`` at once)."""
-        if not self.tmp.is_dir():
-            return 0
+        if isinstance(self.tmp, Path) and not self.tmp.is_dir():
+            return 0  # (a store's listing of an absent prefix is simply empty)
         removed = 0
         for path in self.tmp.iterdir():
             removed += _unlink(path)
         return removed
 
 
-def _unlink(path: Path) -> int:
+def _parse_record(data: bytes) -> dict[str, Any] | None:
+    try:
+        record = json.loads(data)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def same_source(record: dict[str, Any] | None, size: int, mtime: float) -> bool:
+    """Whether ``record`` was made from a file of this size and modification time."""
+    if record is None:
+        return False
+    source = record.get("source", {})
+    return source.get("size_bytes") == size and source.get("mtime") == mtime
+
+
+def _unlink(path: StoragePath) -> int:
     try:
         path.unlink()
     except FileNotFoundError:

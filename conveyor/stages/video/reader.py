@@ -1,4 +1,5 @@
-"""Finding the videos (a directory, a file or a list of paths) and probing each one.
+"""Finding the videos (a directory, a file or a list of paths, local or URLs) and probing each
+one.
 
 ``VideoReader`` is a composite: ``VideoListing`` (one worker) turns the run's seed task into
 one ``VideoTask`` per video to do, skipping videos an earlier run into the same output
@@ -20,15 +21,17 @@ from conveyor.resources import Resources
 from conveyor.stage import CompositeStage, ProcessingStage
 from conveyor.stages.video.base import VideoStage
 from conveyor.stages.video.decode import probe
-from conveyor.stages.video.layout import OutputLayout
+from conveyor.stages.video.layout import OutputLayout, same_source
+from conveyor.storage import ObjectPath, is_url, location, mtime
 from conveyor.tasks.base import Task
-from conveyor.tasks.video import Video, VideoTask
+from conveyor.tasks.video import Video, VideoTask, video_id
 
 log = logging.getLogger(__name__)
 
 VIDEO_EXTENSIONS: tuple[str, ...] = (".mp4", ".mov", ".mkv", ".webm", ".avi")
 
-InputSpec = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
+#: a file or directory, or a list of them: local paths or URLs (``s3://bucket/videos``)
+InputSpec = str | os.PathLike[str] | ObjectPath | Sequence[str | os.PathLike[str] | ObjectPath]
 
 
 @dataclass(frozen=True)
@@ -40,8 +43,13 @@ class VideoSource:
     size: int
     mtime: float
 
+    @property
+    def key(self) -> tuple[str, int, str]:
+        """What a journal knows it by: a changed file (size, time) is another source."""
+        return (self.relative_path, self.size, repr(self.mtime))
 
-def input_root(inputs: InputSpec) -> Path:
+
+def input_root(inputs: InputSpec) -> Path | ObjectPath:
     """The directory relative paths are taken from: the input directory, a file's parent,
     or the deepest directory common to every path of a list."""
     paths = _as_list(inputs)
@@ -50,19 +58,41 @@ def input_root(inputs: InputSpec) -> Path:
     roots = [p if p.is_dir() else p.parent for p in paths]
     if len(roots) == 1:
         return roots[0]
+    if isinstance(roots[0], ObjectPath):
+        return _common_url([str(r) for r in roots])
     return Path(os.path.commonpath([str(r) for r in roots]))
 
 
-def _as_list(inputs: InputSpec) -> list[Path]:
-    if isinstance(inputs, (str, os.PathLike)):
-        return [Path(inputs).expanduser().absolute()]
-    return [Path(p).expanduser().absolute() for p in inputs]
+def _common_url(urls: list[str]) -> ObjectPath:
+    """The deepest prefix common to URLs of one store."""
+    schemes = {u.split("://", 1)[0] for u in urls}
+    rests = [u.split("://", 1)[1] for u in urls]
+    common = os.path.commonpath(rests) if len(schemes) == 1 else ""
+    if not common:
+        raise ValueError(f"input URLs share no bucket or store: {', '.join(urls)}")
+    return ObjectPath(f"{schemes.pop()}://{common}")
+
+
+def _as_list(inputs: InputSpec) -> list[Path] | list[ObjectPath]:
+    items = [inputs] if isinstance(inputs, (str, os.PathLike, ObjectPath)) else list(inputs)
+    urls = [is_url(p) for p in items]
+    if any(urls):
+        if not all(urls):
+            raise ValueError("inputs mix local paths and URLs: give one kind")
+        return [ObjectPath(str(p)) for p in items]
+    local = [location(p) for p in items]
+    return [p.expanduser().absolute() for p in local if isinstance(p, Path)]
 
 
 def check_inputs(inputs: InputSpec) -> None:
     """Raise ``FileNotFoundError`` naming the first input path that does not exist."""
     for path in _as_list(inputs):
-        if not path.exists():
+        if isinstance(path, ObjectPath):
+            try:
+                path.info()
+            except FileNotFoundError as exc:  # names the URL, or its missing bucket
+                raise FileNotFoundError(f"input {exc}") from None
+        elif not path.exists():
             raise FileNotFoundError(f"input {str(path)!r} does not exist")
 
 
@@ -70,10 +100,11 @@ def list_videos(
     inputs: InputSpec,
     *,
     extensions: Sequence[str] = VIDEO_EXTENSIONS,
-    exclude: Sequence[str | os.PathLike[str]] = (),
+    exclude: Sequence[str | os.PathLike[str] | ObjectPath] = (),
     limit: int | None = None,
 ) -> list[VideoSource]:
-    """Every video under ``inputs``, sorted by relative path, at most ``limit`` of them.
+    """Every video under ``inputs`` (paths or URLs), sorted by relative path, at most ``limit``
+    of them.
 
     Directories are searched recursively for ``extensions`` (any case), skipping hidden
     files and directories and the ``exclude`` directories (the output, when it lies inside
@@ -81,10 +112,13 @@ def list_videos(
     """
     check_inputs(inputs)
     root = input_root(inputs)
+    if isinstance(root, ObjectPath):
+        return _list_objects(inputs, root, extensions, exclude, limit)
     wanted = tuple(e.lower() for e in extensions)
-    skip = {Path(e).expanduser().absolute() for e in exclude}
+    skip = {Path(e).expanduser().absolute() for e in exclude if not is_url(e)}
     found: dict[str, Path] = {}
     for path in _as_list(inputs):
+        assert isinstance(path, Path)
         if path.is_dir():
             for folder, dirs, files in os.walk(path):
                 here = Path(folder)
@@ -114,22 +148,57 @@ def list_videos(
     return sources
 
 
+def _list_objects(
+    inputs: InputSpec,
+    root: ObjectPath,
+    extensions: Sequence[str],
+    exclude: Sequence[str | os.PathLike[str] | ObjectPath],
+    limit: int | None,
+) -> list[VideoSource]:
+    """``list_videos`` under URLs: one listing per input prefix, with each object's size and
+    modification time from the listing itself (no request per video)."""
+    wanted = tuple(e.lower() for e in extensions)
+    skip = [f"{ObjectPath(str(e))}/" for e in exclude if is_url(e)]
+    found: dict[str, VideoSource] = {}
+    for path in _as_list(inputs):
+        assert isinstance(path, ObjectPath)
+        entries = path.find()
+        if not entries:  # a file (a prefix with nothing under it was refused by check_inputs)
+            info = path.info()
+            relative = str(path)[len(str(root)) + 1 :]
+            found.setdefault(relative, VideoSource(str(path), relative, info["size"], mtime(info)))
+            continue
+        for entry in entries:
+            full = str(entry.path)
+            parts = entry.relative.split("/")
+            if any(p.startswith(".") for p in parts) or not parts[-1].lower().endswith(wanted):
+                continue
+            if any(full.startswith(prefix) for prefix in skip):
+                continue
+            relative = full[len(str(root)) + 1 :]
+            found.setdefault(relative, VideoSource(full, relative, entry.size, entry.mtime))
+    sources = [found[relative] for relative in sorted(found)]
+    return sources[:limit] if limit is not None else sources
+
+
 def pending_videos(
-    sources: Sequence[VideoSource], output: str | os.PathLike[str] | None
+    sources: Sequence[VideoSource], output: str | os.PathLike[str] | ObjectPath | None
 ) -> list[VideoSource]:
     """The sources an earlier run into ``output`` did not finish (all without an output)."""
     if output is None:
         return list(sources)
-    layout = OutputLayout(output)
-    return [s for s in sources if not layout.is_complete(s.relative_path, s.size, s.mtime)]
+    records = OutputLayout(output).read_records([s.relative_path for s in sources])
+    return [s for s in sources if not same_source(records[s.relative_path], s.size, s.mtime)]
 
 
-class VideoListing(ProcessingStage[Task[Any], VideoTask]):
+class VideoListing(ProcessingStage[Task[Any] | VideoSource, VideoTask]):
     """The run's seed task -> one ``VideoTask`` per video still to do (a single worker).
 
     With ``output`` set it resumes: videos whose outputs are complete (from the same file:
     same size and modification time) are skipped, and what an unfinished one left behind
-    is removed before it is done again, so every clip ends up written exactly once.
+    is removed before it is done again, so every clip ends up written exactly once. Given
+    ``VideoSource`` tasks instead (a run with a journal lists in the driver), it makes one
+    ``VideoTask`` of each, cleaning up after an earlier attempt the same way.
     """
 
     resources = Resources(cpus=0.25)
@@ -138,7 +207,7 @@ class VideoListing(ProcessingStage[Task[Any], VideoTask]):
     def __init__(
         self,
         inputs: InputSpec,
-        output: str | os.PathLike[str] | None = None,
+        output: str | os.PathLike[str] | ObjectPath | None = None,
         *,
         extensions: Sequence[str] = VIDEO_EXTENSIONS,
         limit: int | None = None,
@@ -146,15 +215,24 @@ class VideoListing(ProcessingStage[Task[Any], VideoTask]):
         check_inputs(inputs)
         if limit is not None and limit < 1:
             raise ValueError(f"limit must be >= 1, got {limit}")
-        self.sources = inputs if isinstance(inputs, (str, os.PathLike)) else list(inputs)
+        self.sources = (
+            inputs if isinstance(inputs, (str, os.PathLike, ObjectPath)) else list(inputs)
+        )
         self.output = output
         self.extensions = tuple(extensions)
         self.limit = limit
 
-    def excluded(self) -> list[Path]:
-        return [Path(self.output).expanduser().absolute()] if self.output is not None else []
+    def excluded(self) -> list[Path | ObjectPath]:
+        if self.output is None:
+            return []
+        output = location(self.output)
+        return [output.expanduser().absolute() if isinstance(output, Path) else output]
 
-    def process(self, task: Task[Any]) -> list[VideoTask]:
+    def process(self, task: Task[Any] | VideoSource) -> list[VideoTask]:
+        if isinstance(task, VideoSource):
+            if self.output is not None:
+                OutputLayout(self.output).reset(task.relative_path)
+            return [_video_task(task, "")]
         sources = list_videos(
             self.sources, extensions=self.extensions, exclude=self.excluded(), limit=self.limit
         )
@@ -162,21 +240,25 @@ class VideoListing(ProcessingStage[Task[Any], VideoTask]):
         if self.output is not None:
             layout = OutputLayout(self.output)
             layout.sweep_tmp()
+            # on a store a request per video adds up: reset only the videos something was
+            # written for (one listing of the records and the staging says which)
+            started = layout.started_videos() if is_url(self.output) else None
             for source in todo:
-                layout.reset(source.relative_path)
+                if started is None or video_id(source.relative_path) in started:
+                    layout.reset(source.relative_path)
         log.info("%d videos found, %d to do", len(sources), len(todo))
-        return [
-            VideoTask(
-                data=Video(
-                    path=s.path,
-                    relative_path=s.relative_path,
-                    source_size=s.size,
-                    source_mtime=s.mtime,
-                ),
-                dataset_name=task.dataset_name if isinstance(task, Task) else "",
-            )
-            for s in todo
-        ]
+        dataset = task.dataset_name if isinstance(task, Task) else ""
+        return [_video_task(s, dataset) for s in todo]
+
+
+def _video_task(source: VideoSource, dataset: str) -> VideoTask:
+    video = Video(
+        path=source.path,
+        relative_path=source.relative_path,
+        source_size=source.size,
+        source_mtime=source.mtime,
+    )
+    return VideoTask(data=video, dataset_name=dataset)
 
 
 class VideoProbe(VideoStage):
@@ -206,7 +288,7 @@ class VideoReader(CompositeStage[Task[Any], VideoTask]):
     def __init__(
         self,
         inputs: InputSpec,
-        output: str | os.PathLike[str] | None = None,
+        output: str | os.PathLike[str] | ObjectPath | None = None,
         *,
         extensions: Sequence[str] = VIDEO_EXTENSIONS,
         limit: int | None = None,

@@ -13,15 +13,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
-from pathlib import Path
 from typing import Any
 
 from conveyor.resources import Resources
 from conveyor.stage import ProcessingStage
 from conveyor.stages.video.layout import OutputLayout
 from conveyor.stages.video.text_embed import clip_text
+from conveyor.storage import ObjectPath, StoragePath
 from conveyor.tasks.video import ERROR_FILTER, Clip, Video, VideoTask
 
 EMBEDDING_COLUMNS = ("clip_id", "embedding")
@@ -92,7 +91,9 @@ class ClipWriter(ProcessingStage[VideoTask, VideoTask]):
 
     resources = Resources(cpus=0.25)
 
-    def __init__(self, output: str | os.PathLike[str], *, write_filtered: bool = False) -> None:
+    def __init__(
+        self, output: str | os.PathLike[str] | ObjectPath, *, write_filtered: bool = False
+    ) -> None:
         self.output = str(output)
         self.write_filtered = write_filtered
 
@@ -126,17 +127,19 @@ class ClipWriter(ProcessingStage[VideoTask, VideoTask]):
         self._finalise_if_complete(video, layout, staging)
         return _stripped(task)
 
-    def _finalise_if_complete(self, video: Video, layout: OutputLayout, staging: Path) -> None:
+    def _finalise_if_complete(
+        self, video: Video, layout: OutputLayout, staging: StoragePath
+    ) -> None:
         try:
-            records = [json.loads(p.read_text()) for p in sorted(staging.glob("chunk-*.json"))]
+            records = [json.loads(p.read_bytes()) for p in sorted(staging.glob("chunk-*.json"))]
         except (FileNotFoundError, ValueError):
             return  # another worker is finalising this video right now
         last = [r["chunk_index"] for r in records if r["last"]]
         if not last or {r["chunk_index"] for r in records} != set(range(last[0] + 1)):
             return
         try:
-            embeddings = _concat(sorted(staging.glob("embed-*.parquet")))
-            texts = _concat(sorted(staging.glob("text-*.parquet")))
+            embeddings = _concat(layout, sorted(staging.glob("embed-*.parquet")))
+            texts = _concat(layout, sorted(staging.glob("text-*.parquet")))
         except FileNotFoundError:
             return  # finalised meanwhile by another worker
         vid = video.video_id
@@ -152,16 +155,15 @@ class ClipWriter(ProcessingStage[VideoTask, VideoTask]):
             layout.video_record(video.relative_path),
             _video_record(video, records, embeddings is not None and embeddings.num_rows > 0),
         )
-        shutil.rmtree(staging, ignore_errors=True)
+        layout.remove_tree(staging)
 
 
-def _concat(paths: list[Path]) -> Any:
+def _concat(layout: OutputLayout, paths: list[StoragePath]) -> Any:
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     if not paths:
         return None
-    return pa.concat_tables([pq.read_table(p) for p in paths])
+    return pa.concat_tables([layout.read_table(p) for p in paths])
 
 
 def _chunk_record(video: Video, made: list[Clip]) -> dict[str, Any]:

@@ -11,7 +11,6 @@ import pyarrow.parquet as pq
 import pytest
 
 from conveyor.stages.video import layout as layout_module
-from conveyor.stages.video import writer as writer_module
 from conveyor.stages.video.layout import OutputLayout, relative_paths
 from conveyor.stages.video.writer import ClipWriter
 from conveyor.tasks.video import Clip, Video, VideoMetadata, VideoTask, clip_id, video_id
@@ -406,7 +405,7 @@ def test_finalising_twice_is_harmless(tmp_path: Path, monkeypatch: pytest.Monkey
     staging = layout.staging_dir(video_id("v.mp4"))
     removals: list[Path] = []
     # the first finalisation keeps its staging, as if the other worker read it meanwhile
-    monkeypatch.setattr(writer_module.shutil, "rmtree", lambda p, **k: removals.append(Path(p)))
+    monkeypatch.setattr(OutputLayout, "remove_tree", lambda self, p: removals.append(Path(p)))
     writer.process(chunk("v.mp4", 1, [clips[1]], last=True))
     writer.process(chunk("v.mp4", 0, [clips[0]]))
     assert removals == [staging]

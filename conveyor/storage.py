@@ -1,0 +1,438 @@
+"""Local paths and URLs (``s3://``, ``gs://``, ``memory://``, ...) behind one small interface.
+
+Readers and writers take either. A plain path (or a ``file://`` URL) stays a ``pathlib.Path``
+and goes straight to ``os``, as before: fsspec is not even imported on the local path. Any
+other URL becomes an ``ObjectPath`` and goes through fsspec, so the store's package (s3fs for
+``s3://``: ``pip install 'conveyor[s3]'``) and fsspec's usual configuration decide the
+endpoint and the credentials (environment variables, config files, instance roles): Conveyor
+adds no option of its own for either (docs/storage.md).
+
+Writes keep the rule every writer here follows: nothing appears under its final name until it
+is complete (``atomic_write``). Locally that is a temporary file and a rename. On an object
+store it is a local temporary file uploaded in one request: S3, GCS and Azure publish an object
+only when its upload completes, which is the store's own commit. Other fsspec filesystems get a
+hidden temporary name and a move. A crash leaves at most a hidden temporary (a name starting
+with ``.``), which every listing here skips.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import os
+import re
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, BinaryIO, cast
+
+if TYPE_CHECKING:
+    from fsspec import AbstractFileSystem
+
+_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+_LOCAL_SCHEMES = ("file", "local")
+#: stores without directories: nothing to create before writing a key
+_FLAT = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "memory"})
+#: stores that publish an object only once its upload is complete (``atomic_write``)
+_WHOLE_UPLOADS = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss"})
+#: packages (and the extra that installs them) for the stores people use most
+_PACKAGES = {
+    "s3": "s3fs (pip install 'conveyor[s3]')",
+    "s3a": "s3fs (pip install 'conveyor[s3]')",
+    "gs": "gcsfs (pip install gcsfs)",
+    "gcs": "gcsfs (pip install gcsfs)",
+    "az": "adlfs (pip install adlfs)",
+    "abfs": "adlfs (pip install adlfs)",
+    "abfss": "adlfs (pip install adlfs)",
+}
+_CREDENTIAL_ERRORS = frozenset(
+    {"NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError"}
+)
+#: read-ahead for streamed inputs: large enough for sequential decoding, small enough that a
+#: seek (a video's index at its end, a shot window) does not fetch tens of MB it never reads
+READ_BLOCK = 8 << 20
+
+
+def is_url(path: str | os.PathLike[str] | ObjectPath) -> bool:
+    """Whether ``path`` names an object in a store (a URL other than ``file://``)."""
+    if isinstance(path, ObjectPath):
+        return True
+    if not isinstance(path, str):
+        return False
+    match = _URL.match(path)
+    return match is not None and match.group(1).lower() not in _LOCAL_SCHEMES
+
+
+def location(path: str | os.PathLike[str] | ObjectPath) -> Path | ObjectPath:
+    """``path`` as a ``Path`` (local, ``file://`` included) or an ``ObjectPath`` (a URL)."""
+    if isinstance(path, (Path, ObjectPath)):
+        return path
+    if isinstance(path, str):
+        match = _URL.match(path)
+        if match is not None:
+            if match.group(1).lower() in _LOCAL_SCHEMES:
+                return Path(path[match.end() :] or "/")
+            return ObjectPath(path)
+    return Path(path)
+
+
+def normalize(path: str | os.PathLike[str]) -> str:
+    """The canonical spelling of a path or URL (``out/`` -> ``out``, ``s3://b/x/`` ->
+    ``s3://b/x``), so that one place has one name in records and comparisons."""
+    return str(location(path))
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """A file found under a root: its path relative to the root, where it is, its stamp."""
+
+    relative: str
+    path: ObjectPath
+    size: int
+    mtime: float
+
+
+class ObjectPath:
+    """A URL with the few pathlib operations the readers and writers use, through fsspec.
+
+    It keeps the URL as given (less trailing slashes), so records name outputs the way the
+    user wrote them. Every query asks the store again (fsspec's listings cache is dropped for
+    the path first): other worker processes write into the same prefixes, and a cached
+    listing would hide their files.
+    """
+
+    __slots__ = ("url",)
+
+    def __init__(self, url: str) -> None:
+        match = _URL.match(url)
+        if match is None:
+            raise ValueError(f"not a URL: {url!r} (expected scheme://...)")
+        rest = url[match.end() :].rstrip("/")
+        self.url = f"{match.group(1)}://{rest}"
+
+    # -- naming ---------------------------------------------------------------------------
+    @property
+    def protocol(self) -> str:
+        return self.url.split("://", 1)[0]
+
+    @property
+    def name(self) -> str:
+        return self.url.split("://", 1)[1].rsplit("/", 1)[-1]
+
+    @property
+    def suffix(self) -> str:
+        name = self.name
+        dot = name.rfind(".")
+        return name[dot:] if 0 < dot < len(name) - 1 else ""
+
+    @property
+    def parent(self) -> ObjectPath:
+        head, sep, _ = self.url.split("://", 1)[1].rpartition("/")
+        return ObjectPath(f"{self.protocol}://{head}") if sep else self
+
+    def __truediv__(self, other: str | os.PathLike[str]) -> ObjectPath:
+        part = os.fspath(other).strip("/")
+        return ObjectPath(f"{self.url}/{part}") if part else self
+
+    def __str__(self) -> str:
+        return self.url
+
+    def __repr__(self) -> str:
+        return f"ObjectPath({self.url!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ObjectPath) and other.url == self.url
+
+    def __lt__(self, other: ObjectPath) -> bool:
+        return self.url < other.url
+
+    def __hash__(self) -> int:
+        return hash(self.url)
+
+    def _child(self, key: str, base_key: str) -> ObjectPath:
+        """The URL of ``key`` (a filesystem path under ``base_key``, this path's own)."""
+        return self / key[len(base_key) :] if key.startswith(base_key) else self
+
+    # -- the filesystem -------------------------------------------------------------------
+    def filesystem(self) -> tuple[AbstractFileSystem, str]:
+        """fsspec's filesystem for this URL and the path it uses, its listings cache of that
+        path dropped (fsspec keeps one instance per protocol and options)."""
+        fs, key = filesystem(self.url)
+        fs.invalidate_cache(key)
+        return fs, key
+
+    def info(self) -> dict[str, Any]:
+        fs, key = self.filesystem()
+        with explained(self.url):
+            return fs.info(key)
+
+    def exists(self) -> bool:
+        try:
+            self.info()
+        except FileNotFoundError:
+            return False
+        return True
+
+    def is_dir(self) -> bool:
+        try:
+            return self.info()["type"] == "directory"
+        except FileNotFoundError:
+            return False
+
+    def is_file(self) -> bool:
+        try:
+            return self.info()["type"] != "directory"
+        except FileNotFoundError:
+            return False
+
+    def open(self, mode: str = "rb", **kwargs: Any) -> Any:
+        """fsspec's file object (binary modes; ``block_size`` sets the read-ahead)."""
+        fs, key = self.filesystem()
+        with explained(self.url):
+            return fs.open(key, mode, **kwargs)
+
+    def read_bytes(self) -> bytes:
+        fs, key = self.filesystem()
+        with explained(self.url):
+            return fs.cat_file(key)
+
+    def read_text(self, encoding: str = "utf-8") -> str:
+        return self.read_bytes().decode(encoding)
+
+    def unlink(self, missing_ok: bool = False) -> None:
+        """Delete the object. Some stores (S3) accept deleting an absent key, so without
+        ``missing_ok`` it is looked up first, as ``Path.unlink`` would fail."""
+        if not missing_ok:
+            self.info()  # FileNotFoundError naming the URL
+        fs, key = self.filesystem()
+        try:
+            with explained(self.url):
+                fs.rm_file(key)
+        except FileNotFoundError:
+            if not missing_ok:
+                raise
+
+    def mkdir(self, parents: bool = False, exist_ok: bool = False) -> None:
+        """Create the directory where the store has directories (object stores have none:
+        a key's prefix exists once a key is written under it)."""
+        if self.protocol.lower() in _FLAT:
+            return
+        fs, key = self.filesystem()
+        with explained(self.url):
+            if parents:
+                fs.makedirs(key, exist_ok=exist_ok)
+            else:
+                fs.mkdir(key, create_parents=False)
+
+    def iterdir(self) -> list[ObjectPath]:
+        """The entries directly under this prefix (none when there is nothing)."""
+        fs, key = self.filesystem()
+        try:
+            with explained(self.url):
+                names = fs.ls(key, detail=False)
+        except FileNotFoundError:
+            return []
+        return sorted(self._child(n, key) for n in names if n.rstrip("/") != key)
+
+    def glob(self, pattern: str) -> list[ObjectPath]:
+        """Entries directly under this prefix whose name matches ``pattern`` (sorted): one
+        listing, matched here (fsspec's own glob asks the store more than once)."""
+        return [p for p in self.iterdir() if fnmatch.fnmatchcase(p.name, pattern)]
+
+    def find(self) -> list[FileEntry]:
+        """Every file under this prefix, at any depth, sorted by relative path."""
+        fs, key = self.filesystem()
+        try:
+            with explained(self.url):
+                found = fs.find(key, detail=True)
+        except FileNotFoundError:
+            return []
+        entries = []
+        for name, info in found.items():
+            if info.get("type") == "directory" or not name.startswith(key + "/"):
+                continue
+            relative = name[len(key) + 1 :]
+            entries.append(FileEntry(relative, self / relative, int(info["size"]), mtime(info)))
+        return sorted(entries, key=lambda e: e.relative)
+
+    def remove_tree(self) -> None:
+        """Delete every object under this prefix (nothing there is fine)."""
+        fs, key = self.filesystem()
+        with contextlib.suppress(FileNotFoundError), explained(self.url):
+            fs.rm(key, recursive=True)
+
+
+#: a local path or a URL, as ``location`` makes them
+StoragePath = Path | ObjectPath
+
+
+# -- module-level helpers that take either kind -------------------------------------------
+def filesystem(url: str) -> tuple[AbstractFileSystem, str]:
+    """fsspec's filesystem for ``url`` and its path; a clear error when the store's package
+    is not installed or the protocol is unknown."""
+    try:
+        from fsspec.core import url_to_fs
+    except ImportError as exc:  # fsspec is a dependency; a broken install says so
+        raise ImportError(f"{url}: reading URLs needs fsspec ({exc})") from None
+    protocol = url.split("://", 1)[0].lower()
+    try:
+        return url_to_fs(url)
+    except ImportError as exc:
+        package = _PACKAGES.get(protocol, "its fsspec implementation")
+        raise ImportError(f"{url}: {protocol}:// needs {package}: {exc}") from None
+    except ValueError as exc:
+        if "Protocol not known" in str(exc):
+            raise ValueError(
+                f"{url}: fsspec knows no {protocol}:// protocol (a typo, or a filesystem "
+                "package that is not installed?)"
+            ) from None
+        raise
+
+
+@contextlib.contextmanager
+def explained(url: str) -> Iterator[None]:
+    """Re-raise a store's errors with the URL in the message and a hint at the cause:
+    a missing bucket or key stays ``FileNotFoundError``, missing credentials and refusals
+    become ``PermissionError`` (botocore's credential errors are not even ``OSError``)."""
+    try:
+        yield
+    except FileNotFoundError as exc:
+        detail = str(exc)
+        if "bucket" in detail.lower():
+            raise FileNotFoundError(f"{url!r}: {detail}") from None
+        raise FileNotFoundError(f"{url!r} does not exist") from None
+    except PermissionError as exc:
+        raise PermissionError(f"{url!r}: access denied ({exc})") from None
+    except OSError as exc:
+        if type(exc) is not OSError:  # ConnectionError, TimeoutError, ...: their own words
+            raise
+        raise OSError(exc.errno, f"{url!r}: {exc.strerror or exc}") from None
+    except Exception as exc:
+        if type(exc).__name__ in _CREDENTIAL_ERRORS:
+            protocol = url.split("://", 1)[0]
+            raise PermissionError(
+                f"{url!r}: no credentials found for {protocol}:// ({exc}); configure them "
+                "the way the store's fsspec package reads them (see docs/storage.md)"
+            ) from None
+        raise
+
+
+def mtime(info: dict[str, Any]) -> float:
+    """A file's modification time (seconds) from an fsspec info record, whichever key its
+    filesystem uses (0.0 when it gives none)."""
+    for key in ("mtime", "LastModified", "last_modified", "updated", "created"):
+        value = info.get(key)
+        if value is None:
+            continue
+        if isinstance(value, datetime):
+            return value.timestamp()
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, str):
+            with contextlib.suppress(ValueError):
+                return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    return 0.0
+
+
+def open_input(path: str | os.PathLike[str] | ObjectPath) -> IO[bytes]:
+    """A binary file to read: ``open`` for a local path, a buffered stream for a URL (one
+    request per ``READ_BLOCK``, lines read at C speed)."""
+    where = location(path)
+    if isinstance(where, Path):
+        return open(where, "rb")  # closed by the caller's with
+    import io
+
+    return io.BufferedReader(where.open("rb", block_size=READ_BLOCK), buffer_size=1 << 20)
+
+
+def size(path: str | os.PathLike[str] | ObjectPath) -> int:
+    """Bytes of a file (``OSError`` naming it when it cannot be read)."""
+    where = location(path)
+    if isinstance(where, Path):
+        return os.path.getsize(where)
+    return int(where.info()["size"])
+
+
+def exists(path: str | os.PathLike[str] | ObjectPath) -> bool:
+    return location(path).exists()
+
+
+def remove_tree(path: str | os.PathLike[str] | ObjectPath) -> None:
+    """Delete a directory (or prefix) and everything under it; absent is fine."""
+    where = location(path)
+    if isinstance(where, Path):
+        shutil.rmtree(where, ignore_errors=True)
+    else:
+        where.remove_tree()
+
+
+@contextlib.contextmanager
+def atomic_write(
+    final: str | os.PathLike[str] | ObjectPath,
+    tmp_dir: str | os.PathLike[str] | ObjectPath | None = None,
+) -> Iterator[BinaryIO]:
+    """A binary file to write that becomes ``final`` only if the block ends without error.
+
+    - a local path: written under a hidden temporary name in ``tmp_dir`` (default: ``final``'s
+      folder) and renamed;
+    - an object store (S3, GCS, Azure): written to a local temporary file, then uploaded in
+      one request (a multipart upload for a large file). The store publishes an object only
+      when its upload completes, so that upload is the commit: a failure or a crash before it
+      leaves no object at all, and there is no temporary key to copy and delete (one request
+      per file instead of four);
+    - any other fsspec filesystem: written under a hidden temporary name in ``tmp_dir`` (some,
+      like the memory store, show a file while it is written), then moved to ``final``.
+
+    On an error every temporary is removed and ``final`` is untouched.
+    """
+    target = location(final)
+    folder = location(tmp_dir) if tmp_dir is not None else target.parent
+    prefix = f".{target.name[:40]}."
+    if isinstance(target, Path):
+        assert isinstance(folder, Path), "a local file's temporary must be local too"
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, temp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=folder)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                yield out
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(temp, target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+            raise
+        return
+    fs, final_key = target.filesystem()
+    if target.protocol.lower() in _WHOLE_UPLOADS:
+        with tempfile.NamedTemporaryFile(prefix="conveyor-upload-", suffix=".tmp") as local:
+            yield cast(BinaryIO, local)
+            local.flush()
+            with explained(str(target)):
+                fs.put_file(local.name, final_key)
+        return
+    assert isinstance(folder, ObjectPath), "a URL's temporary must be in the same store"
+    folder.mkdir(parents=True, exist_ok=True)  # (nothing to do on a store without folders)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temp_path = folder / f"{prefix}{uuid.uuid4().hex[:16]}.tmp"
+    _, temp_key = temp_path.filesystem()
+    with explained(str(temp_path)):
+        out = fs.open(temp_key, "wb")
+    try:
+        try:
+            yield out
+        except BaseException:
+            with contextlib.suppress(Exception):
+                out.close()  # may show what was written: removed just below
+            raise
+        with explained(str(temp_path)):
+            out.close()
+        with explained(str(target)):
+            fs.mv(temp_key, final_key)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            fs.rm_file(temp_key)
+        raise
