@@ -88,14 +88,16 @@ def test_tiny3_quick(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixt
     bench = load("tiny3", monkeypatch)
     results = bench.main(["--quick", "--tasks", "200", "--engines", "local"])
     out = capsys.readouterr().out
-    assert [m.label for m in results] == ["streaming", "batch", "loop"]
-    assert [m.outputs for m in results] == [200, 200, 200]
+    assert [m.label for m in results] == ["streaming", "journal", "batch", "loop"]
+    assert [m.outputs for m in results] == [200, 200, 200, 200]
     assert "!!" not in out  # every executor's outputs summed to the loop's
     for text in (
         "tiny3 (zero-cost tasks): throughput",
         "vs streaming",
         "targets",
         "streaming tasks/s",
+        "journal: 200 journal records",
+        "journal / streaming tasks/s",
     ):
         assert text in out
 
