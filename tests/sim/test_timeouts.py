@@ -38,3 +38,10 @@ def test_hung_batches_are_killed_at_the_timeout_and_the_rest_finishes() -> None:
 def test_without_hangs_nothing_times_out() -> None:
     sim = simulate(parse_scenario_text(SCENARIO.replace("hang_rate: 0.01", "hang_rate: 0")))
     assert sim.report.stage("infer").timeouts == 0 and sim.report.outputs == 2000
+
+
+def test_the_simulated_backend_is_a_public_backend() -> None:
+    from conveyor.backends import SimulatedBackend
+    from conveyor.backends.simulated import SimulatedBackend as Defined
+
+    assert SimulatedBackend is Defined
