@@ -49,8 +49,17 @@ DRIVER = textwrap.dedent(
 )
 
 
-def drive(source: Path, output: Path, kill_after: float | None = None) -> str:
-    """Run the driver; with ``kill_after``, SIGKILL it then and wait for its tree to go."""
+def journaled(output: Path) -> int:
+    try:
+        return max(0, len((output / "journal").read_text().splitlines()) - 1)
+    except FileNotFoundError:
+        return 0
+
+
+def drive(source: Path, output: Path, kill_at: tuple[int, float] | None = None) -> str:
+    """Run the driver; with ``kill_at = (records, delay)``, SIGKILL it ``delay`` seconds
+    after its journal holds ``records`` records (a moment mid-run however loaded the
+    machine is), and wait for its process tree to go."""
     proc = subprocess.Popen(
         [sys.executable, "-c", DRIVER, str(source), str(output)],
         stdout=subprocess.PIPE,
@@ -58,11 +67,17 @@ def drive(source: Path, output: Path, kill_after: float | None = None) -> str:
         text=True,
         cwd=Path(__file__).parents[2],
     )
-    if kill_after is None:
+    if kill_at is None:
         out, err = proc.communicate(timeout=240)
         assert proc.returncode == 0, err[-3000:]
         return out
-    time.sleep(kill_after)
+    records, delay = kill_at
+    deadline = time.monotonic() + 180
+    while journaled(output) < records:
+        assert proc.poll() is None, "the run ended before it could be killed"
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    time.sleep(delay)
     children = psutil.Process(proc.pid).children(recursive=True)
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=30)
@@ -94,8 +109,8 @@ def test_killed_at_random_moments_and_resumed_every_output_is_written_once(
 
     resumed = tmp_path / "resumed"
     rng = random.Random(int(os.environ.get("CONVEYOR_TEST_SEED", "9")))
-    for _ in range(3):
-        drive(source, resumed, kill_after=rng.uniform(1.5, 4.0))
+    for records in sorted(rng.sample(range(1, 16), 3)):
+        drive(source, resumed, kill_at=(records, rng.uniform(0.0, 0.3)))
     last = drive(source, resumed)
     skipped = int(last.split()[1])
     assert 0 < skipped < 24, last  # the kills landed mid-run, and their work was kept
