@@ -487,6 +487,9 @@ class Controller:
             worker = self.workers.get(event.worker_id)
             if worker is not None:
                 self.stages[worker.stage].pool.mark_ready(worker)
+                # deaths in setup end the run only when they come in a row: a setup that
+                # works shows the stage can start, and kills spread over days are no sign
+                self.stages[worker.stage].setup_deaths = 0
                 # what a new worker costs: process start and setup, as the controller waits
                 started = self.backend.now() - worker.started_at
                 self.stages[worker.stage].meter.setup_s.update(max(started, event.setup_s))
