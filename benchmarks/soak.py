@@ -268,7 +268,27 @@ class Source:
 
 
 # -- chaos from outside -------------------------------------------------------------------
-class Chaos:
+class _Background:
+    """A daemon thread running ``_loop`` until ``stop``; ``_t0`` is when it started."""
+
+    def __init__(self, name: str) -> None:
+        self._stop = threading.Event()
+        self._t0 = time.monotonic()
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+
+    def _loop(self) -> None:
+        raise NotImplementedError
+
+    def start(self) -> None:
+        self._t0 = time.monotonic()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+class Chaos(_Background):
     """A thread that ``kill -9``'s a random live worker at random intervals and, on Ray,
     kills a node once (at ``node_kill_at`` seconds, once that node holds workers).
 
@@ -302,18 +322,8 @@ class Chaos:
         self.node_killed_at: float | None = None
         self.node_workers_lost = 0
         self.error: BaseException | None = None
-        self._stop = threading.Event()
         self._me = os.getpid()
-        self._t0 = time.monotonic()
-        self._thread = threading.Thread(target=self._loop, name="chaos", daemon=True)
-
-    def start(self) -> None:
-        self._t0 = time.monotonic()
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
+        super().__init__("chaos")
 
     def _worker_pids(self) -> dict[str, int]:
         for _ in range(10):  # the engine's thread may change the table while it is read
@@ -407,7 +417,7 @@ class Window:
     samples: int = 0
 
 
-class Sampler:
+class Sampler(_Background):
     """Samples the driver and its process tree every ``interval_s`` and keeps only the peaks
     of the start and end windows (so a long soak does not grow the driver it measures), and
     prints a progress line now and then."""
@@ -430,17 +440,7 @@ class Sampler:
         self.progress_every_s = progress_every_s
         self.shm_pattern = shm_pattern
         self.me = psutil.Process()
-        self._stop = threading.Event()
-        self._t0 = time.monotonic()
-        self._thread = threading.Thread(target=self._loop, name="soak-sampler", daemon=True)
-
-    def start(self) -> None:
-        self._t0 = time.monotonic()
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
+        super().__init__("soak-sampler")
 
     def _shm(self) -> int:
         if self.shm_pattern is None:
