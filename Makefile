@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,ray,video,s3]'
+	$(PY) -m pip install --quiet -e '.[dev,ray,video,s3,text,metrics]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -17,7 +17,14 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/conveyor demo
 
+# The report tests open pages in Debian's Chromium; where it is missing and apt-get can run,
+# it is installed here (elsewhere those tests skip and say why)
+test: export DEBIAN_FRONTEND=noninteractive
 test: $(STAMP)
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+		&& { apt-get install -y -qq chromium >/dev/null 2>&1 \
+		|| { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }; } \
+		|| echo "chromium not installed: the report's browser tests will skip"; }
 	$(VENV)/bin/ruff check conveyor tests benchmarks
 	$(PY) -m pytest -q
 

@@ -490,6 +490,7 @@ def run_conveyor(
     engine: str = "local",
     ray_session: RaySession | None = None,
     journal: str | os.PathLike[str] | None = None,
+    monitors: Sequence[Any] = (),
 ) -> Measurement:
     """Run ``stages`` through ``Pipeline.stream()`` on a fresh backend of ``engine``.
 
@@ -497,8 +498,9 @@ def run_conveyor(
     cluster (``RaySession``); ``ray-data``: ``RayDataExecutor`` there (``executor_cls`` is
     ignored). Ray runs sample memory less often: reading PSS of Ray's many processes costs
     CPU that the run would miss. ``journal``: the run keeps one there (``Pipeline.stream``).
+    ``monitors`` watch the run (besides the trace).
     """
-    monitors = [TraceMonitor(label)] if trace else []
+    monitors = [*([TraceMonitor(label)] if trace else []), *monitors]
     if engine == "local":
         backend: Any = LocalBackend(num_cpus=num_cpus, memory_budget_bytes=memory_budget_bytes)
     elif engine in ("ray", "ray-data"):

@@ -1,7 +1,8 @@
 """Per-task overhead: 20,000 zero-cost int tasks through three ``x + 1`` stages.
 
 Reports end-to-end tasks per second of StreamingExecutor, StreamingExecutor keeping a journal
-(``journal=``: one record per finished task), BatchExecutor and a plain loop over the same
+(``journal=``: one record per finished task), StreamingExecutor watched by an ``EventLog`` and
+a ``PrometheusMonitor`` scraped twice a second, BatchExecutor and a plain loop over the same
 stage objects, on the local backend and, with Ray installed, on RayBackend and
 RayDataExecutor, measured one after the other in this process.
 
@@ -12,9 +13,14 @@ RayDataExecutor, measured one after the other in this process.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import tempfile
+import threading
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from _common import (
     RESOURCE_HEADER,
@@ -38,7 +44,31 @@ from _common import (
 )
 
 TARGET_TPS = 5000.0
-CONTENDERS = ("streaming", "journal", "batch", "loop")
+CONTENDERS = ("streaming", "journal", "watched", "batch", "loop")
+SCRAPE_EVERY_S = 0.5
+
+
+@contextlib.contextmanager
+def watchers(folder: Path) -> Iterator[list[Any]]:
+    """An event log in ``folder`` and Prometheus metrics scraped by a thread, as a user
+    watching the run would have them."""
+    from conveyor.monitor import EventLog, PrometheusMonitor
+
+    stop = threading.Event()
+    with PrometheusMonitor(port=0) as metrics:
+
+        def scrape() -> None:
+            while not stop.wait(SCRAPE_EVERY_S):
+                with urllib.request.urlopen(metrics.url, timeout=5) as response:
+                    response.read()
+
+        thread = threading.Thread(target=scrape, daemon=True)
+        thread.start()
+        try:
+            yield [EventLog(folder), metrics]
+        finally:
+            stop.set()
+            thread.join()
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -108,19 +138,28 @@ def main(argv: list[str] | None = None) -> list[Measurement]:
             else:
                 cls = BatchExecutor if name == "batch" else StreamingExecutor
                 journal = Path(scratch, f"{label}.journal") if name == "journal" else None
-                m = run_conveyor(
-                    label,
-                    stages,
-                    cls,
-                    range(args.tasks),
-                    args.tasks,
-                    num_cpus=args.num_cpus,
-                    on_output=add,
-                    trace=args.trace,
-                    engine=engine,
-                    ray_session=ray_session,
-                    journal=journal,
-                )
+                folder = Path(scratch, label.replace(" ", "-"))
+                with (
+                    watchers(folder) if name == "watched" else contextlib.nullcontext([])
+                ) as monitors:
+                    m = run_conveyor(
+                        label,
+                        stages,
+                        cls,
+                        range(args.tasks),
+                        args.tasks,
+                        num_cpus=args.num_cpus,
+                        on_output=add,
+                        trace=args.trace,
+                        engine=engine,
+                        ray_session=ray_session,
+                        journal=journal,
+                        monitors=monitors,
+                    )
+                if name == "watched":
+                    log = folder / "events.jsonl"
+                    lines = len(log.read_text().splitlines())
+                    print(f"  {label}: {lines} event log lines, {log.stat().st_size} B")
                 if journal is not None:
                     records = len(journal.read_text().splitlines()) - 1  # after its header
                     print(f"  {label}: {records} journal records, {journal.stat().st_size} B")
@@ -183,6 +222,12 @@ def main(argv: list[str] | None = None) -> list[Measurement]:
             ratio = journaled.tps / streaming.tps
             trows.append(
                 ["journal / streaming tasks/s", fmt(ratio), ">= 0.95 (noise)", check(ratio >= 0.95)]
+            )
+        watched = next((m for m in results if m.label == "watched"), None)
+        if watched is not None and streaming.tps:
+            ratio = watched.tps / streaming.tps
+            trows.append(
+                ["watched / streaming tasks/s", fmt(ratio), ">= 0.95 (noise)", check(ratio >= 0.95)]
             )
         print()
         print(table("targets", ["metric", "measured", "target", "status"], trows))

@@ -9,6 +9,8 @@ from typing import Annotated
 import typer
 
 import conveyor
+from conveyor.cli_monitors import METRICS_PORT, REPORT, close_monitors, report_path, run_monitors
+from conveyor.cli_text import text
 from conveyor.cli_video import video
 
 app = typer.Typer(
@@ -63,25 +65,35 @@ def demo(
     live: _LIVE = True,
     seed: Annotated[int, typer.Option(help="Seed of the generated videos.")] = 0,
     cpus: _CPUS = None,
+    metrics_port: METRICS_PORT = None,
+    report: REPORT = True,
 ) -> None:
     """Generate synthetic videos (cuts, a crossfade, a still stretch, a broken file) and curate
     them with the full CPU video pipeline, then check the result against what was generated.
     Exits 1 if a check fails."""
+    settings = dict(locals())
     from rich.console import Console
 
     from conveyor.demos.video import DEFAULT_WORKDIR, print_report, run_demo
 
     console = Console()
-    report = run_demo(
-        workdir or DEFAULT_WORKDIR,
-        seed=seed,
-        executor=executor.value,
-        live=live,
-        cpus=cpus,
-        console=console,
-    )
-    print_report(report, console)
-    if not report.ok:
+    root = workdir or DEFAULT_WORKDIR
+    watch = run_monitors(root / "output", metrics_port, report, settings, console.print)
+    try:
+        outcome = run_demo(
+            root,
+            seed=seed,
+            executor=executor.value,
+            live=live,
+            cpus=cpus,
+            console=console,
+            monitors=watch,
+        )
+    finally:
+        close_monitors(watch)
+    print_report(outcome, console)
+    _print_report_path(watch)
+    if not outcome.ok:
         raise typer.Exit(code=1)
 
 
@@ -97,30 +109,47 @@ def text_demo(
     live: _LIVE = True,
     seed: Annotated[int, typer.Option(help="Seed of the generated corpus.")] = 0,
     cpus: _CPUS = None,
+    metrics_port: METRICS_PORT = None,
+    report: REPORT = True,
 ) -> None:
     """Generate a synthetic web-text corpus and curate it: partition, read, filter, annotate,
     write Parquet. Exits 1 if a task failed or the filters disagree with the generator labels."""
+    settings = dict(locals())
     from rich.console import Console
 
     from conveyor.demos.text import DEFAULT_WORKDIR, print_report, run_demo
 
     console = Console()
-    report = run_demo(
-        workdir or DEFAULT_WORKDIR,
-        files,
-        docs_per_file,
-        executor=executor.value,
-        live=live,
-        seed=seed,
-        cpus=cpus,
-        console=console,
-    )
-    print_report(report, console)
-    if not report.ok:
+    root = workdir or DEFAULT_WORKDIR
+    watch = run_monitors(root / "output", metrics_port, report, settings, console.print)
+    try:
+        outcome = run_demo(
+            root,
+            files,
+            docs_per_file,
+            executor=executor.value,
+            live=live,
+            seed=seed,
+            cpus=cpus,
+            console=console,
+            monitors=watch,
+        )
+    finally:
+        close_monitors(watch)
+    print_report(outcome, console)
+    _print_report_path(watch)
+    if not outcome.ok:
         raise typer.Exit(code=1)
 
 
+def _print_report_path(monitors: list[object]) -> None:
+    html = report_path(monitors)  # type: ignore[arg-type]
+    if html is not None:
+        typer.echo(f"report: {html}")
+
+
 app.command()(video)
+app.command()(text)
 
 
 @app.command()
@@ -144,9 +173,12 @@ def simulate(
     list_scenarios: Annotated[
         bool, typer.Option("--list", help="List the shipped scenarios and exit.")
     ] = False,
+    metrics_port: METRICS_PORT = None,
+    report: REPORT = True,
 ) -> None:
     """Run a scenario on the simulated backend (the real controller on a virtual clock) and
     print, per stage, workers over time, busy fraction after warm-up and throughput."""
+    settings = dict(locals())
     import json
 
     from conveyor.errors import BackendError
@@ -169,19 +201,25 @@ def simulate(
     except ScenarioError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(code=2) from None
+    watch = run_monitors(out, metrics_port, report, settings)
     try:
-        sim = run_simulation(loaded, executor=executor.value if executor else None, seed=seed)
+        sim = run_simulation(
+            loaded, executor=executor.value if executor else None, seed=seed, monitors=watch
+        )
     except BackendError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(code=1) from None
-    report = sim.report
-    typer.echo(format_report(report))
+    finally:
+        close_monitors(watch)
+    summary = sim.report
+    typer.echo(format_report(summary))
     out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"{report.scenario}-{report.executor}-seed{report.seed}"
+    stem = out / f"{summary.scenario}-{summary.executor}-seed{summary.seed}"
     json_path = stem.with_suffix(".json")
-    json_path.write_text(json.dumps(report.to_dict(), indent=1) + "\n")
+    json_path.write_text(json.dumps(summary.to_dict(), indent=1) + "\n")
     typer.echo(f"\nreport: {json_path}")
     if chart:
         from conveyor.sim.chart import write_chart
 
-        typer.echo(f"chart:  {write_chart(report, stem.with_suffix('.png'))}")
+        typer.echo(f"chart:  {write_chart(summary, stem.with_suffix('.png'))}")
+    _print_report_path(watch)

@@ -7,11 +7,14 @@ cannot start or the run stops early, 2 for a missing INPUT or a bad option, 130 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+
+from conveyor.cli_monitors import METRICS_PORT, REPORT
 
 
 class SplitterChoice(StrEnum):
@@ -197,10 +200,13 @@ def video(
         ),
     ] = None,
     live: Annotated[bool, typer.Option("--live/--no-live", help="Live per-stage view.")] = True,
+    metrics_port: METRICS_PORT = None,
+    report: REPORT = True,
 ) -> None:
     """Curate videos: split into clips (shots or fixed stride), transcode to H.264, filter
     (motion, quality, safety, aesthetics), embed, tag, caption, and write clips, metas and
     embeddings to OUTPUT. Re-running the same command on the same OUTPUT resumes."""
+    settings = dict(locals())  # the options as given, recorded with the run's event log
     from rich.console import Console
 
     from conveyor.pipelines.video import (
@@ -280,7 +286,8 @@ def video(
     console = Console()
     if journal is None and executor is not VideoExecutor.ray_data:
         journal = default_journal(config.output)
-    _run(config, executor, backend, address, cpus, gpus, live, console, journal)
+    watch = _Watch(metrics_port, report, settings)
+    _run(config, executor, backend, address, cpus, gpus, live, console, journal, watch)
 
 
 def _executor(
@@ -319,12 +326,15 @@ def _run(
     live: bool,
     console: Any,
     journal: Path | None,
+    watch: _Watch,
 ) -> None:
+    from conveyor.cli_monitors import close_monitors, report_path, run_monitors
     from conveyor.errors import ConveyorError
     from conveyor.monitor import LiveView
     from conveyor.pipelines.video import build_video_pipeline, run_video
     from conveyor.pipelines.video_summary import print_summary
     from conveyor.stages.video.reader import list_videos, pending_videos
+    from conveyor.storage import is_url
 
     try:
         sources = list_videos(config.input, exclude=[config.output], limit=config.limit)
@@ -338,8 +348,11 @@ def _run(
     done_before = len(sources) - len(pending)
     progress = _Progress()
     view = LiveView(console=console, live=None if live else False, extra=progress.line)
+    # the event log and report go into OUTPUT (not into a bucket: they are written as it runs)
+    run_dir = None if is_url(config.output) else Path(config.output)
+    extra = run_monitors(run_dir, watch.metrics_port, watch.report, watch.settings, console.print)
     try:
-        executor = _executor(kind, backend, address, cpus, gpus, [view])
+        executor = _executor(kind, backend, address, cpus, gpus, [view, *extra])
     except (ImportError, ValueError, ConveyorError) as exc:
         raise _fail(str(exc), 2 if isinstance(exc, ValueError) else 1) from None
     pipeline = build_video_pipeline(config)
@@ -361,10 +374,23 @@ def _run(
         raise _fail(str(exc), 1) from None
     finally:
         view.close()
+        close_monitors(extra)
     print_summary(report.summary, console)
     console.print(f"summary: {report.summary_path}")
+    html = report_path(extra)
+    if html is not None:
+        console.print(f"report:  {html}")
     if not report.result.completed:
         raise typer.Exit(code=1)
+
+
+@dataclass
+class _Watch:
+    """The options about watching a run, carried to ``_run``."""
+
+    metrics_port: int | None
+    report: bool
+    settings: dict[str, Any]
 
 
 class _Progress:

@@ -193,7 +193,12 @@ class Pipeline:
         elif journal_key is not None:
             raise TypeError(f"pipeline {self.name!r}: journal_key= needs journal=PATH")
         return self._executor(executor).start(
-            specs, initial_tasks, pipeline_name=self.name, journal=opened, journal_key=journal_key
+            specs,
+            initial_tasks,
+            pipeline_name=self.name,
+            journal=opened,
+            journal_key=journal_key,
+            description=self.description or "",
         )
 
     def _journal(

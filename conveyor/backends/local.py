@@ -70,6 +70,8 @@ class _Worker:
     stopping: bool = False
     closed_at: float | None = None  # when its connection hit EOF
     exit_reason: str | None = None
+    #: ids of batches whose send failed: the worker was already gone
+    undelivered: list[int] = field(default_factory=list)
 
 
 class LocalBackend:
@@ -238,9 +240,15 @@ class LocalBackend:
         worker = self._workers.get(worker_id)
         if worker is None:
             return
-        # if it died, its in-flight work is retried when the death is reported
-        with contextlib.suppress(OSError):
-            worker.conn.send_bytes(pickle.dumps(("work", batches), protocol=5))
+        # if it died, its in-flight work is retried when the death is reported; what could
+        # not be sent is reported as such, so that no input is charged for the death
+        if worker.closed_at is None:
+            try:
+                worker.conn.send_bytes(pickle.dumps(("work", batches), protocol=5))
+                return
+            except OSError:
+                pass
+        worker.undelivered.extend(batch_id for batch_id, _ in batches)
 
     # -- events ---------------------------------------------------------------------------
     def _fail_worker(self, worker: _Worker, error: ErrorInfo) -> None:
@@ -356,7 +364,11 @@ class LocalBackend:
                     )
                 )
             else:
-                self._events.append(WorkerDied(worker.worker_id, f"worker process {reason}"))
+                self._events.append(
+                    WorkerDied(
+                        worker.worker_id, f"worker process {reason}", tuple(worker.undelivered)
+                    )
+                )
 
     def poll(self, timeout: float) -> list[BackendEvent]:
         assert self._selector is not None

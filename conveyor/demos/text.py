@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from conveyor.backends.local import LocalBackend
+from conveyor.engine.events import Monitor
 from conveyor.executors import BatchExecutor, StreamingExecutor
 from conveyor.executors.base import Executor
 from conveyor.monitor import LiveView
@@ -210,7 +211,7 @@ class DemoReport:
         return self.result.ok and accounted and not self.junk_kept and not self.good_dropped
 
 
-def _make_executor(kind: ExecutorName, backend: LocalBackend, monitors: list[LiveView]) -> Executor:
+def _make_executor(kind: ExecutorName, backend: LocalBackend, monitors: list[Monitor]) -> Executor:
     if kind == "streaming":
         return StreamingExecutor(backend, monitors=monitors)
     if kind == "batch":
@@ -246,11 +247,13 @@ def run_demo(
     files_per_partition: int = 2,
     cpus: float | None = None,
     console: Console | None = None,
+    monitors: Sequence[Monitor] = (),
 ) -> DemoReport:
     """Generate the corpus under ``workdir/input``, curate it into ``workdir/output``, report.
 
     Only ``docs-*.jsonl`` and ``part-*.parquet`` files under those two directories are
-    replaced, so pointing ``workdir`` at an existing directory is safe.
+    replaced, so pointing ``workdir`` at an existing directory is safe. ``monitors`` watch
+    the run beside the live view.
     """
     console = console or Console()
     root = Path(workdir)
@@ -265,8 +268,8 @@ def run_demo(
     pipeline = build_pipeline(input_dir, output_dir, files_per_partition)
     backend = LocalBackend(num_cpus=cpus)
     declared = backend.num_cpus
-    monitors = [LiveView(console=console, live=None if live else False)] if live else []
-    run_executor = _make_executor(executor, backend, monitors)
+    views = [LiveView(console=console, live=None if live else False)] if live else []
+    run_executor = _make_executor(executor, backend, [*views, *monitors])
     console.print(
         f"[bold]Conveyor demo[/]: {sample.documents:,} documents in {len(sample.files)} files "
         f"(generated in {generate_s:.2f}s) -> {executor} executor, local backend, "
@@ -276,8 +279,8 @@ def run_demo(
     try:
         result = pipeline.run(run_executor)
     finally:
-        for monitor in monitors:
-            monitor.close()
+        for view in views:
+            view.close()
     pipeline_s = time.perf_counter() - started
 
     tasks: list[FileGroupTask] = [t for t in result.outputs if isinstance(t, FileGroupTask)]

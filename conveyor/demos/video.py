@@ -14,6 +14,7 @@ import io
 import shutil
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,6 +26,7 @@ from rich.table import Table
 from conveyor.samples.video import Segment, SyntheticVideo, write_bad_file, write_video
 
 if TYPE_CHECKING:
+    from conveyor.engine.events import Monitor
     from conveyor.pipelines.video import VideoRunReport
 
 DEFAULT_WORKDIR = Path(tempfile.gettempdir()) / "conveyor-demo"
@@ -123,9 +125,10 @@ def run_demo(
     live: bool = True,
     cpus: float | None = None,
     console: Console | None = None,
+    monitors: Sequence[Monitor] = (),
 ) -> VideoDemoReport:
     """Generate the inputs under ``workdir/input``, curate them into ``workdir/output`` (made
-    afresh), and check the result."""
+    afresh), and check the result. ``monitors`` watch the run beside the live view."""
     from conveyor.backends.local import LocalBackend
     from conveyor.executors import BatchExecutor, StreamingExecutor
     from conveyor.monitor import LiveView
@@ -140,7 +143,7 @@ def run_demo(
     clear_output(output_dir)
     config = VideoConfig(str(input_dir), str(output_dir))
     backend = LocalBackend(num_cpus=cpus)
-    monitors = [LiveView(console=console, live=None if live else False)]
+    view = LiveView(console=console, live=None if live else False)
     kind = {"streaming": StreamingExecutor, "batch": BatchExecutor}.get(executor)
     if kind is None:
         raise ValueError(f"executor must be 'streaming' or 'batch', got {executor!r}")
@@ -151,10 +154,9 @@ def run_demo(
         f"{backend.num_cpus:g} CPUs"
     )
     try:
-        run = run_video(config, kind(backend, monitors=monitors))
+        run = run_video(config, kind(backend, monitors=[view, *monitors]))
     finally:
-        for monitor in monitors:
-            monitor.close()
+        view.close()
     report = VideoDemoReport(inputs, run, generate_s=generate_s)
     report.checks = check_outputs(output_dir, inputs)
     return report

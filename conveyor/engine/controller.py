@@ -7,6 +7,7 @@ Decisions come from the pure policies; this module only applies them.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import dataclasses
 import itertools
@@ -17,7 +18,18 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from conveyor.engine.events import Monitor, RunSnapshot, StageSnapshot
+from conveyor.engine.events import (
+    SERVICE_TIME_BUCKETS_S,
+    DecisionEvent,
+    FailureEvent,
+    Monitor,
+    RunEvent,
+    RunSnapshot,
+    RunStarted,
+    StageSnapshot,
+    TargetChange,
+    WorkerEvent,
+)
 from conveyor.engine.journal import Journal, JournalKey, key_label, source_key
 from conveyor.engine.messages import (
     BatchesDone,
@@ -36,6 +48,7 @@ from conveyor.engine.policies.autoscale import (
     AutoscaleState,
     Budget,
     StageObservation,
+    explain,
     plan,
     stage_rates,
 )
@@ -136,6 +149,13 @@ class _Merge:
     live: int = 0
 
 
+def _maps_one_to_one(entries: list[Entry], outputs: list[Handle]) -> bool:
+    """Each input made one output of the same label (a map, not a split or a merge)."""
+    return len(entries) == len(outputs) and all(
+        e.handle.label == h.label for e, h in zip(entries, outputs, strict=True)
+    )
+
+
 def _root_label(label: str) -> str:
     """The source task a label descends from ("7.2.0" and "7*1" come from "7")."""
     return label.split(".", 1)[0].split("*", 1)[0]
@@ -161,6 +181,11 @@ class _Stage:
     target: int = 0
     done: bool = False
     setup_deaths: int = 0
+    #: batches per service-time bucket (``SERVICE_TIME_BUCKETS_S``, then one for slower)
+    service_counts: list[int] = field(
+        default_factory=lambda: [0] * (len(SERVICE_TIME_BUCKETS_S) + 1)
+    )
+    service_sum_s: float = 0.0
 
     @property
     def backlog(self) -> int:
@@ -180,11 +205,15 @@ class Controller:
         monitors: Iterable[Monitor] = (),
         journal: Journal | None = None,
         journal_key: JournalKey | None = None,
+        description: str = "",
     ) -> None:
         self.backend = backend
         self.config = config
         self.pipeline_name = pipeline_name
+        self.description = description
         self.monitors = list(monitors)
+        # monitors that want events (workers, failures, decisions); none: none are built
+        self._listeners = [m for m in self.monitors if callable(getattr(m, "on_event", None))]
         self.stages = [_Stage(spec, StageStats(spec.name)) for spec in specs]
         self.source: Iterator[Any] = iter([EmptyTask()] if initial_tasks is None else initial_tasks)
         self.source_done = False
@@ -293,6 +322,8 @@ class Controller:
         self.budgets = [budget] * (n + 1)
         for monitor in self.monitors:
             monitor.on_start(self.pipeline_name, [s.spec.name for s in self.stages])
+        if self._listeners:
+            self._emit(self._run_started(nodes))
         self._admit()
         self._update_done()
         self._autoscale(self.backend.now(), initial=True)
@@ -493,11 +524,14 @@ class Controller:
                 # what a new worker costs: process start and setup, as the controller waits
                 started = self.backend.now() - worker.started_at
                 self.stages[worker.stage].meter.setup_s.update(max(started, event.setup_s))
+                if self._listeners:
+                    self._worker_event("ready", worker, setup_s=max(started, event.setup_s))
                 self._initial_workers.discard(worker.worker_id)
                 if self._startup_s is None and not self._initial_workers:
                     self._startup_s = self.backend.now() - self._t0
         elif isinstance(event, WorkerDied):
-            self._on_worker_gone(event.worker_id, ErrorInfo("WorkerDied", event.reason))
+            error = ErrorInfo("WorkerDied", event.reason)
+            self._on_worker_gone(event.worker_id, error, undelivered=event.undelivered)
             self._refresh_nodes()  # its node may have left: place no replacement there
         elif isinstance(event, WorkerStopped):
             self._on_worker_gone(
@@ -547,6 +581,8 @@ class Controller:
             stats.tasks_in += n_in
             stats.busy_s += outcome.busy_s
             stats.cpu_s += outcome.cpu_s
+            stage.service_counts[bisect.bisect_left(SERVICE_TIME_BUCKETS_S, outcome.busy_s)] += 1
+            stage.service_sum_s += outcome.busy_s
             first_measurement = not stage.meter.measured
             out_bytes = sum(h.nbytes for h in outcome.outputs)
             stage.meter.record(n_in, n_out, out_bytes, outcome.busy_s, held_s, outcome.cpu_s)
@@ -558,12 +594,21 @@ class Controller:
             seek = batch.entries[0].seek  # a recomputation runs alone
             if seek is not None:
                 self._on_recomputed(batch.stage, seek, outcome.outputs)
+                self._release(batch.entries)
+            elif self.tracked and _maps_one_to_one(batch.entries, outcome.outputs):
+                # each output carries on its input's lineage: what is alive does not change
+                self._pass_on(batch, outcome, counted=True)
             else:
                 self._pass_on(batch, outcome)
-            for entry in batch.entries:  # after the outputs: a source may be let go now
-                self._live(entry.handle.label, -1)
+                self._release(batch.entries)
 
-    def _pass_on(self, batch: _Batch, outcome: BatchOutcome) -> None:
+    def _release(self, entries: list[Entry]) -> None:
+        for entry in entries:  # after the outputs: a source may be let go now
+            self._live(entry.handle.label, -1)
+
+    def _pass_on(self, batch: _Batch, outcome: BatchOutcome, counted: bool = False) -> None:
+        """Queue ``outcome``'s outputs for the next stage (or the caller); ``counted``: they
+        take their inputs' places among what is alive of each source."""
         index = batch.stage
         stats = self.stages[index].stats
         stats.tasks_out += len(outcome.outputs)
@@ -571,7 +616,8 @@ class Controller:
         for handle in outcome.outputs:
             if self.tracked and "*" in handle.label and handle.label not in self.merges:
                 self._merge(handle.label, batch.entries)
-            self._live(handle.label, 1)
+            if not counted:
+                self._live(handle.label, 1)
         nxt = index + 1
         if nxt < len(self.stages):
             push = self.stages[nxt].queue.push
@@ -734,25 +780,34 @@ class Controller:
                     continue
                 self._live(entry.handle.label, -1)
                 stage.stats.failed += 1
-                self.failures.append(
-                    FailureRecord(
-                        stage=stage.spec.name,
-                        task=entry.handle.label,
-                        error_type=error.type,
-                        message=error.message,
-                        traceback=error.traceback,
-                        attempts=entry.attempts,
-                    )
+                record = FailureRecord(
+                    stage=stage.spec.name,
+                    task=entry.handle.label,
+                    error_type=error.type,
+                    message=error.message,
+                    traceback=error.traceback,
+                    attempts=entry.attempts,
                 )
+                self.failures.append(record)
+                if self._listeners:
+                    self._emit(FailureEvent(self.backend.now() - self._t0, record))
                 self.backend.free([entry.handle])
             else:
                 stage.stats.retried += 1
                 stage.queue.push_suspect(entry)
 
-    def _on_worker_gone(self, worker_id: str, error: ErrorInfo) -> None:
+    def _on_worker_gone(
+        self,
+        worker_id: str,
+        error: ErrorInfo,
+        kind: str = "died",
+        undelivered: tuple[int, ...] = (),
+    ) -> None:
         worker = self.workers.pop(worker_id, None)
         if worker is None:
             return
+        if self._listeners and not worker.stopping:
+            self._worker_event(kind, worker, reason=error.message)
         self._initial_workers.discard(worker_id)
         stage = self.stages[worker.stage]
         stage.pool.remove(worker_id)
@@ -762,7 +817,14 @@ class Controller:
         if not worker.stopping:
             stage.stats.worker_deaths += 1
         held = [self.batches.pop(b, None) for m in worker.messages for b in m]
-        batches = [b for b in held if b is not None]
+        batches = [b for b in held if b is not None and b.batch_id not in undelivered]
+        for batch in held:
+            if batch is not None and batch.batch_id in undelivered:
+                # never reached the worker: back to the queue as it was, charged to no one
+                stage.in_flight_tasks -= len(batch.entries)
+                push = stage.queue.push_suspect if batch.alone else stage.queue.push
+                for entry in batch.entries:
+                    push(entry)
         for batch in batches:
             stage.in_flight_tasks -= len(batch.entries)
             self._retry_or_fail(worker.stage, batch.entries, error, culprit=len(batches) == 1)
@@ -807,7 +869,7 @@ class Controller:
         labels = ", ".join(e.handle.label for e in batch.entries)
         log.warning("%s (inputs %s)", error.message, labels)
         self._retry_or_fail(batch.stage, batch.entries, error, culprit=True)
-        self._on_worker_gone(worker.worker_id, error)
+        self._on_worker_gone(worker.worker_id, error, kind="timeout")
         self.backend.kill_worker(worker.worker_id)
 
     def _check_stall(self, now: float, active: bool) -> None:
@@ -871,6 +933,10 @@ class Controller:
             if not stage.done and self._upstream_done(index) and stage.backlog == 0:
                 stage.done = True
                 stage.stats.final_workers = stage.pool.live_count
+                if self._listeners and stage.target:
+                    why = "finished: no input left"
+                    change = TargetChange(stage.spec.name, stage.target, 0, why)
+                    self._emit(DecisionEvent(self.backend.now() - self._t0, (change,)))
                 stage.target = 0  # free its resources for the stages still working
                 self._next_autoscale = min(
                     self._next_autoscale, self._last_autoscale + MIN_AUTOSCALE_SPACING_S
@@ -916,6 +982,21 @@ class Controller:
             self.ledger.refresh(self.backend.nodes())
 
     def _autoscale(self, now: float, initial: bool = False) -> None:
+        before = [s.target for s in self.stages]
+        obs = self._plan(now, initial)
+        if self._listeners:
+            after = [s.target for s in self.stages]
+            if after != before:
+                reasons = explain(obs, before, after)
+                changes = tuple(
+                    TargetChange(s.spec.name, b, a, r or "")
+                    for s, b, a, r in zip(self.stages, before, after, reasons, strict=True)
+                    if a != b
+                )
+                self._emit(DecisionEvent(now - self._t0, changes))
+
+    def _plan(self, now: float, initial: bool) -> list[StageObservation]:
+        """Set every stage's target for this cycle; returns the observations used."""
         assert self.ledger is not None
         self._placement_dirty = True
         self._last_autoscale = now
@@ -943,15 +1024,16 @@ class Controller:
                     )[0]
                 else:
                     stage.target = 0
-            return
+            return obs
         if initial:
             # cold start: one worker per stage (or its pin) until measurements arrive
             for stage, o in zip(self.stages, obs, strict=True):
                 stage.target = 0 if o.finished else (o.pinned or 1)
-            return
+            return obs
         targets = plan(obs, budget, self.config.autoscale, now, self.autoscale_state)
         for stage, target in zip(self.stages, targets, strict=True):
             stage.target = target
+        return obs
 
     def _reconcile(self) -> None:
         assert self.ledger is not None
@@ -964,6 +1046,8 @@ class Controller:
             for worker in live[:excess]:
                 stage.pool.mark_stopping(worker)
                 self.backend.stop_worker(worker.worker_id)
+                if self._listeners:
+                    self._worker_event("stop", worker, reason=f"target lowered to {stage.target}")
         if not self._placement_dirty:
             return
         self._placement_dirty = False
@@ -997,6 +1081,8 @@ class Controller:
                 if len(pool) > stage.stats.peak_workers:
                     stage.stats.peak_workers = len(pool)
                 self.backend.start_worker(worker_id, stage.spec, placement)
+                if self._listeners:
+                    self._worker_event("start", worker)
 
     # -- reporting ------------------------------------------------------------------------
     def snapshot(self, now: float) -> RunSnapshot:
@@ -1018,8 +1104,18 @@ class Controller:
                     failed=stage.stats.failed,
                     task_time_s=stage.meter.task_time.value,
                     done=stage.done,
+                    retried=stage.stats.retried,
+                    busy_s=stage.stats.busy_s,
+                    worker_deaths=stage.stats.worker_deaths,
+                    timeouts=stage.stats.timeouts,
+                    service_counts=tuple(stage.service_counts),
+                    service_sum_s=stage.service_sum_s,
                 )
             )
+        cpus = gpus = cpus_held = gpus_held = 0.0
+        if self.ledger is not None:
+            cpus, gpus = self.ledger.totals()
+            cpus_held, gpus_held = self.ledger.reserved()
         return RunSnapshot(
             self.pipeline_name,
             now - self._t0,
@@ -1027,6 +1123,66 @@ class Controller:
             self.outputs,
             tuple(stages),
             self.source_done,
+            cpus=cpus,
+            gpus=gpus,
+            cpus_reserved=cpus_held,
+            gpus_reserved=gpus_held,
+            startup_s=self._startup_s,
+            first_output_s=self._first_output_s,
+        )
+
+    # -- events for monitors that want them -----------------------------------------------
+    def _emit(self, event: RunEvent) -> None:
+        for monitor in self._listeners:
+            monitor.on_event(event)  # type: ignore[attr-defined]
+
+    def _worker_event(
+        self,
+        kind: str,
+        worker: Worker,
+        reason: str | None = None,
+        setup_s: float | None = None,
+    ) -> None:
+        name = self.stages[worker.stage].spec.name
+        t = self.backend.now() - self._t0
+        self._emit(WorkerEvent(t, kind, name, worker.worker_id, worker.node, reason, setup_s))
+
+    def _run_started(self, nodes: list[Any]) -> RunStarted:
+        stages = tuple(
+            {
+                "name": s.spec.name,
+                "cpus": s.spec.resources.cpus,
+                "gpus": s.spec.resources.gpus,
+                "gpu_memory_gb": s.spec.resources.gpu_memory_gb,
+                "batch_size": s.spec.batch_size,
+                "num_workers": s.spec.num_workers,
+                "timeout_s": s.spec.timeout_s,
+            }
+            for s in self.stages
+        )
+        cluster = tuple(
+            {"node_id": n.node_id, "cpus": n.cpus, "gpus": n.gpus, "gpu_memory_gb": n.gpu_memory_gb}
+            for n in nodes
+        )
+        config = self.config
+        settings = {
+            "max_attempts": config.max_attempts,
+            "autoscale_interval_s": config.autoscale_interval_s,
+            "edge_max_tasks": config.edge_max_tasks,
+            "edge_max_bytes": config.edge_max_bytes,
+            "stage_priority": config.stage_priority,
+            "journal": str(self.journal.path) if self.journal is not None else None,
+            **{f"autoscale.{k}": v for k, v in dataclasses.asdict(config.autoscale).items()},
+        }
+        return RunStarted(
+            t=self.backend.now() - self._t0,
+            pipeline=self.pipeline_name,
+            description=self.description,
+            executor="batch" if config.stage_at_a_time else "streaming",
+            backend=type(self.backend).__name__,
+            stages=stages,
+            nodes=cluster,
+            settings=settings,
         )
 
     def _tick(self, now: float) -> None:

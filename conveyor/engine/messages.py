@@ -104,6 +104,9 @@ class BatchFailed:
 class WorkerDied:
     worker_id: str
     reason: str
+    #: batches the backend knows never reached the worker (sent after it died): they go
+    #: back to their queue as they were, charged to no input
+    undelivered: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -93,6 +93,7 @@ class Executor:
         *,
         journal: Journal | None = None,
         journal_key: JournalKey | None = None,
+        description: str = "",
     ) -> Run:
         controller = Controller(
             specs,
@@ -103,5 +104,6 @@ class Executor:
             self.monitors,
             journal=journal,
             journal_key=journal_key,
+            description=description,
         )
         return Run(controller)

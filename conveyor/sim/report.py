@@ -12,12 +12,12 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from conveyor.backends.simulated import SimulatedBackend, VirtualClock
-from conveyor.engine.events import RunSnapshot
+from conveyor.engine.events import Monitor, RunSnapshot
 from conveyor.engine.messages import BackendEvent, WorkerDied, WorkerPlacement, WorkerStopped
 from conveyor.engine.spec import StageSpec
 from conveyor.executors import BatchExecutor, StreamingExecutor
@@ -297,7 +297,13 @@ def _source(spec: SourceSpec, clock: VirtualClock) -> Iterator[int]:
         i += 1
 
 
-def _executor(kind: str, scenario: Scenario, backend: SimulatedBackend, rec: Recorder) -> Executor:
+def _executor(
+    kind: str,
+    scenario: Scenario,
+    backend: SimulatedBackend,
+    rec: Recorder,
+    monitors: Sequence[Monitor] = (),
+) -> Executor:
     e = scenario.executor
     cls = {"streaming": StreamingExecutor, "batch": BatchExecutor}.get(kind)
     if cls is None:
@@ -309,7 +315,7 @@ def _executor(kind: str, scenario: Scenario, backend: SimulatedBackend, rec: Rec
         autoscale_interval_s=e.autoscale_interval_s,
         edge_max_tasks=e.edge_max_tasks,
         edge_max_bytes=e.edge_max_bytes,
-        monitors=[rec],
+        monitors=[rec, *monitors],
     )
 
 
@@ -318,8 +324,10 @@ def simulate(
     executor: str | None = None,
     seed: int | None = None,
     diagnose: bool = True,
+    monitors: Sequence[Monitor] = (),
 ) -> SimRun:
     """Run ``scenario`` on a fresh ``SimulatedBackend`` (executor and seed may be overridden).
+    ``monitors`` watch the run too (an ``EventLog`` for a report, Prometheus metrics).
 
     ``diagnose`` tracks placements to say why a stage was short of its target; turn it off
     to time the controller and simulator alone.
@@ -337,7 +345,7 @@ def simulate(
     pipeline = scenario.pipeline()
     wall0, cpu0 = time.perf_counter(), time.process_time()
     run = pipeline.stream(
-        _executor(kind, scenario, backend, recorder),
+        _executor(kind, scenario, backend, recorder, monitors),
         initial_tasks=_source(scenario.source, backend.clock),
     )
     outputs = 0

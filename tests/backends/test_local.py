@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 import pytest
 
 from conveyor import Pipeline, ProcessingStage, Resources
@@ -296,3 +298,37 @@ def test_upstream_workers_run_at_a_lower_priority(priority: bool) -> None:
     result = Pipeline("p", stages).run(executor, range(3))
     seen = {(a - base, b - base) for a, b in result.outputs}
     assert seen == ({(10, 0)} if priority else {(0, 0)})
+
+
+def test_a_batch_sent_to_a_dead_worker_is_reported_undelivered() -> None:
+    """A worker killed while idle looks idle until its death is seen: what is sent to it
+    then never arrives, and the backend says so (the controller charges no input for it)."""
+    from conveyor.engine.messages import WorkerDied, WorkerPlacement, WorkerReady
+
+    spec = Pipeline("p", [_Echo()]).build()[0]
+    backend = LocalBackend(num_cpus=1)
+    backend.open()
+    try:
+        backend.start_worker("w", spec, WorkerPlacement("local"))
+        deadline = time.monotonic() + 30
+        while not any(isinstance(e, WorkerReady) for e in backend.poll(0.1)):
+            assert time.monotonic() < deadline, "the worker never got ready"
+        pid = backend.worker_pids()["w"]
+        os.kill(pid, signal.SIGKILL)
+        while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+            time.sleep(0.01)
+        backend.submit("w", [(7, [backend.put(1, "1")])])
+        died: list[WorkerDied] = []
+        while not died:
+            assert time.monotonic() < deadline, "the death was never reported"
+            died = [e for e in backend.poll(0.1) if isinstance(e, WorkerDied)]
+        assert died[0].undelivered == (7,)
+    finally:
+        backend.shutdown()
+
+
+class _Echo(ProcessingStage[int, int]):
+    resources = Resources(cpus=0.5)
+
+    def process(self, task: int) -> int:
+        return task

@@ -558,3 +558,27 @@ def test_benchmarks_run_the_ray_engines(
     out = capsys.readouterr().out
     assert "unbalanced3: engines side by side" in out and "unbalanced3: targets" in out
     assert ray.is_initialized()  # the benchmarks left this process's connection alone
+
+
+# -- watching a run -----------------------------------------------------------------------
+def test_metrics_and_event_log_on_ray(address: str, tmp_path: Path) -> None:
+    from conveyor.monitor import EventLog, PrometheusMonitor
+    from tests.monitor.scrape import scrape_during, value
+
+    log = EventLog(tmp_path)
+    with PrometheusMonitor(port=0) as metrics:
+        executor = StreamingExecutor(RayBackend(address), monitors=[metrics, log])
+        pipeline = Pipeline("watched", [st.Slow("a", 0.02), st.Slow("b", 0.05)])
+        result, scrapes = scrape_during(metrics.url, lambda: pipeline.run(executor, range(80)))
+    assert len(result.outputs) == 80
+    final = scrapes[-1]
+    labels = {"pipeline": "watched", "stage": "b"}
+    assert value(final, "conveyor_stage_tasks_total", outcome="in", **labels) == 80
+    assert value(final, "conveyor_cluster_cpus", pipeline="watched") == 4  # both nodes
+    info = {"pipeline": "watched", "executor": "streaming", "backend": "RayBackend"}
+    assert value(final, "conveyor_run_info", **info) == 1
+    events = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+    assert events[0]["type"] == "run_start" and len(events[0]["cluster"]["nodes"]) == 2
+    nodes = {e["node"] for e in events if e["type"] == "worker" and e["event"] == "start"}
+    assert nodes <= {n["node_id"] for n in events[0]["cluster"]["nodes"]}
+    assert events[-1]["type"] == "run_end" and events[-1]["counts"]["outputs"] == 80

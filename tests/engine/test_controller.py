@@ -392,3 +392,22 @@ def test_a_run_that_never_ends_with_nothing_left_to_do_is_a_stall(
         three_stage().run(StreamingExecutor(backend), initial_tasks=range(5))
     assert "nothing in flight and no worker starting" in str(info.value)
     assert "medium: 0 queued, 0 to run alone, 0 in flight" in str(info.value)
+
+
+def test_work_sent_to_a_dead_worker_before_its_death_is_known_is_charged_to_no_one() -> None:
+    # a worker killed while idle looks idle until its death is seen: what is sent to it then
+    # never arrives, and even with one attempt its inputs must not fail
+    backend = VirtualBackend(cpus=2, service_s={"slow": 0.1, "fast": 0.001})
+    stages = [Pass("slow").with_(num_workers=1), Pass("fast").with_(num_workers=1)]
+    run = Pipeline("p", stages).stream(
+        StreamingExecutor(backend, max_attempts=1), initial_tasks=range(40)
+    )
+    seen = [next(run)]
+    victim = next(w for w, r in backend.runners.items() if r.name == "fast")
+    assert backend.busy_until[victim] <= backend.clock  # idle between two inputs
+    backend.kill(victim, unseen_s=0.15)
+    seen.extend(run)
+    assert backend.undelivered[victim], "the test should send work to the dead worker"
+    assert run.result.failures == []
+    assert sorted(seen) == list(range(40))
+    assert run.result.stats["fast"].worker_deaths == 1

@@ -78,6 +78,8 @@ class VirtualBackend:
         self.stops: list[tuple[float, str]] = []
         self.submitted: list[tuple[str, list[int]]] = []
         self.dead: set[str] = set()
+        #: per dead worker, the batches sent to it after it died (never delivered)
+        self.undelivered: dict[str, list[int]] = {}
         self.killed: list[tuple[float, str]] = []
         self.batch_starts: list[tuple[float, str]] = []  # (virtual time, worker)
 
@@ -128,12 +130,17 @@ class VirtualBackend:
         self.killed.append((self.clock, worker_id))
         self.kill(worker_id)
 
-    def kill(self, worker_id: str) -> None:
-        """Kill a worker now: its queued work is lost and reported as a death."""
+    def kill(self, worker_id: str, unseen_s: float = 0.0) -> None:
+        """Kill a worker now: its queued work is lost and reported as a death, ``unseen_s``
+        later (until then the controller may send it work, which is never delivered)."""
         self.dead.add(worker_id)
-        self._at(self.clock, WorkerDied(worker_id, "killed by the test"))
+        self.undelivered[worker_id] = []
+        self._at(self.clock + unseen_s, ("died", worker_id))
 
     def submit(self, worker_id: str, batches: list[tuple[int, list[Handle]]]) -> None:
+        if worker_id in self.dead:
+            self.undelivered[worker_id].extend(batch_id for batch_id, _ in batches)
+            return
         runner = self.runners[worker_id]
         self.submitted.append((runner.name, [len(h) for _, h in batches]))
         begin = max(self.clock + self.latency_s, self.busy_until[worker_id])
@@ -178,6 +185,9 @@ class VirtualBackend:
         events = []
         while self._timeline and self._timeline[0][0] <= when:
             _, _, event = heapq.heappop(self._timeline)
+            if isinstance(event, tuple):  # a death, reported with what never arrived
+                dead = event[1]
+                event = WorkerDied(dead, "killed by the test", tuple(self.undelivered[dead]))
             worker = getattr(event, "worker_id", None)
             if worker in self.dead and not isinstance(event, WorkerDied):
                 continue

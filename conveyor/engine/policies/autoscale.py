@@ -341,3 +341,59 @@ def plan(
             state.down_since.pop(s.name, None)
         result.append(t)
     return result
+
+
+def explain(
+    stages: Sequence[StageObservation], before: Sequence[int], after: Sequence[int]
+) -> list[str | None]:
+    """Why each stage's target moved from ``before`` to ``after`` (``None`` where it did
+    not), in words a person reading a run report understands: which stage limits the
+    pipeline, at what pace, and what the others could do with their workers."""
+    weights = _weights(stages)
+    active = [not s.finished for s in stages]
+    measured = all(s.task_time_s is not None for s, a in zip(stages, active, strict=True) if a)
+    # each stage's pace with its old workers, in source tasks per second
+    paces = [
+        (b / w if w > 0 else math.inf) if a else math.inf
+        for b, w, a in zip(before, weights, active, strict=True)
+    ]
+    limiting = min(range(len(stages)), key=lambda i: paces[i]) if stages else 0
+    pipeline = paces[limiting] if stages else math.inf
+    reasons: list[str | None] = []
+    for i, (s, b, a) in enumerate(zip(stages, before, after, strict=True)):
+        if a == b:
+            reasons.append(None)
+        elif s.finished:
+            reasons.append("finished: no input left")
+        elif s.pinned is not None:
+            reasons.append(f"pinned to {s.pinned} worker{'s' if s.pinned != 1 else ''}")
+        elif not measured or s.task_time_s is None:
+            reasons.append(
+                "first worker of a stage with work"
+                if b == 0
+                else "start-up: not every stage measured yet"
+            )
+        elif a > b and i == limiting:
+            reasons.append(
+                f"bottleneck: {b} worker{'s' if b != 1 else ''} keep{'s' if b == 1 else ''} "
+                f"up with {_pace(paces[i])}, {s.backlog} queued"
+            )
+        elif a > b:
+            reasons.append(
+                f"near the bottleneck: {_pace(paces[i])} vs {stages[limiting].name}'s "
+                f"{_pace(pipeline)}, {s.backlog} queued"
+            )
+        elif s.backlog < b * s.batch_size:
+            reasons.append(f"little work left: {s.backlog} queued for {b} workers")
+        else:
+            reasons.append(
+                f"spare capacity: {_pace(paces[i])} while {stages[limiting].name} "
+                f"limits the pipeline to {_pace(pipeline)}"
+            )
+    return reasons
+
+
+def _pace(per_second: float) -> str:
+    if math.isinf(per_second):
+        return "unbounded"
+    return f"{per_second:.3g} source tasks/s"

@@ -185,6 +185,15 @@ class Ledger:
         gpus = float(sum(len(n.gpu_free) for n in self.nodes.values()))
         return cpus, gpus
 
+    def reserved(self) -> tuple[float, float]:
+        """CPUs and GPUs (fractions summed) the placed workers hold."""
+        cpus = gpus = 0.0
+        for resources, placement in self.held.values():
+            cpus += resources.cpus
+            fractional = len(placement.gpu_ids) == 1 and resources.gpus < 1
+            gpus += placement.gpu_fraction if fractional else len(placement.gpu_ids)
+        return cpus, gpus
+
     def _move(
         self, node: NodeFree, resources: Resources, placement: WorkerPlacement, sign: int
     ) -> None:

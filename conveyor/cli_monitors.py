@@ -1,0 +1,83 @@
+"""What every command offers to watch a run: Prometheus metrics on a port, and an event log
+with a ``report.html`` in its output folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+METRICS_PORT = Annotated[
+    int | None,
+    typer.Option(
+        min=0,
+        max=65535,
+        help="Serve Prometheus metrics on 127.0.0.1:PORT/metrics while the run goes "
+        "(0: any free port; the URL is printed).",
+        show_default="off",
+    ),
+]
+REPORT = Annotated[
+    bool,
+    typer.Option(
+        "--report/--no-report",
+        help="Keep an event log (events.jsonl) and write report.html in the output folder.",
+    ),
+]
+
+
+def run_monitors(
+    run_dir: Path | None,
+    metrics_port: int | None,
+    report: bool,
+    settings: dict[str, Any],
+    echo: Any = typer.echo,
+) -> list[Any]:
+    """The monitors the options ask for; the metrics URL is printed as soon as it serves.
+
+    A port that cannot be bound is a bad option (exit 2 with the reason)."""
+    monitors: list[Any] = []
+    if metrics_port is not None:
+        from conveyor.monitor import PrometheusMonitor
+
+        try:
+            metrics = PrometheusMonitor(port=metrics_port)
+        except OSError as exc:
+            typer.echo(f"error: --metrics-port {metrics_port}: {exc}", err=True)
+            raise typer.Exit(code=2) from None
+        echo(f"metrics: {metrics.url}")
+        monitors.append(metrics)
+    if report and run_dir is not None:
+        from conveyor.monitor import EventLog
+
+        monitors.append(EventLog(run_dir, report=True, settings=_plain(settings)))
+    return monitors
+
+
+def close_monitors(monitors: list[Any]) -> None:
+    for monitor in monitors:
+        close = getattr(monitor, "close", None)
+        if close is not None:
+            close()
+
+
+def report_path(monitors: list[Any]) -> Path | None:
+    """Where the event log wrote its report, if one did."""
+    for monitor in monitors:
+        path = getattr(monitor, "report_path", None)
+        if path is not None:
+            return Path(path)
+    return None
+
+
+def _plain(settings: dict[str, Any]) -> dict[str, Any]:
+    """Options as JSON-friendly values (enums by value, paths as text)."""
+    out: dict[str, Any] = {}
+    for key, value in settings.items():
+        if hasattr(value, "value") and not isinstance(value, (int, float, str, bool)):
+            value = value.value
+        elif isinstance(value, Path):
+            value = str(value)
+        out[key] = value
+    return out
