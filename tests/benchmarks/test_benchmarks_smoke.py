@@ -88,8 +88,8 @@ def test_tiny3_quick(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixt
     bench = load("tiny3", monkeypatch)
     results = bench.main(["--quick", "--tasks", "200", "--engines", "local"])
     out = capsys.readouterr().out
-    assert [m.label for m in results] == ["streaming", "journal", "batch", "loop"]
-    assert [m.outputs for m in results] == [200, 200, 200, 200]
+    assert [m.label for m in results] == ["streaming", "journal", "watched", "batch", "loop"]
+    assert [m.outputs for m in results] == [200, 200, 200, 200, 200]
     assert "!!" not in out  # every executor's outputs summed to the loop's
     for text in (
         "tiny3 (zero-cost tasks): throughput",
@@ -98,8 +98,18 @@ def test_tiny3_quick(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixt
         "streaming tasks/s",
         "journal: 200 journal records",
         "journal / streaming tasks/s",
+        "watched: ",
+        "event log lines",
+        "watched / streaming tasks/s",
     ):
         assert text in out
+
+
+def test_dedup_quality_quick(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
+    bench = load("dedup_quality", monkeypatch)
+    bench.main(["--docs", "3000", "--shapes", "20x6"])
+    out = capsys.readouterr().out
+    assert "precision" in out and "recall" in out
 
 
 def test_memory_quick(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):

@@ -338,6 +338,11 @@ def test_command_runs_and_lists_failed_videos(inputs: Path, tmp_path: Path) -> N
     # the journal: a header, then each video once it finished (the failed one included)
     journal = (output / ".conveyor" / "journal").read_text().splitlines()
     assert len(journal) == 1 + 3 and "broken.mp4" in "".join(journal)
+    # the run's event log and report
+    assert "report:" in result.output and "report.html" in result.output
+    assert "video-curation" in (output / "report.html").read_text()
+    start = json.loads((output / "events.jsonl").read_text().splitlines()[0])
+    assert start["settings"]["clip_len"] == 3 and start["settings"]["splitter"] == "fixed"
     again = runner.invoke(app, [*args, "--no-tags", "--no-quality", "--no-embed", "--no-live"])
     assert again.exit_code == 0
     assert "3 already complete" in again.output

@@ -64,3 +64,33 @@ def test_existing_commands_still_listed() -> None:
     result = runner.invoke(app, ["--help"])
     assert result.exit_code == 0
     assert "demo" in result.output and "simulate" in result.output
+
+
+def test_simulate_serves_metrics_and_writes_a_run_report(tmp_path: Path) -> None:
+    args = ["simulate", "docs_3stage_1gpu_each", "--out", str(tmp_path), "--no-chart"]
+    result = runner.invoke(app, [*args, "--metrics-port", "0"])
+    assert result.exit_code == 0, result.output
+    assert "metrics: http://127.0.0.1:" in result.output
+    assert f"html:   {tmp_path / 'report.html'}" in result.output
+    events = (tmp_path / "events.jsonl").read_text().splitlines()
+    assert json.loads(events[0])["pipeline"] == "docs_3stage_1gpu_each"
+    (tmp_path / "report.html").unlink()
+    again = runner.invoke(app, ["report", str(tmp_path)])  # the report, again from the log
+    assert again.exit_code == 0 and (tmp_path / "report.html").exists()
+    quiet = tmp_path / "quiet"
+    assert runner.invoke(app, ["simulate", "docs_3stage_1gpu_each", "--out", str(quiet),
+                               "--no-chart", "--no-report"]).exit_code == 0  # fmt: skip
+    assert not (quiet / "events.jsonl").exists() and not (quiet / "report.html").exists()
+
+
+def test_a_metrics_port_in_use_is_a_usage_error(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        args = ["simulate", "docs_3stage_1gpu_each", "--out", str(tmp_path), "--no-chart"]
+        result = runner.invoke(app, [*args, "--metrics-port", str(port)])
+    assert result.exit_code == 2
+    assert f"--metrics-port {port}" in result.output
