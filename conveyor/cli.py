@@ -10,6 +10,7 @@ import typer
 
 import conveyor
 from conveyor.cli_monitors import METRICS_PORT, REPORT, close_monitors, report_path, run_monitors
+from conveyor.cli_report import report as report_command
 from conveyor.cli_text import text
 from conveyor.cli_video import video
 
@@ -142,13 +143,14 @@ def text_demo(
         raise typer.Exit(code=1)
 
 
-def _print_report_path(monitors: list[object]) -> None:
+def _print_report_path(monitors: list[object], label: str = "report:") -> None:
     html = report_path(monitors)  # type: ignore[arg-type]
     if html is not None:
-        typer.echo(f"report: {html}")
+        typer.echo(f"{label} {html}")
 
 
 app.command()(video)
+app.command(name="report")(report_command)
 app.command()(text)
 
 
@@ -222,4 +224,4 @@ def simulate(
         from conveyor.sim.chart import write_chart
 
         typer.echo(f"chart:  {write_chart(summary, stem.with_suffix('.png'))}")
-    _print_report_path(watch)
+    _print_report_path(watch, "html:  ")

@@ -1,0 +1,365 @@
+"""``conveyor text INPUT... OUTPUT``: the text curation pipeline from the command line.
+
+It only turns options into a ``TextConfig`` and an executor; ``run_text`` does the rest.
+Exit codes: 0 when the run completes (malformed lines are counted and listed, not fatal),
+1 when a stage cannot start, a task failed or the run stops early, 2 for a bad INPUT, OUTPUT
+or option (one line saying why), 130 on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from conveyor.cli_monitors import METRICS_PORT, REPORT
+
+
+class FormatChoice(StrEnum):
+    parquet = "parquet"
+    jsonl = "jsonl"
+
+
+class DedupChoice(StrEnum):
+    none = "none"
+    exact = "exact"
+    fuzzy = "fuzzy"
+
+
+class TextExecutor(StrEnum):
+    streaming = "streaming"
+    batch = "batch"
+
+
+class BackendChoice(StrEnum):
+    local = "local"
+    ray = "ray"
+
+
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code=code)
+
+
+def _switch(name: str, help: str) -> Any:
+    return typer.Option(f"--{name}/--no-{name}", help=help, show_default="as --filters")
+
+
+def text(
+    input: Annotated[
+        list[str],
+        typer.Argument(
+            help="A JSONL or Parquet file, a directory (searched recursively for .jsonl, "
+            ".json, .ndjson, also .gz/.zst compressed, and .parquet), a glob such as "
+            "'data/*.jsonl.gz', or a URL such as s3://bucket/docs; or several of them.",
+            show_default=False,
+            metavar="INPUT",
+        ),
+    ],
+    output: Annotated[
+        str,
+        typer.Argument(
+            help="Where part-NNNNN files and summary.json go: a directory or a URL.",
+            show_default=False,
+            metavar="OUTPUT",
+        ),
+    ],
+    text_field: Annotated[
+        str, typer.Option("--text-field", help="The field that holds the text.")
+    ] = "text",
+    format: Annotated[
+        FormatChoice, typer.Option(case_sensitive=False, help="Output format.")
+    ] = FormatChoice.parquet,
+    filters: Annotated[
+        bool, typer.Option("--filters/--no-filters", help="Every heuristic filter on or off.")
+    ] = True,
+    word_count: Annotated[bool | None, _switch("word-count", "Word count filter.")] = None,
+    min_words: Annotated[int, typer.Option(min=0, help="Fewest words kept.")] = 50,
+    max_words: Annotated[int, typer.Option(min=1, help="Most words kept.")] = 100_000,
+    mean_word_length: Annotated[
+        bool | None, _switch("mean-word-length", "Mean word length filter.")
+    ] = None,
+    min_mean_word_length: Annotated[
+        float, typer.Option(min=0.0, help="Shortest mean word length kept.")
+    ] = 3.0,
+    max_mean_word_length: Annotated[
+        float, typer.Option(min=0.0, help="Longest mean word length kept.")
+    ] = 10.0,
+    symbol_ratio: Annotated[
+        bool | None, _switch("symbol-ratio", "Symbol (#, ...) to word ratio filter.")
+    ] = None,
+    max_symbol_ratio: Annotated[
+        float, typer.Option(min=0.0, help="Most symbols per word kept.")
+    ] = 0.1,
+    ellipsis_lines: Annotated[
+        bool | None, _switch("ellipsis-lines", "Lines ending in an ellipsis filter.")
+    ] = None,
+    max_ellipsis_lines: Annotated[
+        float, typer.Option(min=0.0, max=1.0, help="Largest share of such lines kept.")
+    ] = 0.3,
+    repeated_lines: Annotated[
+        bool | None, _switch("repeated-lines", "Repeated lines filter.")
+    ] = None,
+    max_repeated_lines: Annotated[
+        float, typer.Option(min=0.0, max=1.0, help="Largest share of repeated lines kept.")
+    ] = 0.3,
+    langid: Annotated[
+        bool,
+        typer.Option(
+            "--langid/--no-langid", help="fastText language ID (language, language_score)."
+        ),
+    ] = True,
+    languages: Annotated[
+        str | None,
+        typer.Option(
+            help="Keep only these languages: ISO 639 codes such as en,de.",
+            show_default="all",
+        ),
+    ] = None,
+    language_threshold: Annotated[
+        float,
+        typer.Option(min=0.0, max=1.0, help="With --languages: least language_score kept."),
+    ] = 0.0,
+    dedup: Annotated[
+        DedupChoice, typer.Option(case_sensitive=False, help="Remove duplicate documents.")
+    ] = DedupChoice.fuzzy,
+    shingle_size: Annotated[
+        int | None, typer.Option(min=1, help="Fuzzy: words per shingle.", show_default="5")
+    ] = None,
+    num_perm: Annotated[
+        int | None,
+        typer.Option(min=1, help="Fuzzy: MinHash permutations.", show_default="bands*rows"),
+    ] = None,
+    bands: Annotated[
+        int | None, typer.Option(min=1, help="Fuzzy: LSH bands.", show_default="20")
+    ] = None,
+    rows: Annotated[
+        int | None, typer.Option(min=1, help="Fuzzy: rows per band.", show_default="6")
+    ] = None,
+    threshold: Annotated[
+        float | None,
+        typer.Option(help="Fuzzy: least Jaccard similarity of duplicates.", show_default="0.8"),
+    ] = None,
+    jaccard_check: Annotated[
+        bool | None,
+        typer.Option(
+            "--jaccard-check/--no-jaccard-check",
+            help="Fuzzy: confirm candidates with their exact Jaccard.",
+            show_default="on",
+        ),
+    ] = None,
+    executor: Annotated[
+        TextExecutor, typer.Option(case_sensitive=False, help="How stages are scheduled.")
+    ] = TextExecutor.streaming,
+    backend: Annotated[
+        BackendChoice, typer.Option(case_sensitive=False, help="Where workers run.")
+    ] = BackendChoice.local,
+    address: Annotated[
+        str | None, typer.Option(help="Ray cluster address (--backend ray).")
+    ] = None,
+    cpus: Annotated[
+        float | None, typer.Option(min=0.5, help="CPUs to use.", show_default="all")
+    ] = None,
+    limit: Annotated[
+        int | None,
+        typer.Option(min=1, help="Only the first N records (lines or rows) of the input."),
+    ] = None,
+    chunk_mb: Annotated[
+        float,
+        typer.Option(min=0.001, help="Input MB per task (and roughly per output shard)."),
+    ] = 16.0,
+    live: Annotated[bool, typer.Option("--live/--no-live", help="Live per-stage view.")] = True,
+    metrics_port: METRICS_PORT = None,
+    report: REPORT = True,
+) -> None:
+    """Curate text: read JSONL or Parquet, filter with Gopher-style rules, identify languages
+    (and keep chosen ones), remove exact or near duplicates, and write sharded Parquet or JSONL
+    with every input field to OUTPUT, with summary.json. Malformed lines are counted and listed
+    by file and line; they never stop the run."""
+    settings = dict(locals())  # the options as given, recorded with the run's event log
+    from rich.console import Console
+
+    from conveyor.pipelines.text import TextConfig
+    from conveyor.stages.text.readers import InputError, list_inputs
+    from conveyor.storage import location, normalize
+
+    inputs = [normalize(i) for i in input]
+    output = normalize(output)
+    if address is not None and backend is BackendChoice.local:
+        raise _fail("--address needs --backend ray")
+    where = location(output)
+    try:
+        if where.exists() and not where.is_dir():
+            raise _fail(f"OUTPUT {output!r} is a file, expected a directory")
+    except (OSError, ImportError, ValueError) as exc:
+        raise _fail(f"OUTPUT {exc}") from None
+    try:
+        config = TextConfig(
+            input=inputs[0] if len(inputs) == 1 else inputs,
+            output=output,
+            text_field=text_field,
+            format=format.value,
+            filters=filters,
+            word_count=word_count,
+            min_words=min_words,
+            max_words=max_words,
+            mean_word_length=mean_word_length,
+            min_mean_word_length=min_mean_word_length,
+            max_mean_word_length=max_mean_word_length,
+            symbol_ratio=symbol_ratio,
+            max_symbol_ratio=max_symbol_ratio,
+            ellipsis_lines=ellipsis_lines,
+            max_ellipsis_lines=max_ellipsis_lines,
+            repeated_lines=repeated_lines,
+            max_repeated_lines=max_repeated_lines,
+            langid=langid,
+            languages=languages or (),
+            language_threshold=language_threshold,
+            dedup=dedup.value,
+            shingle_size=shingle_size,
+            num_perm=num_perm,
+            bands=bands,
+            rows=rows,
+            threshold=threshold,
+            jaccard_check=jaccard_check,
+            limit=limit,
+            chunk_bytes=max(1, int(chunk_mb * (1 << 20))),
+        )
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    try:
+        listing = list_inputs(config.input, exclude=[config.output])
+    except InputError as exc:
+        raise _fail(str(exc)) from None
+    except (OSError, ImportError, ValueError) as exc:  # a store refusing, unreachable, ...
+        raise _fail(f"INPUT {exc}") from None
+    watch = (metrics_port, report, settings)
+    _run(config, listing, executor, backend, address, cpus, live, Console(), watch)
+
+
+def _executor(
+    kind: TextExecutor,
+    backend: BackendChoice,
+    address: str | None,
+    cpus: float | None,
+    monitors: list[Any],
+) -> Any:
+    from conveyor.executors import BatchExecutor, StreamingExecutor
+
+    if backend is BackendChoice.ray:
+        from conveyor.backends import RayBackend
+
+        chosen: Any = RayBackend(address, num_cpus=cpus, num_gpus=0)
+    else:
+        from conveyor.backends import LocalBackend
+
+        chosen = LocalBackend(num_cpus=cpus, num_gpus=0)
+    cls = BatchExecutor if kind is TextExecutor.batch else StreamingExecutor
+    return cls(chosen, monitors=monitors)
+
+
+def _run(
+    config: Any,
+    listing: Any,
+    kind: TextExecutor,
+    backend: BackendChoice,
+    address: str | None,
+    cpus: float | None,
+    live: bool,
+    console: Any,
+    watch: tuple[int | None, bool, dict[str, Any]],
+) -> None:
+    from rich.markup import escape
+
+    from conveyor.cli_monitors import close_monitors, report_path, run_monitors
+    from conveyor.errors import ConveyorError
+    from conveyor.monitor import LiveView
+    from conveyor.pipelines.text import run_text
+    from conveyor.pipelines.text_summary import print_summary
+    from conveyor.storage import is_url
+
+    progress = _Progress()
+    view = LiveView(console=console, live=None if live else False, extra=progress.line)
+    # the event log and report of both passes go into OUTPUT (not into a bucket)
+    run_dir = None if is_url(config.output) else Path(config.output)
+    extra = run_monitors(run_dir, *watch, echo=console.print)
+    try:
+        executor = _executor(kind, backend, address, cpus, [view, *extra])
+    except (ImportError, ValueError, ConveyorError) as exc:
+        raise _fail(str(exc), 2 if isinstance(exc, ValueError) else 1) from None
+    empty = len(listing.empty)
+    console.print(
+        f"[bold]conveyor text[/]: {len(listing.files):,} file(s) in {escape(listing.source)} "
+        f"({listing.total_bytes / 1e6:,.1f} MB"
+        + (f", {empty} empty" if empty else "")
+        + (f", {len(listing.ignored)} other file(s) ignored" if listing.ignored else "")
+        + f") -> {escape(config.output)}\n  {escape(config.description or _describe(config))}\n"
+        f"  {kind.value} executor, {'Ray' if backend is BackendChoice.ray else 'local'} backend"
+    )
+    if empty == len(listing.files):
+        console.print("[yellow]every input file is empty[/]: there is nothing to curate")
+
+    def on_pass(label: str) -> None:
+        progress.stage = label
+        progress.written = 0
+        if label != "pass 1":
+            console.print(
+                f"[bold]{label}[/]" + (": resolving duplicates" if label == "dedup" else "")
+            )
+
+    try:
+        report = run_text(
+            config, executor, listing=listing, on_output=progress.add, on_pass=on_pass
+        )
+    except KeyboardInterrupt:
+        view.close()
+        console.print("[yellow]interrupted[/]: nothing was published; run the command again")
+        raise typer.Exit(code=130) from None
+    except (ConveyorError, OSError, ImportError, ValueError) as exc:
+        view.close()
+        raise _fail(str(exc), 1) from None
+    finally:
+        view.close()
+        close_monitors(extra)
+    print_summary(report.summary, console)
+    console.print(f"summary: {escape(str(report.summary_path))}")
+    html = report_path(extra)
+    if html is not None:
+        console.print(f"report:  {escape(str(html))}")
+    if not report.completed:
+        console.print("[red]the run did not complete[/]: nothing was published")
+        raise typer.Exit(code=1)
+    if report.failures:
+        console.print(
+            f"[red]{len(report.failures)} task(s) failed[/]: the output lacks their documents"
+        )
+        raise typer.Exit(code=1)
+
+
+def _describe(config: Any) -> str:
+    from conveyor.pipelines.text import describe
+
+    return describe(config)
+
+
+class _Progress:
+    """Documents read and written so far, for the live view's last line."""
+
+    def __init__(self) -> None:
+        self.stage = "pass 1"
+        self.read = 0
+        self.written = 0
+
+    def add(self, task: Any) -> None:
+        from conveyor.stages.text.readers import READ
+        from conveyor.stages.text.writers import WRITTEN
+
+        metadata = task.metadata
+        if self.stage == "pass 1":
+            self.read += int(metadata.get(READ, {}).get("documents", 0))
+        self.written += int(metadata.get(WRITTEN, {}).get("rows", 0))
+
+    def line(self) -> str:
+        return f"{self.stage}: documents read {self.read:,} | written {self.written:,}"

@@ -1,0 +1,859 @@
+"""Reading a text corpus as users have it: directories, globs, many files, big files, JSONL
+(plain, ``.gz``, ``.zst``) and Parquet, with every malformed line counted instead of fatal.
+
+``list_inputs`` finds the files (sorted, so the same input always gives the same run);
+``plan_reads`` packs them into ``ReadTask``s of about ``chunk_bytes`` of input each, splitting
+a big uncompressed JSONL file into byte ranges (a compressed file cannot be split and is read
+whole; its reader hands on sub-batches of ``chunk_bytes``); ``TextReader`` reads a task into
+``DocumentBatch``es that keep every input field as a column and add ``_doc_id``: an int64 that
+is unique across the dataset and grows in input order, ``(file index << 40) | byte offset``
+of the line (its row number in a Parquet file).
+
+A line that is not valid UTF-8, not JSON, not an object, or whose text field is missing or
+not a string is counted in the batch's metadata with its file, line number and reason (the
+first ``max_samples`` per task), and the reader goes on with the next line. A file that
+cannot be read or ends early (a truncated ``.gz``) keeps the lines before the problem and is
+reported in ``metadata["file_errors"]``. A split file's line numbers are relative to its
+byte range: ``metadata["segments"]`` gives each range's line count so that whoever collects
+the batches can make them absolute (``absolute_lines``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import glob as globlib
+import io
+import json
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, Literal
+
+from conveyor.resources import Resources
+from conveyor.stage import ProcessingStage
+from conveyor.stages.text import _arrow  # noqa: F401 - pandas/pyarrow set-up once
+from conveyor.storage import ObjectPath, location, open_input
+from conveyor.tasks import DocumentBatch
+from conveyor.tasks.base import Task
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+#: internal column: the document's id (never written to the final output)
+DOC_ID = "_doc_id"
+#: bits of ``_doc_id`` for the byte offset (row number) inside a file: 1 TiB per file,
+#: 8 million files
+OFFSET_BITS = 40
+MAX_FILES = 1 << (63 - OFFSET_BITS)
+#: input bytes per read task: small enough that a corpus of a few hundred MB still makes
+#: dozens of tasks for the stages after the reader to share out
+DEFAULT_CHUNK_BYTES = 16 << 20
+#: a compressed file's content is guessed at this many times its size when packing tasks
+COMPRESSION_RATIO = 4
+#: metadata keys a ``TextReader`` batch carries
+READ = "read"
+MALFORMED = "malformed_lines"
+SEGMENTS = "segments"
+FILE_ERRORS = "file_errors"
+SHARD = "shard"
+
+Kind = Literal["jsonl", "parquet"]
+Compression = Literal["gzip", "zstd"] | None
+
+_JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson", ".jsonlines")
+_PARQUET_SUFFIXES = (".parquet", ".pq")
+_COMPRESSION_SUFFIXES: dict[str, Compression] = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd"}
+_GZIP_MAGIC = b"\x1f\x8b"
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+_BOM = b"\xef\xbb\xbf"
+_SNIPPET = 60
+#: what ``list_inputs`` looks for in a directory, for messages
+LOOKED_FOR = ".jsonl .json .ndjson (also .gz or .zst compressed) and .parquet"
+
+
+class InputError(ValueError):
+    """The input names nothing readable: a missing path, a glob matching nothing, an empty
+    folder. The message is one line, fit for a command's error output."""
+
+
+# -- finding files --------------------------------------------------------------------------
+def classify(name: str, *, strict: bool = True) -> tuple[Kind, Compression] | None:
+    """A file's format from its name: ``("jsonl", "gzip")`` for ``a.jsonl.gz``. With
+    ``strict=False`` (files named explicitly) an unknown suffix is read as JSONL."""
+    lower = name.lower()
+    compression: Compression = None
+    for suffix, kind in _COMPRESSION_SUFFIXES.items():
+        if lower.endswith(suffix):
+            compression = kind
+            lower = lower[: -len(suffix)]
+            break
+    if lower.endswith(_PARQUET_SUFFIXES) and compression is None:
+        return "parquet", None
+    if lower.endswith(_JSONL_SUFFIXES) or not strict:
+        return "jsonl", compression
+    return None
+
+
+@dataclass(frozen=True)
+class InputFile:
+    """One input file: where it is, its position in the sorted listing, size and format."""
+
+    path: str
+    index: int
+    size: int
+    kind: Kind
+    compression: Compression
+
+
+@dataclass
+class InputListing:
+    """What ``list_inputs`` found: the files to read (sorted) and what it left out."""
+
+    source: str
+    files: list[InputFile]
+    #: files a directory held that are not text data (by their suffix)
+    ignored: list[str] = field(default_factory=list)
+
+    @property
+    def empty(self) -> list[str]:
+        return [f.path for f in self.files if f.size == 0]
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+
+def _has_magic(path: str) -> bool:
+    return any(ch in path for ch in "*?[")
+
+
+def _under(path: str, prefixes: Sequence[str]) -> bool:
+    return any(path == p or path.startswith(p.rstrip("/") + "/") for p in prefixes)
+
+
+def list_inputs(
+    source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    *,
+    exclude: Sequence[str] = (),
+) -> InputListing:
+    """The input files of ``source``: a file, a directory (searched recursively for
+    ``LOOKED_FOR``; hidden files and folders skipped), or a glob (``data/*.jsonl.gz``,
+    ``data/**/*.parquet``), local or a URL; or a list of them (read in that order, each
+    file once). Files under ``exclude`` (the output) are left out.
+
+    Raises ``InputError`` for a missing path, a glob that matches nothing, a directory with no
+    text data, or more files than ``_doc_id`` can number.
+    """
+    sources = [source] if isinstance(source, (str, os.PathLike)) else list(source)
+    if not sources:
+        raise InputError("no INPUT given")
+    excluded = [str(location(os.fspath(e))) for e in exclude]
+    listings = []
+    for one in sources:
+        text = os.fspath(one)
+        where = location(text)
+        if isinstance(where, ObjectPath):
+            listings.append(_list_url(where, excluded))
+        else:
+            listings.append(_list_local(text, excluded))
+    listing = listings[0]
+    if len(listings) > 1:
+        seen: set[str] = set()
+        files: list[InputFile] = []
+        for part in listings:
+            for f in part.files:
+                if f.path not in seen:
+                    seen.add(f.path)
+                    files.append(InputFile(f.path, len(files), f.size, f.kind, f.compression))
+        listing = InputListing(
+            ", ".join(os.fspath(s) for s in sources),
+            files,
+            [path for part in listings for path in part.ignored],
+        )
+    if len(listing.files) > MAX_FILES:
+        raise InputError(
+            f"INPUT {listing.source!r} holds {len(listing.files):,} files; at most "
+            f"{MAX_FILES:,} can be read in one run"
+        )
+    return listing
+
+
+def _list_local(text: str, excluded: list[str]) -> InputListing:
+    path = location(text)
+    assert isinstance(path, Path)
+    if _has_magic(str(path)):
+        found = sorted(p for p in globlib.glob(str(path), recursive=True) if Path(p).is_file())
+        found = [p for p in found if not _under(str(Path(p)), excluded)]
+        if not found:
+            raise InputError(f"INPUT glob {text!r} matches no file")
+        return _glob_listing(text, [(p, os.path.getsize(p)) for p in found])
+    if not path.exists():
+        raise InputError(f"INPUT {text!r} does not exist")
+    if path.is_file():
+        return _listing(text, [(str(path), path.stat().st_size)], strict=False)
+    if not path.is_dir():
+        raise InputError(f"INPUT {text!r} is neither a file nor a directory")
+    entries: list[tuple[str, str, int]] = []
+    for root, dirs, names in os.walk(path):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in names:
+            if name.startswith("."):
+                continue
+            full = os.path.join(root, name)
+            if _under(full, excluded) or not os.path.isfile(full):
+                continue
+            rel = os.path.relpath(full, path).replace(os.sep, "/")
+            entries.append((rel, full, os.path.getsize(full)))
+    entries.sort()
+    return _directory_listing(text, [(full, size) for _, full, size in entries])
+
+
+def _list_url(where: ObjectPath, excluded: list[str]) -> InputListing:
+    text = str(where)
+    if _has_magic(text):
+        head = text
+        for i, ch in enumerate(text):
+            if ch in "*?[":
+                head = text[: text.rfind("/", 0, i)]
+                break
+        base = ObjectPath(head)
+        rest = text[len(head) + 1 :]
+        found = [
+            (str(e.path), e.size)
+            for e in base.find()
+            if fnmatch.fnmatchcase(e.relative, rest)
+            and not any(part.startswith(".") for part in e.relative.split("/"))
+        ]
+        found = [f for f in found if not _under(f[0], excluded)]
+        if not found:
+            raise InputError(f"INPUT glob {text!r} matches no file")
+        return _glob_listing(text, found)
+    try:
+        info = where.info()
+    except FileNotFoundError:
+        raise InputError(f"INPUT {text!r} does not exist") from None
+    if info.get("type") != "directory":
+        return _listing(text, [(text, int(info.get("size") or 0))], strict=False)
+    found = [
+        (str(e.path), e.size)
+        for e in where.find()
+        if not any(part.startswith(".") for part in e.relative.split("/"))
+        and not _under(str(e.path), excluded)
+    ]
+    return _directory_listing(text, found)
+
+
+def _glob_listing(text: str, found: list[tuple[str, int]]) -> InputListing:
+    """What a glob matched: its text data files, or every file it matched when none has a
+    known suffix (``data/*.txt`` asks for those files, whatever they are called)."""
+    listing = _listing(text, found, strict=True)
+    return listing if listing.files else _listing(text, found, strict=False)
+
+
+def _directory_listing(text: str, found: list[tuple[str, int]]) -> InputListing:
+    listing = _listing(text, found, strict=True)
+    if not listing.files:
+        extra = f" ({len(listing.ignored)} other file(s) ignored)" if listing.ignored else ""
+        raise InputError(
+            f"no input files under {text!r}: looked for {LOOKED_FOR}, recursively{extra}"
+        )
+    return listing
+
+
+def _listing(text: str, found: list[tuple[str, int]], *, strict: bool) -> InputListing:
+    files: list[InputFile] = []
+    ignored: list[str] = []
+    for path, size in found:
+        kind = classify(path.rsplit("/", 1)[-1], strict=strict)
+        if kind is None:
+            ignored.append(path)
+            continue
+        files.append(InputFile(path, len(files), int(size), kind[0], kind[1]))
+    return InputListing(text, files, ignored)
+
+
+# -- planning -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Segment:
+    """A part of one input file: bytes ``[start, end)`` of a JSONL file (of its decompressed
+    content for a compressed one), rows ``[start, end)`` of a Parquet file. ``end=None``
+    reads to the end. ``chunk`` numbers the segments of a file that was split."""
+
+    path: str
+    file_index: int
+    kind: Kind
+    compression: Compression = None
+    start: int = 0
+    end: int | None = None
+    chunk: int = 0
+
+
+@dataclass
+class ReadTask(Task[list[Segment]]):
+    """Segments read together by one ``TextReader`` call; ``index`` orders the tasks (and
+    names what is written from them)."""
+
+    index: int = 0
+
+    @property
+    def key(self) -> tuple[Any, ...]:
+        """What a journal knows this task by: its segments' paths and ranges."""
+        return tuple(f"{s.path}@{s.start}" for s in self.data)
+
+    @property
+    def num_items(self) -> int:
+        return len(self.data or [])
+
+
+def sniff_compression(path: str) -> Compression:
+    """``gzip`` or ``zstd`` when the file starts with that format's magic number."""
+    try:
+        with open_input(path) as stream:
+            head = stream.read(4)
+    except OSError:
+        return None
+    if head.startswith(_GZIP_MAGIC):
+        return "gzip"
+    if head.startswith(_ZSTD_MAGIC):
+        return "zstd"
+    return None
+
+
+def plan_reads(
+    files: Sequence[InputFile],
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    *,
+    limit: int | None = None,
+    max_files_per_task: int = 256,
+) -> list[ReadTask]:
+    """Pack ``files`` (in order) into tasks of about ``chunk_bytes`` of input each.
+
+    An uncompressed JSONL file larger than ``chunk_bytes`` is split into byte ranges, one
+    task each; compressed and Parquet files are read whole; small files share a task.
+    ``limit`` keeps only the first ``limit`` records (non-blank lines, Parquet rows) of the
+    input, in order. Empty files are left out.
+    """
+    if chunk_bytes < 1:
+        raise ValueError(f"plan_reads: chunk_bytes must be >= 1, got {chunk_bytes}")
+    segments: list[tuple[Segment, int]] = []  # (segment, estimated bytes)
+    remaining = limit
+    for file in files:
+        if remaining is not None and remaining <= 0:
+            break
+        if file.size == 0:
+            continue
+        compression = file.compression
+        end: int | None = None
+        if remaining is not None:
+            end, count = _limit_end(file, compression, remaining)
+            remaining -= count
+            if count == 0:
+                continue
+        if file.kind == "jsonl" and compression is None and file.size > chunk_bytes:
+            compression = sniff_compression(file.path)
+        if file.kind == "jsonl" and compression is None:
+            stop = file.size if end is None else min(end, file.size)
+            pieces = max(1, -(-stop // chunk_bytes))
+            for chunk in range(pieces):
+                first = chunk * chunk_bytes
+                last = None if chunk == pieces - 1 and end is None else (chunk + 1) * chunk_bytes
+                if chunk == pieces - 1 and end is not None:
+                    last = end
+                segment = Segment(file.path, file.index, "jsonl", None, first, last, chunk)
+                segments.append((segment, (last or file.size) - first))
+            continue
+        estimate = file.size * (COMPRESSION_RATIO if compression else 1)
+        segments.append(
+            (Segment(file.path, file.index, file.kind, compression, 0, end, 0), estimate)
+        )
+    tasks: list[ReadTask] = []
+    pack: list[Segment] = []
+    packed = 0
+    for segment, estimate in segments:
+        if pack and (packed + estimate > chunk_bytes or len(pack) >= max_files_per_task):
+            tasks.append(ReadTask(data=pack, index=len(tasks)))
+            pack, packed = [], 0
+        pack.append(segment)
+        packed += estimate
+    if pack:
+        tasks.append(ReadTask(data=pack, index=len(tasks)))
+    return tasks
+
+
+def _limit_end(file: InputFile, compression: Compression, wanted: int) -> tuple[int | None, int]:
+    """Where the first ``wanted`` records of ``file`` end (a byte offset, a row count; None:
+    the whole file) and how many records that is."""
+    if file.kind == "parquet":
+        import pyarrow.parquet as pq
+
+        with open_input(file.path) as stream:
+            rows = pq.ParquetFile(stream).metadata.num_rows
+        return (None, rows) if rows <= wanted else (wanted, wanted)
+    count = pos = 0
+    with _jsonl_stream(file.path, compression) as (stream, _):
+        for line in stream:
+            pos += len(line)
+            if line.strip():
+                count += 1
+                if count == wanted:
+                    return pos, count
+    return None, count
+
+
+# -- reading --------------------------------------------------------------------------------
+@contextlib.contextmanager
+def _jsonl_stream(path: str, compression: Compression) -> Iterator[tuple[IO[bytes], bool]]:
+    """The (decompressed) bytes of a JSONL file and whether they are decompressed. The
+    format comes from the file's first bytes when they name one, else from its name."""
+    with open_input(path) as raw:
+        head = raw.peek(4)[:4] if hasattr(raw, "peek") else b""
+        if head.startswith(_GZIP_MAGIC):
+            compression = "gzip"
+        elif head.startswith(_ZSTD_MAGIC):
+            compression = "zstd"
+        elif head:
+            compression = None
+        if compression == "gzip":
+            import gzip
+
+            with gzip.GzipFile(fileobj=raw, mode="rb") as unzipped:
+                yield unzipped, True
+        elif compression == "zstd":
+            import zstandard
+
+            reader = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
+            with reader:
+                yield io.BufferedReader(reader, 1 << 20), True  # type: ignore[arg-type]
+        else:
+            yield raw, False
+
+
+def _snippet(text: str) -> str:
+    text = text.strip()
+    return text if len(text) <= _SNIPPET else text[: _SNIPPET - 3] + "..."
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {dict: "an object", list: "an array", bool: "a boolean", str: "a string"}.get(
+        type(value), "a number" if isinstance(value, (int, float)) else type(value).__name__
+    )
+
+
+def _lone_surrogate(record: Any) -> bool:
+    try:
+        json.dumps(record, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+class _Batcher:
+    """Collects one task's documents and counts, and cuts them into batches."""
+
+    def __init__(self, stage: TextReader, task: ReadTask) -> None:
+        self.stage = stage
+        self.task = task
+        self.records: list[dict[str, Any]] = []
+        self.ids: list[int] = []
+        self.tables: list[pa.Table] = []  # pieces of the next batch, in input order
+        self.pending_bytes = 0
+        self.batches: list[DocumentBatch] = []
+        self.counts = {"documents": 0, "malformed": 0, "blank": 0}
+        self.samples: list[dict[str, Any]] = []
+        self.segments: list[dict[str, Any]] = []
+        self.file_errors: list[dict[str, Any]] = []
+
+    def malformed(self, segment: Segment, line: int, offset: int, reason: str) -> None:
+        self.counts["malformed"] += 1
+        if len(self.samples) < self.stage.max_samples:
+            where = "row" if segment.kind == "parquet" else "line"
+            self.samples.append(
+                {
+                    "file": segment.path,
+                    "file_index": segment.file_index,
+                    "chunk": segment.chunk,
+                    where: line,
+                    "offset": offset,
+                    "reason": reason,
+                }
+            )
+
+    def add(self, record: dict[str, Any], doc_id: int, nbytes: int) -> None:
+        self.records.append(record)
+        self.ids.append(doc_id)
+        self.counts["documents"] += 1
+        self.pending_bytes += nbytes
+        if self.pending_bytes >= self.stage.batch_bytes:
+            self.flush()
+
+    def add_table(self, table: pa.Table) -> None:
+        self._seal()
+        self.tables.append(table)
+        self.counts["documents"] += table.num_rows
+        self.pending_bytes += table.nbytes
+        if self.pending_bytes >= self.stage.batch_bytes:
+            self.flush()
+
+    def _seal(self) -> None:
+        """Pending JSONL records become a table, after the pieces before them (order kept)."""
+        if self.records:
+            self.tables.append(records_table(self.records, self.ids, self.stage.text_field))
+            self.records, self.ids = [], []
+
+    def flush(self, last: bool = False) -> None:
+        self._seal()
+        if not self.tables and not (last and not self.batches):
+            return
+        import pyarrow as pa
+
+        parts = self.tables or [empty_table(self.stage.text_field)]
+        if len(parts) > 1:
+            # pieces that disagree on a column's type stay separate batches (in order)
+            with contextlib.suppress(pa.ArrowInvalid, pa.ArrowTypeError):
+                parts = [pa.concat_tables(parts, promote_options="permissive")]
+        self.tables, self.pending_bytes = [], 0
+        for table in parts:
+            self.batches.append(
+                DocumentBatch(data=table, dataset_name=self.stage.dataset_name, metadata={})
+            )
+
+    def finish(self) -> list[DocumentBatch]:
+        self.flush(last=True)
+        for j, batch in enumerate(self.batches):
+            batch.metadata = dict(self.task.metadata)
+            batch.metadata[SHARD] = f"{self.task.index:08d}-{j:06d}"
+        last = self.batches[-1].metadata  # the task's counts ride on its last batch
+        last[READ] = dict(self.counts)
+        last[MALFORMED] = list(self.samples)
+        last[SEGMENTS] = list(self.segments)
+        last[FILE_ERRORS] = list(self.file_errors)
+        return self.batches
+
+
+def _column(values: list[Any]) -> pa.Array:
+    """``values`` as an Arrow array; values of mixed types become JSON text (strings stay)."""
+    import pyarrow as pa
+
+    try:
+        return pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError):
+        return pa.array(
+            [v if v is None or isinstance(v, str) else json.dumps(v) for v in values],
+            type=pa.string(),
+        )
+
+
+def records_table(records: list[dict[str, Any]], ids: list[int], text_field: str) -> pa.Table:
+    """A table with one column per field seen (in first-seen order; a record without it
+    gives a null), the text field as strings, and ``_doc_id``."""
+    import pyarrow as pa
+
+    names: dict[str, None] = {}
+    for record in records:
+        for key in record:
+            if key not in names:
+                names[key] = None
+    names.pop(DOC_ID, None)
+    columns: dict[str, Any] = {}
+    for name in names:
+        values = [r.get(name) for r in records]
+        if name == text_field:
+            columns[name] = pa.array(values, type=pa.string())
+        else:
+            columns[name] = _column(values)
+    columns[DOC_ID] = pa.array(ids, type=pa.int64())
+    return pa.table(columns)
+
+
+def empty_table(text_field: str) -> pa.Table:
+    import pyarrow as pa
+
+    return pa.table(
+        {text_field: pa.array([], type=pa.string()), DOC_ID: pa.array([], type=pa.int64())}
+    )
+
+
+class TextReader(ProcessingStage[ReadTask, DocumentBatch]):
+    """Reads a ``ReadTask`` into ``DocumentBatch``es of about ``batch_bytes`` each (at least
+    one, possibly empty, so that the task's counts travel on): every field of the input
+    becomes a column, plus ``_doc_id``.
+
+    Counts go to the last batch's metadata: ``read`` (documents, malformed, blank lines),
+    ``malformed_lines`` (the first ``max_samples``: file, line or row, reason),
+    ``segments`` (lines per segment) and ``file_errors``; every batch gets ``shard``, a
+    name that sorts in input order. ``keep_ids`` keeps the ``_doc_id`` column of a Parquet
+    file that has one (files a first pass staged). Reading is mostly parsing, hence a whole
+    CPU.
+    """
+
+    resources = Resources(cpus=1.0)
+
+    def __init__(
+        self,
+        text_field: str = "text",
+        *,
+        batch_bytes: int = DEFAULT_CHUNK_BYTES,
+        max_samples: int = 100,
+        keep_ids: bool = False,
+        dataset_name: str = "",
+    ) -> None:
+        if not text_field:
+            raise ValueError("TextReader: text_field must be a non-empty name")
+        if batch_bytes < 1:
+            raise ValueError(f"TextReader: batch_bytes must be >= 1, got {batch_bytes}")
+        self.text_field = text_field
+        self.batch_bytes = batch_bytes
+        self.max_samples = max_samples
+        self.keep_ids = keep_ids
+        self.dataset_name = dataset_name
+
+    def outputs(self) -> tuple[list[str], list[str]]:
+        return [], [self.text_field, DOC_ID]
+
+    def process(self, task: ReadTask) -> list[DocumentBatch]:
+        if not isinstance(task, ReadTask):
+            raise TypeError(f"stage {self.name!r} expects a ReadTask, got {type(task).__name__}")
+        batcher = _Batcher(self, task)
+        for segment in task.data:
+            if segment.kind == "parquet":
+                self._read_parquet(segment, batcher)
+            else:
+                self._read_jsonl(segment, batcher)
+        return batcher.finish()
+
+    # -- JSONL ----------------------------------------------------------------------------
+    def _read_jsonl(self, segment: Segment, out: _Batcher) -> None:
+        field = self.text_field
+        base = segment.file_index << OFFSET_BITS
+        lineno = blank = 0
+        pos = 0
+        try:
+            with _jsonl_stream(segment.path, segment.compression) as (stream, decompressed):
+                if segment.start > 0:
+                    if decompressed:  # a split compressed file (from limit=): skip ahead
+                        while pos < segment.start:
+                            line = stream.readline()
+                            if not line:
+                                break
+                            pos += len(line)
+                    else:  # the line running into this range belongs to the previous one
+                        stream.seek(segment.start - 1)
+                        pos = segment.start - 1 + len(stream.readline())
+                end = segment.end
+                while end is None or pos < end:
+                    line = stream.readline()
+                    if not line:
+                        break
+                    lineno += 1
+                    offset = pos
+                    pos += len(line)
+                    if not line.strip():
+                        out.counts["blank"] += 1
+                        blank += 1
+                        continue
+                    if offset == 0 and line.startswith(_BOM):
+                        line = line[3:]
+                    try:
+                        text = line.decode("utf-8")
+                    except UnicodeDecodeError as exc:
+                        out.malformed(
+                            segment, lineno, offset,
+                            f"not valid UTF-8 ({exc.reason} at byte {exc.start})",
+                        )  # fmt: skip
+                        continue
+                    try:
+                        record = json.loads(text)
+                    except json.JSONDecodeError as exc:
+                        out.malformed(
+                            segment, lineno, offset,
+                            f"malformed JSON: {exc.msg} at column {exc.colno} in "
+                            f"{_snippet(text)!r}",
+                        )  # fmt: skip
+                        continue
+                    except (ValueError, RecursionError) as exc:
+                        out.malformed(segment, lineno, offset, f"malformed JSON: {exc}")
+                        continue
+                    if not isinstance(record, dict):
+                        out.malformed(
+                            segment, lineno, offset,
+                            f"expected a JSON object, got {_describe(record)}",
+                        )  # fmt: skip
+                        continue
+                    value = record.get(field, _MISSING)
+                    if value is _MISSING:
+                        fields = ", ".join(list(record)[:10]) or "none"
+                        out.malformed(
+                            segment, lineno, offset,
+                            f"no field {field!r} (fields: {fields})",
+                        )  # fmt: skip
+                        continue
+                    if not isinstance(value, str):
+                        out.malformed(
+                            segment, lineno, offset,
+                            f"field {field!r} is {_describe(value)}, expected a string",
+                        )  # fmt: skip
+                        continue
+                    if (b"\\ud" in line or b"\\uD" in line) and _lone_surrogate(record):
+                        out.malformed(
+                            segment, lineno, offset,
+                            "not valid Unicode (a lone surrogate \\uD800-\\uDFFF escape)",
+                        )  # fmt: skip
+                        continue
+                    out.add(record, base | offset, len(line))
+        except Exception as exc:  # noqa: BLE001 - a file's problem never stops the task
+            out.file_errors.append(_file_error(segment, lineno, exc))
+        out.segments.append(
+            {
+                "file_index": segment.file_index,
+                "chunk": segment.chunk,
+                "lines": lineno,
+                "records": lineno - blank,
+            }
+        )
+
+    # -- Parquet --------------------------------------------------------------------------
+    def _read_parquet(self, segment: Segment, out: _Batcher) -> None:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        field = self.text_field
+        base = segment.file_index << OFFSET_BITS
+        row = 0
+        try:
+            with open_input(segment.path) as stream:
+                parquet = pq.ParquetFile(stream)
+                names = parquet.schema_arrow.names
+                for batch in parquet.iter_batches(batch_size=8192):
+                    table = pa.Table.from_batches([batch])
+                    if segment.end is not None and row + table.num_rows > segment.end:
+                        table = table.slice(0, segment.end - row)
+                    n = table.num_rows
+                    rows = pa.array(range(row, row + n), type=pa.int64())
+                    row += n
+                    if field not in names:
+                        for i in range(n):
+                            out.malformed(
+                                segment, row - n + i, row - n + i,
+                                f"no column {field!r} (columns: {', '.join(names[:10])})",
+                            )  # fmt: skip
+                        continue
+                    column = table.column(field)
+                    if pa.types.is_dictionary(column.type):
+                        column = column.cast(column.type.value_type)
+                    if not (
+                        pa.types.is_string(column.type) or pa.types.is_large_string(column.type)
+                    ):
+                        for i in range(n):
+                            out.malformed(
+                                segment, row - n + i, row - n + i,
+                                f"column {field!r} holds {column.type}, expected strings",
+                            )  # fmt: skip
+                        continue
+                    table = table.set_column(names.index(field), field, column)
+                    valid = pc.is_valid(column)
+                    if column.null_count:
+                        for i in pc.indices_nonzero(pc.invert(valid)).to_pylist():
+                            out.malformed(
+                                segment, row - n + i, row - n + i,
+                                f"field {field!r} is null, expected a string",
+                            )  # fmt: skip
+                        table, rows = table.filter(valid), rows.filter(valid.combine_chunks())
+                    if DOC_ID in table.column_names:
+                        if self.keep_ids:  # a file this pipeline staged: its ids stay
+                            out.add_table(table)
+                            continue
+                        table = table.drop_columns([DOC_ID])
+                    ids = pc.add(rows, pa.scalar(base, pa.int64()))
+                    out.add_table(table.append_column(DOC_ID, ids))
+                    if segment.end is not None and row >= segment.end:
+                        break
+        except Exception as exc:  # noqa: BLE001 - a file's problem never stops the task
+            out.file_errors.append(_file_error(segment, row, exc))
+        out.segments.append(
+            {"file_index": segment.file_index, "chunk": segment.chunk, "lines": row}
+        )
+
+
+_MISSING = object()
+
+
+def _file_error(segment: Segment, line: int, exc: BaseException) -> dict[str, Any]:
+    detail = str(exc) or type(exc).__name__
+    if isinstance(exc, EOFError):
+        detail = f"the file ends early (truncated?): {detail}"
+    where = "row" if segment.kind == "parquet" else "line"
+    return {
+        "file": segment.path,
+        "file_index": segment.file_index,
+        "chunk": segment.chunk,
+        where: line,
+        "reason": f"{type(exc).__name__}: {detail}"
+        if line == 0
+        else f"after {where} {line}: {type(exc).__name__}: {detail}",
+    }
+
+
+def absolute_lines(
+    samples: Sequence[dict[str, Any]], segments: Sequence[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """``samples`` (malformed lines or file errors of ``TextReader`` batches) with line
+    numbers counted from the start of their file, given every batch's ``segments``. A line
+    of a split file whose earlier ranges were not all read gets ``line: None`` (its
+    ``offset`` still says where it is)."""
+    lines: dict[tuple[int, int], int] = {}
+    for seg in segments:
+        lines[(seg["file_index"], seg["chunk"])] = seg["lines"]
+    fixed = []
+    for sample in samples:
+        sample = dict(sample)
+        chunk = sample.pop("chunk", 0)
+        index = sample.pop("file_index", None)
+        if "line" in sample and chunk and index is not None:
+            before = [lines.get((index, c)) for c in range(chunk)]
+            sample["line"] = (
+                None if any(b is None for b in before) else sample["line"] + sum(before)
+            )
+        fixed.append(sample)
+    return fixed
+
+
+class TextPartitioner(ProcessingStage[Any, ReadTask]):
+    """Lists ``source`` (a file, directory or glob, or a list of them; see ``list_inputs``)
+    and emits its ``ReadTask``s (see ``plan_reads``). It ignores its input (the pipeline's
+    seed task), so it belongs first. Listing happens on a worker, so its cost shows in the
+    stage's stats."""
+
+    resources = Resources(cpus=0.5)
+
+    def __init__(
+        self,
+        source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+        *,
+        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        limit: int | None = None,
+        exclude: Sequence[str] = (),
+    ) -> None:
+        if chunk_bytes < 1:
+            raise ValueError(f"TextPartitioner: chunk_bytes must be >= 1, got {chunk_bytes}")
+        if limit is not None and limit < 1:
+            raise ValueError(f"TextPartitioner: limit must be None or >= 1, got {limit}")
+        self.source: str | list[str] = (
+            os.fspath(source)
+            if isinstance(source, (str, os.PathLike))
+            else [os.fspath(s) for s in source]
+        )
+        self.chunk_bytes = chunk_bytes
+        self.limit = limit
+        self.exclude = [os.fspath(e) for e in exclude]
+
+    def tasks(self) -> list[ReadTask]:
+        listing = list_inputs(self.source, exclude=self.exclude)
+        return plan_reads(listing.files, self.chunk_bytes, limit=self.limit)
+
+    def process(self, task: Any) -> list[ReadTask]:
+        return self.tasks()

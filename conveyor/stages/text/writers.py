@@ -1,0 +1,308 @@
+"""Writing documents as sharded Parquet or JSONL with deterministic names, atomically.
+
+``ShardedWriter`` writes each batch to ``{prefix}-{shard}.{ext}``, the shard being the name
+the reader gave the batch (``metadata["shard"]``: it sorts in input order), through
+``storage.atomic_write``: a hidden temporary renamed into place, so a crash or a retry never
+leaves a half-written file under a real name. ``publish_shards`` then moves a finished run's
+shards into the output as ``part-00000.parquet``, ``part-00001.parquet``, ... in that order:
+the same input and options always give the same files, with the same names and rows.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import datetime
+import decimal
+import json
+import os
+import re
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, BinaryIO, Literal
+
+from conveyor.resources import Resources
+from conveyor.stage import ProcessingStage
+from conveyor.stages.text import _arrow  # noqa: F401 - pandas/pyarrow set-up once
+from conveyor.stages.text.readers import DOC_ID, SHARD
+from conveyor.storage import ObjectPath, StoragePath, atomic_write, location
+from conveyor.tasks import DocumentBatch, FileGroupTask
+
+Format = Literal["parquet", "jsonl"]
+FORMATS: tuple[Format, ...] = ("parquet", "jsonl")
+#: metadata key: what a writer wrote (rows, and rows per value of ``count_by``)
+WRITTEN = "written"
+_UNSAFE = re.compile(r"[^0-9A-Za-z_-]+")
+_JSONL_COMPRESSIONS = {None: "", "gzip": ".gz", "zstd": ".zst"}
+
+
+def extension(fmt: Format, compression: str | None = None) -> str:
+    """The file extension a writer of ``fmt`` uses (``.parquet``, ``.jsonl``, ``.jsonl.gz``)."""
+    if fmt == "parquet":
+        return ".parquet"
+    return ".jsonl" + _JSONL_COMPRESSIONS[compression]
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (bytes, bytearray)):
+        try:
+            return bytes(value).decode("utf-8")
+        except UnicodeDecodeError:
+            return base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, datetime.timedelta):
+        return value.total_seconds()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, (set, frozenset)):
+        return list(value)
+    return str(value)
+
+
+def write_jsonl(table: Any, stream: BinaryIO, compression: str | None = None) -> None:
+    """``table``'s rows as JSON lines (UTF-8, not ASCII-escaped) into ``stream``."""
+    out: Any = stream
+    closer: Any = None
+    if compression == "gzip":
+        import gzip
+
+        closer = out = gzip.GzipFile(fileobj=stream, mode="wb", mtime=0)
+    elif compression == "zstd":
+        import zstandard
+
+        closer = out = zstandard.ZstdCompressor().stream_writer(stream, closefd=False)
+    dumps = json.JSONEncoder(ensure_ascii=False, default=_json_default).encode
+    try:
+        for batch in table.to_batches(max_chunksize=4096):
+            lines = [dumps(row) for row in batch.to_pylist()]
+            if lines:
+                out.write(("\n".join(lines) + "\n").encode("utf-8", "surrogatepass"))
+    finally:
+        if closer is not None:
+            closer.close()
+
+
+class ShardedWriter(ProcessingStage[DocumentBatch, FileGroupTask]):
+    """Writes each batch to ``output_dir/{prefix}-{shard}.{ext}`` (Parquet or JSONL) and
+    emits a ``FileGroupTask`` with the path and the batch's metadata, plus ``written``:
+    rows, and rows per value of the ``count_by`` column when there is one.
+
+    ``drop_columns`` (the internal ``_doc_id`` by default) are left out of the file. The shard
+    name is ``metadata["shard"]``, else the task id; an empty batch writes nothing and emits
+    a ``FileGroupTask`` without paths (its counts still travel). Writes are atomic
+    (``storage.atomic_write``). Writing is mostly I/O, hence the half CPU.
+    """
+
+    resources = Resources(cpus=0.5)
+
+    def __init__(
+        self,
+        output_dir: str | os.PathLike[str] | ObjectPath,
+        format: Format = "parquet",
+        *,
+        prefix: str = "part",
+        drop_columns: Sequence[str] = (DOC_ID,),
+        compression: str | None = None,
+        count_by: str | None = "language",
+    ) -> None:
+        if format not in FORMATS:
+            raise ValueError(f"ShardedWriter: format must be one of {FORMATS}, got {format!r}")
+        if not prefix or _UNSAFE.search(prefix):
+            raise ValueError(
+                f"ShardedWriter: prefix must be letters, digits, '_' or '-', got {prefix!r}"
+            )
+        if format == "jsonl" and compression not in _JSONL_COMPRESSIONS:
+            raise ValueError(
+                f"ShardedWriter: JSONL compression must be None, 'gzip' or 'zstd', got "
+                f"{compression!r}"
+            )
+        self.output_dir = str(output_dir)
+        self.format: Format = format
+        self.prefix = prefix
+        self.drop_columns = tuple(drop_columns)
+        self.compression = compression if compression is not None or format == "jsonl" else "zstd"
+        self.count_by = count_by
+
+    @property
+    def extension(self) -> str:
+        return extension(self.format, self.compression if self.format == "jsonl" else None)
+
+    def file_name(self, task: DocumentBatch) -> str:
+        """The deterministic file name of ``task``."""
+        key = str(task.metadata.get(SHARD) or task.task_id or "")
+        if not key:
+            raise ValueError(
+                f"stage {self.name!r}: cannot name the output of a batch with neither "
+                "metadata['shard'] nor a task_id (set one when calling process() directly)"
+            )
+        return f"{self.prefix}-{_UNSAFE.sub('-', key)}{self.extension}"
+
+    def process(self, task: DocumentBatch) -> FileGroupTask:
+        table = task.to_pyarrow()
+        drop = [name for name in self.drop_columns if name in table.column_names]
+        if drop:
+            table = table.drop_columns(drop)
+        metadata: dict[str, Any] = dict(task.metadata)
+        written: dict[str, Any] = {"rows": table.num_rows}
+        if self.count_by and self.count_by in table.column_names:
+            counts = Counter(table.column(self.count_by).to_pylist())
+            written["by"] = {str(k): v for k, v in counts.items() if k is not None}
+            if counts.get(None):
+                written["by"]["unknown"] = counts[None]
+        metadata[WRITTEN] = written
+        if table.num_rows == 0:
+            return FileGroupTask(data=[], dataset_name=task.dataset_name, metadata=metadata)
+        out = location(self.output_dir)
+        if isinstance(out, Path) and out.is_file():
+            raise NotADirectoryError(
+                f"stage {self.name!r}: output path {self.output_dir!r} is a file, expected a "
+                "directory"
+            )
+        final = out / self.file_name(task)
+        write_table(table, final, self.format, self.compression)
+        return FileGroupTask(data=[str(final)], dataset_name=task.dataset_name, metadata=metadata)
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it (Linux); 0o022 where it cannot be."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o022
+
+
+def shareable(stream: Any) -> None:
+    """Give a local temporary file (``atomic_write`` makes them owner-only) the permissions
+    a newly created file would have, so that outputs are readable as usual."""
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return
+    with contextlib.suppress(OSError):
+        os.fchmod(fd, 0o666 & ~_umask())
+
+
+def write_table(table: Any, final: StoragePath, fmt: Format, compression: str | None) -> None:
+    """Write ``table`` to ``final`` atomically, as Parquet (``compression`` its codec) or JSONL
+    (``compression`` None, gzip or zstd)."""
+    with atomic_write(final) as stream:
+        shareable(stream)
+        if fmt == "parquet":
+            import pyarrow.parquet as pq
+
+            pq.write_table(table, stream, compression=compression or "zstd")
+        else:
+            write_jsonl(table, stream, compression)
+
+
+def _move(source: StoragePath, target: StoragePath) -> None:
+    if isinstance(source, Path):
+        assert isinstance(target, Path)
+        os.replace(source, target)
+        return
+    assert isinstance(target, ObjectPath)
+    fs, source_key = source.filesystem()
+    _, target_key = target.filesystem()
+    fs.mv(source_key, target_key)
+
+
+def _files(folder: StoragePath, pattern: re.Pattern[str]) -> list[StoragePath]:
+    if isinstance(folder, Path):
+        if not folder.is_dir():
+            return []
+        return sorted(p for p in folder.iterdir() if pattern.fullmatch(p.name) and p.is_file())
+    return [p for p in folder.iterdir() if pattern.fullmatch(p.name)]
+
+
+def published_pattern(prefix: str = "part") -> re.Pattern[str]:
+    """What ``publish_shards`` names files: ``part-00000.parquet``, ``part-00012.jsonl``..."""
+    return re.compile(rf"{re.escape(prefix)}-\d{{5,}}\.(parquet|jsonl(\.gz|\.zst)?)")
+
+
+def publish_shards(
+    staged: str | os.PathLike[str] | ObjectPath,
+    output: str | os.PathLike[str] | ObjectPath,
+    *,
+    prefix: str = "part",
+    unify_schemas: bool = True,
+) -> list[str]:
+    """Move the shards under ``staged`` (as ``ShardedWriter`` named them) into ``output`` as
+    ``{prefix}-00000.ext``, ``{prefix}-00001.ext``, ... in name order, which is input order.
+
+    Files an earlier run published there (``published_pattern``) are removed first, so the
+    output holds exactly this run's shards. With ``unify_schemas`` Parquet shards whose
+    schemas differ (a column missing, or all null, in some) are rewritten to one schema where
+    Arrow can unify them, so that the folder reads as one dataset. Returns the paths.
+    """
+    source, target = location(staged), location(output)
+    staged_re = re.compile(rf"{re.escape(prefix)}-[0-9A-Za-z_-]+\.(parquet|jsonl(\.gz|\.zst)?)")
+    shards = _files(source, staged_re)
+    if unify_schemas:
+        unify_parquet([p for p in shards if p.name.endswith(".parquet")])
+    target.mkdir(parents=True, exist_ok=True)
+    for stale in _files(target, published_pattern(prefix)):
+        stale.unlink()
+    published = []
+    for i, shard in enumerate(shards):
+        suffix = shard.name[shard.name.index(".") :]
+        final = target / f"{prefix}-{i:05d}{suffix}"
+        _move(shard, final)
+        published.append(str(final))
+    return published
+
+
+def unify_parquet(paths: Sequence[StoragePath]) -> int:
+    """Rewrite the Parquet files of ``paths`` whose schema differs from the others to one
+    unified schema (columns missing in a file become nulls; null-typed columns take the type
+    the others have; integers widen). Returns how many were rewritten; files Arrow cannot
+    unify (a column that is text in one file and a number in another) are left as they are."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if len(paths) < 2:
+        return 0
+    schemas = []
+    for path in paths:
+        with _open(path) as stream:
+            schemas.append(pq.read_schema(stream))
+    if all(s.equals(schemas[0]) for s in schemas[1:]):
+        return 0
+    try:
+        unified = pa.unify_schemas(
+            [s.remove_metadata() for s in schemas], promote_options="permissive"
+        )
+    except (pa.ArrowInvalid, pa.ArrowTypeError, NotImplementedError):
+        return 0
+    rewritten = 0
+    for path, schema in zip(paths, schemas, strict=True):
+        if schema.remove_metadata().equals(unified):
+            continue
+        with _open(path) as stream:
+            table = pq.read_table(stream)
+        try:
+            columns = [
+                table.column(f.name).cast(f.type)
+                if f.name in table.column_names
+                else pa.nulls(table.num_rows, f.type)
+                for f in unified
+            ]
+            conformed = pa.Table.from_arrays(columns, schema=unified)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+            continue
+        write_table(conformed, path, "parquet", "zstd")
+        rewritten += 1
+    return rewritten
+
+
+@contextlib.contextmanager
+def _open(path: StoragePath) -> Any:
+    from conveyor.storage import open_input
+
+    with open_input(path) as stream:
+        yield stream

@@ -1,0 +1,375 @@
+"""Text readers and writers: directories, globs, .gz/.zst JSONL and Parquet in; malformed lines
+of every kind counted with file and line; big files split; sharded, deterministically named,
+atomic Parquet/JSONL out."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import zstandard
+
+from conveyor.stages.text.readers import (
+    DOC_ID,
+    FILE_ERRORS,
+    MALFORMED,
+    OFFSET_BITS,
+    READ,
+    SEGMENTS,
+    InputError,
+    TextPartitioner,
+    TextReader,
+    absolute_lines,
+    classify,
+    list_inputs,
+    plan_reads,
+)
+from conveyor.stages.text.writers import ShardedWriter, publish_shards, unify_parquet
+from conveyor.tasks import DocumentBatch
+
+
+def lines(*records: Any) -> bytes:
+    return b"".join(
+        (r if isinstance(r, bytes) else json.dumps(r, ensure_ascii=False).encode()) + b"\n"
+        for r in records
+    )
+
+
+def read_all(source: str | Path, chunk_bytes: int = 1 << 20, **reader: Any) -> dict[str, Any]:
+    """Every batch of every task of ``source``: rows, and the counts added up."""
+    tasks = plan_reads(list_inputs(str(source)).files, chunk_bytes)
+    stage = TextReader(**reader)
+    rows: list[dict[str, Any]] = []
+    counts = {"documents": 0, "malformed": 0, "blank": 0}
+    samples: list[dict[str, Any]] = []
+    segments: list[dict[str, Any]] = []
+    errors: list[dict[str, Any]] = []
+    shards = []
+    for task in tasks:
+        for batch in stage.process(task):
+            rows += batch.to_pyarrow().to_pylist()
+            shards.append(batch.metadata["shard"])
+            for key, value in batch.metadata.get(READ, {}).items():
+                counts[key] += value
+            samples += batch.metadata.get(MALFORMED, [])
+            segments += batch.metadata.get(SEGMENTS, [])
+            errors += batch.metadata.get(FILE_ERRORS, [])
+    return {
+        "rows": rows,
+        "counts": counts,
+        "malformed": absolute_lines(samples, segments),
+        "errors": absolute_lines(errors, segments),
+        "shards": shards,
+        "tasks": tasks,
+    }
+
+
+# -- finding files --------------------------------------------------------------------------
+def test_classify_by_suffix() -> None:
+    assert classify("a.jsonl") == ("jsonl", None)
+    assert classify("a.JSONL.GZ") == ("jsonl", "gzip")
+    assert classify("a.json.zst") == ("jsonl", "zstd")
+    assert classify("a.ndjson") == ("jsonl", None)
+    assert classify("a.parquet") == ("parquet", None)
+    assert classify("README.md") is None
+    assert classify("notes.txt", strict=False) == ("jsonl", None)
+
+
+def test_directories_globs_and_files(tmp_path: Path) -> None:
+    (tmp_path / "sub" / ".hidden").mkdir(parents=True)
+    for name in (
+        "b.jsonl",
+        "a.jsonl.gz",
+        "sub/c.jsonl.zst",
+        "sub/d.parquet",
+        "sub/.hidden/e.jsonl",
+    ):
+        (tmp_path / name).write_bytes(b"")
+    (tmp_path / "README.md").write_text("not data")
+    (tmp_path / ".f.jsonl").write_text("{}")
+    listing = list_inputs(tmp_path)
+    names = [Path(f.path).relative_to(tmp_path).as_posix() for f in listing.files]
+    assert names == ["a.jsonl.gz", "b.jsonl", "sub/c.jsonl.zst", "sub/d.parquet"]
+    assert [f.index for f in listing.files] == [0, 1, 2, 3]
+    assert [(f.kind, f.compression) for f in listing.files] == [
+        ("jsonl", "gzip"), ("jsonl", None), ("jsonl", "zstd"), ("parquet", None),
+    ]  # fmt: skip
+    assert listing.ignored == [str(tmp_path / "README.md")]
+    assert len(listing.empty) == 4
+    glob = list_inputs(str(tmp_path / "**" / "*.jsonl*"))
+    assert [Path(f.path).name for f in glob.files] == ["a.jsonl.gz", "b.jsonl", "c.jsonl.zst"]
+    top = list_inputs(str(tmp_path / "*"))  # a glob: its data files ...
+    assert [Path(f.path).name for f in top.files] == ["a.jsonl.gz", "b.jsonl"]
+    markdown = list_inputs(str(tmp_path / "*.md"))  # ... or what it names, whatever it is
+    assert [(f.kind, f.compression) for f in markdown.files] == [("jsonl", None)]
+    one = list_inputs(tmp_path / "README.md")  # a file named explicitly is read as JSONL
+    assert [(f.kind, f.compression) for f in one.files] == [("jsonl", None)]
+    out = tmp_path / "sub"
+    assert [Path(f.path).name for f in list_inputs(tmp_path, exclude=[str(out)]).files] == [
+        "a.jsonl.gz",
+        "b.jsonl",
+    ]
+
+
+def test_several_inputs_are_read_in_order_each_file_once(tmp_path: Path) -> None:
+    for name in ("a.jsonl", "b.jsonl", "c.parquet"):
+        (tmp_path / name).write_bytes(b"x")
+    listing = list_inputs(
+        [str(tmp_path / "c.parquet"), str(tmp_path / "*.jsonl"), str(tmp_path / "a.jsonl")]
+    )
+    assert [Path(f.path).name for f in listing.files] == ["c.parquet", "a.jsonl", "b.jsonl"]
+    assert [f.index for f in listing.files] == [0, 1, 2]
+    with pytest.raises(InputError, match=r"INPUT '.*gone\.jsonl' does not exist"):
+        list_inputs([str(tmp_path / "a.jsonl"), str(tmp_path / "gone.jsonl")])
+
+
+def test_bad_inputs_say_why(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match=r"INPUT '.*nowhere' does not exist"):
+        list_inputs(tmp_path / "nowhere")
+    with pytest.raises(InputError, match=r"INPUT glob '.*\*\.jsonl' matches no file"):
+        list_inputs(str(tmp_path / "*.jsonl"))
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(InputError, match=r"no input files under .*\(1 other file\(s\) ignored\)"):
+        list_inputs(tmp_path)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputError, match=r"no input files under .*looked for \.jsonl"):
+        list_inputs(tmp_path / "empty")
+
+
+# -- reading --------------------------------------------------------------------------------
+def test_gzip_zstd_and_parquet_are_read_with_every_column(tmp_path: Path) -> None:
+    (tmp_path / "a.jsonl.gz").write_bytes(gzip.compress(lines({"id": 1, "text": "één"})))
+    zst = zstandard.ZstdCompressor().compress(lines({"id": 2, "text": "zwei", "x": [1, 2]}))
+    (tmp_path / "b.jsonl.zst").write_bytes(zst)
+    pq.write_table(pa.table({"id": [3, 4], "text": ["drei", "vier"]}), tmp_path / "c.parquet")
+    # named .jsonl but gzip inside: the magic number decides
+    (tmp_path / "d.jsonl").write_bytes(gzip.compress(lines({"id": 5, "text": "fünf"})))
+    got = read_all(tmp_path)
+    assert [(r["id"], r["text"]) for r in got["rows"]] == [
+        (1, "één"), (2, "zwei"), (3, "drei"), (4, "vier"), (5, "fünf"),
+    ]  # fmt: skip
+    assert got["counts"] == {"documents": 5, "malformed": 0, "blank": 0}
+    ids = [r[DOC_ID] for r in got["rows"]]
+    assert ids == sorted(ids) and len(set(ids)) == 5  # unique, in input order
+    assert [i >> OFFSET_BITS for i in ids] == [0, 1, 2, 2, 3]  # the file's index
+    assert got["rows"][1]["x"] == [1, 2]
+
+
+def test_every_kind_of_malformed_line_is_counted_with_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(
+        b"\xef\xbb\xbf"  # a byte order mark before the first record is fine
+        + lines(
+            {"id": 1, "text": "first"},
+            b"{not json",
+            b"[1, 2, 3]",
+            {"id": 4},
+            {"id": 5, "text": 5},
+            {"id": 6, "text": None},
+            b"",
+            b"   \t",
+            b'{"id": 9, "text": "caf\xe9"}',  # Latin-1, not UTF-8
+            b'{"id": 10, "text": "lone \\ud800 surrogate"}',
+            {"id": 11, "text": "pair \U0001f600 ok"},
+            b'"just a string"',
+        )
+        + b'{"id": 13, "text": "crlf"}\r\n{"id": 14, "text": "no newline at the end"}'
+    )
+    got = read_all(path)
+    assert [r["id"] for r in got["rows"]] == [1, 11, 13, 14]
+    assert got["counts"] == {"documents": 4, "malformed": 8, "blank": 2}
+    found = {m["line"]: m["reason"] for m in got["malformed"]}
+    assert sorted(found) == [2, 3, 4, 5, 6, 9, 10, 12]
+    assert found[2].startswith("malformed JSON: ")
+    assert found[3] == "expected a JSON object, got an array"
+    assert found[4] == "no field 'text' (fields: id)"
+    assert found[5] == "field 'text' is a number, expected a string"
+    assert found[6] == "field 'text' is null, expected a string"
+    assert found[9].startswith("not valid UTF-8")
+    assert "lone surrogate" in found[10]
+    assert found[12] == "expected a JSON object, got a string"
+    assert all(m["file"] == str(path) for m in got["malformed"])
+
+
+def test_a_very_long_line_between_two_short_ones(tmp_path: Path) -> None:
+    long = "ü" + "word " * 1_000_000  # 5 MB of text on one line
+    (tmp_path / "a.jsonl").write_bytes(lines({"text": "a"}, {"text": long}, {"text": "b"}))
+    got = read_all(tmp_path, chunk_bytes=1 << 20)  # the range ends inside the long line
+    assert [len(r["text"]) for r in got["rows"]] == [1, len(long), 1]
+    assert got["counts"]["malformed"] == 0
+
+
+def test_text_field_and_mixed_types(tmp_path: Path) -> None:
+    path = tmp_path / "a.jsonl"
+    path.write_bytes(
+        lines(
+            {"content": "one", "n": 1, "meta": {"a": 1}},
+            {"content": "two", "n": "two", "extra": True},
+            {"text": "no content field"},
+        )
+    )
+    got = read_all(path, text_field="content")
+    assert [r["content"] for r in got["rows"]] == ["one", "two"]
+    assert [r["n"] for r in got["rows"]] == ["1", "two"]  # mixed types: JSON text
+    assert [r["extra"] for r in got["rows"]] == [None, True]
+    assert got["malformed"][0]["reason"] == "no field 'content' (fields: text)"
+
+
+def test_a_big_file_is_split_and_line_numbers_stay_right(tmp_path: Path) -> None:
+    path = tmp_path / "big.jsonl"
+    records: list[Any] = [{"id": i, "text": "x" * (i % 37)} for i in range(400)]
+    records[123] = b"{broken"
+    records[350] = b"\xff\xfe"
+    path.write_bytes(lines(*records))
+    got = read_all(path, chunk_bytes=1000)
+    assert len(got["tasks"]) > 5
+    assert [r["id"] for r in got["rows"]] == [i for i in range(400) if i not in (123, 350)]
+    assert [(m["line"], m["reason"][:14]) for m in got["malformed"]] == [
+        (124, "malformed JSON"),
+        (351, "not valid UTF-"),
+    ]
+    whole = read_all(path)
+    assert [r[DOC_ID] for r in got["rows"]] == [r[DOC_ID] for r in whole["rows"]]
+    assert len(whole["shards"]) == 1 and len(got["shards"]) == len(got["tasks"])
+
+
+def test_a_big_compressed_file_is_one_task_in_several_batches(tmp_path: Path) -> None:
+    path = tmp_path / "big.jsonl.zst"
+    path.write_bytes(
+        zstandard.ZstdCompressor().compress(lines(*({"text": "y" * 50} for _ in range(200))))
+    )
+    tasks = plan_reads(list_inputs(path).files, 1000)
+    assert len(tasks) == 1
+    batches = TextReader(batch_bytes=1000).process(tasks[0])
+    assert len(batches) > 5
+    assert sum(b.num_items for b in batches) == 200
+    assert [b.metadata["shard"] for b in batches] == sorted(b.metadata["shard"] for b in batches)
+    assert batches[-1].metadata[READ]["documents"] == 200  # the task's counts: on its last
+
+
+def test_truncated_gzip_keeps_the_lines_before_the_break(tmp_path: Path) -> None:
+    data = gzip.compress(lines(*({"id": i, "text": f"doc {i} " * 20} for i in range(2000))))
+    path = tmp_path / "cut.jsonl.gz"
+    path.write_bytes(data[: len(data) // 2])
+    got = read_all(path)
+    assert 100 < len(got["rows"]) < 2000
+    assert [r["id"] for r in got["rows"]] == list(range(len(got["rows"])))
+    [error] = got["errors"]
+    assert error["file"] == str(path)
+    assert "EOFError" in error["reason"] and "truncated" in error["reason"]
+
+
+def test_parquet_rows_without_text_are_malformed_by_row(tmp_path: Path) -> None:
+    pq.write_table(pa.table({"text": ["a", None, "c"], "k": [1, 2, 3]}), tmp_path / "a.parquet")
+    pq.write_table(pa.table({"body": ["x", "y"]}), tmp_path / "b.parquet")
+    got = read_all(tmp_path)
+    assert [r["k"] for r in got["rows"]] == [1, 3]
+    assert [(Path(m["file"]).name, m["row"]) for m in got["malformed"]] == [
+        ("a.parquet", 1), ("b.parquet", 0), ("b.parquet", 1),
+    ]  # fmt: skip
+    assert got["malformed"][1]["reason"] == "no column 'text' (columns: body)"
+
+
+def test_empty_files_give_an_empty_batch_with_counts(tmp_path: Path) -> None:
+    (tmp_path / "a.jsonl").write_bytes(b"\n\n")
+    got = read_all(tmp_path)
+    assert got["rows"] == [] and got["counts"]["blank"] == 2
+    assert len(got["shards"]) == 1  # the counts still travel on an empty batch
+    (tmp_path / "b.jsonl").write_bytes(b"")
+    assert [s.path for t in plan_reads(list_inputs(tmp_path).files) for s in t.data] == [
+        str(tmp_path / "a.jsonl")
+    ]  # a file of no bytes is not even read
+
+
+def test_limit_keeps_the_first_records(tmp_path: Path) -> None:
+    (tmp_path / "a.jsonl").write_bytes(lines(*({"i": i, "text": "t"} for i in range(5))))
+    (tmp_path / "b.jsonl.gz").write_bytes(
+        gzip.compress(lines(*({"i": 5 + i, "text": "t"} for i in range(5))))
+    )
+    (tmp_path / "c.jsonl").write_bytes(lines({"i": 99, "text": "t"}))
+    tasks = TextPartitioner(tmp_path, limit=7).tasks()
+    rows = [r for t in tasks for b in TextReader().process(t) for r in b.to_pyarrow().to_pylist()]
+    assert [r["i"] for r in rows] == list(range(7))
+
+
+# -- writing --------------------------------------------------------------------------------
+def batch(shard: str, **columns: list[Any]) -> DocumentBatch:
+    return DocumentBatch(data=pa.table(columns), metadata={"shard": shard})
+
+
+def test_sharded_writer_names_files_after_the_shard_and_drops_internal_columns(
+    tmp_path: Path,
+) -> None:
+    writer = ShardedWriter(tmp_path, "parquet")
+    out = writer.process(
+        batch("00000003-000001", text=["a", "b"], _doc_id=[1, 2], language=["en", None])
+    )
+    assert out.data == [str(tmp_path / "part-00000003-000001.parquet")]
+    assert out.metadata["written"] == {"rows": 2, "by": {"en": 1, "unknown": 1}}
+    assert pq.read_table(out.data[0]).column_names == ["text", "language"]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporaries left
+    assert oct(os.stat(out.data[0]).st_mode & 0o777) != oct(0o600)  # readable like any file
+    empty = writer.process(batch("x", text=[]))
+    assert empty.data == [] and empty.metadata["written"]["rows"] == 0
+
+
+def test_jsonl_writer_keeps_unicode_and_nested_values(tmp_path: Path) -> None:
+    for compression, opener in ((None, open), ("gzip", gzip.open)):
+        writer = ShardedWriter(tmp_path, "jsonl", compression=compression)
+        out = writer.process(batch("1", text=["ünï 😀\nline"], meta=[{"a": [1, 2]}], _doc_id=[7]))
+        with opener(out.data[0], "rt", encoding="utf-8") as stream:
+            text = stream.read()
+        assert "ünï 😀" in text  # not ASCII-escaped
+        assert [json.loads(x) for x in text.splitlines()] == [
+            {"text": "ünï 😀\nline", "meta": {"a": [1, 2]}}
+        ]
+
+
+def test_a_failed_write_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import conveyor.stages.text.writers as writers
+
+    def boom(table: Any, stream: Any, compression: Any = None) -> None:
+        stream.write(b"half a file")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(writers, "write_jsonl", boom)
+    with pytest.raises(OSError, match="disk full"):
+        ShardedWriter(tmp_path, "jsonl").process(batch("1", text=["a"]))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_publish_numbers_shards_in_order_and_replaces_an_earlier_run(tmp_path: Path) -> None:
+    staged, out = tmp_path / "staged", tmp_path / "out"
+    writer = ShardedWriter(staged, "parquet")
+    for shard, texts in (
+        ("00000002-000000", ["c"]),
+        ("00000000-000001", ["b"]),
+        ("00000000-000000", ["a"]),
+    ):
+        writer.process(batch(shard, text=texts))
+    out.mkdir()
+    (out / "part-00007.parquet").write_bytes(b"from an earlier run")
+    (out / "keep.txt").write_text("not ours")
+    files = publish_shards(staged, out)
+    assert [Path(f).name for f in files] == [f"part-0000{i}.parquet" for i in range(3)]
+    assert [pq.read_table(f).column("text").to_pylist() for f in files] == [["a"], ["b"], ["c"]]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "keep.txt", "part-00000.parquet", "part-00001.parquet", "part-00002.parquet",
+    ]  # fmt: skip
+    assert list(staged.iterdir()) == []
+
+
+def test_unify_parquet_makes_one_schema(tmp_path: Path) -> None:
+    paths = [tmp_path / "a.parquet", tmp_path / "b.parquet"]
+    pq.write_table(pa.table({"text": ["a"], "meta": pa.nulls(1)}), paths[0])
+    pq.write_table(pa.table({"text": ["b"], "meta": ["m"], "n": [1]}), paths[1])
+    assert unify_parquet(paths) == 1
+    table = pq.read_table(tmp_path)
+    assert table.column("meta").to_pylist() == [None, "m"]
+    assert table.schema.field("meta").type == pa.string()

