@@ -47,11 +47,15 @@ bench-video: $(STAMP)
 	$(PY) benchmarks/video.py --memory 4,16 --ray \
 		--scenario-out conveyor/sim/scenarios/video_curation_measured.yaml
 
-# Peers (Cosmos-Xenna; tqdm is a dependency it does not declare) are installed here only,
+# Peers (Cosmos-Xenna; tqdm is a dependency it does not declare; datatrove for the text
+# benchmark, with the fastText and xxhash builds it needs kept apart in .venv/peers) are installed here only,
 # never by `make test`. On Python 3.11 pip picks cosmos-xenna 0.3.0 (0.4+ needs 3.12).
 bench-peers: $(STAMP)
 	$(PY) -m pip install --quiet cosmos-xenna tqdm
 	$(PY) benchmarks/peers.py
+	$(PY) -m pip install --quiet datatrove fasteners orjson
+	$(PY) -m pip install --quiet --no-deps --target $(VENV)/peers fasttext-numpy2-wheel "xxhash<4"
+	$(PY) benchmarks/text.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
