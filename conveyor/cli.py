@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 import conveyor
-from conveyor.cli_monitors import METRICS_PORT, REPORT, close_monitors, report_path, run_monitors
+from conveyor.cli_common import METRICS_PORT, REPORT, close_monitors, report_path, run_monitors
 from conveyor.cli_report import report as report_command
 from conveyor.cli_text import text
 from conveyor.cli_video import video

@@ -14,7 +14,8 @@ from typing import Annotated, Any
 
 import typer
 
-from conveyor.cli_monitors import METRICS_PORT, REPORT
+from conveyor.cli_common import METRICS_PORT, REPORT, BackendChoice
+from conveyor.cli_common import fail as _fail
 
 
 class FormatChoice(StrEnum):
@@ -31,16 +32,6 @@ class DedupChoice(StrEnum):
 class TextExecutor(StrEnum):
     streaming = "streaming"
     batch = "batch"
-
-
-class BackendChoice(StrEnum):
-    local = "local"
-    ray = "ray"
-
-
-def _fail(message: str, code: int = 2) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(code=code)
 
 
 def _switch(name: str, help: str) -> Any:
@@ -273,7 +264,7 @@ def _run(
 ) -> None:
     from rich.markup import escape
 
-    from conveyor.cli_monitors import close_monitors, report_path, run_monitors
+    from conveyor.cli_common import close_monitors, report_path, run_monitors
     from conveyor.errors import ConveyorError
     from conveyor.monitor import LiveView
     from conveyor.pipelines.text import run_text

@@ -14,7 +14,8 @@ from typing import Annotated, Any
 
 import typer
 
-from conveyor.cli_monitors import METRICS_PORT, REPORT
+from conveyor.cli_common import METRICS_PORT, REPORT, BackendChoice
+from conveyor.cli_common import fail as _fail
 
 
 class SplitterChoice(StrEnum):
@@ -42,16 +43,6 @@ class VideoExecutor(StrEnum):
     streaming = "streaming"
     batch = "batch"
     ray_data = "ray-data"
-
-
-class BackendChoice(StrEnum):
-    local = "local"
-    ray = "ray"
-
-
-def _fail(message: str, code: int = 2) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(code=code)
 
 
 def video(
@@ -328,7 +319,7 @@ def _run(
     journal: Path | None,
     watch: _Watch,
 ) -> None:
-    from conveyor.cli_monitors import close_monitors, report_path, run_monitors
+    from conveyor.cli_common import close_monitors, report_path, run_monitors
     from conveyor.errors import ConveyorError
     from conveyor.monitor import LiveView
     from conveyor.pipelines.video import build_video_pipeline, run_video

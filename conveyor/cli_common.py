@@ -1,12 +1,25 @@
-"""What every command offers to watch a run: Prometheus metrics on a port, and an event log
-with a ``report.html`` in its output folder."""
+"""What the commands share: where workers run, how a bad option ends a command, and how a run
+is watched (Prometheus metrics on a port, an event log with a ``report.html``)."""
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+
+
+class BackendChoice(StrEnum):
+    local = "local"
+    ray = "ray"
+
+
+def fail(message: str, code: int = 2) -> typer.Exit:
+    """Print ``error: message`` on stderr; raise the returned exit (2: a bad input or option)."""
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code=code)
+
 
 METRICS_PORT = Annotated[
     int | None,
