@@ -93,6 +93,13 @@ TICK_S = 0.25
 #: an unfinished run with nothing in flight and no worker starting for this long is a defect
 #: of the engine (unless a stage waits for room in the cluster): it stops rather than hang
 STALL_S = 60.0
+#: a node that lost a payload is avoided this long at most (or until it leaves the backend's
+#: node list): Ray takes tens of seconds to declare a node dead, and until then its workers
+#: look alive and idle, so work sent there (a recomputation above all) is lost again
+SUSPECT_NODE_S = 60.0
+#: losses of one input forgiven (made again without spending an attempt): a node's fault,
+#: not the input's; past this a loop of losses spends attempts and ends
+FORGIVEN_LOSSES = 4
 
 
 @dataclass(frozen=True)
@@ -139,6 +146,8 @@ class _Root:
     handle: Handle | None
     key: str | None = None
     live: int = 1
+    #: per input label descending from it, losses forgiven so far (``FORGIVEN_LOSSES``)
+    losses: dict[str, int] | None = None
 
 
 @dataclass(eq=False, slots=True)
@@ -257,6 +266,10 @@ class Controller:
         self._quiet_since: float | None = None  # work waits, nothing moves, since then
         self._stall_told = False
         self._timed = [s for s in self.stages if s.spec.timeout_s is not None]
+        # nodes that lost a payload, and when they last did: their workers get work only
+        # where no other can take it (``Pool``); ``_avoid`` is their set, empty mostly
+        self._suspect_nodes: dict[str, float] = {}
+        self._avoid: frozenset[str] = frozenset()
 
     # -- the loop -------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:
@@ -437,10 +450,13 @@ class Controller:
             return
         # suspects first, each alone on an idle worker
         queue = stage.queue
+        avoid = self._avoid
+        if not queue.suspects and pool.reserved is not None:
+            pool.reserved = None  # the suspect it ran dry for went elsewhere: feed it again
         while queue.suspects and self._may_feed(index):
-            idle = pool.idle()
+            idle = pool.idle(avoid)
             if idle is None:
-                pool.reserve_for_suspect()  # so a suspect does not wait for the end
+                pool.reserve_for_suspect(avoid)  # so a suspect does not wait for the end
                 break
             self._send(index, idle, [[queue.pop_suspect()]], alone=True)
         batch_size = stage.spec.batch_size
@@ -453,7 +469,7 @@ class Controller:
             full_batches = len(queue.fresh) // batch_size
             if not full_batches and not upstream_done:
                 return  # wait for a full batch; the remainder goes once upstream is done
-            worker = pool.feedable(depth, queue.fresh[0].handle.node)
+            worker = pool.feedable(depth, queue.fresh[0].handle.node, avoid)
             if worker is None:
                 return
             count = 1
@@ -754,8 +770,21 @@ class Controller:
         self, index: int, entries: list[Entry], error: ErrorInfo, culprit: bool
     ) -> None:
         """``entries`` failed with ``error``; ``culprit``: they were all the worker was
-        running, so the error is theirs (else it may be a neighbour's)."""
+        running, so the error is theirs (else it may be a neighbour's).
+
+        A lost payload is its node's fault, not the input's: the node the handles name
+        becomes suspect (``_suspect_node``), and an input lost alone whose handle names its
+        node is made again from its source without spending an attempt, up to
+        ``FORGIVEN_LOSSES`` times; past that (or with no node to blame) a loss spends an
+        attempt like any failure, so that a loop of losses ends.
+        """
         stage = self.stages[index]
+        if error.lost:
+            node = entries[0].handle.node
+            # inputs from several nodes: which one lost it is not known (each runs again
+            # alone, and the lost one tells)
+            if node is not None and all(e.handle.node == node for e in entries):
+                self._suspect_node(node)
         # an error counts against an input only when it is known to be its own (it ran
         # alone); a lost input is then made again from its source where that can work
         alone = culprit and len(entries) == 1
@@ -768,16 +797,19 @@ class Controller:
                 stage.queue.push_suspect(entry)
             return
         for entry in entries:
-            entry.attempts += 1
+            forgiven = error.lost and self._forgive_loss(entry)
+            if not forgiven:
+                entry.attempts += 1
             if final or entry.attempts >= self.config.max_attempts:
                 if (
                     error.lost
-                    and alone
-                    and entry.attempts < self.config.max_attempts
+                    and (forgiven or entry.attempts < self.config.max_attempts)
                     and self._recompute(index, entry)
                 ):
                     self._live(entry.handle.label, -1)
                     continue
+                if forgiven:
+                    entry.attempts += 1  # not made again after all: this try counts
                 self._live(entry.handle.label, -1)
                 stage.stats.failed += 1
                 record = FailureRecord(
@@ -795,6 +827,21 @@ class Controller:
             else:
                 stage.stats.retried += 1
                 stage.queue.push_suspect(entry)
+
+    def _forgive_loss(self, entry: Entry) -> bool:
+        """Whether this loss of ``entry`` is its node's alone (see ``_retry_or_fail``);
+        counts it if so."""
+        label = entry.handle.label
+        root = self.roots.get(_root_label(label)) if self.lineage else None
+        if entry.handle.node is None or root is None:
+            return False
+        if root.losses is None:
+            root.losses = {}
+        count = root.losses.get(label, 0)
+        if count >= FORGIVEN_LOSSES:
+            return False
+        root.losses[label] = count + 1
+        return True
 
     def _on_worker_gone(
         self,
@@ -977,9 +1024,33 @@ class Controller:
 
     def _refresh_nodes(self) -> None:
         """Adopt the backend's node list (workers on a vanished node are reported dead by
-        the backend)."""
+        the backend); a suspect node that left it is suspect no more."""
         if self.ledger is not None:
             self.ledger.refresh(self.backend.nodes())
+            if self._suspect_nodes:
+                nodes = self.ledger.nodes
+                self._forget_nodes([n for n in self._suspect_nodes if n not in nodes])
+
+    def _suspect_node(self, node: str) -> None:
+        """A payload stored on ``node`` was lost: avoid it until it leaves the node list or
+        for ``SUSPECT_NODE_S`` after its last loss (one that left already needs nothing)."""
+        if self.ledger is not None and node not in self.ledger.nodes:
+            return
+        if node not in self._suspect_nodes:
+            log.warning(
+                "a payload stored on node %s was lost: its workers get work only where no "
+                "other worker can take it, until it leaves or for %g s",
+                node[:12],
+                SUSPECT_NODE_S,
+            )
+        self._suspect_nodes[node] = self.backend.now()
+        self._avoid = frozenset(self._suspect_nodes)
+
+    def _forget_nodes(self, nodes: list[str]) -> None:
+        if nodes:
+            for node in nodes:
+                del self._suspect_nodes[node]
+            self._avoid = frozenset(self._suspect_nodes)
 
     def _autoscale(self, now: float, initial: bool = False) -> None:
         before = [s.target for s in self.stages]
@@ -1187,6 +1258,10 @@ class Controller:
 
     def _tick(self, now: float) -> None:
         self._next_tick = now + TICK_S
+        if self._suspect_nodes:
+            self._forget_nodes(
+                [n for n, t in self._suspect_nodes.items() if now - t >= SUSPECT_NODE_S]
+            )
         for stage in self._timed:
             self._check_timeouts(stage, now)
         if self.journal is not None:

@@ -3,13 +3,23 @@
 With thousands of workers (the simulator runs 2,000-GPU clusters) scanning every worker for
 each batch would dominate; instead ready workers sit in buckets by how many messages they
 hold, and counts are kept as things change.
+
+The choices take ``avoid``: nodes the controller suspects of losing what is stored on them
+(a payload read from there was lost, and the backend has not yet seen the node leave).
+Workers elsewhere come first; one on an avoided node is chosen only when the stage has no
+ready worker on any other node, so a stage on one node never stalls. With nothing to avoid
+(the common case) the choices cost what they did without it.
 """
 
 from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
+
+#: ``avoid`` when there is nothing to avoid
+NOWHERE: frozenset[str] = frozenset()
 
 
 @dataclass(eq=False, slots=True)
@@ -32,7 +42,15 @@ class Worker:
 class Pool:
     """Workers of one stage: all of them, the live count, and who can take work now."""
 
-    __slots__ = ("_free", "_local", "live_count", "ready_count", "reserved", "workers")
+    __slots__ = (
+        "_free",
+        "_local",
+        "_ready_on",
+        "live_count",
+        "ready_count",
+        "reserved",
+        "workers",
+    )
 
     #: a worker holds at most this many messages (one running, one waiting)
     MAX_DEPTH = 2
@@ -47,6 +65,8 @@ class Pool:
         self._local: tuple[dict[str, dict[str, Worker]], ...] = tuple(
             {} for _ in range(self.MAX_DEPTH)
         )
+        # ready (not stopping) workers per node: whether a stage has one off an avoided node
+        self._ready_on: dict[str, int] = {}
 
     def __len__(self) -> int:
         return len(self.workers)
@@ -82,15 +102,25 @@ class Pool:
         if not worker.stopping:
             self.live_count -= 1
             if worker.ready:
-                self.ready_count -= 1
+                self._count_ready(worker, -1)
         if self.reserved is worker:
             self.reserved = None
         self._index(worker)
         return worker
 
+    def _count_ready(self, worker: Worker, delta: int) -> None:
+        self.ready_count += delta
+        node = worker.node
+        if node is not None:
+            count = self._ready_on.get(node, 0) + delta
+            if count:
+                self._ready_on[node] = count
+            else:
+                self._ready_on.pop(node, None)
+
     def mark_ready(self, worker: Worker) -> None:
         if not worker.ready and not worker.stopping:
-            self.ready_count += 1
+            self._count_ready(worker, 1)
         worker.ready = True
         self._index(worker)
 
@@ -98,7 +128,7 @@ class Pool:
         if not worker.stopping:
             self.live_count -= 1
             if worker.ready:
-                self.ready_count -= 1
+                self._count_ready(worker, -1)
         worker.stopping = True
         if self.reserved is worker:
             self.reserved = None
@@ -123,13 +153,44 @@ class Pool:
                     self._index(worker)
                 return
 
-    def idle(self) -> Worker | None:
-        """A ready worker with nothing in flight (for a suspect, which must run alone)."""
-        return next(iter(self._free[0].values()), None)
+    def ready_elsewhere(self, avoid: Collection[str]) -> bool:
+        """Whether a ready worker runs on a node not in ``avoid``."""
+        if not avoid:
+            return self.ready_count > 0
+        return self.ready_count > sum(self._ready_on.get(node, 0) for node in avoid)
 
-    def feedable(self, depth: int, node: str | None = None) -> Worker | None:
+    def _first(
+        self, workers: Iterable[Worker], avoid: Collection[str], skip: Worker | None = None
+    ) -> Worker | None:
+        """The first of ``workers`` (not ``skip``) off the avoided nodes: the scan passes
+        over at most the workers of those nodes."""
+        for worker in workers:
+            if worker is not skip and worker.node not in avoid:
+                return worker
+        return None
+
+    def idle(self, avoid: Collection[str] = NOWHERE) -> Worker | None:
+        """A ready worker with nothing in flight (for a suspect, which must run alone); off
+        the ``avoid`` nodes unless the stage has no ready worker elsewhere."""
+        free = self._free[0]
+        if not avoid:
+            return next(iter(free.values()), None)
+        worker = self._first(free.values(), avoid)
+        if worker is None and not self.ready_elsewhere(avoid):
+            worker = next(iter(free.values()), None)
+        return worker
+
+    def feedable(
+        self, depth: int, node: str | None = None, avoid: Collection[str] = NOWHERE
+    ) -> Worker | None:
         """The least busy worker that may take another message, never the reserved one;
-        among the equally busy, one on ``node`` (where the batch's data is) if any."""
+        among the equally busy, one on ``node`` (where the batch's data is) if any. Off the
+        ``avoid`` nodes, unless the stage has no ready worker elsewhere: then the batch waits
+        for one rather than go where what it makes may be lost."""
+        if avoid:
+            if self.ready_elsewhere(avoid):
+                return self._feedable_avoiding(depth, node, avoid)
+            avoid = NOWHERE
         for level in range(min(depth, self.MAX_DEPTH)):
             if node is not None:
                 for worker in self._local[level].get(node, {}).values():
@@ -140,10 +201,35 @@ class Pool:
                     return worker
         return None
 
-    def reserve_for_suspect(self) -> None:
-        """Stop feeding the least busy worker so that it runs dry and can take a suspect."""
-        if self.reserved is None:
-            self.reserved = next(iter(self._free[1].values()), None)
+    def _feedable_avoiding(
+        self, depth: int, node: str | None, avoid: Collection[str]
+    ) -> Worker | None:
+        reserved = self.reserved
+        for level in range(min(depth, self.MAX_DEPTH)):
+            if node is not None and node not in avoid:
+                for worker in self._local[level].get(node, {}).values():
+                    if worker is not reserved:
+                        return worker
+            worker = self._first(self._free[level].values(), avoid, reserved)
+            if worker is not None:
+                return worker
+        return None
+
+    def reserve_for_suspect(self, avoid: Collection[str] = NOWHERE) -> None:
+        """Stop feeding the least busy worker so that it runs dry and can take a suspect; off
+        the ``avoid`` nodes unless the stage has no ready worker elsewhere (a reserved worker
+        on an avoided node is let go when there is)."""
+        current = self.reserved
+        if current is not None and (current.node not in avoid or not self.ready_elsewhere(avoid)):
+            return
+        busy = self._free[1]
+        if not avoid:
+            self.reserved = next(iter(busy.values()), None)
+            return
+        worker = self._first(busy.values(), avoid)
+        if worker is None and not self.ready_elsewhere(avoid):
+            worker = next(iter(busy.values()), None)
+        self.reserved = worker
 
     def live(self) -> list[Worker]:
         return [w for w in self.workers.values() if not w.stopping]

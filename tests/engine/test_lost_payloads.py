@@ -2,14 +2,17 @@
 
 Deterministic on the virtual clock: ``VirtualBackend(lose=...)`` makes chosen outputs vanish
 once, as a node leaving the cluster takes its object store along; a worker reading one fails
-with ``ErrorInfo.lost``.
+with ``ErrorInfo.lost``. ``node_fails`` loses everything a node stores from a given time on,
+before it is seen to leave.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from conveyor import Pipeline, ProcessingStage, Resources
+from conveyor.engine.controller import FORGIVEN_LOSSES, SUSPECT_NODE_S
 from conveyor.executors import BatchExecutor, StreamingExecutor
 from conveyor.result import RunResult
 from tests.engine.virtual_backend import VirtualBackend
@@ -120,3 +123,84 @@ def test_without_lineage_a_lost_input_fails_at_once() -> None:
     result = run(backend)
     assert [(f.stage, f.task, f.attempts) for f in result.failures] == [("split", "3", 1)]
     assert len(result.outputs) == 27
+
+
+# -- a node dying unseen ----------------------------------------------------------------
+def test_a_node_that_lost_a_payload_gets_no_recomputation_until_it_leaves() -> None:
+    """Node "b" dies at 0.1 s but is seen to leave only at 0.5 s (Ray takes tens of seconds
+    to declare a node dead): meanwhile its workers look alive and everything stored there is
+    lost when read. Once a loss names "b", work goes to "a": a recomputation sent to "b" would
+    be lost again, and three such losses used to fail the input."""
+    backend = LosingBackend(node_cpus={"a": 6, "b": 2}, node_fails={"b": (0.1, 0.5)})
+    stream = Pipeline("p", stages()).stream(StreamingExecutor(backend), range(40))
+    controller = stream._controller
+    suspected: set[str] = set()
+    outputs: list[int] = []
+    with stream:
+        for out in stream:
+            outputs.append(out)
+            suspected.update(controller._suspect_nodes)
+    result = stream.result
+    assert result.failures == []
+    assert sorted(outputs) == expected(40)  # every input once
+    assert suspected == {"b"}
+    assert not controller._suspect_nodes  # forgotten once it left
+    assert result.stats["one"].recovered >= 1  # payloads on "b" were lost and made again
+    assert sum(s.worker_deaths for s in result.stats.values()) >= 1  # "b" left, seen late
+
+
+def test_a_loss_on_a_single_node_cluster_does_not_stall_it() -> None:
+    """With no other node the suspect one still gets the work (it is all there is)."""
+    backend = LosingBackend(node_cpus={"only": 3}, lose={("ten", "3"), ("split", "5.1")})
+    result = run(backend)
+    assert result.failures == []
+    assert sorted(result.outputs) == expected(10)
+    assert result.stats["split"].recovered == 1 and result.stats["one"].recovered == 1
+
+
+def test_a_loss_blamed_on_its_node_spends_no_attempt() -> None:
+    """The input is not at fault: even with ``max_attempts=1`` it is made again."""
+    backend = LosingBackend(node_cpus={"a": 2, "b": 2}, lose={("ten", "3"), ("split", "5.1")})
+    executor = StreamingExecutor(backend, max_attempts=1)
+    result = Pipeline("p", stages()).run(executor, initial_tasks=range(10))
+    assert result.failures == []
+    assert sorted(result.outputs) == expected(10)
+
+
+def test_a_node_that_keeps_losing_everything_ends_the_loop() -> None:
+    """The only node loses all it stores and never leaves: each input is made again
+    ``FORGIVEN_LOSSES`` times for free, then spends its attempts and is recorded."""
+    backend = LosingBackend(node_cpus={"only": 3}, node_fails={"only": (0.0, math.inf)})
+    result = run(backend, n=4)
+    assert result.outputs == []
+    assert [(f.stage, f.attempts) for f in result.failures] == [("split", 3)] * 4
+    assert result.stats["ten"].tasks_in == 4 * (1 + FORGIVEN_LOSSES + 2)
+
+
+def test_a_suspect_node_that_stays_is_trusted_again_after_a_while() -> None:
+    """One loss, and the node never leaves: it is avoided for ``SUSPECT_NODE_S``, then fed
+    again like any other."""
+    backend = LosingBackend(
+        node_cpus={"a": 2, "b": 2},
+        service_s={"ten": 0.2, "split": 0.2, "one": 0.2},
+        lose={("ten", "0")},
+    )
+    stream = Pipeline("p", stages()).stream(StreamingExecutor(backend), range(300))
+    controller = stream._controller
+    marked: dict[str, float] = {}
+    cleared = None
+    outputs: list[int] = []
+    with stream:
+        for out in stream:
+            outputs.append(out)
+            for node, t in controller._suspect_nodes.items():
+                marked.setdefault(node, t)
+            if marked and cleared is None and not controller._suspect_nodes:
+                cleared = backend.clock
+    assert sorted(outputs) == expected(300) and stream.result.failures == []
+    [(node, since)] = marked.items()
+    assert cleared is not None and SUSPECT_NODE_S <= cleared - since < SUSPECT_NODE_S + 1
+    assert backend.clock > cleared + 10  # the run went on well past it ...
+    there = {w for w, n in backend.worker_node.items() if n == node}
+    later = [t for t, w in backend.batch_starts if w in there and t > cleared]
+    assert len(later) > 100  # ... and the node had its share of the work again

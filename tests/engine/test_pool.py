@@ -105,3 +105,66 @@ def test_equally_busy_workers_on_the_data_node_come_first() -> None:
     assert pool.feedable(2, "B") is None  # near is full, the others stop
     pool.batch_done(near, 1)
     assert pool.feedable(2, "B") is near
+
+
+def test_avoided_nodes_get_work_only_when_the_stage_has_no_one_else() -> None:
+    pool = Pool()
+    bad, bad2, good = Worker("bad", 0, node="B"), Worker("bad2", 0, node="B"), Worker("g", 0)
+    good.node = "A"
+    for worker in (bad, bad2, good):
+        pool.add(worker)
+        pool.mark_ready(worker)
+    avoid = frozenset({"B"})
+    assert pool.ready_elsewhere(avoid) and not pool.ready_elsewhere(frozenset({"A", "B"}))
+    # a suspect goes to the idle worker elsewhere, whatever the order of the idle ones
+    assert pool.idle(avoid) is good
+    # a fresh batch too, even one whose data lies on the avoided node
+    assert pool.feedable(2, "B", avoid) is good
+    pool.sent(good, [1], alone=False)
+    # the one elsewhere is busy: a suspect waits for it (it is reserved to run dry) ...
+    assert pool.idle(avoid) is None
+    pool.reserve_for_suspect(avoid)
+    assert pool.reserved is good
+    # ... and fresh work waits too rather than go to the avoided node
+    assert pool.feedable(2, None, avoid) is None
+    assert pool.feedable(2, None) in (bad, bad2)  # nothing avoided: as before
+    pool.batch_done(good, 1)
+    assert pool.idle(avoid) is good
+    # with no ready worker elsewhere the avoided node gets the work: nothing stalls
+    pool.mark_stopping(good)
+    pool.reserved = None
+    assert not pool.ready_elsewhere(avoid)
+    assert pool.idle(avoid) in (bad, bad2)
+    assert pool.feedable(1, None, avoid) in (bad, bad2)
+
+
+def test_a_reservation_on_an_avoided_node_moves_elsewhere() -> None:
+    pool = Pool()
+    bad, good = Worker("bad", 0, node="B"), Worker("good", 0, node="A")
+    for worker in (bad, good):
+        pool.add(worker)
+        pool.mark_ready(worker)
+        pool.sent(worker, [int(worker is good)], alone=False)
+    pool.reserve_for_suspect()  # before "B" was suspect: any worker
+    pool.reserved = bad
+    pool.reserve_for_suspect(frozenset({"B"}))
+    assert pool.reserved is good
+    pool.reserve_for_suspect(frozenset({"A", "B"}))  # no one elsewhere: kept as it is
+    assert pool.reserved is good
+
+
+def test_ready_counts_by_node_follow_the_lifecycle() -> None:
+    pool = Pool()
+    a, b = Worker("a", 0, node="B"), Worker("b", 0, node="B")
+    for worker in (a, b):
+        pool.add(worker)
+    avoid = frozenset({"B"})
+    assert not pool.ready_elsewhere(frozenset())  # nobody ready at all
+    pool.mark_ready(a)
+    pool.mark_ready(a)
+    pool.mark_ready(b)
+    assert not pool.ready_elsewhere(avoid) and pool.ready_elsewhere(frozenset({"C"}))
+    pool.mark_stopping(a)
+    pool.remove("a")
+    pool.remove("b")
+    assert pool.ready_count == 0 and not pool._ready_on

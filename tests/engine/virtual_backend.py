@@ -10,6 +10,12 @@ not show, and take ``latency_s`` to reach the worker and again for its results t
 ``lose`` names outputs (stage, label) whose stored payload vanishes once, as if their node
 had left: a worker that reads one fails the batch with ``ErrorInfo.lost``. Set
 ``payloads_can_be_lost`` to say so to the controller, as ``RayBackend`` does.
+
+``node_cpus`` makes a cluster of several nodes (outputs then name the node that stored
+them), and ``node_fails`` lets one die the way Ray sees it: ``{node: (fails_at, seen_at)}``,
+every payload stored there is lost when read from ``fails_at`` on, while its workers still
+look alive and take work; at ``seen_at`` the node leaves the node list and its workers are
+reported dead.
 """
 
 from __future__ import annotations
@@ -59,7 +65,12 @@ class VirtualBackend:
         latency_s: float = 0.0,
         lose: set[tuple[str, str]] | None = None,
         hangs: Callable[[Any], bool] | None = None,
+        node_cpus: dict[str, float] | None = None,
+        node_fails: dict[str, tuple[float, float]] | None = None,
     ) -> None:
+        self.node_cpus = node_cpus
+        self.node_fails = dict(node_fails or {})
+        self.worker_node: dict[str, str] = {}
         self.lose = set(lose or ())
         self.hangs = hangs
         self.cpus = cpus
@@ -82,12 +93,21 @@ class VirtualBackend:
         self.undelivered: dict[str, list[int]] = {}
         self.killed: list[tuple[float, str]] = []
         self.batch_starts: list[tuple[float, str]] = []  # (virtual time, worker)
+        self.ran_on: list[tuple[str, str, str]] = []  # (stage, label, node) per task run
+        for node, (_, seen_at) in self.node_fails.items():
+            self._at(seen_at, ("node gone", node))
 
     def open(self) -> None:
         pass
 
     def nodes(self) -> list[NodeInfo]:
-        return [NodeInfo("v0", self.cpus, self.gpus, 80.0)]
+        if self.node_cpus is None:
+            return [NodeInfo("v0", self.cpus, self.gpus, 80.0)]
+        return [
+            NodeInfo(node, cpus, self.gpus, 80.0)
+            for node, cpus in self.node_cpus.items()
+            if node not in self.node_fails or self.clock < self.node_fails[node][1]
+        ]
 
     def now(self) -> float:
         return self.clock
@@ -102,11 +122,17 @@ class VirtualBackend:
     def free(self, handles: Sequence[Handle]) -> None:
         pass
 
-    def _stored(self, stage: str, obj: Any, label: str) -> Handle:
+    def _stored(self, stage: str, obj: Any, label: str, node: str | None = None) -> Handle:
         if (stage, label) in self.lose:
             self.lose.discard((stage, label))
-            return Handle(_Lost(), 1, label)
-        return self.put(obj, label)
+            return Handle(_Lost(), 1, label, node)
+        return self.put(obj, label)._replace(node=node)
+
+    def _is_lost(self, handle: Handle, when: float) -> bool:
+        if isinstance(handle.ref, _Lost):
+            return True
+        fails = self.node_fails.get(handle.node) if handle.node is not None else None
+        return fails is not None and fails[0] <= when
 
     def _at(self, when: float, event: Any) -> None:
         heapq.heappush(self._timeline, (when, next(self._seq), event))
@@ -118,6 +144,7 @@ class VirtualBackend:
         runner = StageRunner(pickle.loads(stage.payload), stage.name, info)
         runner.setup()
         self.runners[worker_id] = runner
+        self.worker_node[worker_id] = placement.node_id
         self.busy_until[worker_id] = self.clock + self.setup_s
         self.starts.append((self.clock, stage.name))
         self._at(self.clock + self.setup_s, WorkerReady(worker_id, self.setup_s))
@@ -155,14 +182,17 @@ class VirtualBackend:
                 cost = 1e9  # never seen to end, unless its worker is killed
             done = begin + cost
             begin = done
+            node = self.worker_node[worker_id]
             try:
-                if any(isinstance(h.ref, _Lost) for h in handles):
+                if any(self._is_lost(h, begin) for h in handles):
                     raise _PayloadLost("payload lost with its node")
                 outputs, labels, filtered = runner.run(
                     [self.get(h) for h in handles], [h.label for h in handles]
                 )
+                self.ran_on.extend((runner.name, h.label, node) for h in handles)
+                where = node if self.node_cpus is not None else None
                 outs = [
-                    self._stored(runner.name, o, lab)
+                    self._stored(runner.name, o, lab, where)
                     for o, lab in zip(outputs, labels, strict=True)
                 ]
                 event: Any = BatchesDone(worker_id, [BatchOutcome(batch_id, outs, filtered, cost)])
@@ -185,6 +215,13 @@ class VirtualBackend:
         events = []
         while self._timeline and self._timeline[0][0] <= when:
             _, _, event = heapq.heappop(self._timeline)
+            if isinstance(event, tuple) and event[0] == "node gone":
+                for worker_id, node in self.worker_node.items():
+                    if node == event[1] and worker_id not in self.dead:
+                        self.dead.add(worker_id)
+                        self.undelivered.setdefault(worker_id, [])
+                        events.append(WorkerDied(worker_id, "its node left the cluster"))
+                continue
             if isinstance(event, tuple):  # a death, reported with what never arrived
                 dead = event[1]
                 event = WorkerDied(dead, "killed by the test", tuple(self.undelivered[dead]))

@@ -59,6 +59,8 @@ def test_without_the_preference_it_would_be_about_one_in_four(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     feedable, take = Pool.feedable, EdgeQueue.take
-    monkeypatch.setattr(Pool, "feedable", lambda self, depth, node=None: feedable(self, depth))
+    monkeypatch.setattr(
+        Pool, "feedable", lambda self, depth, node=None, *avoid: feedable(self, depth, None, *avoid)
+    )
     monkeypatch.setattr(EdgeQueue, "take", lambda self, count, node=None: take(self, count))
     assert local_share() < 0.4
