@@ -75,6 +75,15 @@ def close_monitors(monitors: list[Any]) -> None:
             close()
 
 
+def add_input_failures(monitors: list[Any], failures: list[Any]) -> None:
+    """Give the event log the failures a pipeline found in its data (it rewrites the
+    report with them)."""
+    for monitor in monitors:
+        add = getattr(monitor, "add_failures", None)
+        if add is not None:
+            add(failures)
+
+
 def report_path(monitors: list[Any]) -> Path | None:
     """Where the event log wrote its report, if one did."""
     for monitor in monitors:

@@ -319,11 +319,16 @@ def _run(
     journal: Path | None,
     watch: _Watch,
 ) -> None:
-    from conveyor.cli_common import close_monitors, report_path, run_monitors
+    from conveyor.cli_common import (
+        add_input_failures,
+        close_monitors,
+        report_path,
+        run_monitors,
+    )
     from conveyor.errors import ConveyorError
     from conveyor.monitor import LiveView
     from conveyor.pipelines.video import build_video_pipeline, run_video
-    from conveyor.pipelines.video_summary import print_summary
+    from conveyor.pipelines.video_summary import input_failures, print_summary
     from conveyor.stages.video.reader import list_videos, pending_videos
     from conveyor.storage import is_url
 
@@ -366,6 +371,7 @@ def _run(
     finally:
         view.close()
         close_monitors(extra)
+    add_input_failures(extra, input_failures(report.summary, pending))
     print_summary(report.summary, console)
     console.print(f"summary: {report.summary_path}")
     html = report_path(extra)

@@ -10,14 +10,15 @@ from conveyor._lazy import lazy_getattr
 
 _EXPORTS = {
     "EventLog": "conveyor.monitor.event_log",
+    "InputFailure": "conveyor.monitor.event_log",
     "LiveView": "conveyor.monitor.live",
     "PrometheusMonitor": "conveyor.monitor.prometheus",
 }
 
-__all__ = ["EventLog", "LiveView", "PrometheusMonitor"]
+__all__ = ["EventLog", "InputFailure", "LiveView", "PrometheusMonitor"]
 
 if TYPE_CHECKING:
-    from conveyor.monitor.event_log import EventLog
+    from conveyor.monitor.event_log import EventLog, InputFailure
     from conveyor.monitor.live import LiveView
     from conveyor.monitor.prometheus import PrometheusMonitor
 

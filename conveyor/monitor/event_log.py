@@ -21,6 +21,7 @@ import platform
 import socket
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -39,6 +40,17 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 EVENTS_FILE = "events.jsonl"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class InputFailure:
+    """An input a pipeline found bad by itself (see ``EventLog.add_failures``): where it
+    was found, which input, what kind of problem and the reason in words."""
+
+    stage: str | None
+    task: str
+    error_type: str
+    message: str
 
 
 def part_path(run_dir: Path, index: int) -> Path:
@@ -182,13 +194,48 @@ class EventLog:
             }
         )
         self.close()
-        if self.report:
-            from conveyor.report import ReportError, write_report
+        self._write_report()
 
-            try:
-                self.report_path = write_report(self.run_dir)
-            except (ReportError, OSError) as exc:  # the run's own result matters more
-                log.warning("could not write the run report in %s: %s", self.run_dir, exc)
+    def add_failures(self, failures: Sequence[InputFailure]) -> None:
+        """Add failures the engine never saw to the last run's log, and write the report
+        again when there is one.
+
+        A pipeline that treats bad data as data (a video that cannot be decoded travels to
+        the writer as a failed video, it is not an exception) knows its failures only once
+        the run is over; this puts them where a person looks for failures, next to the
+        engine's, marked ``"kind": "input"``.
+        """
+        if not failures or not self._opened or self._file is not None:
+            return  # nothing to add, no run logged yet, or a run still going (its own end)
+        self._file = self.path.open("a", encoding="utf-8")
+        try:
+            for failure in failures:
+                self._write(
+                    {
+                        "type": "failure",
+                        "t": round(self._last_elapsed, 4),
+                        "kind": "input",
+                        "stage": failure.stage,
+                        "task": failure.task,
+                        "error_type": failure.error_type,
+                        "message": failure.message,
+                        "traceback": "",
+                        "attempts": None,
+                    }
+                )
+        finally:
+            self.close()
+        self._write_report()
+
+    def _write_report(self) -> None:
+        if not self.report:
+            return
+        from conveyor.report import ReportError, write_report
+
+        try:
+            self.report_path = write_report(self.run_dir)
+        except (ReportError, OSError) as exc:  # the run's own result matters more
+            log.warning("could not write the run report in %s: %s", self.run_dir, exc)
 
     def close(self) -> None:
         if self._file is not None:

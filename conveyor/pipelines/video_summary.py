@@ -13,6 +13,7 @@ from conveyor.stages.video.layout import OutputLayout
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from conveyor.monitor.event_log import InputFailure
     from conveyor.pipelines.video import VideoConfig
     from conveyor.result import FailureRecord, RunResult
     from conveyor.stages.video.reader import VideoSource
@@ -56,7 +57,11 @@ def build_summary(
         if record is None:
             videos["incomplete"] += 1
             reasons = engine_failures.get(source.relative_path) or [
-                {"stage": None, "reason": "not finished (the run was stopped before it)"}
+                {
+                    "stage": None,
+                    "reason": "not finished (the run was stopped before it)",
+                    "kind": "incomplete",
+                }
             ]
             failures += [{"video": source.relative_path, **r} for r in reasons]
             continue
@@ -72,7 +77,9 @@ def build_summary(
         for name, ids in record["filtered"].items():
             filtered[name] += len(ids)
         for stage, reason in record["errors"].items():
-            failures.append({"video": source.relative_path, "stage": stage, "reason": reason})
+            failures.append(
+                {"video": source.relative_path, "stage": stage, "reason": reason, "kind": "input"}
+            )
         for error in record["clip_errors"]:
             clips["failed"] += 1
             failures.append(
@@ -81,6 +88,7 @@ def build_summary(
                     "clip_id": error["clip_id"],
                     "stage": error["stage"],
                     "reason": error["reason"],
+                    "kind": "input",
                 }
             )
     duplicates = _duplicates(layout)
@@ -129,9 +137,32 @@ def _engine_failures(
     for record in records:
         video = video_of_label(record.task, pending) or f"(task {record.task})"
         found.setdefault(video, []).append(
-            {"stage": record.stage, "reason": f"{record.error_type}: {record.message}"}
+            {
+                "stage": record.stage,
+                "reason": f"{record.error_type}: {record.message}",
+                "kind": "engine",
+            }
         )
     return found
+
+
+def input_failures(summary: dict[str, Any], pending: Sequence[VideoSource]) -> list[InputFailure]:
+    """The failures of this run's videos that the pipeline found in the data (a video that
+    cannot be decoded, a clip a stage could not score), for the run report: the engine
+    never saw them as failures."""
+    from conveyor.monitor.event_log import InputFailure
+
+    now = {s.relative_path for s in pending}
+    return [
+        InputFailure(
+            stage=f.get("stage"),
+            task=f["video"] + (f" clip {f['clip_id']}" if "clip_id" in f else ""),
+            error_type="bad clip" if "clip_id" in f else "bad video",
+            message=f["reason"],
+        )
+        for f in summary["failures"]
+        if f.get("kind") == "input" and f["video"] in now
+    ]
 
 
 def _duplicates(layout: OutputLayout) -> int | None:

@@ -448,11 +448,15 @@ def _failures_table(run: RunLog, colors: dict[str, str]) -> str:
             f'<td class="task">{_e(f.get("task"))}</td>'
             f'<td class="err">{_e(f.get("error_type"))}</td>'
             f'<td class="msg">{_e(f.get("message"))}{tb_html}</td>'
-            f'<td class="num">{_e(f.get("attempts", ""))}</td></tr>'
+            f'<td class="num">{_e(f.get("attempts") or "")}</td></tr>'
         )
+    bad = sum(1 for f in failures if f.get("kind") == "input")
+    what = f"{len(failures) - bad:,} inputs failed for good" if bad < len(failures) else ""
+    if bad:
+        # found bad by the pipeline itself (a video that cannot be decoded), not retried
+        what += f"{', ' if what else ''}{bad:,} bad inputs"
     return (
-        f'<section class="failures-section"><h2>Failures <small>{len(failures):,} inputs '
-        f"failed for good</small></h2>{summary}"
+        f'<section class="failures-section"><h2>Failures <small>{what}</small></h2>{summary}'
         + _table(["when", "stage", "task", "error", "message", "attempts"], rows, "failures")
         + "</section>"
     )

@@ -145,3 +145,30 @@ def test_the_runs_of_one_job_share_a_log(tmp_path: Path) -> None:
     types = [e["type"] for e in _lines(tmp_path)]
     assert types.count("run_start") == 2 and types.count("run_end") == 2
     assert types[0] == "run_start" and types[-1] == "run_end"
+
+
+def test_failures_found_in_the_data_are_added_after_the_run(tmp_path: Path) -> None:
+    """A pipeline that keeps bad inputs as data tells the log afterwards: the lines follow
+    the run's end, are marked as input failures, and the report is written again."""
+    from conveyor.monitor import InputFailure
+    from conveyor.report import load_events
+
+    bad = [InputFailure("VideoProbe", "a.mp4", "bad video", "truncated: stops at 2.00 s")]
+    log = EventLog(tmp_path, report=True)
+    log.add_failures(bad)  # no run yet: nothing to add to
+    assert not part_path(tmp_path, 0).exists()
+    simulate(parse_scenario_text(SCENARIO.replace("tasks: 600", "tasks: 20")), monitors=[log])
+    first = log.report_path
+    assert first is not None
+    first.unlink()
+    log.add_failures(bad)
+    events = _lines(tmp_path)
+    assert events[-2]["type"] == "run_end"
+    added = events[-1]
+    assert added["type"] == "failure" and added["kind"] == "input"
+    assert (added["stage"], added["task"], added["message"]) == (
+        "VideoProbe", "a.mp4", "truncated: stops at 2.00 s"
+    )  # fmt: skip
+    assert log.report_path == first and first.exists()
+    assert "1 bad inputs" in first.read_text()
+    assert load_events(tmp_path).runs[-1].failures[-1]["task"] == "a.mp4"

@@ -340,8 +340,19 @@ def test_command_runs_and_lists_failed_videos(inputs: Path, tmp_path: Path) -> N
     assert len(journal) == 1 + 3 and "broken.mp4" in "".join(journal)
     # the run's event log and report
     assert "report:" in result.output and "report.html" in result.output
-    assert "video-curation" in (output / "report.html").read_text()
-    start = json.loads((output / "events.jsonl").read_text().splitlines()[0])
+    html = (output / "report.html").read_text()
+    assert "video-curation" in html
+    # the broken video, found bad by the pipeline (not an engine failure), is in both
+    assert "1 bad inputs" in html and "broken.mp4" in html and "truncated" in html
+    events = [json.loads(line) for line in (output / "events.jsonl").read_text().splitlines()]
+    bad = [e for e in events if e["type"] == "failure"]
+    assert [(e["kind"], e["task"], e["error_type"]) for e in bad] == [
+        ("input", "broken.mp4", "bad video")
+    ]
+    assert [f["kind"] for f in json.loads((output / "summary.json").read_text())["failures"]] == [
+        "input"
+    ]
+    start = events[0]
     assert start["settings"]["clip_len"] == 3 and start["settings"]["splitter"] == "fixed"
     again = runner.invoke(app, [*args, "--no-tags", "--no-quality", "--no-embed", "--no-live"])
     assert again.exit_code == 0
