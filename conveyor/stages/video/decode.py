@@ -10,6 +10,7 @@ a container numbers its timestamps.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 from collections.abc import Iterator
 from typing import Any
@@ -118,12 +119,33 @@ def _frame_rate(stream: Any) -> float | None:
     return None
 
 
-def frame_seconds(frame: Any, start_pts: int, time_base: float) -> float | None:
-    """Seconds of ``frame`` from the stream's first frame (``None`` without a timestamp)."""
-    pts = frame.pts
-    if pts is None:
-        return None
-    return (pts - start_pts) * time_base
+#: frames looked at before deciding which of their timestamps to trust
+_STAMP_LOOKAHEAD = 8
+
+
+def trusted_stamps(frames: Iterator[Any]) -> Iterator[tuple[int | None, Any]]:
+    """``(timestamp, frame)``: each decoded frame with the timestamp to trust.
+
+    Presentation timestamps, except where they are out of order while the decode
+    timestamps are not: an AVI file with B-frames stores decode-order stamps as ``pts``, so
+    frames come out in the right order with scrambled ``pts`` (FFmpeg's own best-effort
+    guess does the same). Decode stamps are then shifted by the first frame's (a key frame,
+    whose ``pts`` is right) difference, so that times agree with the probe's.
+    """
+    head = list(itertools.islice(frames, _STAMP_LOOKAHEAD))
+    pts = [f.pts for f in head if f.pts is not None]
+    dts = [f.dts for f in head if f.dts is not None]
+    use_dts = len(dts) == len(head) and _increasing(dts) and not _increasing(pts)
+    shift = head[0].dts - head[0].pts if use_dts and head[0].pts is not None else 0
+    for frame in itertools.chain(head, frames):
+        if not use_dts:
+            yield frame.pts, frame
+        else:  # a frame without one follows the one before (see ``_decode_from``)
+            yield (None if frame.dts is None else frame.dts - shift), frame
+
+
+def _increasing(values: list[int]) -> bool:
+    return all(a < b for a, b in itertools.pairwise(values))
 
 
 def probe(path: str, *, verify: bool = True) -> VideoMetadata:
@@ -407,9 +429,10 @@ def _decode_from(
 ) -> Iterator[tuple[float, Any]]:
     """Decoded frames with their seconds; frames without a timestamp follow the last one."""
     last: float | None = None
-    for frame in container.decode(stream):
-        t = frame_seconds(frame, start_pts, time_base)
-        if t is None:
+    for stamp, frame in trusted_stamps(container.decode(stream)):
+        if stamp is None:
             t = 0.0 if last is None else last + 1 / fps
+        else:
+            t = (stamp - start_pts) * time_base
         last = t
         yield t, frame
