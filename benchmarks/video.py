@@ -14,7 +14,8 @@ It prints hours of video per wall hour, each stage's CPU seconds per video-hour,
 CPU-bound ideal: the sum of the stages' CPU seconds over the usable cores (the physical limit
 here; each stage's cost is the least of what the sequential and the streaming runs measured,
 so the ideal is the hardest one the measurements support). Also: time to the first clip on
-disk, peak memory of the process tree from 4 to 16 videos (``--memory``), a run on a
+disk, peak memory of the process tree from 4 to 16 videos (``--memory``), also under a
+memory limit (``--memory-limit-gb``), a run on a
 two-node loopback Ray cluster (``--ray``), and a simulator scenario built from the measured
 costs (``--scenario-out``). Prints; asserts nothing.
 """
@@ -137,6 +138,7 @@ class Result:
     first_clip_s: float | None = None
     stage_cpu_s: dict[str, float] = field(default_factory=dict)
     stage_workers: dict[str, int] = field(default_factory=dict)
+    stage_memory: dict[str, int] = field(default_factory=dict)  # peak bytes per worker
     clips_kept: int = 0
     peak_rss: int = 0
     peak_pss: int = 0
@@ -192,6 +194,7 @@ def run_engine(label: str, config: VideoConfig, executor: Any) -> Result:
     result.completed = report.result.completed
     result.stage_cpu_s = {n: s.cpu_s for n, s in report.result.stats.items()}
     result.stage_workers = {n: s.peak_workers for n, s in report.result.stats.items()}
+    result.stage_memory = {n: s.worker_memory_bytes for n, s in report.result.stats.items()}
     result.peak_rss, result.peak_pss = sampler.peak_rss, sampler.peak_pss
     result.cpu_s = cpu.driver_s + max(cpu.children_s, sampler.descendants_cpu_s())
     return result
@@ -421,6 +424,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         help="video counts to compare peak memory at, e.g. 4,16 (streaming, shots work)",
     )
     p.add_argument("--memory-seconds", type=float, default=20.0)
+    p.add_argument(
+        "--memory-limit-gb",
+        type=float,
+        default=None,
+        help="also run each --memory count under this LocalBackend(memory_gb=...) limit",
+    )
     p.add_argument("--ray", action="store_true", help="also run on a 2-node loopback Ray cluster")
     p.add_argument("--scenario-out", type=Path, default=None, help="write a simulator scenario")
     p.add_argument(
@@ -488,47 +497,76 @@ def _per_task(output: Path) -> dict[str, tuple[float, float]]:
 
 
 def memory_figures(args: argparse.Namespace, out_root: Path, cores: float) -> dict[str, Any]:
+    """Peak memory of the process tree at each video count, without a memory limit and (with
+    ``--memory-limit-gb``) under one, with the throughput each run kept."""
     counts = [int(c) for c in args.memory.split(",") if c]
-    rows, found = [], {}
-    for count in counts:
-        source = make_videos(
-            args.cache, count, args.memory_seconds, args.width, args.height, args.fps, args.seed + 7
-        )
-        output = out_root / f"memory-{count}"
-        print(f"  [memory] streaming, {count} videos ...", flush=True)
-        r = run_engine(
-            f"{count} videos",
-            work_config("shots", source, output),
-            StreamingExecutor(LocalBackend(num_cpus=args.cpus)),
-        )
-        found[count] = {
-            "peak_rss_mb": r.peak_rss / 2**20,
-            "peak_pss_mb": r.peak_pss / 2**20,
-            "wall_s": r.wall_s,
-            "peak_workers": sum(r.stage_workers.values()),
-        }
-        rows.append(
-            [
-                r.label,
-                fmt(r.video_s / 60, ".1f"),
-                fmt(r.wall_s, ".1f"),
-                mb(r.peak_rss),
-                mb(r.peak_pss),
-                str(found[count]["peak_workers"]),
-            ]
-        )
+    limits: list[float | None] = [None]
+    if args.memory_limit_gb is not None:
+        limits.append(args.memory_limit_gb)
+    rows, found, heaviest = [], {}, {}
+    for limit in limits:
+        for count in counts:
+            source = make_videos(
+                args.cache,
+                count,
+                args.memory_seconds,
+                args.width,
+                args.height,
+                args.fps,
+                args.seed + 7,
+            )
+            named = "no limit" if limit is None else f"limit {limit:g} GB"
+            output = out_root / f"memory-{count}-{limit}"
+            print(f"  [memory] streaming, {count} videos, {named} ...", flush=True)
+            backend = LocalBackend(num_cpus=args.cpus, memory_gb=limit)
+            config = work_config("shots", source, output)
+            r = run_engine(f"{count} videos, {named}", config, StreamingExecutor(backend))
+            found[f"{count}/{limit}"] = {
+                "videos": count,
+                "limit_gb": limit,
+                "peak_rss_mb": r.peak_rss / 2**20,
+                "peak_pss_mb": r.peak_pss / 2**20,
+                "wall_s": r.wall_s,
+                "hours_per_hour": r.hours_per_hour,
+                "peak_workers": sum(r.stage_workers.values()),
+                "worker_mb": {n: b / 2**20 for n, b in r.stage_memory.items() if b},
+            }
+            heaviest = r.stage_memory
+            rows.append(
+                [
+                    r.label,
+                    fmt(r.video_s / 60, ".1f"),
+                    fmt(r.wall_s, ".1f"),
+                    fmt(r.hours_per_hour, ".3f"),
+                    mb(r.peak_rss),
+                    mb(r.peak_pss),
+                    str(found[f"{count}/{limit}"]["peak_workers"]),
+                ]
+            )
     print(
         table(
             "[memory] peak memory of the process tree, streaming, shots work",
-            ["run", "video min", "wall s", "peak RSS MB", "peak PSS MB", "workers (sum of peaks)"],
+            [
+                "run",
+                "video min",
+                "wall s",
+                "video-h / h",
+                "peak RSS MB",
+                "peak PSS MB",
+                "workers (sum of peaks)",
+            ],
             rows,
         )
     )
-    if len(counts) >= 2:
-        a, b = found[counts[0]], found[counts[-1]]
-        rss = b["peak_rss_mb"] / a["peak_rss_mb"]
-        pss = b["peak_pss_mb"] / a["peak_pss_mb"]
-        print(f"  {counts[-1]} / {counts[0]} videos: RSS x{rss:.2f}, PSS x{pss:.2f}")
+    top = sorted(heaviest.items(), key=lambda kv: -kv[1])[:6]
+    print("  measured peak per worker: " + ", ".join(f"{n} {b / 2**20:.0f} MB" for n, b in top))
+    for limit in limits:
+        if len(counts) >= 2:
+            a, b = found[f"{counts[0]}/{limit}"], found[f"{counts[-1]}/{limit}"]
+            rss = b["peak_rss_mb"] / a["peak_rss_mb"]
+            pss = b["peak_pss_mb"] / a["peak_pss_mb"]
+            named = "no limit" if limit is None else f"limit {limit:g} GB"
+            print(f"  {named}: {counts[-1]} / {counts[0]} videos: RSS x{rss:.2f}, PSS x{pss:.2f}")
     return found
 
 

@@ -3,6 +3,7 @@ is watched (Prometheus metrics on a port, an event log with a ``report.html``)."
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -13,6 +14,45 @@ import typer
 class BackendChoice(StrEnum):
     local = "local"
     ray = "ray"
+
+
+MEMORY_GB = Annotated[
+    float | None,
+    typer.Option(
+        "--memory-gb",
+        min=0.1,
+        help="Host memory the run may take, workers and queued data together (local "
+        "backend): no worker is started beyond it, but every stage keeps one.",
+        show_default="what is available",
+    ),
+]
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What a run may use: ``--cpus``, ``--gpus`` and ``--memory-gb`` (``None``: all)."""
+
+    cpus: float | None = None
+    gpus: int | None = None
+    memory_gb: float | None = None
+
+    def check_not_ray(self) -> None:
+        if self.memory_gb is not None:
+            raise ValueError(
+                "--memory-gb is for the local backend: on Ray each node's memory resource "
+                "is its limit (ray start --memory)"
+            )
+
+    def backend(self, choice: BackendChoice, address: str | None) -> Any:
+        """The backend ``--backend`` names, with these limits (``ValueError``: a bad one)."""
+        if choice is BackendChoice.ray:
+            from conveyor.backends import RayBackend
+
+            self.check_not_ray()
+            return RayBackend(address, num_cpus=self.cpus, num_gpus=self.gpus)
+        from conveyor.backends import LocalBackend
+
+        return LocalBackend(num_cpus=self.cpus, num_gpus=self.gpus, memory_gb=self.memory_gb)
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:

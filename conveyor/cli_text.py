@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from conveyor.cli_common import METRICS_PORT, REPORT, BackendChoice
+from conveyor.cli_common import MEMORY_GB, METRICS_PORT, REPORT, BackendChoice, Machine
 from conveyor.cli_common import fail as _fail
 
 
@@ -153,6 +153,7 @@ def text(
     cpus: Annotated[
         float | None, typer.Option(min=0.5, help="CPUs to use.", show_default="all")
     ] = None,
+    memory_gb: MEMORY_GB = None,
     limit: Annotated[
         int | None,
         typer.Option(min=1, help="Only the first N records (lines or rows) of the input."),
@@ -227,28 +228,21 @@ def text(
     except (OSError, ImportError, ValueError) as exc:  # a store refusing, unreachable, ...
         raise _fail(f"INPUT {exc}") from None
     watch = (metrics_port, report, settings)
-    _run(config, listing, executor, backend, address, cpus, live, Console(), watch)
+    machine = Machine(cpus, 0, memory_gb)
+    _run(config, listing, executor, backend, address, machine, live, Console(), watch)
 
 
 def _executor(
     kind: TextExecutor,
     backend: BackendChoice,
     address: str | None,
-    cpus: float | None,
+    machine: Machine,
     monitors: list[Any],
 ) -> Any:
     from conveyor.executors import BatchExecutor, StreamingExecutor
 
-    if backend is BackendChoice.ray:
-        from conveyor.backends import RayBackend
-
-        chosen: Any = RayBackend(address, num_cpus=cpus, num_gpus=0)
-    else:
-        from conveyor.backends import LocalBackend
-
-        chosen = LocalBackend(num_cpus=cpus, num_gpus=0)
     cls = BatchExecutor if kind is TextExecutor.batch else StreamingExecutor
-    return cls(chosen, monitors=monitors)
+    return cls(machine.backend(backend, address), monitors=monitors)
 
 
 def _run(
@@ -257,7 +251,7 @@ def _run(
     kind: TextExecutor,
     backend: BackendChoice,
     address: str | None,
-    cpus: float | None,
+    machine: Machine,
     live: bool,
     console: Any,
     watch: tuple[int | None, bool, dict[str, Any]],
@@ -277,7 +271,7 @@ def _run(
     run_dir = None if is_url(config.output) else Path(config.output)
     extra = run_monitors(run_dir, *watch, echo=console.print)
     try:
-        executor = _executor(kind, backend, address, cpus, [view, *extra])
+        executor = _executor(kind, backend, address, machine, [view, *extra])
     except (ImportError, ValueError, ConveyorError) as exc:
         raise _fail(str(exc), 2 if isinstance(exc, ValueError) else 1) from None
     empty = len(listing.empty)

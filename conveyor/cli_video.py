@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from conveyor.cli_common import METRICS_PORT, REPORT, BackendChoice
+from conveyor.cli_common import MEMORY_GB, METRICS_PORT, REPORT, BackendChoice, Machine
 from conveyor.cli_common import fail as _fail
 
 
@@ -176,6 +176,7 @@ def video(
     gpus: Annotated[
         int | None, typer.Option(min=0, help="GPUs to use (0: CPU only).", show_default="all")
     ] = None,
+    memory_gb: MEMORY_GB = None,
     limit: Annotated[
         int | None, typer.Option(min=1, help="Only the first N videos (sorted by path).")
     ] = None,
@@ -278,15 +279,15 @@ def video(
     if journal is None and executor is not VideoExecutor.ray_data:
         journal = default_journal(config.output)
     watch = _Watch(metrics_port, report, settings)
-    _run(config, executor, backend, address, cpus, gpus, live, console, journal, watch)
+    machine = Machine(cpus, gpus, memory_gb)
+    _run(config, executor, backend, address, machine, live, console, journal, watch)
 
 
 def _executor(
     kind: VideoExecutor,
     backend: BackendChoice,
     address: str | None,
-    cpus: float | None,
-    gpus: int | None,
+    machine: Machine,
     monitors: list[Any],
 ) -> Any:
     from conveyor.executors import BatchExecutor, StreamingExecutor
@@ -294,17 +295,10 @@ def _executor(
     if kind is VideoExecutor.ray_data:
         from conveyor.executors import RayDataExecutor
 
-        return RayDataExecutor(address, num_cpus=cpus, num_gpus=gpus)
-    if backend is BackendChoice.ray:
-        from conveyor.backends import RayBackend
-
-        chosen: Any = RayBackend(address, num_cpus=cpus, num_gpus=gpus)
-    else:
-        from conveyor.backends import LocalBackend
-
-        chosen = LocalBackend(num_cpus=cpus, num_gpus=gpus)
+        machine.check_not_ray()
+        return RayDataExecutor(address, num_cpus=machine.cpus, num_gpus=machine.gpus)
     cls = BatchExecutor if kind is VideoExecutor.batch else StreamingExecutor
-    return cls(chosen, monitors=monitors)
+    return cls(machine.backend(backend, address), monitors=monitors)
 
 
 def _run(
@@ -312,8 +306,7 @@ def _run(
     kind: VideoExecutor,
     backend: BackendChoice,
     address: str | None,
-    cpus: float | None,
-    gpus: int | None,
+    machine: Machine,
     live: bool,
     console: Any,
     journal: Path | None,
@@ -348,7 +341,7 @@ def _run(
     run_dir = None if is_url(config.output) else Path(config.output)
     extra = run_monitors(run_dir, watch.metrics_port, watch.report, watch.settings, console.print)
     try:
-        executor = _executor(kind, backend, address, cpus, gpus, [view, *extra])
+        executor = _executor(kind, backend, address, machine, [view, *extra])
     except (ImportError, ValueError, ConveyorError) as exc:
         raise _fail(str(exc), 2 if isinstance(exc, ValueError) else 1) from None
     pipeline = build_video_pipeline(config)

@@ -14,6 +14,9 @@ class NodeInfo:
     gpus: int = 0
     gpu_memory_gb: float | None = None
     address: str = "127.0.0.1"
+    #: host memory the engine's workers may take on this node, in bytes (``None``: unknown,
+    #: no limit); the autoscaler and placement count each worker's measured peak against it
+    memory_bytes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,4 @@
-"""What one worker of a stage needs: CPUs, and GPUs either as a count/fraction or as memory.
+"""What one worker of a stage needs: CPUs, host memory, and GPUs as a count/fraction or as memory.
 
 ``gpu_memory_gb`` is deliberately *not* turned into a GPU fraction here: the right fraction
 depends on the GPU of the node where the worker lands, which only placement knows.
@@ -20,14 +20,18 @@ class Resources:
       be a whole number of GPUs on one node.
     - ``gpu_memory_gb``: alternative to ``gpus``; becomes a fraction of the GPU where the worker
       is placed.
+    - ``memory_gb``: host memory one worker needs at its peak (its model, buffers, activations).
+      A floor: the engine measures what workers really take and counts the larger figure
+      against the nodes' memory, so a stage declared too low still cannot exhaust a machine.
     """
 
     cpus: float = 1.0
     gpus: float = 0.0
     gpu_memory_gb: float = 0.0
+    memory_gb: float = 0.0
 
     def __post_init__(self) -> None:
-        for field in ("cpus", "gpus", "gpu_memory_gb"):
+        for field in ("cpus", "gpus", "gpu_memory_gb", "memory_gb"):
             value = getattr(self, field)
             if not isinstance(value, (int, float)) or isinstance(value, bool):
                 raise TypeError(f"Resources.{field} must be a number, got {value!r}")
@@ -81,4 +85,10 @@ class Resources:
             parts.append(f"gpus={self.gpus:g}")
         if self.gpu_memory_gb:
             parts.append(f"gpu_memory_gb={self.gpu_memory_gb:g}")
+        if self.memory_gb:
+            parts.append(f"memory_gb={self.memory_gb:g}")
         return ", ".join(parts)
+
+    @property
+    def memory_bytes(self) -> int:
+        return int(self.memory_gb * 2**30)

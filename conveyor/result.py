@@ -48,6 +48,9 @@ class StageStats:
     timeouts: int = 0
     queue_hwm_tasks: int = 0
     queue_hwm_bytes: int = 0
+    #: the largest peak memory footprint one of its workers reported, in bytes (what it
+    #: holds alone, not the libraries it shares; 0 where the backend does not measure it)
+    worker_memory_bytes: int = 0
 
     @property
     def mean_service_s(self) -> float:
@@ -72,6 +75,7 @@ class StageStats:
             "timeouts": self.timeouts,
             "queue_hwm_tasks": self.queue_hwm_tasks,
             "queue_hwm_bytes": self.queue_hwm_bytes,
+            "worker_memory_bytes": self.worker_memory_bytes,
         }
 
 

@@ -337,6 +337,11 @@ def test_empty_input_files(tmp_path: Path) -> None:
         (["{data}", "{out}", "--min-words", "100", "--max-words", "10"], "WordCount: need"),
         (["{data}", "{out}", "--threshold", "1.5"], "threshold must be in (0, 1]"),
         (["{data}", "{out}", "--text-field", ""], "text_field must be a non-empty name"),
+        (["{data}", "{out}", "--memory-gb", "0.2"], "leaves nothing for workers"),
+        (
+            ["{data}", "{out}", "--backend", "ray", "--memory-gb", "4"],
+            "--memory-gb is for the local backend",
+        ),
     ],
 )
 def test_bad_input_or_options_exit_2_with_one_line(

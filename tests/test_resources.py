@@ -22,20 +22,20 @@ def test_cpus_may_be_zero_or_fractional(cpus: float) -> None:
     assert Resources(cpus=cpus).cpus == cpus
 
 
-@pytest.mark.parametrize("field", ["cpus", "gpus", "gpu_memory_gb"])
+@pytest.mark.parametrize("field", ["cpus", "gpus", "gpu_memory_gb", "memory_gb"])
 def test_negative_values_are_rejected_naming_the_field_and_rule(field: str) -> None:
     with pytest.raises(ValueError, match=rf"Resources\.{field} must be >= 0"):
         Resources(**{field: -0.5})
 
 
-@pytest.mark.parametrize("field", ["cpus", "gpus", "gpu_memory_gb"])
+@pytest.mark.parametrize("field", ["cpus", "gpus", "gpu_memory_gb", "memory_gb"])
 @pytest.mark.parametrize("value", [math.nan, math.inf])
 def test_non_finite_values_are_rejected(field: str, value: float) -> None:
     with pytest.raises(ValueError, match=rf"Resources\.{field} must be finite"):
         Resources(**{field: value})
 
 
-@pytest.mark.parametrize("field", ["cpus", "gpus", "gpu_memory_gb"])
+@pytest.mark.parametrize("field", ["cpus", "gpus", "gpu_memory_gb", "memory_gb"])
 @pytest.mark.parametrize("value", ["1", None, True])
 def test_non_numbers_are_rejected(field: str, value: object) -> None:
     with pytest.raises(TypeError, match=rf"Resources\.{field} must be a number"):
@@ -123,3 +123,10 @@ def test_describe_lists_only_what_is_requested() -> None:
     assert Resources(cpus=0.5).describe() == "cpus=0.5"
     assert Resources(cpus=2, gpus=1).describe() == "cpus=2, gpus=1"
     assert Resources(cpus=1, gpu_memory_gb=20).describe() == "cpus=1, gpu_memory_gb=20"
+    assert Resources(cpus=1, memory_gb=1.5).describe() == "cpus=1, memory_gb=1.5"
+
+
+def test_memory_gb_is_host_memory_per_worker_in_bytes() -> None:
+    assert Resources().memory_bytes == 0
+    assert Resources(memory_gb=0.5).memory_bytes == 512 * 2**20
+    assert not Resources(memory_gb=4).requires_gpu

@@ -18,6 +18,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -74,6 +75,19 @@ class _Worker:
     undelivered: list[int] = field(default_factory=list)
 
 
+def available_memory() -> int:
+    """Bytes this process tree may still take: the machine's available memory, or less
+    where a cgroup (a container's limit) allows less."""
+    available = psutil.virtual_memory().available
+    with contextlib.suppress(OSError, ValueError):
+        cgroup = Path("/sys/fs/cgroup")
+        limit = (cgroup / "memory.max").read_text().strip()
+        if limit != "max":
+            used = int((cgroup / "memory.current").read_text())
+            available = min(available, max(0, int(limit) - used))
+    return int(available)
+
+
 class LocalBackend:
     """Workers as processes on this machine.
 
@@ -82,6 +96,11 @@ class LocalBackend:
     bounds the payload bytes that may sit in queues between stages. ``gpu_memory_gb`` is the
     memory of one GPU, used to turn ``Resources(gpu_memory_gb=...)`` into a fraction; it is
     read from NVML when not given.
+
+    ``memory_gb`` is the host memory the run may take, workers and queued payloads together;
+    it defaults to what the machine (or its cgroup) has available when the backend is made.
+    What is left after the payload budget is the node's memory for workers: the autoscaler
+    starts no worker whose measured peak would not fit in it (each stage's first one aside).
     """
 
     def __init__(
@@ -90,11 +109,13 @@ class LocalBackend:
         num_gpus: int | None = None,
         memory_budget_bytes: int | None = None,
         gpu_memory_gb: float | None = None,
+        memory_gb: float | None = None,
     ) -> None:
         for label, value in (
             ("num_cpus", num_cpus),
             ("memory_budget_bytes", memory_budget_bytes),
             ("gpu_memory_gb", gpu_memory_gb),
+            ("memory_gb", memory_gb),
         ):
             if value is not None and value <= 0:
                 raise ValueError(f"LocalBackend: {label} must be > 0, got {value!r}")
@@ -113,6 +134,18 @@ class LocalBackend:
         self.gpu_memory_gb = gpu_memory_gb if gpu_memory_gb is not None else inventory.memory_gb
         total = psutil.virtual_memory().total
         self.memory_budget_bytes = int(memory_budget_bytes or min(total // 8, 512 << 20))
+        if memory_gb is None:
+            # a machine short of memory still runs (each stage's first worker always starts)
+            available = available_memory()
+            self.worker_memory_bytes = max(available - self.memory_budget_bytes, available // 2)
+        elif memory_gb * 2**30 <= self.memory_budget_bytes:
+            raise ValueError(
+                f"LocalBackend: memory_gb={memory_gb:g} leaves nothing for workers once queued "
+                f"payloads have their {self.memory_budget_bytes / 2**30:.2f} GB "
+                "(memory_budget_bytes)"
+            )
+        else:
+            self.worker_memory_bytes = int(memory_gb * 2**30) - self.memory_budget_bytes
         self._store: ShmStore | None = None
         self._root: tuple[subprocess.Popen[bytes], socket.socket] | None = None
         self._hosts: dict[str, _Host] = {}
@@ -123,7 +156,15 @@ class LocalBackend:
 
     # -- cluster --------------------------------------------------------------------------
     def nodes(self) -> list[NodeInfo]:
-        return [NodeInfo(NODE_ID, self.num_cpus, len(self.gpu_ids), self.gpu_memory_gb)]
+        return [
+            NodeInfo(
+                NODE_ID,
+                self.num_cpus,
+                len(self.gpu_ids),
+                self.gpu_memory_gb,
+                memory_bytes=self.worker_memory_bytes,
+            )
+        ]
 
     def now(self) -> float:
         return time.monotonic()
@@ -331,14 +372,14 @@ class LocalBackend:
             outcomes = []
             for batch_id, outputs, filtered, busy, cpu, error in msg[1]:
                 if error is None:
-                    outcomes.append(BatchOutcome(batch_id, outputs, filtered, busy, cpu))
+                    outcomes.append(BatchOutcome(batch_id, outputs, filtered, busy, cpu, msg[2]))
                 else:
                     self._events.append(BatchFailed(worker.worker_id, batch_id, error))
             if outcomes:
                 self._events.append(BatchesDone(worker.worker_id, outcomes))
         elif kind == "ready":
             worker.ready = True
-            self._events.append(WorkerReady(worker.worker_id, msg[1]))
+            self._events.append(WorkerReady(worker.worker_id, msg[1], msg[2]))
         elif kind == "setup_failed":
             self._fail_worker(worker, msg[1])
         elif kind == "stopped":

@@ -28,7 +28,7 @@ import time
 from multiprocessing.connection import Connection
 from typing import Any
 
-from conveyor.backends.runtime import StageRunner, lower_priority
+from conveyor.backends.runtime import MemoryGauge, StageRunner, lower_priority
 from conveyor.backends.shm_store import ShmStore
 from conveyor.cluster import NodeInfo, WorkerInfo
 from conveyor.engine.messages import ErrorInfo, Handle
@@ -101,7 +101,8 @@ def worker_main(fd: int, runner: StageRunner, store: ShmStore) -> int:
     except BaseException as exc:  # noqa: BLE001 - reported to the driver, which stops the run
         send(pickle.dumps(("setup_failed", ErrorInfo.from_exception(exc))))
         return 1
-    send(pickle.dumps(("ready", time.perf_counter() - started)))
+    gauge = MemoryGauge()
+    send(pickle.dumps(("ready", time.perf_counter() - started, gauge.read())))
     get, put, delete = store.get, store.put, store.delete
     try:
         while True:
@@ -127,7 +128,7 @@ def worker_main(fd: int, runner: StageRunner, store: ShmStore) -> int:
                 busy, cpu = time.perf_counter() - begun, time.process_time() - cpu
                 results.append((batch_id, out_handles, filtered, busy, cpu, None))
                 consumed.extend(handles)
-            send(pickle.dumps(("done", results), protocol=5))
+            send(pickle.dumps(("done", results, gauge.read()), protocol=5))
             # Inputs are released only once their outputs are safely reported.
             delete(consumed)
     finally:

@@ -48,7 +48,7 @@ import ray
 import ray.exceptions
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from conveyor.backends.runtime import StageRunner, lower_priority
+from conveyor.backends.runtime import MemoryGauge, StageRunner, lower_priority
 from conveyor.backends.shm_store import claim_dir, sweep_stale
 from conveyor.cluster import NodeInfo, WorkerInfo
 from conveyor.engine.messages import (
@@ -210,6 +210,7 @@ class _Worker:
         self.gpu_fraction = gpu_fraction
         self.sys_path = sys_path
         self.runner: StageRunner | None = None
+        self.gauge = MemoryGauge()
 
     def hello(self) -> tuple[str, int]:
         """Answers as soon as Ray has scheduled the actor: its node and process id."""
@@ -238,7 +239,7 @@ class _Worker:
             self.runner.setup()
         except BaseException as exc:  # noqa: BLE001 - reported; the driver ends the run
             return ("failed", ErrorInfo.from_exception(exc))
-        return ("ready", time.perf_counter() - started)
+        return ("ready", time.perf_counter() - started, self.gauge.read())
 
     def run(self, batches: list[tuple[int, list[tuple[str, Any]]]]) -> tuple[list[Any], list[Any]]:
         """Per batch a record; and every stored output of the call, in record order."""
@@ -272,7 +273,7 @@ class _Worker:
                 records.append((batch_id, _error(exc)))
                 continue
             busy, cpu = time.perf_counter() - begun, time.process_time() - cpu
-            records.append((batch_id, entries, filtered, busy, cpu))
+            records.append((batch_id, entries, filtered, busy, cpu, self.gauge.read()))
         return records, stored
 
     def stop(self) -> bool:
@@ -525,7 +526,7 @@ class RayBackend:
         self._queued: deque[_RayWorker] = deque()  # waiting for a start slot on their node
         self._alive: dict[str, dict[str, Any]] = {}
         self._nodes_at = -1.0
-        self._checked_at = 0.0
+        self._checked_at = float("-inf")
 
     # -- cluster --------------------------------------------------------------------------
     def open(self) -> None:
@@ -562,8 +563,16 @@ class RayBackend:
             cpus, gpus = float(res.get("CPU", 0.0)), int(res.get("GPU", 0.0))
             if cpus <= 0 and gpus <= 0:
                 continue  # e.g. a head started with --num-cpus=0: nothing to place there
+            memory = res.get("memory")  # what Ray lets tasks and actors take on the node
             result.append(
-                NodeInfo(node_id, cpus, gpus, None, str(node.get("NodeManagerAddress", "")))
+                NodeInfo(
+                    node_id,
+                    cpus,
+                    gpus,
+                    None,
+                    str(node.get("NodeManagerAddress", "")),
+                    int(memory) if memory else None,
+                )
             )
         memory = self._gpu_memory([n for n in result if n.gpus])
         return [dataclasses.replace(n, gpu_memory_gb=memory.get(n.node_id)) for n in result]
@@ -794,7 +803,7 @@ class RayBackend:
         elif kind == "setup":
             if value[0] == "ready":
                 worker.ready = True
-                self._events.append(WorkerReady(worker.worker_id, value[1]))
+                self._events.append(WorkerReady(worker.worker_id, value[1], value[2]))
             else:
                 self._gone(worker, WorkerSetupFailed(worker.worker_id, value[1]))
         elif kind == "stop":
@@ -825,7 +834,7 @@ class RayBackend:
                     done = []
                 self._events.append(BatchFailed(worker.worker_id, record[0], record[1]))
                 continue
-            batch_id, entries, filtered, busy, cpu = record
+            batch_id, entries, filtered, busy, cpu, memory = record
             handles = []
             for label, data, nbytes, pickled in entries:
                 node = None
@@ -836,7 +845,7 @@ class RayBackend:
                     position += 1
                     node = worker.node_id  # stays in that node's object store
                 handles.append(Handle(payload, nbytes, label, node))
-            done.append(BatchOutcome(batch_id, handles, filtered, busy, cpu))
+            done.append(BatchOutcome(batch_id, handles, filtered, busy, cpu, memory))
         if done:
             self._events.append(BatchesDone(worker.worker_id, done))
 

@@ -8,7 +8,10 @@ and per-task timing records.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
+import resource
+import sys
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -43,6 +46,42 @@ def lower_priority(niceness: int) -> None:
     if niceness > 0:
         with contextlib.suppress(OSError):  # not allowed here: run at the usual priority
             os.nice(niceness)
+
+
+def process_footprint() -> int:
+    """Bytes this process costs the machine at its peak: the pages it holds alone, plus how
+    far its resident size has peaked above now (activations freed since, which the next
+    batch needs again). Pages shared with the stage host that forked it (the libraries and
+    weights it loaded first) are not counted: one more worker does not add them."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak *= 1 if sys.platform == "darwin" else 1024  # bytes on macOS, KiB on Linux
+    try:
+        with open("/proc/self/smaps_rollup", "rb") as f:
+            fields = dict(line.split(b":", 1) for line in f.read().splitlines()[1:])
+    except OSError:
+        return int(peak)  # no per-page figures here: the peak resident size is the best one
+    kib = {k: int(v.split()[0]) for k, v in fields.items() if v.split()}
+    private = (kib.get(b"Private_Clean", 0) + kib.get(b"Private_Dirty", 0)) * 1024
+    return private + max(0, int(peak) - kib.get(b"Rss", 0) * 1024)
+
+
+class MemoryGauge:
+    """A worker's peak footprint (``process_footprint``), read at most every ``INTERVAL_S``
+    so that thousands of tiny batches a second do not each pay for reading it."""
+
+    INTERVAL_S = 0.5
+
+    def __init__(self) -> None:
+        self._at = -math.inf
+        self._peak = 0
+
+    def read(self) -> int:
+        now = time.monotonic()
+        if now - self._at >= self.INTERVAL_S:
+            self._at = now
+            with contextlib.suppress(OSError, ValueError):
+                self._peak = max(self._peak, process_footprint())
+        return self._peak
 
 
 class StageRunner:

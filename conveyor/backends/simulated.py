@@ -100,12 +100,15 @@ class StageModel:
     output_bytes: int = 1024
     per_batch: bool = False
     phases: tuple[tuple[float, Distribution], ...] = ()
+    #: peak host memory a worker reports, in bytes (0: it reports none)
+    memory_bytes: int = 0
 
     def __post_init__(self) -> None:
         for label, value in (
             ("setup_s", self.setup_s),
             ("output_ratio", self.output_ratio),
             ("output_bytes", self.output_bytes),
+            ("memory_bytes", self.memory_bytes),
         ):
             if value < 0:
                 raise ValueError(f"StageModel.{label} must be >= 0, got {value}")
@@ -131,6 +134,7 @@ class SimNode:
     gpu_memory_gb: float | None = None
     joins_at: float = 0.0
     leaves_at: float | None = None
+    memory_gb: float | None = None  # host memory for workers (None: not a limit)
 
     def present(self, now: float) -> bool:
         return self.joins_at <= now and (self.leaves_at is None or now < self.leaves_at)
@@ -251,7 +255,14 @@ class SimulatedBackend:
     def nodes(self) -> list[NodeInfo]:
         now = self.clock.now
         return [
-            NodeInfo(n.node_id, n.cpus, n.gpus, n.gpu_memory_gb, address=f"sim:{n.node_id}")
+            NodeInfo(
+                n.node_id,
+                n.cpus,
+                n.gpus,
+                n.gpu_memory_gb,
+                address=f"sim:{n.node_id}",
+                memory_bytes=None if n.memory_gb is None else int(n.memory_gb * 2**30),
+            )
             for n in self.sim_nodes
             if n.present(now)
         ]
@@ -301,7 +312,7 @@ class SimulatedBackend:
             reason = f"node {placement.node_id} was lost"
             self._push(now, WorkerDied(worker_id, reason))
             return
-        self._push(ready_at, WorkerReady(worker_id, model.setup_s))
+        self._push(ready_at, WorkerReady(worker_id, model.setup_s, model.memory_bytes))
 
     def _hold(self, worker: _SimWorker, sign: int) -> None:
         node = worker.node_id
@@ -357,7 +368,9 @@ class SimulatedBackend:
                 continue
             outputs, filtered = self._outputs(worker, handles)
             self.usage.add_done(worker.stage, end, n)
-            outcomes.append(BatchOutcome(batch_id, outputs, filtered, cost, cpu))
+            outcomes.append(
+                BatchOutcome(batch_id, outputs, filtered, cost, cpu, worker.model.memory_bytes)
+            )
         worker.busy_until = begin
         if outcomes:
             self._push(begin, BatchesDone(worker_id, outcomes))

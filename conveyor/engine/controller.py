@@ -65,6 +65,7 @@ from conveyor.engine.pool import Pool, Worker
 from conveyor.engine.queues import EdgeQueue, Entry, Seek
 from conveyor.engine.spec import StageSpec
 from conveyor.errors import BackendError, EngineStalled, StageSetupError
+from conveyor.resources import Resources
 from conveyor.result import FailureRecord, RunResult, StageStats
 from conveyor.tasks.base import EmptyTask, Task
 
@@ -195,6 +196,8 @@ class _Stage:
         default_factory=lambda: [0] * (len(SERVICE_TIME_BUCKETS_S) + 1)
     )
     service_sum_s: float = 0.0
+    #: one of its workers has reported its memory (or that it cannot be measured)
+    memory_known: bool = False
 
     @property
     def backlog(self) -> int:
@@ -534,6 +537,7 @@ class Controller:
             worker = self.workers.get(event.worker_id)
             if worker is not None:
                 self.stages[worker.stage].pool.mark_ready(worker)
+                self._measured_memory(self.stages[worker.stage], event.memory_bytes)
                 # deaths in setup end the run only when they come in a row: a setup that
                 # works shows the stage can start, and kills spread over days are no sign
                 self.stages[worker.stage].setup_deaths = 0
@@ -597,6 +601,7 @@ class Controller:
             stats.tasks_in += n_in
             stats.busy_s += outcome.busy_s
             stats.cpu_s += outcome.cpu_s
+            self._measured_memory(stage, outcome.memory_bytes)
             stage.service_counts[bisect.bisect_left(SERVICE_TIME_BUCKETS_S, outcome.busy_s)] += 1
             stage.service_sum_s += outcome.busy_s
             first_measurement = not stage.meter.measured
@@ -1018,9 +1023,41 @@ class Controller:
                     backlog=stage.backlog,
                     upstream_done=self._upstream_done(index),
                     setup_s=stage.meter.setup_s.value,
+                    memory_bytes=(
+                        float(self._worker_resources(stage).memory_bytes)
+                        if stage.memory_known or res.memory_gb
+                        else None
+                    ),
                 )
             )
         return obs
+
+    @staticmethod
+    def _measured_memory(stage: _Stage, memory_bytes: int) -> None:
+        """A worker of ``stage`` reported its footprint (0 where the backend cannot tell:
+        from then on the stage's memory is known to be what it declared)."""
+        stage.memory_known = True
+        stats = stage.stats
+        stats.worker_memory_bytes = max(stats.worker_memory_bytes, memory_bytes)
+
+    def _worker_resources(self, stage: _Stage) -> Resources:
+        """What one worker of ``stage`` takes: its declared resources, with the memory its
+        workers were measured to peak at where that is more than it declared."""
+        declared = stage.spec.resources
+        measured = stage.stats.worker_memory_bytes
+        if measured <= declared.memory_bytes:
+            return declared
+        return dataclasses.replace(declared, memory_gb=measured / 2**30)
+
+    def _resize_workers(self) -> None:
+        """Book every placed worker at its stage's current memory figure."""
+        assert self.ledger is not None
+        for stage in self.stages:
+            resources = self._worker_resources(stage)
+            for worker in stage.pool.live():
+                held = self.ledger.held.get(worker.worker_id)
+                if held is not None and held[0] != resources:
+                    self.ledger.resize(worker.worker_id, resources)
 
     def _refresh_nodes(self) -> None:
         """Adopt the backend's node list (workers on a vanished node are reported dead by
@@ -1054,11 +1091,11 @@ class Controller:
 
     def _autoscale(self, now: float, initial: bool = False) -> None:
         before = [s.target for s in self.stages]
-        obs = self._plan(now, initial)
+        obs, budget = self._plan(now, initial)
         if self._listeners:
             after = [s.target for s in self.stages]
             if after != before:
-                reasons = explain(obs, before, after)
+                reasons = explain(obs, before, after, budget)
                 changes = tuple(
                     TargetChange(s.spec.name, b, a, r or "")
                     for s, b, a, r in zip(self.stages, before, after, reasons, strict=True)
@@ -1066,18 +1103,19 @@ class Controller:
                 )
                 self._emit(DecisionEvent(now - self._t0, changes))
 
-    def _plan(self, now: float, initial: bool) -> list[StageObservation]:
-        """Set every stage's target for this cycle; returns the observations used."""
+    def _plan(self, now: float, initial: bool) -> tuple[list[StageObservation], Budget]:
+        """Set every stage's target for this cycle; returns the observations and budget used."""
         assert self.ledger is not None
         self._placement_dirty = True
         self._last_autoscale = now
         self._next_autoscale = now + self.config.autoscale_interval_s
         self._refresh_nodes()
+        self._resize_workers()
         cpus, gpus = self.ledger.totals()
         for stage in self.stages:
             stage.meter.roll()
         obs = self._observations()
-        budget = Budget(cpus, gpus)
+        budget = Budget(cpus, gpus, self.ledger.total_memory())
         if self.base_budget is not None and not self.config.stage_at_a_time:
             for index, (rate, o) in enumerate(zip(stage_rates(obs), obs, strict=True)):
                 up = obs[index - 1] if index else None
@@ -1095,16 +1133,16 @@ class Controller:
                     )[0]
                 else:
                     stage.target = 0
-            return obs
+            return obs, budget
         if initial:
             # cold start: one worker per stage (or its pin) until measurements arrive
             for stage, o in zip(self.stages, obs, strict=True):
                 stage.target = 0 if o.finished else (o.pinned or 1)
-            return obs
+            return obs, budget
         targets = plan(obs, budget, self.config.autoscale, now, self.autoscale_state)
         for stage, target in zip(self.stages, targets, strict=True):
             stage.target = target
-        return obs
+        return obs, budget
 
     def _reconcile(self) -> None:
         assert self.ledger is not None
@@ -1131,9 +1169,13 @@ class Controller:
                 f"{stage.spec.name}-{next(self.worker_seq)}"
                 for _ in range(stage.target - pool.live_count)
             ]
-            # a stage's first worker may share CPUs: without it the stream would stall
+            # a stage's first worker may share CPUs: without it the stream would stall; a
+            # node suspected of losing payloads gets new workers only if no other can
             placements = self.ledger.allocate_many(
-                wanted, stage.spec.resources, overcommit_first=not pool.live_count
+                wanted,
+                self._worker_resources(stage),
+                overcommit_first=not pool.live_count,
+                avoid=self._avoid,
             )
             niceness = 0
             if self.config.stage_priority:
@@ -1225,6 +1267,7 @@ class Controller:
                 "cpus": s.spec.resources.cpus,
                 "gpus": s.spec.resources.gpus,
                 "gpu_memory_gb": s.spec.resources.gpu_memory_gb,
+                "memory_gb": s.spec.resources.memory_gb,
                 "batch_size": s.spec.batch_size,
                 "num_workers": s.spec.num_workers,
                 "timeout_s": s.spec.timeout_s,
@@ -1232,7 +1275,13 @@ class Controller:
             for s in self.stages
         )
         cluster = tuple(
-            {"node_id": n.node_id, "cpus": n.cpus, "gpus": n.gpus, "gpu_memory_gb": n.gpu_memory_gb}
+            {
+                "node_id": n.node_id,
+                "cpus": n.cpus,
+                "gpus": n.gpus,
+                "gpu_memory_gb": n.gpu_memory_gb,
+                "memory_bytes": n.memory_bytes,
+            }
             for n in nodes
         )
         config = self.config

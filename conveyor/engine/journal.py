@@ -102,7 +102,7 @@ class Journal:
         self.finished: set[str] = set()
         self._pending: list[str] = []
         self._file: Any = None
-        self._last_sync = 0.0
+        self._last_sync = float("-inf")  # monotonic time starts near 0 at boot
 
     def open(self, pipeline: str) -> Journal:
         """Read what earlier runs finished and open the file for appending."""

@@ -65,13 +65,15 @@ class ErrorInfo:
 @dataclass(frozen=True, slots=True)
 class BatchOutcome:
     """A batch a worker finished: output handles, how many inputs gave nothing, busy time,
-    and the CPU time the worker's process spent on it (all its threads)."""
+    the CPU time the worker's process spent on it (all its threads), and the worker's peak
+    memory footprint so far in bytes (0: not measured)."""
 
     batch_id: int
     outputs: list[Handle]
     filtered: int
     busy_s: float
     cpu_s: float = 0.0
+    memory_bytes: int = 0
 
 
 # -- events a backend reports from poll() ------------------------------------------------
@@ -79,6 +81,8 @@ class BatchOutcome:
 class WorkerReady:
     worker_id: str
     setup_s: float
+    #: the worker's peak memory footprint once set up, in bytes (0: not measured)
+    memory_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)

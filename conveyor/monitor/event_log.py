@@ -103,7 +103,7 @@ class EventLog:
         self._run_start: str | None = None
         self._next_snapshot = 0.0
         self._force = False
-        self._last_flush = 0.0
+        self._last_flush = float("-inf")
         self._prev: dict[str, tuple[float, float]] = {}  # stage -> (elapsed, busy_s)
         self._last_elapsed = 0.0
 

@@ -325,6 +325,13 @@ def _swatch(name: str, colors: dict[str, str]) -> str:
     return f'<i class="sw" style="background:{color}"></i>{_e(name)}'
 
 
+def _megabytes(value: Any) -> str:
+    """A worker's measured peak footprint ("—" where the backend measured none)."""
+    if not isinstance(value, (int, float)) or value <= 0:
+        return "—"
+    return f"{value / 2**20:,.0f} MB"
+
+
 def _stage_table(run: RunLog, verdict: Verdict, colors: dict[str, str]) -> str:
     config = {str(s.get("name")): s for s in run.start.get("stages") or [] if isinstance(s, dict)}
     final = (run.end or {}).get("stages") or {}
@@ -344,6 +351,7 @@ def _stage_table(run: RunLog, verdict: Verdict, colors: dict[str, str]) -> str:
                 f"{_num_text(c.get('cpus'))} CPU" if c.get("cpus") else "",
                 f"{_num_text(c.get('gpus'))} GPU" if c.get("gpus") else "",
                 f"{_num_text(c.get('gpu_memory_gb'))} GB GPU mem" if c.get("gpu_memory_gb") else "",
+                f"{_num_text(c.get('memory_gb'))} GB mem" if c.get("memory_gb") else "",
             )
             if part
         )
@@ -357,6 +365,7 @@ def _stage_table(run: RunLog, verdict: Verdict, colors: dict[str, str]) -> str:
             _e("auto" if c.get("num_workers") is None else c.get("num_workers")),
             _e("—" if c.get("timeout_s") is None else f"{c['timeout_s']} s"),
             _e(_num_text(f.get("peak_workers"))),
+            _e(_megabytes(f.get("worker_memory_bytes"))),
             _e("—" if s is None or math.isnan(s.busy) else f"{s.busy:.0%}"),
             _e("—" if s is None or math.isnan(s.rate) else f"{s.rate:.3g}"),
             _e(_num_text(f.get("tasks_in"))),
@@ -370,8 +379,8 @@ def _stage_table(run: RunLog, verdict: Verdict, colors: dict[str, str]) -> str:
         ]
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     headers = ["stage", "state", "resources", "batch", "workers", "timeout", "peak workers",
-               "busy (steady)", "tasks/s (steady)", "tasks in", "out", "filtered", "failed",
-               "retried", "deaths", "timeouts", "busy time"]  # fmt: skip
+               "memory / worker", "busy (steady)", "tasks/s (steady)", "tasks in", "out",
+               "filtered", "failed", "retried", "deaths", "timeouts", "busy time"]  # fmt: skip
     return (
         '<section class="stages"><h2>Stages</h2><div class="scroll">'
         + _table(headers, rows, "stats")

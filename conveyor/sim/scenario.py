@@ -85,6 +85,8 @@ class ModelSpec:
     hang_rate: float = 0.0
     output_bytes: int = 1024
     phases: list[PhaseSpec] = field(default_factory=list)
+    #: peak host memory one worker reports (what the engine would measure), in GB
+    memory_gb: float = 0.0
 
     def build(self) -> StageModel:
         return StageModel(
@@ -96,6 +98,7 @@ class ModelSpec:
             output_bytes=self.output_bytes,
             per_batch=self.per_batch,
             phases=tuple((p.at, p.service.build()) for p in self.phases),
+            memory_bytes=int(self.memory_gb * 2**30),
         )
 
 
@@ -106,9 +109,15 @@ class ResourcesSpec:
     cpus: float = 1.0
     gpus: float = 0.0
     gpu_memory_gb: float = 0.0
+    memory_gb: float = 0.0
 
     def build(self) -> Resources:
-        return Resources(cpus=self.cpus, gpus=self.gpus, gpu_memory_gb=self.gpu_memory_gb)
+        return Resources(
+            cpus=self.cpus,
+            gpus=self.gpus,
+            gpu_memory_gb=self.gpu_memory_gb,
+            memory_gb=self.memory_gb,
+        )
 
 
 @dataclass(frozen=True)
@@ -138,6 +147,8 @@ class ClusterGroup:
     gpu_memory_gb: float | None = None
     joins_at: float = 0.0
     leaves_at: float | None = None
+    #: host memory of one node for workers (``None``: not a limit)
+    memory_gb: float | None = None
 
     def nodes(self) -> list[SimNode]:
         return [
@@ -148,6 +159,7 @@ class ClusterGroup:
                 gpu_memory_gb=self.gpu_memory_gb,
                 joins_at=self.joins_at,
                 leaves_at=self.leaves_at,
+                memory_gb=self.memory_gb,
             )
             for i in range(self.count)
         ]
@@ -454,8 +466,10 @@ def _check(s: Scenario, origin: str) -> None:
             raise fail(f"{at}.cpus", f"must be > 0, got {group.cpus:g}")
         if group.gpus < 0:
             raise fail(f"{at}.gpus", f"must be >= 0, got {group.gpus}")
-        if group.gpu_memory_gb is not None and group.gpu_memory_gb <= 0:
-            raise fail(f"{at}.gpu_memory_gb", f"must be > 0, got {group.gpu_memory_gb:g}")
+        for label in ("gpu_memory_gb", "memory_gb"):
+            value = getattr(group, label)
+            if value is not None and value <= 0:
+                raise fail(f"{at}.{label}", f"must be > 0, got {value:g}")
         if group.joins_at < 0:
             raise fail(f"{at}.joins_at", f"must be >= 0, got {group.joins_at:g}")
         if group.leaves_at is not None and group.leaves_at <= group.joins_at:
@@ -524,6 +538,8 @@ def _check_model(model: ModelSpec, at: str, fail: Any) -> None:
             dist.build()
         except ValueError as exc:
             raise fail(f"{at}.{label}", str(exc)) from None
+    if model.memory_gb < 0:
+        raise fail(f"{at}.memory_gb", f"must be >= 0, got {model.memory_gb:g}")
     try:
         model.build()
     except ValueError as exc:

@@ -189,6 +189,11 @@ def test_run_directory_is_removed_after_the_run() -> None:
         ({"num_gpus": -1}, "num_gpus must be a whole number >= 0"),
         ({"num_gpus": 1.5}, "whole number"),
         ({"memory_budget_bytes": 0}, "memory_budget_bytes must be > 0"),
+        ({"memory_gb": 0}, "memory_gb must be > 0"),
+        (
+            {"memory_gb": 0.5, "memory_budget_bytes": 1 << 30},
+            r"memory_gb=0.5 leaves nothing for workers once queued payloads have their 1.00 GB",
+        ),
     ],
 )
 def test_invalid_backend_arguments(kwargs: dict[str, Any], message: str) -> None:
@@ -203,6 +208,13 @@ def test_declared_resources_are_honoured_and_detection_works() -> None:
     assert backend.memory_budget_bytes == 1 << 20
     detected = LocalBackend()
     assert detected.nodes()[0].cpus == len(os.sched_getaffinity(0))
+
+
+def test_memory_for_workers_is_the_limit_less_the_payload_budget() -> None:
+    backend = LocalBackend(num_cpus=1, memory_gb=2, memory_budget_bytes=512 << 20)
+    assert backend.nodes()[0].memory_bytes == (2 << 30) - (512 << 20)
+    # by default: what the machine has available, which is more than nothing
+    assert 0 < LocalBackend(num_cpus=1).nodes()[0].memory_bytes <= psutil.virtual_memory().total
 
 
 def test_cuda_visible_devices_restricts_detection(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -240,6 +252,38 @@ def test_stage_stats_count_cpu_time_apart_from_busy_time() -> None:
     burn, sleep = result.stats["burn"], result.stats["sleep"]
     assert burn.cpu_s >= 0.55 and burn.busy_s >= burn.cpu_s * 0.9
     assert sleep.busy_s >= 0.55 and sleep.cpu_s < 0.1
+
+
+class Heavy(ProcessingStage[int, int]):
+    """Each worker holds ``mb`` of its own memory from setup on; tasks wait (no CPU)."""
+
+    def __init__(self, mb: int) -> None:
+        self.mb = mb
+        self.resources = Resources(cpus=0.5)
+
+    def setup(self, worker: WorkerInfo) -> None:
+        self.ballast = np.ones(self.mb << 20, dtype=np.uint8)  # touched: resident, private
+
+    def process(self, task: int) -> int:
+        time.sleep(0.15)
+        return task
+
+
+@pytest.mark.parametrize("limit", [True, False])
+def test_workers_measured_heavy_are_not_started_beyond_the_memory_limit(limit: bool) -> None:
+    # 200 MB per worker and 0.55 GB for workers: the first two fit, a third would not;
+    # without the limit the same stage grows with its backlog on 8 declared CPUs
+    budget = 64 << 20
+    memory_gb = ((550 << 20) + budget) / 2**30 if limit else None
+    backend = LocalBackend(num_cpus=8, memory_budget_bytes=budget, memory_gb=memory_gb)
+    result = Pipeline("p", [Heavy(200)]).run(StreamingExecutor(backend), range(60))
+    stats = result.stats["Heavy"]
+    assert sorted(result.outputs) == list(range(60))
+    assert 200 << 20 <= stats.worker_memory_bytes < 400 << 20  # its own, not the libraries
+    if limit:
+        assert stats.peak_workers == 2
+    else:
+        assert stats.peak_workers >= 4
 
 
 class Preloaded(ProcessingStage[int, str]):

@@ -144,6 +144,12 @@ def test_video_quick(
             str(tmp_path / "cache"),
             "--scenario-out",
             str(scenario),
+            "--memory",
+            "1",
+            "--memory-seconds",
+            "2",
+            "--memory-limit-gb",
+            "3",
         ]
     )
     out = capsys.readouterr().out
@@ -159,6 +165,12 @@ def test_video_quick(
         assert f"[{work}] CPU seconds per video-hour, by stage" in out
     assert "TransNetV2Detector" in figures["shots"]["cpu_s_per_video_hour"]
     assert "streaming / sequential" in out and "streaming / batch" in out
+    # memory: the same videos without a limit and under one, each worker's peak measured
+    runs = figures["memory"]
+    assert set(runs) == {"1/None", "1/3.0"}
+    assert all(r["peak_pss_mb"] > 0 and r["hours_per_hour"] > 0 for r in runs.values())
+    assert runs["1/3.0"]["worker_mb"]["TransNetV2Detector"] > 50
+    assert "[memory] peak memory of the process tree" in out and "limit 3 GB" in out
     from conveyor.sim import parse_scenario_text, simulate
 
     text = scenario.read_text().replace("duration_s: 600", "duration_s: 20")  # seconds, not minutes

@@ -149,6 +149,37 @@ def test_a_node_that_lost_a_payload_gets_no_recomputation_until_it_leaves() -> N
     assert sum(s.worker_deaths for s in result.stats.values()) >= 1  # "b" left, seen late
 
 
+class WatchedBackend(LosingBackend):
+    """Notes, per worker started, its node and the nodes the controller suspected then."""
+
+    controller: Any = None
+
+    def start_worker(self, worker_id: str, stage: Any, placement: Any) -> None:
+        suspects = set(self.controller._suspect_nodes) if self.controller else set()
+        self.placed.append((placement.node_id, suspects))
+        super().start_worker(worker_id, stage, placement)
+
+
+def test_new_workers_go_elsewhere_while_a_node_is_suspect() -> None:
+    """Node "b" has the most CPUs, so new workers would go there; once it lost a payload (and
+    before it is seen to leave) they go to "a" instead."""
+    backend = WatchedBackend(
+        node_cpus={"a": 4, "b": 8},
+        node_fails={"b": (0.3, 3.0)},
+        service_s={"ten": 0.05, "split": 0.05, "one": 0.2},
+    )
+    backend.placed = []
+    stream = Pipeline("p", stages()).stream(StreamingExecutor(backend), range(200))
+    backend.controller = stream._controller
+    with stream:
+        outputs = list(stream)
+    assert sorted(outputs) == expected(200) and stream.result.failures == []
+    before = [node for node, suspects in backend.placed if not suspects]
+    during = [node for node, suspects in backend.placed if "b" in suspects]
+    assert "b" in before  # the preferred node while trusted
+    assert during and set(during) == {"a"}
+
+
 def test_a_loss_on_a_single_node_cluster_does_not_stall_it() -> None:
     """With no other node the suspect one still gets the work (it is all there is)."""
     backend = LosingBackend(node_cpus={"only": 3}, lose={("ten", "3"), ("split", "5.1")})

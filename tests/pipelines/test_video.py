@@ -373,6 +373,15 @@ def test_command_runs_and_lists_failed_videos(inputs: Path, tmp_path: Path) -> N
         (["video", "{empty}", "out"], "no videos in"),
         (["video", "{input}", "out", "--executor", "ray-data", "--journal", "j"], "journal"),
         (["video", "{input}", "out", "--journal", "{input}"], "is a directory"),
+        (["video", "{input}", "out", "--memory-gb", "0.2"], "leaves nothing for workers"),
+        (
+            ["video", "{input}", "out", "--backend", "ray", "--memory-gb", "4"],
+            "--memory-gb is for the local backend",
+        ),
+        (
+            ["video", "{input}", "out", "--executor", "ray-data", "--memory-gb", "4"],
+            "--memory-gb is for the local backend",
+        ),
     ],
 )
 def test_command_usage_errors_exit_2(

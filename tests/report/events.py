@@ -230,6 +230,7 @@ def run_end(wall_s: float = 120.0) -> dict[str, Any]:
                 "worker_deaths": 1 if s == "infer" else 0,
                 "timeouts": 0,
                 "peak_workers": 6 if s == "infer" else 2,
+                "worker_memory_bytes": 1536 << 20 if s == "infer" else 0,
                 "busy_s": 500.0,
             }
             for s in STAGES

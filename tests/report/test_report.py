@@ -146,7 +146,8 @@ def test_the_report_has_every_section(tmp_path: Path) -> None:
                  "bottleneck: 6.0 tasks/s vs 9.8 upstream", "3 → 6", "Failures",
                  "CUDA out of memory while decoding frame 17", "OSError: [Errno 122]",
                  "exit code -9 (killed: OOM)", "edge_max_tasks", "node-a", "box",
-                 "LocalBackend", "streaming"):  # fmt: skip
+                 "LocalBackend", "streaming", "memory / worker",
+                 "<td>1,536 MB</td>"):  # fmt: skip
         assert text in html, text
     assert html.count("<details>") == 2  # the tracebacks
     assert "http://" not in html.replace("http://www.w3.org/2000/svg", "")

@@ -79,6 +79,9 @@ class StageObservation:
     backlog: int = 0  # tasks queued for or in flight at this stage
     upstream_done: bool = False  # no input beyond the backlog will arrive
     setup_s: float | None = None  # measured start-up of one worker (start to ready)
+    #: host memory one worker takes at its peak: the larger of what the stage declares and
+    #: what its workers have measured (``None``: nothing declared, no worker reported yet)
+    memory_bytes: float | None = 0.0
 
     @property
     def finished(self) -> bool:
@@ -89,6 +92,15 @@ class StageObservation:
 class Budget:
     cpus: float
     gpus: float
+    #: host memory all workers together may take (``None``: unknown, not a limit)
+    memory_bytes: float | None = None
+
+    def memory_room(self, stages: Sequence[StageObservation], counts: Sequence[int]) -> float:
+        """Memory left with ``counts`` workers per stage (infinite without a limit)."""
+        if self.memory_bytes is None:
+            return math.inf
+        used = sum(n * (s.memory_bytes or 0.0) for n, s in zip(counts, stages, strict=True))
+        return self.memory_bytes - used
 
 
 @dataclass
@@ -207,6 +219,10 @@ def _caps(
         if s.task_time_s is None:
             # not measured yet: start no more workers than there are batches waiting for them
             grow = min(grow, max(1, s.workers, math.ceil(s.backlog / s.batch_size)))
+        if s.memory_bytes is None and budget.memory_bytes is not None:
+            # how much one more worker would take is unknown until a worker reports it (when
+            # it is ready): starting many blind could exhaust the memory the limit protects
+            grow = min(grow, max(1, s.workers))
         keep.append(cap)
         start.append(grow)
     return keep, start
@@ -266,6 +282,9 @@ def plan(
     target = list(base)
     cpus = budget.cpus - sum(n * s.cpus for n, s in zip(target, stages, strict=True))
     gpus = budget.gpus - sum(n * s.gpus for n, s in zip(target, stages, strict=True))
+    # every stage's first worker is kept whatever it weighs (without it the stream stalls);
+    # the workers beyond it must fit the memory that is left
+    memory = budget.memory_room(stages, target)
     # CPUs are shared by time once the cost of every stage with work is known. A stage that
     # has seen no input yet uses no CPU and is left out until it has some; but while one
     # with work waits for its first measurement, each worker holds its reservation (the
@@ -295,18 +314,20 @@ def plan(
         if pace >= pace_cap:
             break  # bound by the CPUs: another worker would only wait for one
         room = extra if share else cpus
-        if s.cpus > room + 1e-9 or s.gpus > gpus + 1e-9:
+        weight = s.memory_bytes or 0.0
+        if s.cpus > room + 1e-9 or s.gpus > gpus + 1e-9 or weight > memory:
             break  # the bottleneck cannot grow: adding elsewhere would not raise throughput
         wanted[i] += 1
         cpus -= s.cpus
         extra -= s.cpus
         gpus -= s.gpus
+        memory -= weight
         heapq.heappush(heap, (wanted[i] / weights[i], i))
     target = [
         min(w, g) if a else t for w, g, a, t in zip(wanted, grow, active, target, strict=True)
     ]
 
-    forced = any(
+    forced = budget.memory_room(stages, current) < 0 or any(
         (t > 0) != (c > 0)  # a stage gains its first worker or a finished one frees its last
         or c > caps[i]  # more workers than batches left, or a pin changed
         or (s.pinned is not None and c != s.pinned)
@@ -344,7 +365,10 @@ def plan(
 
 
 def explain(
-    stages: Sequence[StageObservation], before: Sequence[int], after: Sequence[int]
+    stages: Sequence[StageObservation],
+    before: Sequence[int],
+    after: Sequence[int],
+    budget: Budget | None = None,
 ) -> list[str | None]:
     """Why each stage's target moved from ``before`` to ``after`` (``None`` where it did
     not), in words a person reading a run report understands: which stage limits the
@@ -357,6 +381,7 @@ def explain(
         (b / w if w > 0 else math.inf) if a else math.inf
         for b, w, a in zip(before, weights, active, strict=True)
     ]
+    over_memory = budget is not None and budget.memory_room(stages, before) < 0
     limiting = min(range(len(stages)), key=lambda i: paces[i]) if stages else 0
     pipeline = paces[limiting] if stages else math.inf
     reasons: list[str | None] = []
@@ -382,6 +407,13 @@ def explain(
             reasons.append(
                 f"near the bottleneck: {_pace(paces[i])} vs {stages[limiting].name}'s "
                 f"{_pace(pipeline)}, {s.backlog} queued"
+            )
+        elif over_memory and a < b:
+            assert budget is not None and budget.memory_bytes is not None
+            reasons.append(
+                f"over the memory limit: {b} worker{'s' if b != 1 else ''} of "
+                f"{(s.memory_bytes or 0) / 2**20:.0f} MB each, "
+                f"{budget.memory_bytes / 2**30:.1f} GB for all workers"
             )
         elif s.backlog < b * s.batch_size:
             reasons.append(f"little work left: {s.backlog} queued for {b} workers")

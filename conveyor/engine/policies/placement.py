@@ -23,11 +23,23 @@ class NodeFree:
     gpu_free: list[float]  # free share of each device, 1.0 = untouched
     gpu_memory_gb: float | None = None
     total_cpus: float = 0.0
+    #: host memory left for workers in bytes (``None``: unknown, not a limit)
+    memory: float | None = None
     group: tuple[object, ...] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def of(cls, node: NodeInfo) -> NodeFree:
-        return cls(node.node_id, node.cpus, [1.0] * node.gpus, node.gpu_memory_gb, node.cpus)
+        return cls(
+            node.node_id,
+            node.cpus,
+            [1.0] * node.gpus,
+            node.gpu_memory_gb,
+            node.cpus,
+            None if node.memory_bytes is None else float(node.memory_bytes),
+        )
+
+    def fits_memory(self, resources: Resources) -> bool:
+        return self.memory is None or resources.memory_bytes <= self.memory + _EPS
 
 
 def gpu_share(resources: Resources, node: NodeFree) -> float:
@@ -48,6 +60,7 @@ def choose(
     resources: Resources,
     overcommit_cpus: bool = False,
     gpu_cpu_reserve: float = 0.0,
+    overcommit_memory: bool = False,
 ) -> WorkerPlacement | None:
     """Best node and devices for one worker, or ``None`` when it fits nowhere.
 
@@ -58,13 +71,16 @@ def choose(
     ``gpu_cpu_reserve`` CPUs per free GPU are kept away from CPU-only workers, so CPU-hungry
     stages never take the CPUs that GPU workers need to land next to their GPUs.
 
+    A worker's ``memory_gb`` must fit the node's memory left, unless ``overcommit_memory``
+    (again a stage's first worker: one worker too many is slower, a stalled stream is stuck).
+
     - whole GPUs: the node with the fewest untouched devices that still has enough (keeps large
       holes for large requests);
     - fractional GPUs: best fit, the most-used device that still has room (packing);
     - CPU-only: the node with the fewest GPUs and most free CPUs, so GPU nodes keep their CPUs
       for the GPU stages that need them.
     """
-    best, _, _ = _rank(nodes, resources, overcommit_cpus, gpu_cpu_reserve)
+    best, _, _ = _rank(nodes, resources, overcommit_cpus, gpu_cpu_reserve, overcommit_memory)
     if best is None:
         return None
     node, devices, share = best
@@ -72,7 +88,11 @@ def choose(
 
 
 def _rank(
-    nodes: Iterable[NodeFree], resources: Resources, overcommit_cpus: bool, gpu_cpu_reserve: float
+    nodes: Iterable[NodeFree],
+    resources: Resources,
+    overcommit_cpus: bool,
+    gpu_cpu_reserve: float,
+    overcommit_memory: bool = False,
 ) -> tuple[_Choice | None, _Key | None, _Key | None]:
     """The best choice for ``choose``, its key, and the runner-up's key (lower is better)."""
     whole = resources.gpus >= 1
@@ -84,6 +104,8 @@ def _rank(
     best: _Choice | None = None
     for node in nodes:
         if not overcommit_cpus and node.cpus + _EPS < cpus:
+            continue
+        if not overcommit_memory and not node.fits_memory(resources):
             continue
         if whole:
             free = [i for i, f in enumerate(node.gpu_free) if f >= 1.0 - _EPS]
@@ -125,6 +147,7 @@ def _state(node: NodeFree) -> tuple[object, ...]:
         int(node.cpus * 1e6 + 0.5),
         tuple(sorted([int(f * 1e6 + 0.5) for f in node.gpu_free])),
         node.gpu_memory_gb,
+        node.memory,
     )
 
 
@@ -185,6 +208,33 @@ class Ledger:
         gpus = float(sum(len(n.gpu_free) for n in self.nodes.values()))
         return cpus, gpus
 
+    def total_memory(self) -> float | None:
+        """Host memory of all nodes for workers (``None`` if any node's is unknown)."""
+        total = 0.0
+        for node in self.nodes.values():
+            if node.memory is None:
+                return None
+            total += node.memory
+        for resources, placement in self.held.values():
+            if placement.node_id in self.nodes:
+                total += resources.memory_bytes
+        return total
+
+    def resize(self, worker_id: str, resources: Resources) -> None:
+        """A placed worker turned out to need other resources (its memory was measured):
+        its node's books change, the worker stays where it is."""
+        held = self.held.get(worker_id)
+        if held is None:
+            return
+        old, placement = held
+        node = self.nodes.get(placement.node_id)
+        if node is not None:
+            self._ungroup(node)
+            self._apply(node, old, placement, +1)
+            self._apply(node, resources, placement, -1)
+            self._group(node)
+        self.held[worker_id] = (resources, placement)
+
     def reserved(self) -> tuple[float, float]:
         """CPUs and GPUs (fractions summed) the placed workers hold."""
         cpus = gpus = 0.0
@@ -204,6 +254,8 @@ class Ledger:
     @staticmethod
     def _apply(node: NodeFree, resources: Resources, placement: WorkerPlacement, sign: int) -> None:
         node.cpus += sign * resources.cpus
+        if node.memory is not None:
+            node.memory += sign * resources.memory_bytes
         fractional = len(placement.gpu_ids) == 1 and resources.gpus < 1
         share = placement.gpu_fraction if fractional else 1.0
         for device in placement.gpu_ids:
@@ -215,31 +267,56 @@ class Ledger:
         placed = self.allocate_many([worker_id], resources, overcommit_cpus)
         return placed[0] if placed else None
 
+    def _candidates(self, avoid: frozenset[str]) -> list[NodeFree]:
+        """One node per group, a node not in ``avoid`` where the group has one."""
+        nodes = []
+        for group in self._groups.values():
+            if avoid:
+                pick = next((n for n in group if n not in avoid), None)
+                if pick is None:
+                    continue
+            else:
+                pick = next(iter(group))
+            nodes.append(self.nodes[pick])
+        return nodes
+
     def allocate_many(
-        self, worker_ids: list[str], resources: Resources, overcommit_first: bool = False
+        self,
+        worker_ids: list[str],
+        resources: Resources,
+        overcommit_first: bool = False,
+        avoid: frozenset[str] = frozenset(),
     ) -> list[WorkerPlacement]:
         """Place workers of one shape in turn, as repeated ``allocate`` calls would.
 
         Stops at the first that fits nowhere. Consecutive workers usually land on the node
         just used (packing); that node is re-ranked alone while it still beats the runner-up
         of the last full comparison, so a cold start that places thousands of workers does
-        not compare every node group for each of them.
+        not compare every node group for each of them. Nodes in ``avoid`` (suspected of
+        losing what they store) get a worker only where no other node can take it.
         """
         placed: list[WorkerPlacement] = []
         last: NodeFree | None = None
         bar: _Key | None = None  # the runner-up's key: ``last`` must stay at least as good
         for index, worker_id in enumerate(worker_ids):
-            overcommit = self.share_cpus or (overcommit_first and index == 0)
+            first = overcommit_first and index == 0
+            overcommit = self.share_cpus or first
             choice = None
-            if last is not None and not overcommit:
+            if last is not None and not overcommit and last.node_id not in avoid:
                 alone, key, _ = _rank([last], resources, False, self.gpu_cpu_reserve)
                 if alone is not None and (bar is None or (key is not None and key <= bar)):
                     choice = alone
             if choice is None:
-                candidates = [self.nodes[next(iter(group))] for group in self._groups.values()]
-                choice, best_key, bar = _rank(
-                    candidates, resources, overcommit, self.gpu_cpu_reserve
-                )
+                for shunned in (avoid, frozenset()) if avoid else (avoid,):
+                    choice, best_key, bar = _rank(
+                        self._candidates(shunned),
+                        resources,
+                        overcommit,
+                        self.gpu_cpu_reserve,
+                        first,
+                    )
+                    if choice is not None:
+                        break
                 if choice is None:
                     break
                 if best_key is not None and len(self._groups[choice[0].group]) > 1:  # type: ignore[index]

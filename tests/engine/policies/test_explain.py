@@ -38,3 +38,15 @@ def test_finished_pinned_unmeasured_and_idle_stages() -> None:
     assert reasons[2] == "first worker of a stage with work"
     measured = [obs("a", 0.1, 4, 2), obs("b", 0.2, 4, 100)]
     assert explain(measured, [4, 4], [2, 4])[0] == "little work left: 2 queued for 4 workers"
+
+
+def test_a_stage_cut_for_memory_says_so_with_the_figures() -> None:
+    from conveyor.engine.policies.autoscale import Budget
+
+    stages = [obs("infer", 0.5, 6, 100, memory_bytes=2**30)]
+    budget = Budget(cpus=8, gpus=0, memory_bytes=4 * 2**30)
+    reason = explain(stages, [6], [4], budget)[0]
+    assert reason == "over the memory limit: 6 workers of 1024 MB each, 4.0 GB for all workers"
+    # the same cut within the budget is spare capacity, not memory
+    roomy = Budget(cpus=8, gpus=0, memory_bytes=64 * 2**30)
+    assert not (explain(stages, [6], [4], roomy)[0] or "").startswith("over the memory")

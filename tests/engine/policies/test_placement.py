@@ -394,3 +394,81 @@ def test_grouped_ledger_places_as_well_as_a_full_scan() -> None:
             ledger.release(rng.choice(list(ledger.held)))
     for n in ledger.nodes.values():
         assert n.cpus >= -1e-9 and all(-1e-9 <= f <= 1 + 1e-9 for f in n.gpu_free)
+
+
+# -- host memory --------------------------------------------------------------------------
+GB = 2**30
+
+
+def memory_node(node_id: str, memory_gb: float | None, cpus: float = 64) -> NodeInfo:
+    memory = None if memory_gb is None else int(memory_gb * GB)
+    return NodeInfo(node_id, cpus=cpus, memory_bytes=memory)
+
+
+def test_workers_go_where_their_memory_fits_and_stop_where_it_fits_nowhere() -> None:
+    ledger = Ledger.of([memory_node("small", 2, cpus=64), memory_node("big", 5, cpus=8)])
+    heavy = Resources(cpus=1, memory_gb=2)
+    # CPU-only workers prefer the most free CPUs ("small"), as long as the memory fits
+    assert [p.node_id for p in ledger.allocate_many(["a", "b", "c", "d"], heavy)] == [
+        "small",
+        "big",
+        "big",
+    ]
+    assert ledger.nodes["small"].memory == 0
+    assert ledger.nodes["big"].memory == pytest.approx(1 * GB)
+    assert ledger.total_memory() == pytest.approx(7 * GB)
+
+
+def test_a_stages_first_worker_is_placed_whatever_its_memory() -> None:
+    ledger = Ledger.of([memory_node("n", 1)])
+    heavy = Resources(cpus=1, memory_gb=4)
+    assert ledger.allocate_many(["a", "b"], heavy, overcommit_first=True) == [
+        WorkerPlacement("n", (), 0.0)
+    ]
+    assert ledger.nodes["n"].memory == pytest.approx(-3 * GB)
+    assert choose(ledger.nodes.values(), heavy) is None
+    assert choose(ledger.nodes.values(), heavy, overcommit_memory=True) is not None
+
+
+def test_unknown_memory_is_no_limit() -> None:
+    ledger = Ledger.of([memory_node("n", None)])
+    placed = ledger.allocate_many([f"w{i}" for i in range(10)], Resources(memory_gb=100))
+    assert len(placed) == 10
+    assert ledger.total_memory() is None
+
+
+def test_resize_books_a_measured_worker_at_its_new_size_and_release_returns_it() -> None:
+    ledger = Ledger.of([memory_node("n", 4)])
+    ledger.allocate("w", Resources(cpus=1))
+    assert ledger.nodes["n"].memory == 4 * GB
+    ledger.resize("w", Resources(cpus=1, memory_gb=3))
+    assert ledger.nodes["n"].memory == pytest.approx(1 * GB)
+    assert ledger.allocate("x", Resources(cpus=1, memory_gb=2)) is None
+    ledger.resize("gone", Resources(memory_gb=1))  # unknown worker: nothing happens
+    ledger.release("w")
+    assert ledger.nodes["n"].memory == pytest.approx(4 * GB)
+    assert ledger.total_memory() == pytest.approx(4 * GB)
+
+
+def test_a_returning_node_counts_the_memory_of_workers_held_there() -> None:
+    ledger = Ledger.of([memory_node("n", 4)])
+    ledger.allocate("w", Resources(cpus=1, memory_gb=3))
+    ledger.refresh([])
+    ledger.refresh([memory_node("n", 4)])
+    assert ledger.nodes["n"].memory == pytest.approx(1 * GB)
+
+
+# -- nodes to avoid -----------------------------------------------------------------------
+def test_avoided_nodes_get_workers_only_when_nothing_else_fits() -> None:
+    ledger = Ledger.of([node("big", cpus=8), node("small", cpus=2)])
+    avoid = frozenset({"big"})
+    one = Resources(cpus=1)
+    placed = ledger.allocate_many(["a", "b", "c", "d"], one, avoid=avoid)
+    # "big" has the most free CPUs, but is avoided while "small" has room
+    assert [p.node_id for p in placed] == ["small", "small", "big", "big"]
+
+
+def test_an_avoided_twin_is_passed_over_for_its_group_mate() -> None:
+    ledger = Ledger.of([node("n0", cpus=4), node("n1", cpus=4)])
+    placed = ledger.allocate_many(["a"], Resources(cpus=1), avoid=frozenset({"n0"}))
+    assert [p.node_id for p in placed] == ["n1"]
