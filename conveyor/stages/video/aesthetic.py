@@ -28,13 +28,16 @@ import numpy as np
 
 from conveyor.resources import Resources
 from conveyor.stages.video.base import FrameConsumer, TorchStage
-from conveyor.stages.video.models import check_model_path, load_torch_module, to_tensor
+from conveyor.stages.video.models import (
+    check_model_path,
+    frame_batches,
+    load_torch_module,
+    to_tensor,
+)
 from conveyor.tasks.video import Clip, Video
 
 HEAD_FILES = ("aesthetic_head.safetensors", "aesthetic_head.pt")
 REDUCTIONS = ("min", "mean")
-#: frames per forward pass (a chunk's clips are scored together, this many at a time)
-BATCH_FRAMES = 32
 #: the input size of a TorchScript scorer
 SCRIPT_SIZE = 224
 
@@ -221,8 +224,8 @@ class AestheticFilter(FrameConsumer, TorchStage):
 
         scores: list[np.ndarray] = []
         with torch.inference_mode():
-            for start in range(0, len(frames), BATCH_FRAMES):
-                out = self._scorer(frames[start : start + BATCH_FRAMES])
+            for part in frame_batches(len(frames), self._scorer.device):
+                out = self._scorer(frames[part])
                 scores.append(out.float().cpu().numpy())
         return np.concatenate(scores).astype(np.float64) if scores else np.zeros(0)
 

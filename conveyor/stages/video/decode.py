@@ -24,6 +24,8 @@ from conveyor.tasks.video import VideoMetadata
 _RESEEK_S = 10.0
 #: packets to read before giving up on decoding a first frame
 _FIRST_FRAME_PACKETS = 600
+#: damaged packets skipped before a range is given up on (and then only where most are)
+_DAMAGED_PACKETS = 16
 
 
 _QUIET = False
@@ -424,12 +426,32 @@ def _decode_open(
         return
 
 
+def _past_damage(container: Any, stream: Any) -> Iterator[Any]:
+    """The stream's frames, skipping packets the decoder refuses as damaged, as FFmpeg's
+    own tools do (a few flipped bits in a long file cost a moment of it, with the decoder
+    concealing what it can, not the whole file); a range where damaged packets are the
+    majority, past ``_DAMAGED_PACKETS`` of them, fails with the decoder's reason."""
+    import av
+
+    damaged = packets = 0
+    for packet in container.demux(stream):
+        packets += 1
+        try:
+            frames = packet.decode()
+        except av.InvalidDataError:
+            damaged += 1
+            if damaged > _DAMAGED_PACKETS and damaged * 2 > packets:
+                raise
+            continue
+        yield from frames
+
+
 def _decode_from(
     container: Any, stream: Any, start_pts: int, time_base: float, fps: float
 ) -> Iterator[tuple[float, Any]]:
     """Decoded frames with their seconds; frames without a timestamp follow the last one."""
     last: float | None = None
-    for stamp, frame in trusted_stamps(container.decode(stream)):
+    for stamp, frame in trusted_stamps(_past_damage(container, stream)):
         if stamp is None:
             t = 0.0 if last is None else last + 1 / fps
         else:

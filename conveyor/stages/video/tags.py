@@ -13,7 +13,13 @@ import numpy as np
 
 from conveyor.resources import Resources
 from conveyor.stages.video.base import FrameConsumer, TorchStage
-from conveyor.stages.video.models import LITE_MEAN, LITE_STD, load_efficientnet_lite0, to_tensor
+from conveyor.stages.video.models import (
+    LITE_MEAN,
+    LITE_STD,
+    frame_batches,
+    load_efficientnet_lite0,
+    to_tensor,
+)
 from conveyor.tasks.video import Clip, Video
 
 
@@ -52,9 +58,13 @@ class ImageNetTagger(FrameConsumer, TorchStage):
     def process_clip(self, clip: Clip, video: Video) -> None:
         import torch
 
-        batch = to_tensor(self.frames_of(clip), 224, LITE_MEAN, LITE_STD).to(self.device)
+        frames = self.frames_of(clip)
+        total: Any = 0.0
         with torch.inference_mode():
-            probabilities = self._model(batch).softmax(-1).mean(0).float().cpu().numpy()
+            for part in frame_batches(len(frames), self.device):
+                batch = to_tensor(frames[part], 224, LITE_MEAN, LITE_STD).to(self.device)
+                total = total + self._model(batch).softmax(-1).float().sum(0)
+        probabilities = (total / len(frames)).cpu().numpy()
         order = np.argsort(-probabilities)[: self.top_k]
         clip.tags = [
             (self._labels[i], round(float(probabilities[i]), 4))

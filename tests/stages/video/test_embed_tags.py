@@ -13,7 +13,12 @@ import torch
 from conveyor.samples.video import SyntheticVideo
 from conveyor.stages.video.embed import ClipEmbedder
 from conveyor.stages.video.frames import ClipFrameExtractor
-from conveyor.stages.video.models import load_frame_encoder, load_torch_module, to_tensor
+from conveyor.stages.video.models import (
+    CPU_FRAME_BATCH,
+    load_frame_encoder,
+    load_torch_module,
+    to_tensor,
+)
 from conveyor.stages.video.tags import ImageNetTagger, imagenet_labels
 from conveyor.tasks.video import VideoTask
 
@@ -112,6 +117,18 @@ def test_a_pickled_module(media: Media, with_frames: VideoTask, tmp_path: Path) 
         np.testing.assert_allclose(vector, expected, atol=1e-6)
 
 
+def test_a_long_clip_goes_through_in_passes_of_a_few_frames(tmp_path: Path) -> None:
+    # a worker's memory follows the frames of one pass, not the length of the clip
+    path = tmp_path / "module.pt"
+    torch.save(MeanColour(), str(path))
+    encoder = load_frame_encoder(str(path), "cpu", input_size=INPUT)
+    frames = np.random.default_rng(0).integers(0, 256, (3 * CPU_FRAME_BATCH + 2, 40, 60, 3))
+    frames = frames.astype(np.uint8)
+    vector = encoder.encode_clip(frames)
+    assert [shape[0] for shape in encoder.model.seen] == [CPU_FRAME_BATCH] * 3 + [2]
+    np.testing.assert_allclose(vector, expected_mean_colour(frames, INPUT), atol=1e-6)
+
+
 def test_a_module_with_encode_video_gets_the_whole_clip(
     media: Media, with_frames: VideoTask, tmp_path: Path
 ) -> None:
@@ -203,6 +220,27 @@ def test_tags_are_imagenet_labels_with_scores(media: Media, with_frames: VideoTa
         assert all(score >= 0.2 for _, score in confident.tags)
         surest = [tag for tag in clip.tags if tag[1] >= 0.2]
         assert confident.tags[: len(surest)] == surest
+
+
+def test_tags_of_a_long_clip_are_those_of_all_its_frames_at_once(
+    media: Media, with_frames: VideoTask
+) -> None:
+    from conveyor.stages.video.models import LITE_MEAN, LITE_STD
+
+    task = copy.deepcopy(with_frames)
+    clip = task.data.clips[0]
+    tagger = media.ready(ImageNetTagger(top_k=5, min_score=0.0, frame_rate=1.0))
+    frames = np.concatenate([c.frames[1.0] for c in task.data.clips] * 6)
+    assert len(frames) > CPU_FRAME_BATCH
+    clip.frames[1.0] = frames
+    task.data.clips = [clip]
+    tagger.process(task)
+    with torch.inference_mode():
+        batch = to_tensor(frames, 224, LITE_MEAN, LITE_STD)
+        expected = tagger._model(batch).softmax(-1).mean(0).numpy()
+    order = np.argsort(-expected)[:5]
+    assert [label for label, _ in clip.tags] == [tagger._labels[i] for i in order]
+    np.testing.assert_allclose([s for _, s in clip.tags], expected[order], atol=2e-4)
 
 
 def test_tagger_settings_are_validated() -> None:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import copy
+import gc
 
 import numpy as np
 import pytest
 
 from conveyor.samples.video import Segment
-from conveyor.stages.video.motion import MotionFilter, motion_scores
+from conveyor.stages.video import motion
+from conveyor.stages.video.motion import COLLECT_EVERY, MotionFilter, motion_scores
 from conveyor.stages.video.transcode import ClipTranscoder
 from conveyor.tasks.video import Clip, VideoTask
 
@@ -53,6 +55,29 @@ def test_scores_of_moving_and_still_clips(encoded: VideoTask) -> None:
     for name in ("still noise", "still checker"):
         mean, patch_min, frames = scores[name]
         assert mean < 1e-6 and patch_min < 1e-6 and frames == 2 * FPS - 1
+
+
+def test_frames_are_freed_while_reading_not_when_python_gets_round_to_it(
+    encoded: VideoTask, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a frame whose side data was read is freed by the cycle collector only: left to
+    # Python, a clip's frames (1.4 MB each at 720p) would pile up for hundreds of frames
+    import av
+
+    def frames_alive() -> int:
+        return sum(type(o) is av.VideoFrame for o in gc.get_objects())
+
+    alive: list[int] = []
+    read = motion._vectors
+    monkeypatch.setattr(
+        motion, "_vectors", lambda frame: alive.append(frames_alive()) or read(frame)
+    )
+    gc.collect()
+    before = frames_alive()  # held elsewhere in this test process
+    motion_scores(encoded.data.clips[0].encoded or b"")
+    assert len(alive) == 2 * FPS
+    assert max(alive) - before <= COLLECT_EVERY + 2 * FPS // COLLECT_EVERY + 1
+    assert frames_alive() == before
 
 
 def test_smaller_patches_find_the_still_background(encoded: VideoTask) -> None:

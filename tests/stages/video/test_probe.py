@@ -218,6 +218,41 @@ def test_decode_range_gives_exactly_the_frames_of_the_range(
     assert counter.seeks <= 1
 
 
+def damage_packets(source: Path, target: Path, which: slice) -> list[int]:
+    """Copy ``source`` with the NAL length prefix of the ``which`` video packets overwritten
+    (the decoder refuses them); returns the damaged packets' indices."""
+    data = bytearray(source.read_bytes())
+    with av.open(str(source)) as container:
+        positions = [p.pos for p in container.demux(video=0) if p.size and p.pos is not None]
+    chosen = list(range(len(positions)))[which]
+    for index in chosen:
+        data[positions[index] : positions[index] + 4] = b"\xff\xff\xff\xff"
+    target.write_bytes(bytes(data))
+    return chosen
+
+
+def test_a_few_damaged_packets_cost_a_few_frames_not_the_video(
+    media: Media, sequential: dict[str, list[np.ndarray]], tmp_path: Path
+) -> None:
+    video = long_video(media, ".mp4")
+    damaged = damage_packets(video.path, tmp_path / "damaged.mp4", slice(40, 46, 2))
+    got = list(decode_range(str(tmp_path / "damaged.mp4"), media.metadata(str(video.path)), 0, 6))
+    indices = [round(t * 12) for t, _ in got]
+    assert len(got) >= 72 - 12 and indices == sorted(set(indices))
+    for (_, frame), index in zip(got, indices, strict=True):
+        if index < min(damaged) - 4:  # decoded before the damage: exactly as written
+            assert np.array_equal(frame.to_ndarray(format="rgb24"), sequential[".mp4"][index])
+
+
+def test_a_range_mostly_damaged_fails_with_the_decoders_reason(
+    media: Media, tmp_path: Path
+) -> None:
+    video = long_video(media, ".mp4")
+    damage_packets(video.path, tmp_path / "damaged.mp4", slice(2, None))
+    with pytest.raises(av.InvalidDataError, match="Invalid data"):
+        list(decode_range(str(tmp_path / "damaged.mp4"), media.metadata(str(video.path)), 0, 6))
+
+
 def test_decode_range_past_the_end_gives_nothing(media: Media) -> None:
     path = str(long_video(media, ".mp4").path)
     assert list(decode_range(path, media.metadata(path), 7.0, 9.0)) == []
