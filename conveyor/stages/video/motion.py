@@ -39,7 +39,6 @@ def motion_scores(encoded: bytes, patch: int = 256) -> tuple[float, float, int]:
     """
     import av
 
-    decoded = 0
     with av.open(io.BytesIO(encoded)) as container:
         stream = container.streams.video[0]
         stream.thread_count = 1
@@ -48,8 +47,7 @@ def motion_scores(encoded: bytes, patch: int = 256) -> tuple[float, float, int]:
         cols, rows = max(1, -(-width // patch)), max(1, -(-height // patch))
         frame_means: list[float] = []
         patch_means: list[np.ndarray] = []
-        for frame in container.decode(stream):
-            decoded += 1
+        for decoded, frame in enumerate(container.decode(stream), start=1):
             if decoded % COLLECT_EVERY == 0:
                 gc.collect(1)  # the frames read so far (see COLLECT_EVERY)
             vectors = _vectors(frame)
