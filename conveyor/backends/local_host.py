@@ -101,6 +101,7 @@ def worker_main(fd: int, runner: StageRunner, store: ShmStore) -> int:
     except BaseException as exc:  # noqa: BLE001 - reported to the driver, which stops the run
         send(pickle.dumps(("setup_failed", ErrorInfo.from_exception(exc))))
         return 1
+    lower_priority(int(os.environ.get("CONVEYOR_NICENESS", "0")))
     gauge = MemoryGauge()
     send(pickle.dumps(("ready", time.perf_counter() - started, gauge.read())))
     get, put, delete = store.get, store.put, store.delete
@@ -242,7 +243,6 @@ class StageHost(_Forker):
                     return  # the host is already gone
                 self.in_child()
                 os.environ.update(env)
-                lower_priority(int(env.get("CONVEYOR_NICENESS", "0")))
                 runner = StageRunner(self.stage, info.stage, info)
                 code = worker_main(fd, runner, ShmStore(self.store_root, info.worker_id))
             finally:

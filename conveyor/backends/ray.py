@@ -221,7 +221,6 @@ class _Worker:
         if node_error is not None:
             return ("failed", node_error)
         try:
-            lower_priority(niceness)  # an actor is a process of its own
             _extend_sys_path(self.sys_path)
             gpu_ids = _gpu_ids()
             if not gpu_ids:
@@ -239,6 +238,7 @@ class _Worker:
             self.runner.setup()
         except BaseException as exc:  # noqa: BLE001 - reported; the driver ends the run
             return ("failed", ErrorInfo.from_exception(exc))
+        lower_priority(niceness)  # an actor is a process of its own; after setup (see there)
         return ("ready", time.perf_counter() - started, self.gauge.read())
 
     def run(self, batches: list[tuple[int, list[tuple[str, Any]]]]) -> tuple[list[Any], list[Any]]:

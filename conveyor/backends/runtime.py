@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from conveyor.cluster import NodeInfo, WorkerInfo
+from conveyor.engine.policies.priority import fit_niceness
 from conveyor.stage import ProcessingStage, declared_names
 from conveyor.tasks.base import StagePerf, Task
 
@@ -45,10 +46,14 @@ def _has(task: Any, name: str) -> bool:
 
 
 def lower_priority(niceness: int) -> None:
-    """Lower this process's CPU priority by ``niceness`` (``WorkerPlacement.niceness``)."""
+    """Lower this process's CPU priority by ``niceness`` (``WorkerPlacement.niceness``).
+
+    Workers call it after their stage's setup: at the start every stage's setup is on the
+    way to the first output, and the slowest to set up (models, upstream) would otherwise
+    come last. Only raising a nice value needs no privilege, so setup cannot come after."""
     if niceness > 0:
         with contextlib.suppress(OSError):  # not allowed here: run at the usual priority
-            os.nice(niceness)
+            os.nice(fit_niceness(niceness, os.nice(0)))
 
 
 def process_footprint() -> int:

@@ -235,3 +235,15 @@ class Summarize(ProcessingStage[Item, tuple]):
 
 def item_pipeline_stages() -> list[ProcessingStage[Any, Any]]:
     return [MakeItem(), Split(), Summarize()]
+
+
+class Nice(ProcessingStage[Any, Any]):
+    """Adds its worker's nice values to the task, during setup and at work:
+    ``(first stage's setup, first's work, last's setup, last's work)``."""
+
+    def setup(self, worker: Any) -> None:
+        self.setup_nice = os.getpriority(os.PRIO_PROCESS, 0)
+
+    def process(self, task: Any) -> Any:
+        nice = (self.setup_nice, os.getpriority(os.PRIO_PROCESS, 0))
+        return nice if isinstance(task, int) else (*task, *nice)

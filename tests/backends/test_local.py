@@ -18,6 +18,7 @@ from conveyor.backends.shm_store import INLINE_LIMIT, ShmStore, sweep_stale
 from conveyor.cluster import NodeInfo, WorkerInfo
 from conveyor.errors import BackendError
 from conveyor.executors import StreamingExecutor
+from tests.backends.ray_stages import Nice
 
 
 class RecordEnv(ProcessingStage[int, tuple[str, str]]):
@@ -346,22 +347,16 @@ def test_preload_modules_must_be_a_tuple_of_names() -> None:
         Pipeline("p", [stage]).build()
 
 
-class Nice(ProcessingStage[Any, Any]):
-    """Adds its worker's nice value to the task: ``(first stage's, last stage's)``."""
-
-    def process(self, task: Any) -> Any:
-        nice = os.getpriority(os.PRIO_PROCESS, 0)
-        return (nice,) if isinstance(task, int) else (*task, nice)
-
-
 @pytest.mark.parametrize("priority", [True, False])
 def test_upstream_workers_run_at_a_lower_priority(priority: bool) -> None:
     base = os.getpriority(os.PRIO_PROCESS, 0)
     stages = [Nice().with_(name="first"), Nice().with_(name="last")]
     executor = StreamingExecutor(LocalBackend(num_cpus=2), stage_priority=priority)
     result = Pipeline("p", stages).run(executor, range(3))
-    seen = {(a - base, b - base) for a, b in result.outputs}
-    assert seen == ({(10, 0)} if priority else {(0, 0)})
+    seen = {tuple(n - base for n in nice) for nice in result.outputs}
+    # setup runs at the usual priority: at the start every stage's setup is on the way to
+    # the first output, and the stages downstream would otherwise set up first
+    assert seen == ({(0, 10, 0, 0)} if priority else {(0, 0, 0, 0)})
 
 
 def test_a_batch_sent_to_a_dead_worker_is_reported_undelivered() -> None:

@@ -203,6 +203,14 @@ def test_private_cluster_and_joining_in_fresh_processes(ray_cluster: LocalRayClu
 
 
 # -- placement and resources --------------------------------------------------------------
+def test_upstream_actors_run_at_a_lower_priority_once_set_up(address: str) -> None:
+    stages = [st.Nice().with_(name="first"), st.Nice().with_(name="last")]
+    result = run(stages, range(3), RayBackend(address))
+    steps = {(fs, fw - fs, lw - ls) for fs, fw, ls, lw in result.outputs}
+    # set up at Ray's usual worker priority (nice 15), then the first stage as nice as can be
+    assert steps in ({(15, 4, 0)}, {(0, 10, 0)})
+
+
 def test_workers_land_on_both_nodes(address: str, tmp_path: Path) -> None:
     stage = st.WhereAmI("spread", Resources(cpus=1), 4, 0.05, barrier=tmp_path)
     result = run([stage], range(24), RayBackend(address))

@@ -13,6 +13,8 @@ from __future__ import annotations
 #: the largest nice increment given (the first stage of a long pipeline); the kernel gives a
 #: nice-0 process about 1.25 times the CPU share of a nice-1 one, so 10 steps is about 9x
 MAX_NICENESS = 10
+#: the kernel's largest nice value
+NICEST = 19
 
 
 def stage_niceness(index: int, stages: int, spread: int = MAX_NICENESS) -> int:
@@ -25,3 +27,16 @@ def stage_niceness(index: int, stages: int, spread: int = MAX_NICENESS) -> int:
     if stages < 2:
         return 0
     return round(spread * (stages - 1 - index) / (stages - 1))
+
+
+def fit_niceness(niceness: int, current: int) -> int:
+    """The increment that keeps stages apart in a process already at nice ``current``.
+
+    Ray starts its workers at nice 15, which leaves room for 4 more: where the largest
+    increment does not fit, every one is scaled into what is left, so the stages keep their
+    order rather than all the upstream ones meeting at 19."""
+    niceness = max(0, niceness)
+    room = max(0, NICEST - current)
+    if room >= MAX_NICENESS:
+        return niceness
+    return round(min(niceness, MAX_NICENESS) * room / MAX_NICENESS)
