@@ -185,6 +185,9 @@ def _probe_open(container: Any, size: int, verify: bool) -> VideoMetadata:
     context = stream.codec_context
     if context is None or not context.name:
         raise InputError(f"no decoder for the video stream's codec ({stream.codec.name})")
+    kind = container.format.name if container.format else ""
+    if kind.endswith("_pipe") or kind == "image2":
+        raise InputError(f"a {context.name} image, not a video (FFmpeg reads it as {kind})")
     width, height = context.width, context.height
     fps = _frame_rate(stream)
     time_base = float(stream.time_base) if stream.time_base else 0.0
@@ -299,8 +302,11 @@ def _check_tail(
     elif ends:
         reference = min(ends)
         seek_to = max(ends)
-    else:
-        raise InputError("the video's duration is unknown (neither stream nor container say)")
+    else:  # nothing says how long (a recording that was never finalised): read it through
+        last_video = _last_video_packet(container, stream, time_base, start, fps)
+        if last_video is None:
+            raise InputError(_no_length_reason(container, stream))
+        return last_video + 1 / fps - start
     tolerance = max(1.0, 0.02 * (reference - start), 3 / fps)
     last_video, last_any = _scan_tail(container, stream, time_base, max(start, seek_to - 3.0))
     if declared is not None:
@@ -321,10 +327,26 @@ def _check_tail(
             f"truncated: its data stops at {got} of the {reference - start:.2f} s the file declares"
         )
     if last_video is None:  # the video ended well before the other streams: find where
-        last_video = _last_video_packet(container, stream, time_base, start)
+        last_video = _last_video_packet(container, stream, time_base, start, fps)
     if last_video is None:
         raise InputError("no frame of the video stream can be found")
     return last_video + 1 / fps - start
+
+
+def _no_length_reason(container: Any, stream: Any) -> str:
+    """Why a file whose length nothing says could not be read through either."""
+    kind = container.format.name if container.format else ""
+    codec = stream.codec_context.name
+    if kind == codec or kind in ("mpegvideo", "m4v", "rawvideo", "obu", "ivf"):
+        return (
+            f"a bare {codec} stream with no container: it has no timestamps or length, and "
+            "it cannot be sought in to cut clips; put it in a container first (e.g. "
+            "`ffmpeg -i IN -c copy OUT.mp4`)"
+        )
+    return (
+        "the video's duration is unknown (neither stream nor container say) and its packets "
+        "cannot be read through to find it"
+    )
 
 
 def _scan_tail(
@@ -351,19 +373,29 @@ def _scan_tail(
     return last_video, last_any
 
 
-def _last_video_packet(container: Any, stream: Any, time_base: float, start: float) -> float | None:
-    """The last video packet's time, demuxing (not decoding) from the start."""
+def _last_video_packet(
+    container: Any, stream: Any, time_base: float, start: float, fps: float
+) -> float | None:
+    """The last video packet's time, demuxing (not decoding) from the start; where packets
+    carry no timestamps (a raw stream), the time of the last one counted at ``fps``."""
     import av
 
     last: float | None = None
+    count = 0
     try:
         container.seek(int(start / time_base), stream=stream, backward=True)
         for packet in container.demux(stream):
-            if packet.pts is not None:
-                t = packet.pts * time_base
+            if not packet.size:
+                continue  # a flush packet
+            count += 1
+            stamp = packet.pts if packet.pts is not None else packet.dts
+            if stamp is not None:
+                t = stamp * time_base
                 last = t if last is None else max(last, t)
     except av.FFmpegError:
         pass
+    if last is None and count:
+        last = start + (count - 1) / fps
     return last
 
 

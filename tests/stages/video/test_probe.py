@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import subprocess
 import sys
 from pathlib import Path
@@ -280,18 +282,41 @@ def test_decode_range_reads_again_from_further_back_when_a_seek_lands_late(
 
 
 # -- sources whose timestamps do not start at zero, and MPEG-TS ---------------------------
+class _Unseekable(io.RawIOBase):
+    """A file that can only be appended to, as a pipe or a live recording is: a muxer
+    writing to it can never go back to fill in the length or an index."""
+
+    def __init__(self, file: Any) -> None:
+        self.file = file
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        return self.file.write(data)
+
+
 def write_raw(
-    path: Path, fmt: str, first_pts: int, seconds: float = 4.0, audio_s: float = 0.0
+    path: Path,
+    fmt: str,
+    first_pts: int,
+    seconds: float = 4.0,
+    audio_s: float = 0.0,
+    seekable: bool = True,
 ) -> list[np.ndarray]:
     """Noise at 160x120, 12 fps, key frames every 2 s, timestamps from ``first_pts`` (as a
     stream cut out of a longer one keeps them), and ``audio_s`` of silence in AAC; returns
-    the frames as decoded."""
+    the frames as decoded. ``seekable=False`` writes as into a pipe."""
     from fractions import Fraction
 
     from conveyor.samples.video import render_frames
 
     rate = Fraction(12)
-    with av.open(str(path), "w", format=fmt) as container:
+    with contextlib.ExitStack() as stack:
+        target: Any = str(path)
+        if not seekable:
+            target = _Unseekable(stack.enter_context(path.open("wb")))
+        container = stack.enter_context(av.open(target, "w", format=fmt))
         stream = container.add_stream("libx264", rate=rate)
         stream.width, stream.height, stream.pix_fmt = 160, 120, "yuv420p"
         stream.options = {"preset": "ultrafast"}
@@ -336,6 +361,41 @@ def test_an_mkv_starting_late_is_not_truncated(tmp_path: Path) -> None:
     meta = probe(str(path))
     assert meta.start_time_s == pytest.approx(2.5)
     assert meta.duration_s == pytest.approx(4.0, abs=0.1) and meta.num_frames == 48
+
+
+@pytest.mark.parametrize("first_pts", [0, 30])
+def test_a_recording_never_finalised_is_measured_by_reading_it(
+    tmp_path: Path, first_pts: int
+) -> None:
+    """A Matroska file written as a stream (a crashed screen recording, a browser's
+    MediaRecorder) says nothing of its length: its packets are read to find it."""
+    path = tmp_path / "recording.mkv"
+    frames = write_raw(path, "matroska", first_pts=first_pts, seconds=6.0, seekable=False)
+    with av.open(str(path)) as container:  # the premise: no length anywhere
+        assert container.duration is None and not container.streams.video[0].duration
+    meta = probe(str(path))
+    start = first_pts / 12
+    assert meta.start_time_s == pytest.approx(start)
+    assert meta.duration_s == pytest.approx(6.0, abs=0.01) and meta.num_frames == 72
+    got = list(decode_range(str(path), meta, 2.5, 3.0))  # seconds from the first frame
+    assert [round(t * 12) for t, _ in got] == list(range(30, 36))
+    assert np.array_equal(got[0][1].to_ndarray(format="rgb24"), frames[30])
+
+
+def test_a_bare_stream_or_an_image_is_rejected_for_what_it_is(tmp_path: Path) -> None:
+    bare = tmp_path / "camera.mp4"  # Annex B H.264, no container, named as an MP4
+    write_raw(bare, "h264", first_pts=0, seconds=2.0)
+    with pytest.raises(InputError, match="bare h264 stream with no container"):
+        probe(str(bare))
+    image = tmp_path / "still.mov"
+    with av.open(str(image), "w", format="image2pipe") as container:
+        stream = container.add_stream("png", rate=1)
+        stream.width, stream.height, stream.pix_fmt = 32, 24, "rgb24"
+        frame = av.VideoFrame.from_ndarray(np.zeros((24, 32, 3), np.uint8), format="rgb24")
+        for packet in [*stream.encode(frame), *stream.encode()]:
+            container.mux(packet)
+    with pytest.raises(InputError, match="a png image, not a video"):
+        probe(str(image))
 
 
 def test_an_mpeg_ts_file_named_explicitly_is_probed(tmp_path: Path) -> None:
