@@ -60,6 +60,8 @@ class VideoMetadata:
     start_time_s: float = 0.0
     #: clockwise rotation the player applies (phone videos), in degrees
     rotation: int = 0
+    #: the shape of a pixel, width:height (DVD and broadcast video are stored anamorphic)
+    sample_aspect: tuple[int, int] = (1, 1)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -76,6 +78,7 @@ class VideoMetadata:
             "size_bytes": self.size_bytes,
             "start_time_s": round(self.start_time_s, 6),
             "rotation": self.rotation,
+            "sample_aspect": f"{self.sample_aspect[0]}:{self.sample_aspect[1]}",
         }
 
 

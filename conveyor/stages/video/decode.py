@@ -70,18 +70,29 @@ def _source(path: str, stack: contextlib.ExitStack) -> Any:
     return stack.enter_context(ObjectPath(path).open("rb", block_size=READ_BLOCK))
 
 
+def main_video_stream(container: Any) -> Any | None:
+    """The container's video: its first video stream that is not a cover picture (an
+    MP4 or Matroska file may carry its artwork as a one-frame stream ahead of the video),
+    or None."""
+    import av
+
+    for stream in container.streams.video:
+        if not stream.disposition & av.stream.Disposition.attached_pic:
+            return stream
+    return None
+
+
 def open_video(path: Any, threads: int = 1) -> tuple[Any, Any]:
-    """Open ``path`` (a local path or an open binary file) and its first video stream,
-    decoding with ``threads`` threads."""
+    """Open ``path`` (a local path or an open binary file) and its video stream
+    (``main_video_stream``), decoding with ``threads`` threads."""
     import av
 
     _quiet_logs()
     container = av.open(path, metadata_errors="ignore")
-    try:
-        stream = container.streams.video[0]
-    except IndexError:
+    stream = main_video_stream(container)
+    if stream is None:
         container.close()
-        raise InputError("no video stream") from None
+        raise InputError("no video stream")
     # slice threads only: frame threads keep decoded frames in a pool the encoder may still
     # hold, and closing such a decoder mid-stream can hang (seen with libx264 consumers)
     stream.thread_type = "SLICE"
@@ -105,8 +116,11 @@ def _open_reason(exc: BaseException, logs: list[tuple[int, str, str]]) -> str:
 
 
 def _streams_text(container: Any) -> str:
+    import av
+
     kinds = [
-        f"{s.type} ({s.codec_context.name if s.codec_context else 'unknown codec'})"
+        ("cover picture" if s.disposition & av.stream.Disposition.attached_pic else s.type)
+        + f" ({s.codec_context.name if s.codec_context else 'unknown codec'})"
         for s in container.streams
     ]
     return ", ".join(kinds) if kinds else "no streams at all"
@@ -179,9 +193,9 @@ def probe(path: str, *, verify: bool = True) -> VideoMetadata:
 
 def _probe_open(container: Any, size: int, verify: bool) -> VideoMetadata:
     """``probe``'s work once the container is open."""
-    if not container.streams.video:
+    stream = main_video_stream(container)
+    if stream is None:
         raise InputError(f"no video stream (the file has: {_streams_text(container)})")
-    stream = container.streams.video[0]
     context = stream.codec_context
     if context is None or not context.name:
         raise InputError(f"no decoder for the video stream's codec ({stream.codec.name})")
@@ -220,8 +234,16 @@ def _probe_open(container: Any, size: int, verify: bool) -> VideoMetadata:
         offset = start if tag else (container.start_time or 0) / 1_000_000
         ends = [] if hint is None else [hint, hint + offset]
         duration = _check_tail(container, stream, start_pts, time_base, fps, declared, ends)
+        measured = round(duration * fps)
+        if frames > measured * 1.02 + 2 and container_name == "avi":
+            # an AVI header's frame count is written when recording ends; the index (lost
+            # with the end of a cut file) is rebuilt by reading what is there
+            raise InputError(
+                f"truncated: its frames stop at {duration:.2f} s of the {frames / fps:.2f} s "
+                "its header declares"
+            )
         if declared is None:
-            frames = round(duration * fps)
+            frames = measured
     if not width or not height:
         raise InputError("the video stream has no frame size")
     if not duration:
@@ -240,7 +262,16 @@ def _probe_open(container: Any, size: int, verify: bool) -> VideoMetadata:
         size_bytes=size,
         start_time_s=float(start),
         rotation=rotation % 360,
+        sample_aspect=_sample_aspect(stream),
     )
+
+
+def _sample_aspect(stream: Any) -> tuple[int, int]:
+    """The stream's pixel shape (1:1 where it says none or something unusable)."""
+    for ratio in (stream.sample_aspect_ratio, stream.codec_context.sample_aspect_ratio):
+        if ratio and 0.1 <= float(ratio) <= 10:
+            return ratio.numerator, ratio.denominator
+    return 1, 1
 
 
 def _first_frame(container: Any, stream: Any) -> Any:
@@ -249,7 +280,7 @@ def _first_frame(container: Any, stream: Any) -> Any:
     packets = 0
     try:
         for packet in container.demux(stream):
-            packets += 1
+            packets += bool(packet.size)  # not the empty packet that flushes the decoder
             for frame in packet.decode():
                 return frame
             if packets >= _FIRST_FRAME_PACKETS:
@@ -258,6 +289,11 @@ def _first_frame(container: Any, stream: Any) -> Any:
         raise InputError(
             f"cannot decode the {stream.codec_context.name} video stream: {exc.strerror or exc}"
         ) from None
+    if not packets:
+        raise InputError(
+            f"cannot decode the {stream.codec_context.name} video stream: it holds no frame "
+            "(no packet of it can be read)"
+        )
     raise InputError(
         f"cannot decode the {stream.codec_context.name} video stream: no frame could be "
         f"decoded ({packets} packet{'s' if packets != 1 else ''} read; the data is corrupt or "
@@ -320,7 +356,9 @@ def _check_tail(
                 f"truncated: its frames stop at {last_video + 1 / fps - start:.2f} s of the "
                 f"{declared:.2f} s the file declares"
             )
-        return declared
+        # frames shown past the declared length (a variable-rate MP4 whose track length
+        # leaves out the encoder's delay) are part of the video
+        return max(declared, last_video + 1 / fps - start)
     if last_any is None or last_any < reference - tolerance:
         got = "nothing" if last_any is None else f"{last_any - start:.2f} s"
         raise InputError(
@@ -364,7 +402,11 @@ def _scan_tail(
                 end = float((packet.pts + (packet.duration or 0)) * packet.time_base)
                 last_any = end if last_any is None else max(last_any, end)
             if packet.stream is stream:
-                for frame in packet.decode():
+                try:
+                    frames = packet.decode()
+                except av.InvalidDataError:
+                    continue  # a damaged packet: what follows may decode (``_past_damage``)
+                for frame in frames:
                     if frame.pts is not None:
                         t = frame.pts * time_base
                         last_video = t if last_video is None else max(last_video, t)
@@ -407,22 +449,30 @@ def decode_range(
     end_s: float,
     *,
     threads: int = 1,
+    any_damage: bool = False,
 ) -> Iterator[tuple[float, Any]]:
     """``(seconds, av.VideoFrame)`` for every frame in ``[start_s, end_s)``, from one seek.
 
     The seek lands on the key frame before ``start_s``; frames before it are decoded and
     dropped. A container whose seek lands after ``start_s`` is read again from further back.
+    Damaged packets are skipped; a range mostly damaged fails, unless ``any_damage``: then
+    it gives what decodes.
     """
     with contextlib.ExitStack() as stack:
         source = _source(path, stack)
         with _capture():
             container, stream = open_video(source, threads)
         with container:
-            yield from _decode_open(container, stream, metadata, start_s, end_s)
+            yield from _decode_open(container, stream, metadata, start_s, end_s, any_damage)
 
 
 def _decode_open(
-    container: Any, stream: Any, metadata: VideoMetadata, start_s: float, end_s: float
+    container: Any,
+    stream: Any,
+    metadata: VideoMetadata,
+    start_s: float,
+    end_s: float,
+    any_damage: bool = False,
 ) -> Iterator[tuple[float, Any]]:
     """``decode_range``'s work once the container is open."""
     import av
@@ -438,7 +488,7 @@ def _decode_open(
             except av.FFmpegError:
                 if math.isfinite(back):
                     continue
-        frames = _decode_from(container, stream, start_pts, time_base, metadata.fps)
+        frames = _decode_from(container, stream, start_pts, time_base, metadata.fps, any_damage)
         first = next(frames, None)
         if first is None:
             if origin > 0:
@@ -458,11 +508,12 @@ def _decode_open(
         return
 
 
-def _past_damage(container: Any, stream: Any) -> Iterator[Any]:
+def _past_damage(container: Any, stream: Any, any_damage: bool = False) -> Iterator[Any]:
     """The stream's frames, skipping packets the decoder refuses as damaged, as FFmpeg's
     own tools do (a few flipped bits in a long file cost a moment of it, with the decoder
     concealing what it can, not the whole file); a range where damaged packets are the
-    majority, past ``_DAMAGED_PACKETS`` of them, fails with the decoder's reason."""
+    majority, past ``_DAMAGED_PACKETS`` of them, fails with the decoder's reason, unless
+    ``any_damage``."""
     import av
 
     damaged = packets = 0
@@ -472,18 +523,23 @@ def _past_damage(container: Any, stream: Any) -> Iterator[Any]:
             frames = packet.decode()
         except av.InvalidDataError:
             damaged += 1
-            if damaged > _DAMAGED_PACKETS and damaged * 2 > packets:
+            if not any_damage and damaged > _DAMAGED_PACKETS and damaged * 2 > packets:
                 raise
             continue
         yield from frames
 
 
 def _decode_from(
-    container: Any, stream: Any, start_pts: int, time_base: float, fps: float
+    container: Any,
+    stream: Any,
+    start_pts: int,
+    time_base: float,
+    fps: float,
+    any_damage: bool = False,
 ) -> Iterator[tuple[float, Any]]:
     """Decoded frames with their seconds; frames without a timestamp follow the last one."""
     last: float | None = None
-    for stamp, frame in trusted_stamps(_past_damage(container, stream)):
+    for stamp, frame in trusted_stamps(_past_damage(container, stream, any_damage)):
         if stamp is None:
             t = 0.0 if last is None else last + 1 / fps
         else:

@@ -70,11 +70,14 @@ class ClipFrameExtractor(ClipStage):
         fps = clip.fps or (video.metadata.fps if video.metadata else 0.0)
         wanted = {r: sample_indices(clip.num_frames, fps, r) for r in self.rates}
         needed = sorted({i for indices in wanted.values() for i in indices})
-        width, height = scaled_size(clip.width, clip.height, self.short_side)
         decoded: dict[int, np.ndarray] = {}
         with av.open(io.BytesIO(clip.encoded)) as container:
             stream = container.streams.video[0]
             stream.thread_count = 1
+            # as wide as a player shows it: anamorphic pixels are not square
+            aspect = stream.sample_aspect_ratio
+            shown = round(clip.width * float(aspect)) if aspect else clip.width
+            width, height = scaled_size(shown, clip.height, self.short_side)
             target = iter(needed)
             nxt = next(target, None)
             for position, frame in enumerate(container.decode(stream)):

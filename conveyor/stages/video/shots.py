@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from conveyor.resources import Resources
-from conveyor.stages.video.base import InputError, TorchStage, VideoStage
+from conveyor.stages.video.base import TorchStage, VideoStage
 from conveyor.stages.video.decode import decode_range
 from conveyor.stages.video.split import windows
 from conveyor.tasks.video import FrameWindow, Video, VideoTask
@@ -94,20 +94,20 @@ class ShotFrameDecoder(VideoStage):
         filled = np.zeros(last - first, dtype=bool)
         lo, hi = max(0, first), min(meta.num_frames, last)
         threads = max(1, round(self.resources.cpus))
+        # a damaged stretch costs its own frames only (the clips over it fail when they are
+        # transcoded): shots on either side of it are still found
         for t, frame in decode_range(
-            video.path, meta, lo / meta.fps, hi / meta.fps, threads=threads
+            video.path, meta, lo / meta.fps, hi / meta.fps, threads=threads, any_damage=True
         ):
             index = round(t * meta.fps)
             if not lo <= index < hi or filled[index - first]:
                 continue
             out[index - first] = frame.to_ndarray(width=width, height=height, format="rgb24")
             filled[index - first] = True
-        inside = filled[lo - first : hi - first]
-        if not inside.any():
-            raise InputError(
-                f"no frame could be decoded between {lo / meta.fps:.2f} s and {hi / meta.fps:.2f} s"
-            )
-        _fill_gaps(out, filled)
+        if filled.any():
+            _fill_gaps(out, filled)
+        else:  # no frame at all: damage, or a screen recording that showed nothing new
+            out[:] = 0  # one still picture, in which nothing is detected
         window.frames = out
         return None
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from conveyor.resources import Resources
-from conveyor.stages.video.base import ClipStage
+from conveyor.stages.video.base import ClipStage, describe_error, input_errors
 from conveyor.stages.video.decode import decode_range
 from conveyor.tasks.video import Clip, Video
 
@@ -60,6 +60,13 @@ def sweep_scratch(folder: str) -> None:
             continue  # another user's live process
 
 
+#: output timestamps per frame of the nominal rate
+STEPS_PER_FRAME = 100
+#: a frame this close to its place at the nominal rate is put there (Matroska's stamps
+#: are whole milliseconds)
+SNAP_S = 0.001
+
+
 class _ClipEncoder:
     """One clip's MP4 being written (to a scratch file, so the index can go first)."""
 
@@ -71,6 +78,7 @@ class _ClipEncoder:
         rate: Fraction,
         threads: int,
         rotation: int = 0,
+        sample_aspect: tuple[int, int] = (1, 1),
     ) -> None:
         import av
 
@@ -86,17 +94,33 @@ class _ClipEncoder:
             stream.codec_context.thread_count = threads
         if rotation:
             stream.set_display_rotation(rotation)  # players turn the clip as the source
+        if sample_aspect != (1, 1):  # and show it as wide as the source
+            stream.codec_context.sample_aspect_ratio = Fraction(*sample_aspect)
+        # a hundredth of a frame: a constant-rate source keeps evenly spaced stamps, and a
+        # variable-rate one (screen and phone recordings) keeps its timing
+        self.time_base = 1 / (rate * STEPS_PER_FRAME)
+        stream.codec_context.time_base = self.time_base
         self.stream = stream
         self.size = size
         self.rate = rate
         self.frames = 0
+        self._origin: float | None = None
+        self._last_pts = -1
 
-    def add(self, frame: Any) -> None:
+    def add(self, frame: Any, t: float) -> None:
+        """Append ``frame``, shown ``t`` seconds into the source."""
         width, height = self.size
         if frame.width != width or frame.height != height or frame.format.name != "yuv420p":
             frame = frame.reformat(width=width, height=height, format="yuv420p")
-        frame.pts = self.frames
-        frame.time_base = 1 / self.rate
+        if self._origin is None:
+            self._origin = t
+        steps = (t - self._origin) / self.time_base
+        slot = round(steps / STEPS_PER_FRAME) * STEPS_PER_FRAME  # the nominal frame's place
+        if abs(steps - slot) * self.time_base <= SNAP_S:
+            steps = slot  # stamps the container rounded (to milliseconds) stay even
+        pts = max(round(steps), self._last_pts + 1)
+        frame.pts, frame.time_base = pts, self.time_base
+        self._last_pts = pts
         self.container.mux(self.stream.encode(frame))
         self.frames += 1
 
@@ -167,6 +191,24 @@ class ClipTranscoder(ClipStage):
         return {"preset": self.preset, "crf": str(self.crf)}
 
     def process_clips(self, clips: list[Clip], video: Video) -> None:
+        import av
+
+        try:
+            self._transcode(clips, video)
+        except av.InvalidDataError:
+            if len(clips) == 1:
+                raise
+            # a stretch too damaged to decode: each clip not yet written is tried on its
+            # own, so that the damage fails only the clips it is in
+            for clip in clips:
+                if clip.active and clip.encoded is None:
+                    try:
+                        self._transcode([clip], video)
+                    except input_errors() as exc:
+                        clip.fail(self.name, describe_error(exc))
+
+    def _transcode(self, clips: list[Clip], video: Video) -> None:
+        """Encode ``clips`` from one decoding pass over their stretch of the source."""
         meta = video.metadata
         assert meta is not None
         size = output_size(meta.width, meta.height, self.max_height)
@@ -177,7 +219,8 @@ class ClipTranscoder(ClipStage):
         open_: dict[str, _ClipEncoder] = {}
         done: set[str] = set()
         start = pending[0].frame_span[0] / meta.fps
-        end = max(c.frame_span[1] for c in pending) / meta.fps
+        stop = max(c.frame_span[1] for c in pending)
+        end = meta.duration_s if stop >= meta.num_frames else stop / meta.fps
         try:
             for t, frame in decode_range(video.path, meta, start, end, threads=threads):
                 index = round(t * meta.fps)
@@ -185,16 +228,22 @@ class ClipTranscoder(ClipStage):
                     first, last = clip.frame_span
                     if clip.clip_id in done:
                         continue
-                    if index >= last:
-                        self._close(clip, open_, done)
+                    if index >= last and last < meta.num_frames:  # the last clip takes
+                        self._close(clip, open_, done)  # all to the end (variable rates)
                     elif index >= first:
                         encoder = open_.get(clip.clip_id)
                         if encoder is None:
                             encoder = _ClipEncoder(
-                                self._codec, options, size, rate, threads, meta.rotation
+                                self._codec,
+                                options,
+                                size,
+                                rate,
+                                threads,
+                                meta.rotation,
+                                meta.sample_aspect,
                             )
                             open_[clip.clip_id] = encoder
-                        encoder.add(frame)
+                        encoder.add(frame, t)
             for clip in pending:
                 if clip.clip_id not in done:
                     self._close(clip, open_, done)

@@ -110,8 +110,8 @@ def test_every_bad_file_is_rejected_with_a_telling_reason(
     assert TELLING[kind] in str(raised.value).lower()
 
 
-@pytest.mark.parametrize("suffix", [".mkv", ".webm"])
-def test_a_cut_matroska_file_is_reported_truncated(
+@pytest.mark.parametrize("suffix", [".mkv", ".webm", ".avi"])
+def test_a_cut_matroska_or_avi_file_is_reported_truncated(
     media: Media, tmp_path: Path, suffix: str
 ) -> None:
     truncated = cut(long_video(media, suffix).path, tmp_path / f"cut{suffix}", 0.6)
@@ -244,6 +244,15 @@ def test_a_few_damaged_packets_cost_a_few_frames_not_the_video(
     for (_, frame), index in zip(got, indices, strict=True):
         if index < min(damaged) - 4:  # decoded before the damage: exactly as written
             assert np.array_equal(frame.to_ndarray(format="rgb24"), sequential[".mp4"][index])
+
+
+def test_damage_near_the_end_does_not_make_a_file_look_truncated(
+    media: Media, tmp_path: Path
+) -> None:
+    video = long_video(media, ".mp4")  # 72 packets; the last 3 s are read to check the end
+    damage_packets(video.path, tmp_path / "damaged.mp4", slice(36, 42))
+    meta = probe(str(tmp_path / "damaged.mp4"))
+    assert meta.duration_s == pytest.approx(6.0, abs=0.1) and meta.num_frames == 72
 
 
 def test_a_range_mostly_damaged_fails_with_the_decoders_reason(
@@ -396,6 +405,87 @@ def test_a_bare_stream_or_an_image_is_rejected_for_what_it_is(tmp_path: Path) ->
             container.mux(packet)
     with pytest.raises(InputError, match="a png image, not a video"):
         probe(str(image))
+
+
+def with_cover(path: Path, video: bool) -> Path:
+    """An MP4 whose first stream is cover art (one MJPEG picture), then 2 s of 12 fps
+    video (or, without ``video``, AAC silence, as a podcast has it)."""
+    from fractions import Fraction
+
+    with av.open(str(path), "w", format="mp4") as container:
+        cover = container.add_stream("mjpeg", rate=1)
+        cover.width, cover.height, cover.pix_fmt = 64, 48, "yuvj420p"
+        cover.disposition = av.stream.Disposition.attached_pic
+        if video:
+            stream = container.add_stream("libx264", rate=12)
+            stream.width, stream.height, stream.pix_fmt = 160, 120, "yuv420p"
+        else:
+            stream = container.add_stream("aac", rate=48000)
+        picture = av.VideoFrame.from_ndarray(np.full((48, 64, 3), 90, np.uint8), format="rgb24")
+        picture = picture.reformat(format="yuvj420p")
+        picture.pts, picture.time_base = 0, Fraction(1, 1)
+        container.mux([*cover.encode(picture), *cover.encode(None)][:1])
+        for i in range(24 if video else 94):
+            if video:
+                image = np.full((120, 160, 3), 10 * i, np.uint8)
+                frame: Any = av.VideoFrame.from_ndarray(image, format="rgb24")
+                frame.pts, frame.time_base = i, Fraction(1, 12)
+            else:
+                frame = av.AudioFrame.from_ndarray(
+                    np.zeros((1, 1024), np.float32), format="fltp", layout="mono"
+                )
+                frame.sample_rate, frame.pts = 48000, i * 1024
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode(None))
+    # FFmpeg stores the art in moov/udta, after the tracks; other writers put udta first,
+    # and the art then comes out as stream 0: move it there (the boxes keep their sizes)
+    data = path.read_bytes()
+    at = 0
+    while data[at + 4 : at + 8] != b"moov":
+        at += int.from_bytes(data[at : at + 4], "big")
+    end = at + int.from_bytes(data[at : at + 4], "big")
+    boxes, inner = [], at + 8
+    while inner < end:
+        size = int.from_bytes(data[inner : inner + 4], "big")
+        boxes.append(data[inner : inner + size])
+        inner += size
+    boxes.sort(key=lambda box: box[4:8] not in (b"mvhd", b"udta"))
+    path.write_bytes(data[: at + 8] + b"".join(boxes) + data[end:])
+    with av.open(str(path)) as container:
+        assert container.streams[0].disposition & av.stream.Disposition.attached_pic
+    return path
+
+
+def test_cover_art_ahead_of_the_video_is_passed_over(tmp_path: Path) -> None:
+    path = with_cover(tmp_path / "album.mp4", video=True)
+    meta = probe(str(path))
+    assert (meta.width, meta.height, meta.num_frames) == (160, 120, 24)
+    got = list(decode_range(str(path), meta, 1.0, 1.5))
+    assert [round(t * 12) for t, _ in got] == list(range(12, 18))
+    assert got[0][1].width == 160
+
+
+def test_a_video_track_without_frames_is_called_empty(tmp_path: Path) -> None:
+    path = tmp_path / "silent.mkv"  # a recorder that wrote the sound and no picture
+    with av.open(str(path), "w", format="matroska") as container:
+        video = container.add_stream("libx264", rate=12)
+        video.width, video.height, video.pix_fmt = 160, 120, "yuv420p"
+        sound = container.add_stream("aac", rate=48000)
+        for i in range(10):
+            samples = av.AudioFrame.from_ndarray(
+                np.zeros((1, 1024), np.float32), format="fltp", layout="mono"
+            )
+            samples.sample_rate, samples.pts = 48000, i * 1024
+            container.mux(sound.encode(samples))
+        container.mux(sound.encode(None))
+    with pytest.raises(InputError, match=r"h264 video stream: it holds no frame \(no packet"):
+        probe(str(path))
+
+
+def test_audio_with_cover_art_has_no_video(tmp_path: Path) -> None:
+    path = with_cover(tmp_path / "podcast.mp4", video=False)
+    with pytest.raises(InputError, match=r"no video stream .*cover picture \(mjpeg\)"):
+        probe(str(path))
 
 
 def test_an_mpeg_ts_file_named_explicitly_is_probed(tmp_path: Path) -> None:

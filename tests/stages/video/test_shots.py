@@ -158,13 +158,41 @@ def test_detector_settings_are_validated() -> None:
         ShotFrameDecoder(size=(48, 27), width=64)
 
 
-def test_a_window_with_no_decodable_frame_fails_its_video(tmp_path: Path) -> None:
+def test_a_window_without_frames_is_one_still_picture_and_the_video_goes_on(
+    tmp_path: Path, transnet: TransNetV2Detector
+) -> None:
+    """A screen recording may show nothing new for seconds (no frame at all), and damage
+    may leave a stretch undecodable: nothing is detected there, and the clips over it fail
+    on their own when transcoded."""
     truth = write_video(tmp_path / "short.mp4", [Segment("pan", 1, 1)], width=64, height=48, fps=10)
     video = Video(str(truth.path), "short.mp4", probe(str(truth.path)))
     (window,) = ShotWindows(10.0, 0).process_video(video)
     assert window.window is not None
-    window.window.start, window.window.end = 500, 600  # past the end of the file
+    window.window.start, window.window.end = 500, 600  # no frame of the file is there
     task = VideoTask(data=window)
     ShotFrameDecoder().process(task)
-    assert task.data.failed
-    assert "no frame could be decoded" in task.data.errors["ShotFrameDecoder"]
+    assert not task.data.failed
+    frames = window.window.frames
+    assert frames is not None and frames.shape == (100, 27, 48, 3) and not frames.any()
+    transnet.process_batch([task])
+    assert window.window.transitions == []
+
+
+def test_a_damaged_window_keeps_what_decoded(tmp_path: Path) -> None:
+    from .test_probe import damage_packets
+
+    segments = [Segment("pan", 2, 1), Segment("shapes", 2, 2), Segment("noise", 2, 3)]
+    truth = write_video(tmp_path / "cuts.mp4", segments, fps=10)  # a key frame every 2 s
+    damage_packets(truth.path, tmp_path / "damaged.mp4", slice(2, 20))  # most of 0-2 s
+    (task,) = windowed(truth, 10, 0)
+    task.data.path = str(tmp_path / "damaged.mp4")  # damaged since it was probed
+    ShotFrameDecoder().process(task)
+    assert not task.data.failed
+    window = task.data.window
+    assert window is not None and window.frames is not None
+    undamaged = ShotFrameDecoder()
+    (clean,) = windowed(truth, 10, 0)
+    undamaged.process(clean)
+    assert clean.data.window is not None and clean.data.window.frames is not None
+    assert np.array_equal(window.frames[:2], clean.data.window.frames[:2])
+    assert np.array_equal(window.frames[20:], clean.data.window.frames[20:])  # after it

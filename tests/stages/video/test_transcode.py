@@ -184,6 +184,18 @@ def test_one_decoding_pass_per_chunk(media: Media, monkeypatch: pytest.MonkeyPat
     assert all(clip.num_frames == clip.frame_span[1] - clip.frame_span[0] for clip in clips)
 
 
+def test_damage_fails_only_the_clips_it_is_in(media: Media, tmp_path: Path) -> None:
+    from .test_probe import damage_packets
+
+    source = noise_video(media, ".mp4")  # 48 frames, a key frame every 24
+    damaged = tmp_path / "damaged.mp4"
+    damage_packets(source.path, damaged, slice(2, 22))  # most of the first 2 s
+    first, second = transcoded(media, damaged, [(0, 20), (26, 46)])  # one chunk
+    assert "Invalid data" in first.errors["ClipTranscoder"]
+    assert not second.errors
+    assert_aligned(assert_good_clip(second, (160, 120)), source_frames(source.path), 26)
+
+
 def test_an_odd_sized_source_gives_even_dimensions(media: Media) -> None:
     source = media.video("odd.webm", [Segment("pan", 1.0, 1)], width=321, height=241, fps=12)
     assert (media.metadata(source.path).width, media.metadata(source.path).height) == (321, 241)
@@ -262,23 +274,25 @@ def test_an_unreadable_source_fails_the_chunks_clips(media: Media, tmp_path: Pat
         assert clip.encoded is None and "ClipTranscoder" in clip.errors
 
 
-def test_a_rotated_source_keeps_its_rotation_and_models_see_it_upright(tmp_path: Path) -> None:
+def shaped_source(
+    path: Path, rotation: int = 0, sample_aspect: tuple[int, int] | None = None
+) -> VideoTask:
+    """3 s of 96x64 pixels with a display rotation or a pixel shape, as one fixed-stride
+    chunk transcoded to a clip, with frames at 1 per second extracted from it."""
     from fractions import Fraction
 
-    import av
-    import numpy as np
-
-    from conveyor.cluster import WorkerInfo
     from conveyor.stages.video.decode import probe
     from conveyor.stages.video.frames import ClipFrameExtractor
     from conveyor.stages.video.split import FixedStrideSplitter
-    from conveyor.tasks.video import Video, VideoTask
+    from conveyor.tasks.video import Video
 
-    path = tmp_path / "phone.mp4"
-    with av.open(str(path), "w") as container:  # landscape pixels shown as portrait
+    with av.open(str(path), "w") as container:
         stream = container.add_stream("libx264", rate=12)
         stream.width, stream.height, stream.pix_fmt = 96, 64, "yuv420p"
-        stream.set_display_rotation(90)
+        if rotation:
+            stream.set_display_rotation(rotation)
+        if sample_aspect:
+            stream.codec_context.sample_aspect_ratio = Fraction(*sample_aspect)
         for i in range(36):
             image = np.zeros((64, 96, 3), np.uint8)
             image[:, : 10 + i] = 200
@@ -287,18 +301,69 @@ def test_a_rotated_source_keeps_its_rotation_and_models_see_it_upright(tmp_path:
             container.mux(stream.encode(frame))
         container.mux(stream.encode(None))
     meta = probe(str(path))
-    assert meta.rotation == 90
-    (chunk,) = FixedStrideSplitter(clip_len_s=3).process_video(Video(str(path), "phone.mp4", meta))
+    (chunk,) = FixedStrideSplitter(clip_len_s=3).process_video(Video(str(path), path.name, meta))
+    task = VideoTask(data=chunk)
+    ClipTranscoder(encoder="libx264").process(task)
+    extractor = ClipFrameExtractor(rates=[1.0])
+    extractor.setup(WorkerInfo("w", "ClipFrameExtractor", "n"))
+    extractor.process(task)
+    return task
+
+
+def test_a_rotated_source_keeps_its_rotation_and_models_see_it_upright(tmp_path: Path) -> None:
+    task = shaped_source(tmp_path / "phone.mp4", rotation=90)  # landscape pixels, portrait
+    assert task.data.metadata is not None and task.data.metadata.rotation == 90
+    (clip,) = task.data.clips
+    with av.open(io.BytesIO(clip.encoded)) as container:  # type: ignore[arg-type]
+        assert next(container.decode(video=0)).rotation == 90
+    assert clip.frames[1.0].shape[1:3] == (96, 64)  # portrait, as shown
+
+
+def test_an_anamorphic_source_keeps_its_pixel_shape_and_models_see_it_wide(
+    tmp_path: Path,
+) -> None:
+    task = shaped_source(tmp_path / "dvd.mkv", sample_aspect=(2, 1))  # shown 192 x 64
+    meta = task.data.metadata
+    assert meta is not None and meta.sample_aspect == (2, 1)
+    assert meta.as_dict()["sample_aspect"] == "2:1"
+    (clip,) = task.data.clips
+    assert (clip.width, clip.height) == (96, 64)  # the pixels as stored
+    with av.open(io.BytesIO(clip.encoded)) as container:  # type: ignore[arg-type]
+        assert container.streams.video[0].sample_aspect_ratio == 2
+    assert clip.frames[1.0].shape[1:3] == (64, 192)  # as a player shows it
+
+
+def test_a_variable_rate_source_keeps_its_timing(tmp_path: Path) -> None:
+    """A screen recording's frames come when the screen changes: the clip shows each at
+    the moment it had in the source, not evenly spaced at the average rate."""
+    from fractions import Fraction
+
+    from conveyor.stages.video.decode import probe
+    from conveyor.stages.video.split import FixedStrideSplitter
+    from conveyor.tasks.video import Video
+
+    path = tmp_path / "screen.mp4"
+    gaps = [33, 33, 50, 400, 16, 100] * 8  # milliseconds
+    stamps = [sum(gaps[:i]) for i in range(len(gaps))]
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("libx264", rate=30)
+        stream.width, stream.height, stream.pix_fmt = 96, 64, "yuv420p"
+        stream.codec_context.time_base = Fraction(1, 1000)
+        for i, ms in enumerate(stamps):
+            image = np.full((64, 96, 3), (i * 5) % 250, np.uint8)
+            frame = av.VideoFrame.from_ndarray(image, format="rgb24")
+            frame.pts, frame.time_base = ms, Fraction(1, 1000)
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode(None))
+    meta = probe(str(path))
+    (chunk,) = FixedStrideSplitter(clip_len_s=60).process_video(Video(str(path), "s.mp4", meta))
     task = VideoTask(data=chunk)
     ClipTranscoder(encoder="libx264").process(task)
     (clip,) = task.data.clips
     with av.open(io.BytesIO(clip.encoded)) as container:  # type: ignore[arg-type]
-        assert next(container.decode(video=0)).rotation == 90
-    extractor = ClipFrameExtractor(rates=[1.0])
-    extractor.setup(WorkerInfo("w", "ClipFrameExtractor", "n"))
-    extractor.process(task)
-    frames = clip.frames[1.0]
-    assert frames.shape[1:3] == (96, 64)  # portrait, as shown
+        times = [float(f.time) for f in container.decode(video=0)]
+    assert clip.num_frames == len(times) == len(stamps)
+    assert times == pytest.approx([ms / 1000 for ms in stamps], abs=0.002)
 
 
 def test_scratch_clips_of_dead_workers_are_swept(tmp_path: Path) -> None:
