@@ -66,6 +66,7 @@ def build_summary(
             failures += [{"video": source.relative_path, **r} for r in reasons]
             continue
         videos[record["status"]] += 1
+        videos["without_clips"] += bool(record.get("no_clips"))
         meta = record.get("metadata") or {}
         duration = float(meta.get("duration_s") or 0.0)
         seconds_in += duration
@@ -102,6 +103,7 @@ def build_summary(
             "ok": videos["ok"],
             "failed": videos["failed"],
             "incomplete": videos["incomplete"],
+            "without_clips": videos["without_clips"],
             "done_this_run": len(done_now),
             "skipped_as_complete": len(sources) - len(pending),
         },
@@ -189,6 +191,11 @@ def print_summary(summary: dict[str, Any], console: Console, max_failures: int =
     console.print(
         f"[bold]videos[/]: {videos['in']} in, {videos['ok']} ok, {videos['failed']} failed"
         + (f", {videos['incomplete']} incomplete" if videos["incomplete"] else "")
+        + (
+            f", {videos['without_clips']} too short for any clip"
+            if videos.get("without_clips")
+            else ""
+        )
         + (
             f" ({videos['skipped_as_complete']} already complete, skipped)"
             if videos["skipped_as_complete"]

@@ -31,6 +31,7 @@ from conveyor.pipelines.video import (
 )
 from conveyor.samples.video import Segment, write_bad_file, write_video
 from conveyor.stages.video.layout import OutputLayout
+from conveyor.stages.video.writer import NO_CLIPS
 
 REPO = Path(__file__).resolve().parents[2]
 runner = CliRunner()
@@ -128,6 +129,7 @@ def test_fixed_stride_run_writes_the_layout_and_summary(inputs: Path, tmp_path: 
         "ok": 2,
         "failed": 1,
         "incomplete": 0,
+        "without_clips": 0,
         "done_this_run": 3,
         "skipped_as_complete": 0,
     }
@@ -360,6 +362,18 @@ def test_command_runs_and_lists_failed_videos(inputs: Path, tmp_path: Path) -> N
     changed = runner.invoke(app, [*args, "--no-tags", "--no-live"])
     assert changed.exit_code == 2
     assert "other options" in changed.output
+
+
+def test_videos_too_short_for_a_clip_are_counted_and_say_why(inputs: Path, tmp_path: Path) -> None:
+    output = tmp_path / "out"
+    args = ["video", str(inputs), str(output), "--splitter", "fixed", "--clip-len", "60"]
+    result = runner.invoke(app, [*args, "--min-clip", "60", "--no-embed", "--no-live"])
+    assert result.exit_code == 0, result.output
+    assert "3 in, 2 ok, 1 failed, 2 too short for any clip" in result.output
+    summary = json.loads((output / "summary.json").read_text())
+    assert summary["videos"]["without_clips"] == 2 and summary["clips"]["made"] == 0
+    reasons = [r["no_clips"] for r in records(output).values()]
+    assert sorted(reasons, key=str) == [None, NO_CLIPS, NO_CLIPS]  # None: the failed one
 
 
 @pytest.mark.parametrize(

@@ -25,6 +25,9 @@ from conveyor.tasks.video import ERROR_FILTER, Clip, Video, VideoTask
 
 EMBEDDING_COLUMNS = ("clip_id", "embedding")
 
+#: the reason recorded for a readable video that gave no clip
+NO_CLIPS = "too short: the video, or each of its shots once cropped, is under --min-clip"
+
 
 def clip_meta(clip: Clip, video: Video, location: str | None) -> dict[str, Any]:
     """The ``metas/<clip_id>.json`` record of a clip."""
@@ -201,6 +204,7 @@ def _video_record(
     meta = video.metadata
     transitions = sorted(tuple(t) for c in chunks for t in c.get("transitions", []))
     fps = meta.fps if meta else 0.0
+    made = [cid for c in chunks for cid in c["clips"]]
     return {
         "video_id": video.video_id,
         "source_video": video.relative_path,
@@ -210,7 +214,9 @@ def _video_record(
         "errors": errors,
         "metadata": meta.as_dict() if meta else None,
         "num_chunks": len(chunks),
-        "clips": [cid for c in chunks for cid in c["clips"]],
+        "clips": made,
+        # why a readable video gave nothing: the splitter's length rules are all that can
+        "no_clips": None if errors or made else NO_CLIPS,
         "kept": [cid for c in chunks for cid in c["kept"]],
         "kept_seconds": round(sum(c["kept_seconds"] for c in chunks), 6),
         "filtered": filtered,

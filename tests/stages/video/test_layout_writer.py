@@ -12,7 +12,7 @@ import pytest
 
 from conveyor.stages.video import layout as layout_module
 from conveyor.stages.video.layout import OutputLayout, relative_paths
-from conveyor.stages.video.writer import ClipWriter
+from conveyor.stages.video.writer import NO_CLIPS, ClipWriter
 from conveyor.tasks.video import Clip, Video, VideoMetadata, VideoTask, clip_id, video_id
 
 META = VideoMetadata(duration_s=10.0, fps=10.0, num_frames=100, width=64, height=48, codec="h264")
@@ -293,6 +293,7 @@ def test_chunks_in_any_order_finalise_the_video_once_all_are_in(tmp_path: Path) 
     assert record["filtered"] == {"motion": [chunks[1][1].clip_id]}
     assert record["transitions"] == [[10, 9]]
     assert record["boundaries_s"] == [1.0]
+    assert record["no_clips"] is None
     assert record["embeddings"] == f"embeddings/{vid}.parquet"
     assert layout.is_complete(relative, 1234, 1700000000.5)
 
@@ -327,6 +328,13 @@ def test_filtered_clips_are_written_only_when_asked(tmp_path: Path) -> None:
         assert not (out / "embeddings").exists()  # the filtered clip's vector is not written
 
 
+def test_a_readable_video_too_short_for_a_clip_says_so(tmp_path: Path) -> None:
+    ClipWriter(tmp_path).process(chunk("short.mp4", 0, [], last=True))
+    record = OutputLayout(tmp_path).read_record("short.mp4")
+    assert record is not None and record["status"] == "ok" and record["clips"] == []
+    assert record["no_clips"] == NO_CLIPS and "--min-clip" in NO_CLIPS
+
+
 def test_a_failed_video_is_recorded_as_failed(tmp_path: Path) -> None:
     video = Video("/data/bad.mp4", "bad.mp4", source_size=3, source_mtime=2.0)
     video.fail("VideoProbe", "empty file (0 bytes)")
@@ -338,6 +346,7 @@ def test_a_failed_video_is_recorded_as_failed(tmp_path: Path) -> None:
     assert record["status"] == "failed"
     assert record["errors"] == {"VideoProbe": "empty file (0 bytes)"}
     assert record["metadata"] is None and record["clips"] == [] and record["embeddings"] is None
+    assert record["no_clips"] is None  # its errors say why
     assert layout.is_complete("bad.mp4", 3, 2.0)
     assert files_under(tmp_path) == ["videos/bad.mp4.json"]
 
