@@ -48,9 +48,9 @@ def _has(task: Any, name: str) -> bool:
 def lower_priority(niceness: int) -> None:
     """Lower this process's CPU priority by ``niceness`` (``WorkerPlacement.niceness``).
 
-    Workers call it after their stage's setup: at the start every stage's setup is on the
+    Workers call it once their stage is set up: at the start every stage's setup is on the
     way to the first output, and the slowest to set up (models, upstream) would otherwise
-    come last. Only raising a nice value needs no privilege, so setup cannot come after."""
+    come last. It is done once: lowering a nice value back needs a privilege workers lack."""
     if niceness > 0:
         with contextlib.suppress(OSError):  # not allowed here: run at the usual priority
             os.nice(fit_niceness(niceness, os.nice(0)))

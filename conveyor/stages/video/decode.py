@@ -199,7 +199,8 @@ def _probe_open(container: Any, size: int, verify: bool) -> VideoMetadata:
     context = stream.codec_context
     if context is None or not context.name:
         raise InputError(f"no decoder for the video stream's codec ({stream.codec.name})")
-    kind = container.format.name if container.format else ""
+    container_name = container.format.name if container.format else None
+    kind = container_name or ""
     if kind.endswith("_pipe") or kind == "image2":
         raise InputError(f"a {context.name} image, not a video (FFmpeg reads it as {kind})")
     width, height = context.width, context.height
@@ -220,7 +221,6 @@ def _probe_open(container: Any, size: int, verify: bool) -> VideoMetadata:
     duration = declared or (frames / fps if frames else None) or hint
     audio = container.streams.audio[0].codec_context.name if container.streams.audio else None
     bit_rate = context.bit_rate or container.bit_rate or None
-    container_name = container.format.name if container.format else None
     pix_fmt = context.pix_fmt
     rotation = 0
     if verify:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from conveyor.resources import Resources
-from conveyor.stages.video.base import ClipStage, describe_error, input_errors
+from conveyor.stages.video.base import ClipStage
 from conveyor.stages.video.decode import decode_range
 from conveyor.tasks.video import Clip, Video
 
@@ -200,12 +200,11 @@ class ClipTranscoder(ClipStage):
                 raise
             # a stretch too damaged to decode: each clip not yet written is tried on its
             # own, so that the damage fails only the clips it is in
-            for clip in clips:
-                if clip.active and clip.encoded is None:
-                    try:
-                        self._transcode([clip], video)
-                    except input_errors() as exc:
-                        clip.fail(self.name, describe_error(exc))
+            rest = [clip for clip in clips if clip.active and clip.encoded is None]
+            super().process_clips(rest, video)
+
+    def process_clip(self, clip: Clip, video: Video) -> None:
+        self._transcode([clip], video)
 
     def _transcode(self, clips: list[Clip], video: Video) -> None:
         """Encode ``clips`` from one decoding pass over their stretch of the source."""
