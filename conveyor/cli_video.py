@@ -322,7 +322,7 @@ def _run(
     from conveyor.monitor import LiveView
     from conveyor.pipelines.video import build_video_pipeline, run_video
     from conveyor.pipelines.video_summary import input_failures, print_summary
-    from conveyor.stages.video.reader import list_videos, pending_videos
+    from conveyor.stages.video.reader import VIDEO_EXTENSIONS, list_videos, pending_videos
     from conveyor.storage import is_url
 
     try:
@@ -331,9 +331,8 @@ def _run(
     except (OSError, ImportError, ValueError) as exc:  # a store refusing, unreachable, ...
         raise _fail(str(exc), 1) from None
     if not sources:
-        raise _fail(
-            f"no videos in {config.input} (looked for .mp4 .mov .mkv .webm .avi, recursively)"
-        )
+        wanted = " ".join(VIDEO_EXTENSIONS)
+        raise _fail(f"no videos in {config.input} (looked for {wanted}, recursively)")
     done_before = len(sources) - len(pending)
     progress = _Progress()
     view = LiveView(console=console, live=None if live else False, extra=progress.line)

@@ -28,7 +28,26 @@ from conveyor.tasks.video import Video, VideoTask, video_id
 
 log = logging.getLogger(__name__)
 
-VIDEO_EXTENSIONS: tuple[str, ...] = (".mp4", ".mov", ".mkv", ".webm", ".avi")
+#: what a folder run takes (any case): the common containers, and what cameras, phones, TV
+#: recordings, DVDs and older web video leave (AVCHD's .mts/.m2ts, .m4v, .ts, .mpg, .flv,
+#: .wmv, .3gp, .mxf); probing decides whether a file really is a video
+VIDEO_EXTENSIONS: tuple[str, ...] = (
+    ".mp4",
+    ".mov",
+    ".mkv",
+    ".webm",
+    ".avi",
+    ".m4v",
+    ".mts",
+    ".m2ts",
+    ".ts",
+    ".mpg",
+    ".mpeg",
+    ".flv",
+    ".wmv",
+    ".3gp",
+    ".mxf",
+)
 
 #: a file or directory, or a list of them: local paths or URLs (``s3://bucket/videos``)
 InputSpec = str | os.PathLike[str] | ObjectPath | Sequence[str | os.PathLike[str] | ObjectPath]

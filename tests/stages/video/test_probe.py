@@ -498,6 +498,35 @@ def test_an_mpeg_ts_file_named_explicitly_is_probed(tmp_path: Path) -> None:
     assert np.array_equal(got[0][1].to_ndarray(format="rgb24"), frames[30])
 
 
+@pytest.mark.parametrize(
+    ("name", "fmt", "codec"),
+    [
+        ("dvd.mpg", "mpeg", "mpeg2video"),  # MPEG program stream
+        ("win.wmv", "asf", "wmv2"),
+        ("web.flv", "flv", "flv"),
+        ("studio.mxf", "mxf", "mpeg2video"),
+        ("phone.m4v", "ipod", "libx264"),
+    ],
+)
+def test_older_and_device_containers_are_read(
+    tmp_path: Path, name: str, fmt: str, codec: str
+) -> None:
+    path = tmp_path / name
+    with av.open(str(path), "w", format=fmt) as container:
+        stream = container.add_stream(codec, rate=25)
+        stream.width, stream.height, stream.pix_fmt = 160, 120, "yuv420p"
+        for i in range(100):
+            image = np.full((120, 160, 3), i * 2, np.uint8)
+            frame = av.VideoFrame.from_ndarray(image, format="rgb24")
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode(None))
+    meta = probe(str(path))
+    assert meta.duration_s == pytest.approx(4.0, abs=0.05) and meta.num_frames == 100
+    got = list(decode_range(str(path), meta, 2.0, 2.4))
+    assert [round(t * 25) for t, _ in got] == list(range(50, 60))
+    assert abs(int(got[0][1].to_ndarray(format="rgb24").mean()) - 100) <= 3
+
+
 def test_an_mpeg_ts_range_after_the_last_key_frame(tmp_path: Path) -> None:
     path = tmp_path / "broadcast.ts"
     frames = write_raw(path, "mpegts", first_pts=0, seconds=6.0)

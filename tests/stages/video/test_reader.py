@@ -77,6 +77,27 @@ def test_hidden_files_and_directories_are_skipped(tree: Path) -> None:
     assert "out/clips/h.mp4" in names  # nothing excluded unless asked
 
 
+def test_camera_phone_tv_and_older_web_formats_are_listed_too(tmp_path: Path) -> None:
+    names = [
+        "cam/00001.MTS",
+        "cam/00002.m2ts",
+        "dvd.VOB.mpeg",
+        "old.mpg",
+        "phone.m4v",
+        "recording.ts",
+        "studio.mxf",
+        "web.flv",
+        "win.wmv",
+        "mobile.3gp",
+        "cam/00001.MTS.xml",  # a camera's sidecar is not a video
+        "subtitles.srt",
+    ]
+    for name in names:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"x")
+    assert relatives(list_videos(tmp_path)) == sorted(names[:10])
+
+
 def test_extensions_are_matched_in_any_case(tree: Path) -> None:
     assert relatives(list_videos(tree, extensions=[".MKV", ".avi"])) == [
         "sub/c.mkv",
