@@ -8,7 +8,9 @@ libx264 veryfast and motion scores), the same videos go through:
   after the other (the same stages, the same libraries), with the libraries' threads on every
   core as a script would have them (torch, x264 and the decoders use all cores);
 - ``streaming``: ``StreamingExecutor(LocalBackend)``: all stages at once, auto-balanced;
-- ``batch``: ``BatchExecutor(LocalBackend)``: one stage at a time over all the videos.
+- ``batch``: ``BatchExecutor(LocalBackend)``: one stage at a time over all the videos;
+- ``streaming-own-cpus`` (only when named): streaming with every batch on its stage's own
+  CPUs (``elastic_threads=False``), to measure what elastic threads change.
 
 It prints hours of video per wall hour, each stage's CPU seconds per video-hour, and the
 CPU-bound ideal: the sum of the stages' CPU seconds over the usable cores (the physical limit
@@ -57,6 +59,8 @@ from conveyor.tasks import EmptyTask
 KINDS = ("pan", "shapes", "noise", "plasma", "rings", "checker")
 WORKS = ("shots", "fixed")
 CONTENDERS = ("sequential", "streaming", "batch")
+#: streaming with each batch on its stage's own CPUs only (no elastic threads): an A/B
+OPTIONAL_CONTENDERS = ("streaming-own-cpus",)
 
 
 # -- inputs ------------------------------------------------------------------------------
@@ -316,7 +320,7 @@ def report_work(work: str, results: dict[str, Result], cores: float) -> dict[str
     streaming = results.get("streaming")
     lines = {}
     if streaming:
-        for other in ("sequential", "batch"):
+        for other in ("sequential", "batch", *OPTIONAL_CONTENDERS):
             if other in results and results[other].hours_per_hour:
                 ratio = streaming.hours_per_hour / results[other].hours_per_hour
                 lines[other] = ratio
@@ -416,7 +420,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "--work", default="shots,fixed", help=f"comma-separated subset of {','.join(WORKS)}"
     )
     p.add_argument(
-        "--contenders", default=",".join(CONTENDERS), help=f"subset of {','.join(CONTENDERS)}"
+        "--contenders",
+        default=",".join(CONTENDERS),
+        help=f"subset of {','.join(CONTENDERS + OPTIONAL_CONTENDERS)}",
     )
     p.add_argument(
         "--memory",
@@ -439,7 +445,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = p.parse_args(argv)
     works = [w for w in args.work.split(",") if w]
     chosen = [c for c in args.contenders.split(",") if c]
-    if set(works) - set(WORKS) or set(chosen) - set(CONTENDERS):
+    if set(works) - set(WORKS) or set(chosen) - set(CONTENDERS + OPTIONAL_CONTENDERS):
         p.error("unknown --work or --contenders")
     if args.ray:
         from _ray_cluster import prepare
@@ -461,11 +467,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 print(f"  [{work}] {contender} ...", flush=True)
                 if contender == "sequential":
                     results[contender] = run_sequential(contender, config, cores)
+                elif contender == "batch":
+                    executor = BatchExecutor(LocalBackend(num_cpus=args.cpus))
+                    results[contender] = run_engine(contender, config, executor)
                 else:
-                    cls = StreamingExecutor if contender == "streaming" else BatchExecutor
-                    results[contender] = run_engine(
-                        contender, config, cls(LocalBackend(num_cpus=args.cpus))
+                    executor = StreamingExecutor(
+                        LocalBackend(num_cpus=args.cpus),
+                        elastic_threads=contender == "streaming",
                     )
+                    results[contender] = run_engine(contender, config, executor)
             figures[work] = report_work(work, results, cores)
             if work == "shots" and args.scenario_out is not None and "streaming" in results:
                 figures["scenario"] = str(args.scenario_out)

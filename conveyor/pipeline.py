@@ -108,6 +108,7 @@ class Pipeline:
                     stage=stage,
                     has_node_setup=stage.overrides("setup_on_node"),
                     timeout_s=stage.timeout_s,
+                    max_threads=stage.max_threads,
                 )
             )
         for up, down in itertools.pairwise(specs):

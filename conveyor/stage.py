@@ -42,6 +42,13 @@ class ProcessingStage(Generic[In, Out]):
     #: replaced, is retried (each input alone) and finally recorded as a ``TaskTimeout``
     #: failure, so a hung input cannot hold a worker forever. ``None``: no limit
     timeout_s: float | None = None
+    #: the most CPU threads one batch of this stage can put to use (a model's intra-op
+    #: threads, an encoder's): a batch sent while cores of the run's budget sit idle (the
+    #: start of a run, its end) may use up to this many, and ``self.threads`` says how many
+    #: the current batch has. ``None``: always the stage's own CPUs
+    max_threads: int | None = None
+    #: threads of the batch being processed, set by the worker (see ``threads``)
+    _threads: int | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -65,6 +72,12 @@ class ProcessingStage(Generic[In, Out]):
             else:
                 outputs.append(result)
         return outputs
+
+    @property
+    def threads(self) -> int:
+        """CPU threads the batch being processed may use: the stage's CPUs (one at least),
+        or up to ``max_threads`` when the batch was sent while cores idled."""
+        return self._threads or max(1, round(self.resources.cpus))
 
     # -- lifecycle ------------------------------------------------------------------------
     def setup_on_node(self, node: NodeInfo, worker: WorkerInfo) -> None:
@@ -142,6 +155,9 @@ def validate_stage(stage: ProcessingStage[Any, Any]) -> None:
         raise ValueError(
             f"stage {label!r}: num_workers must be None or an int >= 1, got {workers!r}"
         )
+    most = stage.max_threads
+    if most is not None and (isinstance(most, bool) or not isinstance(most, int) or most < 1):
+        raise ValueError(f"stage {label!r}: max_threads must be None or an int >= 1, got {most!r}")
     timeout = stage.timeout_s
     if timeout is not None and (
         isinstance(timeout, bool)

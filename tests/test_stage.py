@@ -171,6 +171,8 @@ def test_repr_names_class_and_stage() -> None:
         ("num_workers", 0, "num_workers must be None or an int >= 1"),
         ("num_workers", 1.5, "num_workers must be None or an int >= 1"),
         ("num_workers", True, "num_workers must be None or an int >= 1"),
+        ("max_threads", 0, "max_threads must be None or an int >= 1"),
+        ("max_threads", 2.5, "max_threads must be None or an int >= 1"),
     ],
 )
 def test_validate_stage_rejects_bad_settings(field: str, value: object, message: str) -> None:
@@ -185,7 +187,9 @@ def test_validate_stage_accepts_good_settings() -> None:
     stage.num_workers = 3
     stage.batch_size = 64
     stage.resources = Resources(cpus=0, gpus=0.5)
+    stage.max_threads = 8
     validate_stage(stage)
+    assert stage.threads == 1  # outside a worker: its own CPUs, one at least
 
 
 # -- with_ --------------------------------------------------------------------------------

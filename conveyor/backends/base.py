@@ -57,8 +57,12 @@ class Backend(Protocol):
         """Kill a worker at once, whatever it is doing (a batch ran past its stage's
         ``timeout_s``); its death may still be reported, and is then ignored."""
 
-    def submit(self, worker_id: str, batches: list[tuple[int, list[Handle]]]) -> None:
-        """Hand batches ``(batch_id, handles)`` to a ready worker."""
+    def submit(
+        self, worker_id: str, batches: list[tuple[int, list[Handle]]], threads: int | None = None
+    ) -> None:
+        """Hand batches ``(batch_id, handles)`` to a ready worker; ``threads``: how many CPU
+        threads they may use (the stage's ``threads`` while they run), ``None`` for the
+        stage's own CPUs."""
 
     def poll(self, timeout: float) -> list[BackendEvent]:
         """Events since the last call, waiting up to ``timeout`` seconds for the first."""

@@ -277,7 +277,9 @@ class LocalBackend:
         with contextlib.suppress(OSError):  # already gone: the EOF path reports it
             worker.conn.send_bytes(pickle.dumps(("stop",)))
 
-    def submit(self, worker_id: str, batches: list[tuple[int, list[Handle]]]) -> None:
+    def submit(
+        self, worker_id: str, batches: list[tuple[int, list[Handle]]], threads: int | None = None
+    ) -> None:
         worker = self._workers.get(worker_id)
         if worker is None:
             return
@@ -285,7 +287,7 @@ class LocalBackend:
         # not be sent is reported as such, so that no input is charged for the death
         if worker.closed_at is None:
             try:
-                worker.conn.send_bytes(pickle.dumps(("work", batches), protocol=5))
+                worker.conn.send_bytes(pickle.dumps(("work", batches, threads), protocol=5))
                 return
             except OSError:
                 pass

@@ -115,11 +115,13 @@ def worker_main(fd: int, runner: StageRunner, store: ShmStore) -> int:
                 return 0
             results = []
             consumed: list[Handle] = []
-            for batch_id, handles in msg[1]:
+            _, batches, threads = msg
+            for batch_id, handles in batches:
                 begun, cpu = time.perf_counter(), time.process_time()
                 try:
                     tasks = [get(h) for h in handles]
-                    outputs, labels, filtered = runner.run(tasks, [h.label for h in handles])
+                    labels = [h.label for h in handles]
+                    outputs, labels, filtered = runner.run(tasks, labels, threads)
                     del tasks
                     out_handles = [put(o, lab) for o, lab in zip(outputs, labels, strict=True)]
                     del outputs

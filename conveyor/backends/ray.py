@@ -241,7 +241,9 @@ class _Worker:
         lower_priority(niceness)  # an actor is a process of its own; after setup (see there)
         return ("ready", time.perf_counter() - started, self.gauge.read())
 
-    def run(self, batches: list[tuple[int, list[tuple[str, Any]]]]) -> tuple[list[Any], list[Any]]:
+    def run(
+        self, batches: list[tuple[int, list[tuple[str, Any]]]], threads: int | None = None
+    ) -> tuple[list[Any], list[Any]]:
         """Per batch a record; and every stored output of the call, in record order."""
         runner = self.runner
         assert runner is not None, "run() before a successful setup()"
@@ -254,7 +256,7 @@ class _Worker:
             try:
                 labels = [label for label, _ in items]
                 tasks = _resolve([value for _, value in items])
-                outputs, out_labels, filtered = runner.run(tasks, labels)
+                outputs, out_labels, filtered = runner.run(tasks, labels, threads)
                 del tasks
                 entries: list[tuple[str, bytes | None, int, bool]] = []
                 for obj, label in zip(outputs, out_labels, strict=True):
@@ -729,7 +731,9 @@ class RayBackend:
         worker.stop_ref = worker.actor.stop.remote()  # runs after the calls it holds
         self._refs[worker.stop_ref] = ("stop", worker)
 
-    def submit(self, worker_id: str, batches: list[tuple[int, list[Handle]]]) -> None:
+    def submit(
+        self, worker_id: str, batches: list[tuple[int, list[Handle]]], threads: int | None = None
+    ) -> None:
         worker = self._workers.get(worker_id)
         if worker is None:
             return  # it died: its in-flight work is retried when the death is reported
@@ -742,7 +746,7 @@ class RayBackend:
                     (h.label, p.data if p.data is not None else (p.ref, p.index, p.pickled))
                 )
             message.append((batch_id, items))
-        records, stored = worker.actor.run.options(num_returns=2).remote(message)
+        records, stored = worker.actor.run.options(num_returns=2).remote(message, threads)
         worker.calls.append(_Call(records, stored, [b for b, _ in batches]))
         self._calls[records] = worker
 

@@ -170,8 +170,12 @@ class StageRunner:
                     f"input attribute(s) {', '.join(missing)}"
                 )
 
-    def run(self, tasks: list[Any], labels: list[str]) -> tuple[list[Any], list[str], int]:
-        """Process one batch; returns outputs, their lineage ids, and inputs that gave nothing."""
+    def run(
+        self, tasks: list[Any], labels: list[str], threads: int | None = None
+    ) -> tuple[list[Any], list[str], int]:
+        """Process one batch with ``threads`` CPU threads (``None``: the stage's CPUs);
+        returns outputs, their lineage ids, and inputs that gave nothing."""
+        self.stage._threads = threads
         if self.required:
             self._check_inputs(tasks, labels)
         started = time.perf_counter()

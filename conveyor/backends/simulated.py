@@ -334,7 +334,11 @@ class SimulatedBackend:
         when = max(self.clock.now, worker.busy_until)
         self._push(when, WorkerStopped(worker_id))
 
-    def submit(self, worker_id: str, batches: list[tuple[int, list[Handle]]]) -> None:
+    def submit(
+        self, worker_id: str, batches: list[tuple[int, list[Handle]]], threads: int | None = None
+    ) -> None:
+        # ``threads`` is not modelled: a simulated stage's service time is what its
+        # scenario measured, and scenarios declare no ``max_threads``
         worker = self._workers.get(worker_id)
         if worker is None:
             return

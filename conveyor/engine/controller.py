@@ -61,6 +61,7 @@ from conveyor.engine.policies.backpressure import (
 )
 from conveyor.engine.policies.placement import Ledger
 from conveyor.engine.policies.priority import stage_niceness
+from conveyor.engine.policies.threads import batch_threads
 from conveyor.engine.pool import Pool, Worker
 from conveyor.engine.queues import EdgeQueue, Entry, Seek
 from conveyor.engine.spec import StageSpec
@@ -115,6 +116,8 @@ class ControllerConfig:
     stage_at_a_time: bool = False
     #: later stages get a contended CPU first (``policies.priority``)
     stage_priority: bool = True
+    #: a batch sent while cores idle may use them (``policies.threads``)
+    elastic_threads: bool = True
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
@@ -136,6 +139,7 @@ class _Batch:
     alone: bool
     sent_at: float = 0.0
     idle_send: bool = False  # the worker held nothing else when this was sent
+    threads: int | None = None  # more threads than its stage's CPUs (``policies.threads``)
 
 
 @dataclass(eq=False, slots=True)
@@ -273,6 +277,8 @@ class Controller:
         # where no other can take it (``Pool``); ``_avoid`` is their set, empty mostly
         self._suspect_nodes: dict[str, float] = {}
         self._avoid: frozenset[str] = frozenset()
+        # CPUs held per node and stage by workers running a batch (``Worker.holds``)
+        self._busy_cpus: dict[str | None, list[float]] = {}
 
     # -- the loop -------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:
@@ -511,16 +517,47 @@ class Controller:
         ids, payload = [], []
         now = self.backend.now()
         idle = worker.in_flight == 0
+        threads = self._busy(worker, stage.spec) if idle else None
         for entries in groups:
             batch_id = next(self.batch_ids)
             self.batches[batch_id] = _Batch(
-                batch_id, index, worker.worker_id, entries, alone, now, idle
+                batch_id, index, worker.worker_id, entries, alone, now, idle, threads
             )
             ids.append(batch_id)
             payload.append((batch_id, [e.handle for e in entries]))
             stage.in_flight_tasks += len(entries)
         stage.pool.sent(worker, ids, alone)
-        self.backend.submit(worker.worker_id, payload)
+        self.backend.submit(worker.worker_id, payload, threads)
+
+    def _busy(self, worker: Worker, spec: StageSpec) -> int | None:
+        """An idle worker gets work: count its CPUs busy, and give the message the node's
+        idle cores if its stage can use them (``policies.threads``; None: its own CPUs).
+
+        Only while the run fills (the last stage has not finished a batch yet) or this
+        stage drains (every stage before it is done): in between, a core idle at this
+        moment is soon taken by another stage, and an encoder on two threads costs more
+        CPU time than on one (measured: 2-3% of the throughput). Every busy worker
+        counts, niced ones too: a model's threads that have to share a core wait for each
+        other (measured: TransNetV2's first clip 6 s later)."""
+        own = spec.resources.cpus
+        held, threads = own, None
+        busy = self._busy_cpus.setdefault(worker.node, [0.0] * len(self.stages))
+        node = self.ledger.nodes.get(worker.node or "") if self.ledger is not None else None
+        if self.config.elastic_threads and spec.max_threads and node is not None:
+            filling = not self.stages[-1].stats.tasks_in
+            if filling or self._upstream_done(spec.index):
+                granted = batch_threads(own, spec.max_threads, node.total_cpus, sum(busy))
+                if granted > max(1, round(own)):
+                    held, threads = granted, granted
+        worker.holds = held
+        busy[spec.index] += held
+        return threads
+
+    def _idle(self, worker: Worker) -> None:
+        """The worker holds no message any more: its CPUs are idle again."""
+        if worker.holds:
+            self._busy_cpus[worker.node][worker.stage] -= worker.holds
+            worker.holds = 0.0
 
     # -- events ---------------------------------------------------------------------------
     def _on_event(self, event: Any) -> None:
@@ -582,6 +619,8 @@ class Controller:
         worker = self.workers.get(worker_id)
         if worker is not None:
             stage.pool.batch_done(worker, batch_id)
+            if not worker.in_flight:
+                self._idle(worker)
         return batch
 
     def _on_done(self, event: BatchesDone) -> None:
@@ -606,7 +645,13 @@ class Controller:
             stage.service_sum_s += outcome.busy_s
             first_measurement = not stage.meter.measured
             out_bytes = sum(h.nbytes for h in outcome.outputs)
-            stage.meter.record(n_in, n_out, out_bytes, outcome.busy_s, held_s, outcome.cpu_s)
+            busy_s = outcome.busy_s
+            if batch.threads:
+                # more threads made it quicker than the stage's own CPUs would: measure it
+                # by its CPU time over them, so that the autoscaler sizes the pool for the
+                # steady state, when no core is spare
+                busy_s = max(busy_s, outcome.cpu_s / max(stage.spec.resources.cpus, 1e-9))
+            stage.meter.record(n_in, n_out, out_bytes, busy_s, held_s, outcome.cpu_s)
             if first_measurement and all(s.meter.measured or s.done for s in self.stages):
                 # every stage has been seen working: decide now rather than at the interval
                 self._next_autoscale = min(
@@ -863,6 +908,7 @@ class Controller:
         self._initial_workers.discard(worker_id)
         stage = self.stages[worker.stage]
         stage.pool.remove(worker_id)
+        self._idle(worker)
         if self.ledger is not None:
             self.ledger.release(worker_id)
             self._placement_dirty = True
@@ -1291,6 +1337,7 @@ class Controller:
             "edge_max_tasks": config.edge_max_tasks,
             "edge_max_bytes": config.edge_max_bytes,
             "stage_priority": config.stage_priority,
+            "elastic_threads": config.elastic_threads,
             "journal": str(self.journal.path) if self.journal is not None else None,
             **{f"autoscale.{k}": v for k, v in dataclasses.asdict(config.autoscale).items()},
         }

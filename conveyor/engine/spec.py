@@ -27,6 +27,8 @@ class StageSpec:
     has_node_setup: bool = False
     #: seconds a batch may run before its worker is killed (``ProcessingStage.timeout_s``)
     timeout_s: float | None = None
+    #: the most threads a batch may get while cores idle (``ProcessingStage.max_threads``)
+    max_threads: int | None = None
     _payload: bytes | None = field(default=None, repr=False)
 
     @property

@@ -67,6 +67,7 @@ class Executor:
         edge_max_tasks: int = 1024,
         edge_max_bytes: int | None = None,
         stage_priority: bool = True,
+        elastic_threads: bool = True,
         monitors: Iterable[Monitor] = (),
     ) -> None:
         if backend is None:
@@ -82,6 +83,7 @@ class Executor:
             edge_max_bytes=edge_max_bytes,
             stage_at_a_time=self.stage_at_a_time,
             stage_priority=stage_priority,
+            elastic_threads=elastic_threads,
         )
         self.monitors = list(monitors)
 

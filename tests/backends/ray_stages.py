@@ -247,3 +247,12 @@ class Nice(ProcessingStage[Any, Any]):
     def process(self, task: Any) -> Any:
         nice = (self.setup_nice, os.getpriority(os.PRIO_PROCESS, 0))
         return nice if isinstance(task, int) else (*task, *nice)
+
+
+class Threads(ProcessingStage[Any, Any]):
+    """Tells how many threads each of its batches was given (it can use up to four)."""
+
+    max_threads = 4
+
+    def process(self, task: Any) -> Any:
+        return self.threads

@@ -18,7 +18,7 @@ from conveyor.backends.shm_store import INLINE_LIMIT, ShmStore, sweep_stale
 from conveyor.cluster import NodeInfo, WorkerInfo
 from conveyor.errors import BackendError
 from conveyor.executors import StreamingExecutor
-from tests.backends.ray_stages import Nice
+from tests.backends.ray_stages import Nice, Threads
 
 
 class RecordEnv(ProcessingStage[int, tuple[str, str]]):
@@ -357,6 +357,15 @@ def test_upstream_workers_run_at_a_lower_priority(priority: bool) -> None:
     # setup runs at the usual priority: at the start every stage's setup is on the way to
     # the first output, and the stages downstream would otherwise set up first
     assert seen == ({(0, 10, 0, 0)} if priority else {(0, 0, 0, 0)})
+
+
+@pytest.mark.parametrize(("elastic", "expected"), [(True, [2]), (False, [1])])
+def test_a_batch_sent_while_the_other_core_idles_gets_two_threads(
+    elastic: bool, expected: list[int]
+) -> None:
+    executor = StreamingExecutor(LocalBackend(num_cpus=2), elastic_threads=elastic)
+    result = Pipeline("p", [Threads()]).run(executor, range(1))
+    assert result.outputs == expected
 
 
 def test_a_batch_sent_to_a_dead_worker_is_reported_undelivered() -> None:

@@ -211,6 +211,11 @@ def test_upstream_actors_run_at_a_lower_priority_once_set_up(address: str) -> No
     assert steps in ({(15, 4, 0)}, {(0, 10, 0)})
 
 
+def test_a_batch_sent_while_its_node_idles_gets_the_idle_cores(address: str) -> None:
+    result = run([st.Threads()], range(1), RayBackend(address))
+    assert result.outputs == [2]  # the worker's node has two CPUs, both idle
+
+
 def test_workers_land_on_both_nodes(address: str, tmp_path: Path) -> None:
     stage = st.WhereAmI("spread", Resources(cpus=1), 4, 0.05, barrier=tmp_path)
     result = run([stage], range(24), RayBackend(address))

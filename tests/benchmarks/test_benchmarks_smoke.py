@@ -176,3 +176,27 @@ def test_video_quick(
     text = scenario.read_text().replace("duration_s: 600", "duration_s: 20")  # seconds, not minutes
     report = simulate(parse_scenario_text(text, str(scenario))).report  # measured costs simulate
     assert report.outputs > 0 and report.failed == 0
+
+
+def test_video_elastic_threads_a_b(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    bench = load("video", monkeypatch)
+    common = ["--videos", "1", "--seconds", "4", "--width", "160", "--height", "96"]
+    figures = bench.main(
+        [
+            *common,
+            "--fps",
+            "12",
+            "--cache",
+            str(tmp_path / "cache"),
+            "--work",
+            "fixed",
+            "--contenders",
+            "streaming,streaming-own-cpus",
+        ]
+    )
+    contenders = figures["fixed"]["contenders"]
+    assert set(contenders) == {"streaming", "streaming-own-cpus"}
+    assert len({c["clips_kept"] for c in contenders.values()}) == 1  # the same work
+    assert "streaming / streaming-own-cpus" in capsys.readouterr().out

@@ -411,3 +411,57 @@ def test_work_sent_to_a_dead_worker_before_its_death_is_known_is_charged_to_no_o
     assert run.result.failures == []
     assert sorted(seen) == list(range(40))
     assert run.result.stats["fast"].worker_deaths == 1
+
+
+class Threaded(ProcessingStage[Any, Any]):
+    """A model stage that can use up to four threads; tells how many each task had."""
+
+    resources = Resources(cpus=1)
+    max_threads = 4
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def process(self, task: Any) -> Any:
+        return (task, self.threads)
+
+
+def _threads_run(
+    tasks: int, cpus: float, elastic: bool = True
+) -> tuple[RunResult, VirtualBackend, Snapshots]:
+    backend = VirtualBackend(cpus=cpus, service_s={"feed": 0.01, "model": 1.0})
+    monitor = Snapshots()
+    executor = StreamingExecutor(backend, monitors=[monitor], elastic_threads=elastic)
+    result = Pipeline("p", [Pass("feed"), Threaded("model")]).run(executor, range(tasks))
+    return result, backend, monitor
+
+
+def test_a_batch_sent_while_cores_idle_gets_them() -> None:
+    result, backend, _ = _threads_run(1, cpus=3)
+    # the feeder is done when the model's batch goes: both other cores are idle
+    assert result.outputs == [(0, 3)]
+    assert [t for _, name, t in backend.threads_sent if name == "model"] == [3]
+    assert [t for _, name, t in backend.threads_sent if name == "feed"] == [None]  # can't use
+
+
+def test_elastic_threads_can_be_turned_off() -> None:
+    result, backend, _ = _threads_run(1, cpus=3, elastic=False)
+    assert result.outputs == [(0, 1)]
+    assert all(t is None for _, _, t in backend.threads_sent)
+
+
+def test_cores_are_given_while_the_run_fills_and_drains_and_measured_as_one_thread() -> None:
+    result, backend, monitor = _threads_run(40, cpus=3)
+    assert sorted(task for task, _ in result.outputs) == list(range(40))
+    fed = max(at for at, name, _ in backend.threads_sent if name == "feed")
+    model = [(at, t) for at, name, t in backend.threads_sent if name == "model"]
+    assert model[0][1] == 3  # the first batch had the machine to itself
+    # in between, a core idle for a moment is soon another stage's: one thread each
+    assert all(t is None for at, t in model[1:] if at <= fed)
+    # once the feeder is done, the model stage's last batches may take what it left idle
+    assert any(t for at, t in model if at > fed)
+    # a boosted batch ran 3x quicker in the same CPU time: measured as one thread's time
+    times = [s.task_time_s for t in monitor.ticks for s in t.stages if s.name == "model"]
+    assert [x for x in times if x is not None] and all(
+        x == pytest.approx(1.0, rel=0.05) for x in times if x is not None
+    )

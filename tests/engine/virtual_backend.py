@@ -88,6 +88,9 @@ class VirtualBackend:
         self.starts: list[tuple[float, str]] = []
         self.stops: list[tuple[float, str]] = []
         self.submitted: list[tuple[str, list[int]]] = []
+        #: (virtual time, stage, threads) per message: more threads run it that much faster
+        #: in the same CPU time
+        self.threads_sent: list[tuple[float, str, int | None]] = []
         self.dead: set[str] = set()
         #: per dead worker, the batches sent to it after it died (never delivered)
         self.undelivered: dict[str, list[int]] = {}
@@ -164,12 +167,15 @@ class VirtualBackend:
         self.undelivered[worker_id] = []
         self._at(self.clock + unseen_s, ("died", worker_id))
 
-    def submit(self, worker_id: str, batches: list[tuple[int, list[Handle]]]) -> None:
+    def submit(
+        self, worker_id: str, batches: list[tuple[int, list[Handle]]], threads: int | None = None
+    ) -> None:
         if worker_id in self.dead:
             self.undelivered[worker_id].extend(batch_id for batch_id, _ in batches)
             return
         runner = self.runners[worker_id]
         self.submitted.append((runner.name, [len(h) for _, h in batches]))
+        self.threads_sent.append((self.clock, runner.name, threads))
         begin = max(self.clock + self.latency_s, self.busy_until[worker_id])
         begin += self.call_overhead_s.get(runner.name, 0.0)
         for batch_id, handles in batches:
@@ -177,7 +183,8 @@ class VirtualBackend:
             per_task = self.service_s.get(runner.name, 0.01)
             if callable(per_task):
                 per_task = per_task(begin)
-            cost = per_task * len(handles)
+            cpu = per_task * len(handles)
+            cost = cpu / (threads or 1)
             if self.hangs is not None and any(self.hangs(self.get(h)) for h in handles):
                 cost = 1e9  # never seen to end, unless its worker is killed
             done = begin + cost
@@ -187,7 +194,7 @@ class VirtualBackend:
                 if any(self._is_lost(h, begin) for h in handles):
                     raise _PayloadLost("payload lost with its node")
                 outputs, labels, filtered = runner.run(
-                    [self.get(h) for h in handles], [h.label for h in handles]
+                    [self.get(h) for h in handles], [h.label for h in handles], threads
                 )
                 self.ran_on.extend((runner.name, h.label, node) for h in handles)
                 where = node if self.node_cpus is not None else None
@@ -195,7 +202,10 @@ class VirtualBackend:
                     self._stored(runner.name, o, lab, where)
                     for o, lab in zip(outputs, labels, strict=True)
                 ]
-                event: Any = BatchesDone(worker_id, [BatchOutcome(batch_id, outs, filtered, cost)])
+                event: Any = BatchesDone(
+                    worker_id,
+                    [BatchOutcome(batch_id, outs, filtered, cost, cpu if threads else 0.0)],
+                )
             except _PayloadLost as exc:
                 event = BatchFailed(
                     worker_id, batch_id, ErrorInfo("ObjectLostError", str(exc), lost=True)

@@ -29,7 +29,9 @@ class CountingBackend(SimulatedBackend):
     local = 0
     remote = 0
 
-    def submit(self, worker_id: str, batches: list[tuple[int, list[Any]]]) -> None:
+    def submit(
+        self, worker_id: str, batches: list[tuple[int, list[Any]]], threads: int | None = None
+    ) -> None:
         node = self._workers[worker_id].node_id
         for _, handles in batches:
             for handle in handles:

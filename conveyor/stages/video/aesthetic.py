@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from conveyor.resources import Resources
-from conveyor.stages.video.base import FrameConsumer, TorchStage
+from conveyor.stages.video.base import ELASTIC_THREADS, FrameConsumer, TorchStage
 from conveyor.stages.video.models import (
     check_model_path,
     frame_batches,
@@ -183,6 +183,7 @@ class AestheticFilter(FrameConsumer, TorchStage):
     resources = Resources(cpus=1)
     filter_name = "aesthetic"
     preload_modules = ("torch",)
+    max_threads = ELASTIC_THREADS
 
     def __init__(
         self,
@@ -230,6 +231,7 @@ class AestheticFilter(FrameConsumer, TorchStage):
         return np.concatenate(scores).astype(np.float64) if scores else np.zeros(0)
 
     def process_clips(self, clips: list[Clip], video: Video) -> None:
+        self.limit_threads()
         for clip, own in self.scored_together(clips, self.frame_scores):
             score = float(own.min() if self.reduction == "min" else own.mean())
             clip.scores["aesthetic"] = score

@@ -159,11 +159,19 @@ class FrameConsumer(ClipStage):
         return frames
 
 
+#: the most threads a model or encoder stage takes when cores idle (``max_threads``): a
+#: clip's batch of frames, or one encoder, gains little past four here
+ELASTIC_THREADS = 4
+
+
 class TorchStage:
     """Mix-in for stages that run a torch model: the device follows the worker's placement
-    (a GPU only where the backend gave one), and CPU threads follow the stage's CPUs."""
+    (a GPU only where the backend gave one), and CPU threads follow the batch's ``threads``
+    (the stage's CPUs, more while cores idle): call ``limit_threads`` in ``setup`` and again
+    before each batch's model work, and set ``max_threads`` (``ELASTIC_THREADS``)."""
 
     resources: ClassVar[Any]
+    threads: Any
 
     def torch_device(self, worker: WorkerInfo) -> str:
         import torch
@@ -173,7 +181,9 @@ class TorchStage:
     def limit_threads(self) -> None:
         import torch
 
-        threads = max(1, round(self.resources.cpus))
-        torch.set_num_threads(threads)
-        with contextlib.suppress(RuntimeError):  # it can be set once per process
-            torch.set_num_interop_threads(1)
+        threads = self.threads
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
+        if torch.get_num_interop_threads() != 1:
+            with contextlib.suppress(RuntimeError):  # it can be set once per process
+                torch.set_num_interop_threads(1)

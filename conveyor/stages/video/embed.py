@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from conveyor.resources import Resources
-from conveyor.stages.video.base import FrameConsumer, TorchStage
+from conveyor.stages.video.base import ELASTIC_THREADS, FrameConsumer, TorchStage
 from conveyor.stages.video.models import EFFICIENTNET_LITE0, check_model_path, load_frame_encoder
 from conveyor.tasks.video import Clip, Video
 
@@ -21,6 +21,7 @@ class ClipEmbedder(FrameConsumer, TorchStage):
 
     resources = Resources(cpus=1)
     preload_modules = ("torch",)
+    max_threads = ELASTIC_THREADS
 
     def __init__(
         self,
@@ -52,4 +53,5 @@ class ClipEmbedder(FrameConsumer, TorchStage):
         )
 
     def process_clip(self, clip: Clip, video: Video) -> None:
+        self.limit_threads()
         clip.embedding = self._encoder.encode_clip(self.frames_of(clip))

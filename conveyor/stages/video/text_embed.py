@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from conveyor.resources import Resources
-from conveyor.stages.video.base import ClipStage, TorchStage
+from conveyor.stages.video.base import ELASTIC_THREADS, ClipStage, TorchStage
 from conveyor.tasks.video import Clip, Video
 
 PACKAGED = "all-MiniLM-L6-v2"
@@ -43,6 +43,7 @@ class TextEmbedder(ClipStage, TorchStage):
 
     resources = Resources(cpus=1)
     preload_modules = ("torch", "transformers.models.bert.modeling_bert")
+    max_threads = ELASTIC_THREADS
 
     def __init__(self, model: str = PACKAGED, batch: int = 64) -> None:
         if model != PACKAGED and not Path(model).expanduser().exists():
@@ -85,6 +86,7 @@ class TextEmbedder(ClipStage, TorchStage):
         return np.concatenate(rows)
 
     def process_clips(self, clips: list[Clip], video: Video) -> None:
+        self.limit_threads()
         todo = [(c, clip_text(c)) for c in clips]
         todo = [(c, text) for c, text in todo if text]
         if not todo:

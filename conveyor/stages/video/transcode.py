@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from conveyor.resources import Resources
-from conveyor.stages.video.base import ClipStage
+from conveyor.stages.video.base import ELASTIC_THREADS, ClipStage
 from conveyor.stages.video.decode import decode_range
 from conveyor.tasks.video import Clip, Video
 
@@ -149,6 +149,7 @@ class ClipTranscoder(ClipStage):
     """
 
     resources = Resources(cpus=1)
+    max_threads = ELASTIC_THREADS  # libx264's frame threads
 
     def __init__(
         self,
@@ -212,7 +213,7 @@ class ClipTranscoder(ClipStage):
         assert meta is not None
         size = output_size(meta.width, meta.height, self.max_height)
         rate = Fraction(meta.fps).limit_denominator(1001)
-        threads = max(1, round(self.resources.cpus))
+        threads = self.threads
         options = self._options()
         pending = sorted(clips, key=lambda c: c.frame_span[0])
         open_: dict[str, _ClipEncoder] = {}

@@ -11,6 +11,7 @@ import pytest
 
 from conveyor.cluster import WorkerInfo
 from conveyor.stages.video.base import (
+    ELASTIC_THREADS,
     ClipStage,
     FrameConsumer,
     InputError,
@@ -224,6 +225,41 @@ def test_torch_stages_run_on_the_cpu_without_a_gpu() -> None:
 
     worker = WorkerInfo("w", "Model", "n")
     assert Model().torch_device(worker) == "cpu"
+
+
+def test_torch_threads_follow_the_batch() -> None:
+    import torch
+
+    from conveyor.stages.video.embed import ClipEmbedder
+
+    before = torch.get_num_threads()
+    stage = ClipEmbedder()
+    try:
+        stage._threads = 2  # a batch sent while another core idled
+        stage.limit_threads()
+        assert torch.get_num_threads() == 2
+        stage._threads = None  # the next one: the stage's own CPU
+        stage.limit_threads()
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "AestheticFilter",
+        "ClipEmbedder",
+        "ClipTranscoder",
+        "ImageNetTagger",
+        "TextEmbedder",
+        "TransNetV2Detector",
+    ],
+)
+def test_the_model_and_encoder_stages_can_use_idle_cores(name: str) -> None:
+    import conveyor.stages.video as video
+
+    assert getattr(video, name).max_threads == ELASTIC_THREADS
 
 
 # -- the data model -----------------------------------------------------------------------

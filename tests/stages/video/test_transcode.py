@@ -384,3 +384,26 @@ def test_scratch_clips_of_dead_workers_are_swept(tmp_path: Path) -> None:
         path.write_bytes(b"partial")
     transcode.sweep_scratch(str(tmp_path))
     assert not left.exists() and mine.exists() and other.exists()
+
+
+def test_the_encoder_takes_the_threads_its_batch_was_given(
+    media: Media, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch sent while cores idle gets more threads (``max_threads``): x264 uses them."""
+    given: list[int] = []
+
+    class Counting(transcode._ClipEncoder):
+        def __init__(self, *args: Any) -> None:
+            given.append(args[4])
+            super().__init__(*args)
+
+    monkeypatch.setattr(transcode, "_ClipEncoder", Counting)
+    video = noise_video(media, ".mp4")
+    stage = media.ready(ClipTranscoder(encoder="libx264", preset="ultrafast"))
+    assert stage.max_threads and stage.max_threads > 1
+    for threads, expected in ((3, 3), (None, 1)):
+        stage._threads = threads
+        task = media.task(video.path, media.metadata(video.path), SPANS[:1])
+        stage.process(task)
+        assert given[-1] == expected
+        assert_good_clip(task.data.clips[0], (160, 120))
