@@ -1,14 +1,15 @@
 """How many CPU threads a batch may use: its stage's CPUs, or more while cores sit idle.
 
 A stage's workers are sized for the steady state, when every core is busy with some stage.
-At the start of a run (one video in flight, the stages behind it still empty), at its end,
-and between bursts, cores of the budget are idle while a model or an encoder that could use
-them runs on one thread; the first clip of a run then takes as long as the slowest stage's
-single-threaded time. A batch sent to an idle worker therefore gets the node's cores that
-no busy worker holds, up to what its stage says it can use (``ProcessingStage.max_threads``).
-Once the other stages have work they hold their cores again, so the steady state is as
-before; a batch already running with more threads finishes with them (the cores are then
-briefly shared, which the operating system's time slices absorb).
+At the start of a run (one video in flight, the stages behind it still empty) and at its
+end, cores of the budget are idle while a model or an encoder that could use them runs on
+one thread; the first clip of a run then takes as long as the slowest stage's
+single-threaded time. So while the run fills and while a stage drains (the controller
+decides when), a batch sent to an idle worker gets the node's cores that no busy worker
+holds, up to what its stage says it can use (``ProcessingStage.max_threads``). Not in
+between: a core idle at one dispatch is soon another stage's, and an encoder on two threads
+spends more CPU time per clip than on one. A batch already running with more threads
+finishes with them (the cores are then briefly shared).
 """
 
 from __future__ import annotations
