@@ -277,8 +277,8 @@ class Controller:
         # where no other can take it (``Pool``); ``_avoid`` is their set, empty mostly
         self._suspect_nodes: dict[str, float] = {}
         self._avoid: frozenset[str] = frozenset()
-        # CPUs held per node and stage by workers running a batch (``Worker.holds``)
-        self._busy_cpus: dict[str | None, list[float]] = {}
+        # CPUs held per node by workers running a batch (``Worker.holds``)
+        self._busy_cpus: dict[str | None, float] = {}
 
     # -- the loop -------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:
@@ -541,22 +541,22 @@ class Controller:
         other (measured: TransNetV2's first clip 6 s later)."""
         own = spec.resources.cpus
         held, threads = own, None
-        busy = self._busy_cpus.setdefault(worker.node, [0.0] * len(self.stages))
+        busy = self._busy_cpus.get(worker.node, 0.0)
         node = self.ledger.nodes.get(worker.node or "") if self.ledger is not None else None
         if self.config.elastic_threads and spec.max_threads and node is not None:
             filling = not self.stages[-1].stats.tasks_in
             if filling or self._upstream_done(spec.index):
-                granted = batch_threads(own, spec.max_threads, node.total_cpus, sum(busy))
+                granted = batch_threads(own, spec.max_threads, node.total_cpus, busy)
                 if granted > max(1, round(own)):
                     held, threads = granted, granted
         worker.holds = held
-        busy[spec.index] += held
+        self._busy_cpus[worker.node] = busy + held
         return threads
 
     def _idle(self, worker: Worker) -> None:
         """The worker holds no message any more: its CPUs are idle again."""
         if worker.holds:
-            self._busy_cpus[worker.node][worker.stage] -= worker.holds
+            self._busy_cpus[worker.node] -= worker.holds
             worker.holds = 0.0
 
     # -- events ---------------------------------------------------------------------------

@@ -129,19 +129,20 @@ def test_memory_quick(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFix
     assert not own_shm_dirs()
 
 
+def tiny_videos(tmp_path: Path) -> list[str]:
+    """``benchmarks/video.py`` options for one 4 s video at 160x96, 12 fps, cached here."""
+    size = ["--width", "160", "--height", "96", "--fps", "12"]
+    return ["--videos", "1", "--seconds", "4", *size, "--cache", str(tmp_path / "cache")]
+
+
 def test_video_quick(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     bench = load("video", monkeypatch)
     scenario = tmp_path / "measured.yaml"
-    common = ["--videos", "1", "--seconds", "4", "--width", "160", "--height", "96"]
     figures = bench.main(
         [
-            *common,
-            "--fps",
-            "12",
-            "--cache",
-            str(tmp_path / "cache"),
+            *tiny_videos(tmp_path),
             "--scenario-out",
             str(scenario),
             "--memory",
@@ -182,14 +183,9 @@ def test_video_elastic_threads_a_b(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     bench = load("video", monkeypatch)
-    common = ["--videos", "1", "--seconds", "4", "--width", "160", "--height", "96"]
     figures = bench.main(
         [
-            *common,
-            "--fps",
-            "12",
-            "--cache",
-            str(tmp_path / "cache"),
+            *tiny_videos(tmp_path),
             "--work",
             "fixed",
             "--contenders",
