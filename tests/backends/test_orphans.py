@@ -171,7 +171,9 @@ def test_local_processes_and_payloads_go_with_a_killed_driver(
     marked = {int(p.name) for p in marks.iterdir()}
     assert marked <= tree  # the marked processes are among those the driver started
     if scenario == "busy_workers":
-        assert len(tree) >= 6  # root, two hosts, three workers
+        # root, two hosts, the two held workers (Make's worker may have done its 40 inputs
+        # and gone: they all fit in its output queue)
+        assert len(tree) >= 5
         assert any(f.stat().st_size >= 1 << 20 for f in stores[0].iterdir())  # payloads
 
     os.kill(proc.pid, signal.SIGKILL)
