@@ -62,6 +62,8 @@ class VideoMetadata:
     rotation: int = 0
     #: the shape of a pixel, width:height (DVD and broadcast video are stored anamorphic)
     sample_aspect: tuple[int, int] = (1, 1)
+    #: stored as fields (broadcast, camcorders, DVDs): clips are deinterlaced when cut
+    interlaced: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -79,6 +81,7 @@ class VideoMetadata:
             "start_time_s": round(self.start_time_s, 6),
             "rotation": self.rotation,
             "sample_aspect": f"{self.sample_aspect[0]}:{self.sample_aspect[1]}",
+            "interlaced": self.interlaced,
         }
 
 

@@ -12,7 +12,10 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
+from collections import deque
 from collections.abc import Iterator
+from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 from conveyor.stages.video.base import InputError
@@ -26,6 +29,8 @@ _RESEEK_S = 10.0
 _FIRST_FRAME_PACKETS = 600
 #: damaged packets skipped before a range is given up on (and then only where most are)
 _DAMAGED_PACKETS = 16
+#: FFmpeg's field orders that mean interlaced (AV_FIELD_TT, _BB, _TB, _BT)
+_INTERLACED_ORDERS = (2, 3, 4, 5)
 
 
 _QUIET = False
@@ -223,12 +228,14 @@ def _probe_open(container: Any, size: int, verify: bool) -> VideoMetadata:
     bit_rate = context.bit_rate or container.bit_rate or None
     pix_fmt = context.pix_fmt
     rotation = 0
+    interlaced = context.field_order in _INTERLACED_ORDERS
     if verify:
         first = _first_frame(container, stream)
         width = width or first.width
         height = height or first.height
         pix_fmt = pix_fmt or first.format.name
         rotation = int(getattr(first, "rotation", 0) or 0)
+        interlaced = interlaced or bool(first.interlaced_frame)
         start_pts = first.pts if first.pts is not None else 0
         start = start_pts * time_base
         offset = start if tag else (container.start_time or 0) / 1_000_000
@@ -263,6 +270,7 @@ def _probe_open(container: Any, size: int, verify: bool) -> VideoMetadata:
         start_time_s=float(start),
         rotation=rotation % 360,
         sample_aspect=_sample_aspect(stream),
+        interlaced=interlaced,
     )
 
 
@@ -344,7 +352,7 @@ def _check_tail(
             raise InputError(_no_length_reason(container, stream))
         return last_video + 1 / fps - start
     tolerance = max(1.0, 0.02 * (reference - start), 3 / fps)
-    last_video, last_any = _scan_tail(container, stream, time_base, max(start, seek_to - 3.0))
+    last_video, last_any = _decodable_tail(container, stream, time_base, start, seek_to)
     if declared is not None:
         if last_video is None:
             raise InputError(
@@ -387,21 +395,59 @@ def _no_length_reason(container: Any, stream: Any) -> str:
     )
 
 
-def _scan_tail(
-    container: Any, stream: Any, time_base: float, seek_to: float
+#: how far before the end the tail check reads; then further back (s), where it landed in a
+#: group of pictures whose key frame is before it
+_TAIL_READS_S = (3.0, 15.0, 60.0)
+
+
+def _decodable_tail(
+    container: Any, stream: Any, time_base: float, start: float, end: float
 ) -> tuple[float | None, float | None]:
-    """(last video frame time, last data time of any stream) from ``seek_to`` to the end."""
+    """``_scan_tail`` from a few seconds before ``end``, or from further back while it found
+    video packets but no key frame to decode them from: MPEG-TS and -PS seek to any packet,
+    and a recording with a key frame every 10 s is complete. Where no key frame is found
+    within a minute, the video's last packet says where it ends."""
+    tail = _Tail()
+    for back in _TAIL_READS_S:
+        tail = _scan_tail(container, stream, time_base, max(start, end - back))
+        if tail.last_video is not None or tail.keyframe or tail.last_packet is None:
+            break
+        if end - back <= start:
+            break
+    if tail.last_video is None and not tail.keyframe:
+        return tail.last_packet, tail.last_any
+    return tail.last_video, tail.last_any
+
+
+@dataclass
+class _Tail:
+    """What reading a file's last seconds found (times in seconds, ``None``: nothing)."""
+
+    last_video: float | None = None  # the last decoded video frame
+    last_any: float | None = None  # the end of the last packet of any stream
+    last_packet: float | None = None  # the last video packet
+    keyframe: bool = False  # whether a video packet read was a key frame
+
+
+def _scan_tail(container: Any, stream: Any, time_base: float, seek_to: float) -> _Tail:
+    """What the file holds from ``seek_to`` to the end."""
     import av
 
-    last_video: float | None = None
-    last_any: float | None = None
+    tail = _Tail()
     try:
         container.seek(int(seek_to / time_base), stream=stream, backward=True)
         for packet in container.demux():
             if packet.pts is not None and packet.time_base:
                 end = float((packet.pts + (packet.duration or 0)) * packet.time_base)
-                last_any = end if last_any is None else max(last_any, end)
+                tail.last_any = end if tail.last_any is None else max(tail.last_any, end)
             if packet.stream is stream:
+                if packet.size:
+                    tail.keyframe = tail.keyframe or packet.is_keyframe
+                    if packet.pts is not None:
+                        t = packet.pts * time_base
+                        tail.last_packet = (
+                            t if tail.last_packet is None else max(tail.last_packet, t)
+                        )
                 try:
                     frames = packet.decode()
                 except av.InvalidDataError:
@@ -409,10 +455,10 @@ def _scan_tail(
                 for frame in frames:
                     if frame.pts is not None:
                         t = frame.pts * time_base
-                        last_video = t if last_video is None else max(last_video, t)
+                        tail.last_video = t if tail.last_video is None else max(tail.last_video, t)
     except av.FFmpegError:
         pass  # judged by how far the data got
-    return last_video, last_any
+    return tail
 
 
 def _last_video_packet(
@@ -450,20 +496,30 @@ def decode_range(
     *,
     threads: int = 1,
     any_damage: bool = False,
+    deinterlace: bool = False,
 ) -> Iterator[tuple[float, Any]]:
     """``(seconds, av.VideoFrame)`` for every frame in ``[start_s, end_s)``, from one seek.
 
     The seek lands on the key frame before ``start_s``; frames before it are decoded and
     dropped. A container whose seek lands after ``start_s`` is read again from further back.
     Damaged packets are skipped; a range mostly damaged fails, unless ``any_damage``: then
-    it gives what decodes.
+    it gives what decodes. With ``deinterlace``, an interlaced source's frames come out
+    whole (``deinterlaced``).
     """
     with contextlib.ExitStack() as stack:
         source = _source(path, stack)
         with _capture():
             container, stream = open_video(source, threads)
         with container:
-            yield from _decode_open(container, stream, metadata, start_s, end_s, any_damage)
+            yield from _decode_open(
+                container,
+                stream,
+                metadata,
+                start_s,
+                end_s,
+                any_damage,
+                deinterlace and metadata.interlaced,
+            )
 
 
 def _decode_open(
@@ -473,6 +529,7 @@ def _decode_open(
     start_s: float,
     end_s: float,
     any_damage: bool = False,
+    deinterlace: bool = False,
 ) -> Iterator[tuple[float, Any]]:
     """``decode_range``'s work once the container is open."""
     import av
@@ -482,13 +539,17 @@ def _decode_open(
     half_frame = 0.5 / metadata.fps
     for back in (0.0, _RESEEK_S, math.inf):
         origin = max(0.0, start_s - back) if math.isfinite(back) else 0.0
-        if origin > 0 or back:
-            try:
+        try:
+            if origin > 0:
                 container.seek(int(origin / time_base) + start_pts, stream=stream)
-            except av.FFmpegError:
-                if math.isfinite(back):
-                    continue
+            elif back:  # from the very start: not to the first frame's stamp, since MPEG-TS
+                container.seek(0)  # and -PS seek by decode stamps and land a frame or two late
+        except av.FFmpegError:
+            if math.isfinite(back):
+                continue
         frames = _decode_from(container, stream, start_pts, time_base, metadata.fps, any_damage)
+        if deinterlace:  # before the range is cut, so the filter sees each frame's neighbours
+            frames = deinterlaced(frames)
         first = next(frames, None)
         if first is None:
             if origin > 0:
@@ -546,3 +607,63 @@ def _decode_from(
             t = (stamp - start_pts) * time_base
         last = t
         yield t, frame
+
+
+def deinterlaced(frames: Iterator[tuple[float, Any]]) -> Iterator[tuple[float, Any]]:
+    """The frames of an interlaced source made whole, each with its time.
+
+    FFmpeg's ``bwdif`` filter (motion-adaptive, looking one frame ahead) rebuilds each
+    frame's missing lines, one frame out per frame in, so spans, ids and frame counts stay
+    those of the source; a frame not flagged interlaced passes unchanged. Without it, a
+    clip of a broadcast or camcorder source shows comb teeth on everything that moves, and
+    the models learn from them.
+    """
+    graph: Any = None
+    shape: tuple[int, int, str] | None = None
+    times: deque[float] = deque()
+    for count, (t, frame) in enumerate(frames):
+        if (frame.width, frame.height, frame.format.name) != shape:  # a new graph per size
+            if graph is not None:
+                yield from _pull(graph, times, flush=True)
+            shape = (frame.width, frame.height, frame.format.name)
+            graph = _bwdif(*shape)
+        frame.pts, frame.time_base = count, _FILTER_TIME_BASE  # order is all it needs
+        times.append(t)
+        graph.push(frame)
+        yield from _pull(graph, times)
+    if graph is not None:
+        yield from _pull(graph, times, flush=True)
+
+
+_FILTER_TIME_BASE = Fraction(1, 1000)
+
+
+def _bwdif(width: int, height: int, pix_fmt: str) -> Any:
+    import av
+
+    graph = av.filter.Graph()
+    source = graph.add_buffer(
+        width=width, height=height, format=pix_fmt, time_base=_FILTER_TIME_BASE
+    )
+    bwdif = graph.add("bwdif", "mode=send_frame:parity=auto:deint=interlaced")
+    sink = graph.add("buffersink")
+    source.link_to(bwdif)
+    bwdif.link_to(sink)
+    graph.configure()
+    return graph
+
+
+def _pull(graph: Any, times: deque[float], flush: bool = False) -> Iterator[tuple[float, Any]]:
+    """What the filter has ready, paired in order with the times of the frames pushed."""
+    import av
+
+    if flush:
+        graph.push(None)
+    while times:
+        try:
+            frame = graph.pull()
+        except (av.error.BlockingIOError, av.error.EOFError):
+            break
+        yield times.popleft(), frame
+    if flush:
+        times.clear()  # nothing more will come for them

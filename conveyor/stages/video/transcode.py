@@ -145,7 +145,10 @@ class ClipTranscoder(ClipStage):
 
     ``encoder``: ``"libx264"``, ``"h264_nvenc"`` or ``"auto"`` (NVENC where the worker has a
     GPU and NVENC opens, else libx264). ``preset``/``crf`` tune libx264 (NVENC uses ``cq``);
-    ``max_height`` scales larger sources down. A clip with no decodable frame fails alone.
+    ``max_height`` scales larger sources down. An interlaced source is deinterlaced
+    (``deinterlace``, FFmpeg's bwdif at the source's frame rate), since an H.264 clip is
+    progressive and players would show its fields combed. A clip with no decodable frame
+    fails alone.
     """
 
     resources = Resources(cpus=1)
@@ -158,6 +161,7 @@ class ClipTranscoder(ClipStage):
         crf: int = 23,
         max_height: int | None = None,
         cq: int = 21,
+        deinterlace: bool = True,
     ) -> None:
         if encoder not in ENCODERS:
             raise ValueError(f"encoder must be one of {', '.join(ENCODERS)}, got {encoder!r}")
@@ -170,6 +174,7 @@ class ClipTranscoder(ClipStage):
         self.crf = crf
         self.max_height = max_height
         self.cq = cq
+        self.deinterlace = deinterlace
         self._codec = "libx264"
 
     def setup(self, worker: Any) -> None:
@@ -222,7 +227,10 @@ class ClipTranscoder(ClipStage):
         stop = max(c.frame_span[1] for c in pending)
         end = meta.duration_s if stop >= meta.num_frames else stop / meta.fps
         try:
-            for t, frame in decode_range(video.path, meta, start, end, threads=threads):
+            frames = decode_range(
+                video.path, meta, start, end, threads=threads, deinterlace=self.deinterlace
+            )
+            for t, frame in frames:
                 index = round(t * meta.fps)
                 for clip in pending:
                     first, last = clip.frame_span

@@ -142,3 +142,46 @@ def save_clip_processor(directory: Path) -> None:
     Processor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}).save_pretrained(
         directory
     )
+
+
+#: (file name, container, codec) of the interlaced sources users have: AVCHD camcorders
+#: (H.264 fields in MPEG-TS), broadcast captures and DVDs (MPEG-2 in TS and PS)
+INTERLACED_SOURCES = [
+    ("camcorder.mts", "mpegts", "libx264"),
+    ("tv.ts", "mpegts", "mpeg2video"),
+    ("dvd.mpg", "mpeg", "mpeg2video"),
+]
+
+
+def write_interlaced(path: Path, fmt: str, codec: str, frames: int = 50) -> Path:
+    """An interlaced recording at 25 fps, 160x120, as a camcorder or a broadcast stores it:
+    each frame's two fields were taken 1/50 s apart, so a white bar moving right sits 4 px
+    further on the bottom field's lines than on the top field's (comb teeth when shown as
+    a frame). ``codec``: ``libx264`` (coded as fields) or ``mpeg2video``."""
+    import av
+    import numpy as np
+
+    options = {"libx264": {"x264-params": "interlaced=1:tff=1", "preset": "ultrafast"}}
+    with av.open(str(path), "w", format=fmt) as container:
+        stream = container.add_stream(codec, rate=25)
+        stream.width, stream.height, stream.pix_fmt = 160, 120, "yuv420p"
+        stream.options = options.get(codec, {"flags": "+ildct+ilme", "b": "2M"})
+        for i in range(frames):
+            image = np.full((120, 160, 3), 40, np.uint8)
+            for parity, half in ((0, 0.0), (1, 0.5)):
+                x = int((i + half) * 8) % 120
+                image[parity::2, x : x + 24] = 230
+            frame = av.VideoFrame.from_ndarray(image, format="rgb24")
+            frame.pts = i
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode(None))
+    return path
+
+
+def combing(gray: Any) -> float:
+    """How much a frame's neighbouring lines differ beyond lines two apart (grey levels):
+    about 0 for a whole frame, large where the two fields of a moving picture disagree."""
+    import numpy as np
+
+    rows = gray.astype(np.float32)
+    return float(np.abs(rows[1:] - rows[:-1]).mean() - np.abs(rows[2:] - rows[:-2]).mean())

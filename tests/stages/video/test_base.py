@@ -332,6 +332,7 @@ def test_metadata_as_dict_and_task_summary() -> None:
         "start_time_s",
         "rotation",
         "sample_aspect",
+        "interlaced",
     }
     task = VideoTask(data=make_video(3, chunk_index=4))
     assert task.video is task.data and task.num_items == 3

@@ -18,7 +18,7 @@ from conveyor.stages.video import decode
 from conveyor.stages.video.base import InputError
 from conveyor.stages.video.decode import decode_range, probe
 
-from .conftest import Media
+from .conftest import INTERLACED_SOURCES, Media, write_interlaced
 
 #: what each broken kind's reason must say
 TELLING = {
@@ -312,10 +312,13 @@ def write_raw(
     seconds: float = 4.0,
     audio_s: float = 0.0,
     seekable: bool = True,
+    gop: int = 24,
+    codec: str = "libx264",
 ) -> list[np.ndarray]:
-    """Noise at 160x120, 12 fps, key frames every 2 s, timestamps from ``first_pts`` (as a
-    stream cut out of a longer one keeps them), and ``audio_s`` of silence in AAC; returns
-    the frames as decoded. ``seekable=False`` writes as into a pipe."""
+    """Noise at 160x120, 12 fps, a key frame every ``gop`` frames (2 s), timestamps from
+    ``first_pts`` (as a stream cut out of a longer one keeps them), and ``audio_s`` of
+    silence in AAC; returns the frames as decoded. ``seekable=False`` writes as into a
+    pipe."""
     from fractions import Fraction
 
     from conveyor.samples.video import render_frames
@@ -326,10 +329,10 @@ def write_raw(
         if not seekable:
             target = _Unseekable(stack.enter_context(path.open("wb")))
         container = stack.enter_context(av.open(target, "w", format=fmt))
-        stream = container.add_stream("libx264", rate=rate)
+        stream = container.add_stream(codec, rate=rate)
         stream.width, stream.height, stream.pix_fmt = 160, 120, "yuv420p"
-        stream.options = {"preset": "ultrafast"}
-        stream.codec_context.gop_size = 24
+        stream.options = {"preset": "ultrafast"} if codec == "libx264" else {"b": "2M"}
+        stream.codec_context.gop_size = gop
         sound = container.add_stream("aac", rate=48000) if audio_s else None
         for i, image in enumerate(render_frames([Segment("noise", seconds, 7)], 160, 120, 12)):
             frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(image), format="rgb24")
@@ -584,3 +587,39 @@ def test_an_avi_with_b_frames_is_read_in_order_with_the_right_times(tmp_path: Pa
         assert indices == list(range(round(start * 12), round(end * 12)))
         for (_, frame), index in zip(got, indices, strict=True):
             assert np.array_equal(frame.to_ndarray(format="rgb24"), decoded[index][1])
+
+
+@pytest.mark.parametrize(
+    ("name", "fmt", "codec"),
+    [
+        ("obs.ts", "mpegts", "libx264"),
+        ("tv.ts", "mpegts", "mpeg2video"),
+        ("dvd.mpg", "mpeg", "mpeg2video"),
+    ],
+)
+def test_mpeg_ts_and_ps_with_a_key_frame_every_10_s(
+    tmp_path: Path, name: str, fmt: str, codec: str
+) -> None:
+    """MPEG-TS and -PS seek to any packet, not to a key frame (no index). With x264's
+    default of a key frame every 250 frames, reading the last seconds decoded nothing and
+    the file failed as truncated; and a range in the first group of pictures, read again
+    "from the start", was sought to the first frame's stamp, landed a frame late and gave
+    nothing before the next key frame."""
+    path = tmp_path / name
+    frames = write_raw(path, fmt, first_pts=0, seconds=15.0, gop=120, codec=codec)
+    meta = probe(str(path))
+    assert meta.duration_s == pytest.approx(15.0, abs=0.1) and meta.num_frames == 180
+    for start in (0.5, 13.0):  # mid-way through the first and the last group of pictures
+        got = list(decode_range(str(path), meta, start, start + 0.5))
+        first = round(start * 12)
+        assert [round(t * 12) for t, _ in got] == list(range(first, first + 6))
+        assert np.array_equal(got[0][1].to_ndarray(format="rgb24"), frames[first])
+
+
+@pytest.mark.parametrize(("name", "fmt", "codec"), INTERLACED_SOURCES)
+def test_an_interlaced_source_is_reported_as_such(
+    media: Media, tmp_path: Path, name: str, fmt: str, codec: str
+) -> None:
+    meta = probe(str(write_interlaced(tmp_path / name, fmt, codec)))
+    assert meta.interlaced and meta.as_dict()["interlaced"] is True
+    assert not media.metadata(media.standard().path).interlaced

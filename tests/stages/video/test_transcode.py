@@ -19,7 +19,7 @@ from conveyor.stages.video import transcode
 from conveyor.stages.video.transcode import ClipTranscoder, output_size
 from conveyor.tasks.video import Clip, VideoTask
 
-from .conftest import Media
+from .conftest import INTERLACED_SOURCES, Media, combing, write_interlaced
 
 #: overlapping clips starting between key frames (every 24 frames), the last at the end
 SPANS = [(18, 30), (24, 40), (40, 48)]
@@ -407,3 +407,24 @@ def test_the_encoder_takes_the_threads_its_batch_was_given(
         stage.process(task)
         assert given[-1] == expected
         assert_good_clip(task.data.clips[0], (160, 120))
+
+
+@pytest.mark.parametrize(("name", "fmt", "codec"), INTERLACED_SOURCES)
+def test_an_interlaced_source_becomes_whole_frames(
+    media: Media, tmp_path: Path, name: str, fmt: str, codec: str
+) -> None:
+    """A clip is progressive H.264: an interlaced source's fields are woven back into whole
+    frames (bwdif), at the source's rate and frame count, instead of comb teeth on all that
+    moves. ``deinterlace=False`` keeps the fields as they were."""
+    path = write_interlaced(tmp_path / name, fmt, codec)
+    source = [combing(f.to_ndarray(format="gray")) for f in av.open(str(path)).decode(video=0)]
+    assert min(source) > 5  # the source is combed
+    (clip,) = transcoded(media, path, [(10, 35)])
+    (kept,) = transcoded(media, path, [(10, 35)], deinterlace=False)
+    for encoded, low, high in ((clip.encoded, -1.0, 1.0), (kept.encoded, 5.0, 99.0)):
+        assert encoded is not None
+        with av.open(io.BytesIO(encoded)) as container:
+            frames = list(container.decode(video=0))
+        assert len(frames) == 25 and not any(f.interlaced_frame for f in frames)
+        teeth = [combing(f.to_ndarray(format="gray")) for f in frames]
+        assert all(low <= t <= high for t in teeth), teeth
