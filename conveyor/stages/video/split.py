@@ -14,6 +14,7 @@ decode their stretch of the source once for several clips.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -331,9 +332,22 @@ class ShotSplitter(VideoStage):
         ]
 
 
-def windows(num_frames: int, window: int) -> list[tuple[int, int]]:
-    """``[start, end)`` frame ranges of ``window`` frames covering a video."""
+def windows(num_frames: int, window: int, first_end: int = 0) -> list[tuple[int, int]]:
+    """``[start, end)`` frame ranges of ``window`` frames covering a video.
+
+    With ``first_end`` (in a longer video), the frames before it are split evenly into as
+    many windows as fit best, so that one ends exactly there: where a video's first clip
+    becomes certain, which is then not kept waiting for a window reaching past it.
+    """
     if window < 1:
         raise ValueError(f"window must be >= 1 frame, got {window}")
-    count = max(1, math.ceil(num_frames / window))
-    return [(i * window, min((i + 1) * window, num_frames)) for i in range(count)]
+    spans: list[tuple[int, int]] = []
+    start = 0
+    if 0 < first_end < num_frames:
+        count = max(1, round(first_end / window))
+        edges = [round(first_end * k / count) for k in range(count + 1)]
+        spans = list(itertools.pairwise(edges))
+        start = first_end
+    count = max(1, math.ceil((num_frames - start) / window))
+    spans += [(start + i * window, min(start + (i + 1) * window, num_frames)) for i in range(count)]
+    return spans

@@ -45,9 +45,12 @@ def transnet() -> TransNetV2Detector:
     return detector
 
 
-def windowed(truth: SyntheticVideo, window_s: float, context: int) -> list[VideoTask]:
+def windowed(
+    truth: SyntheticVideo, window_s: float, context: int, first_end_s: float = 0.0
+) -> list[VideoTask]:
     video = Video(str(truth.path), truth.path.name, probe(str(truth.path)))
-    return [VideoTask(data=v) for v in ShotWindows(window_s, context).process_video(video)]
+    stage = ShotWindows(window_s, context, first_end_s)
+    return [VideoTask(data=v) for v in stage.process_video(video)]
 
 
 def detect(
@@ -56,9 +59,10 @@ def detect(
     decoder: ShotFrameDecoder,
     window_s: float,
     context: int,
+    first_end_s: float = 0.0,
 ) -> list[tuple[int, int]]:
     found: list[tuple[int, int]] = []
-    for task in windowed(truth, window_s, context):
+    for task in windowed(truth, window_s, context, first_end_s):
         decoder.process(task)
         if isinstance(detector, TransNetV2Detector):
             detector.process_batch([task])
@@ -94,10 +98,20 @@ def test_windows_cover_the_video_and_carry_context(cuts_video: SyntheticVideo) -
     assert np.array_equal(tail.frames[-1], tail.frames[inside - 1])
 
 
-def test_transnetv2_finds_every_cut_within_a_frame(
-    cuts_video: SyntheticVideo, transnet: TransNetV2Detector
+def test_the_first_windows_can_end_where_a_first_clip_is_certain(
+    cuts_video: SyntheticVideo,
 ) -> None:
-    found = detect(cuts_video, transnet, ShotFrameDecoder(), 2.0, TRANSNET_CONTEXT)
+    tasks = windowed(cuts_video, 2.0, TRANSNET_CONTEXT, first_end_s=3.4)  # 51 frames
+    spans = [(t.data.window.start, t.data.window.end) for t in tasks]  # type: ignore[union-attr]
+    assert spans[:3] == [(0, 26), (26, 51), (51, 81)]
+    assert spans[-1][1] == cuts_video.num_frames
+
+
+@pytest.mark.parametrize("first_end_s", [0.0, 3.4])
+def test_transnetv2_finds_every_cut_within_a_frame(
+    cuts_video: SyntheticVideo, transnet: TransNetV2Detector, first_end_s: float
+) -> None:
+    found = detect(cuts_video, transnet, ShotFrameDecoder(), 2.0, TRANSNET_CONTEXT, first_end_s)
     boundaries = [boundary_s(t, cuts_video.fps) for t in found]
     assert len(boundaries) == len(cuts_video.cuts_s)
     for cut, boundary in zip(cuts_video.cuts_s, sorted(boundaries), strict=True):
@@ -154,6 +168,8 @@ def test_detector_settings_are_validated() -> None:
         HistogramDetector(threshold=0)
     with pytest.raises(ValueError):
         ShotWindows(window_s=0)
+    with pytest.raises(ValueError, match="first_end_s"):
+        ShotWindows(first_end_s=-1)
     with pytest.raises(ValueError):
         ShotFrameDecoder(size=(48, 27), width=64)
 

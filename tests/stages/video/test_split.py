@@ -3,6 +3,7 @@ and the shot splitter's handling of windows in any order, interleaved and failed
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
@@ -157,9 +158,14 @@ def test_clip_ids_are_deterministic_and_depend_on_path_and_span() -> None:
 
 # -- the shot splitter -------------------------------------------------------------------
 def window_tasks(
-    name: str, frames: int, size: int, cuts: list[int], fail: int | None = None
+    name: str,
+    frames: int,
+    size: int,
+    cuts: list[int],
+    fail: int | None = None,
+    first_end: int = 0,
 ) -> list[VideoTask]:
-    spans = windows(frames, size)
+    spans = windows(frames, size, first_end)
     tasks = []
     for i, (start, end) in enumerate(spans):
         window = FrameWindow(i, len(spans), start, end)
@@ -222,6 +228,37 @@ def test_clips_of_a_long_shot_leave_before_the_video_is_done() -> None:
     first_three = [t.data for task in tasks[:3] for t in splitter.process(task)]
     assert spans_of(first_three)  # certain clips were emitted already
     assert not any(c.last_chunk for c in first_three)
+
+
+def test_windows_cover_the_video_and_one_ends_where_the_first_clip_is_certain() -> None:
+    assert windows(1000, 50) == [(i, i + 50) for i in range(0, 1000, 50)]
+    assert windows(1800, 150, 330)[:4] == [(0, 165), (165, 330), (330, 480), (480, 630)]
+    assert windows(1800, 600, 330)[:2] == [(0, 330), (330, 930)]  # one window fits best
+    assert windows(1000, 150, 400)[:4] == [(0, 133), (133, 267), (267, 400), (400, 550)]
+    assert windows(300, 150, 330) == windows(300, 150) == [(0, 150), (150, 300)]  # shorter
+    for frames, size, first_end in [(1800, 150, 330), (331, 150, 330), (7, 3, 5), (1, 4, 2)]:
+        spans = windows(frames, size, first_end)
+        assert spans[0][0] == 0 and spans[-1][0] < spans[-1][1] == frames
+        assert all(a < b == c for (a, b), (c, _) in itertools.pairwise(spans))
+    with pytest.raises(ValueError, match="window"):
+        windows(10, 0)
+
+
+def run(splitter: ShotSplitter, task: VideoTask) -> list[Video]:
+    return [t.data for t in splitter.process(task)]
+
+
+def test_a_long_first_shot_gives_its_first_clip_with_the_window_ending_there() -> None:
+    """10 s clips cropped 0.5 s at each end are certain at 11 s: with 5 s windows the
+    first clip waited for the third window (to 15 s); planned to end at 11 s, it leaves
+    with the second."""
+    rules = SplitRules(2.0, 10.0, "stride", 0.5)
+    for first_end, wanted in [(0, 3), (110, 2)]:
+        tasks = window_tasks("long.mp4", 600, 50, [], first_end=first_end)
+        splitter = ShotSplitter(rules)
+        splitter.setup(None)
+        arrived = (i for i, task in enumerate(tasks, 1) if spans_of(run(splitter, task)))
+        assert next(arrived) == wanted
 
 
 def test_a_failed_window_fails_the_video_in_its_last_chunk() -> None:
