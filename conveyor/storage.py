@@ -370,6 +370,18 @@ def remove_tree(path: str | os.PathLike[str] | ObjectPath) -> None:
         where.remove_tree()
 
 
+def _umask() -> int:
+    """The process's umask, read without changing it (Linux); 0o022 where it cannot be."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o022
+
+
 @contextlib.contextmanager
 def atomic_write(
     final: str | os.PathLike[str] | ObjectPath,
@@ -396,6 +408,8 @@ def atomic_write(
         assert isinstance(folder, Path), "a local file's temporary must be local too"
         folder.mkdir(parents=True, exist_ok=True)
         fd, temp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=folder)
+        with contextlib.suppress(OSError):  # what a file created as usual gets, not 0600
+            os.fchmod(fd, 0o666 & ~_umask())
         try:
             with os.fdopen(fd, "wb") as out:
                 yield out

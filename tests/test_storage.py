@@ -4,6 +4,8 @@ wrong with which URL."""
 
 from __future__ import annotations
 
+import os
+import stat
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -75,6 +77,18 @@ def test_local_atomic_write_renames_and_a_failure_leaves_nothing(tmp_path: Path)
         raise RuntimeError("boom")
     assert final.read_bytes() == b"abc"  # the old file, untouched
     assert [p.name for p in final.parent.iterdir()] == ["out.bin"]
+
+
+def test_a_local_file_gets_the_permissions_of_any_new_file(tmp_path: Path) -> None:
+    """The temporary behind ``atomic_write`` is owner-only (``mkstemp``): the file it
+    becomes is readable as the umask says (clips, metas and shards were 0600)."""
+    old = os.umask(0o027)
+    try:
+        with storage.atomic_write(tmp_path / "clip.mp4") as out:
+            out.write(b"x")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(tmp_path / "clip.mp4").st_mode) == 0o640
 
 
 def test_store_atomic_write_publishes_only_a_complete_object(memory: ObjectPath) -> None:

@@ -429,7 +429,7 @@ def run_text(
     """
     from conveyor.pipelines.text_summary import TextCounts, build_summary
     from conveyor.stages.text.readers import list_inputs
-    from conveyor.stages.text.writers import publish_shards, shareable
+    from conveyor.stages.text.writers import publish_shards
     from conveyor.storage import atomic_write
 
     started = time.perf_counter()
@@ -481,7 +481,6 @@ def run_text(
     data = (json.dumps(summary, indent=1, ensure_ascii=False) + "\n").encode()
     layout.root.mkdir(parents=True, exist_ok=True)
     with atomic_write(layout.summary) as out:
-        shareable(out)
         out.write(data)
     if completed:
         layout.finish()

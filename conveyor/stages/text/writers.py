@@ -165,34 +165,10 @@ class ShardedWriter(ProcessingStage[DocumentBatch, FileGroupTask]):
         return FileGroupTask(data=[str(final)], dataset_name=task.dataset_name, metadata=metadata)
 
 
-def _umask() -> int:
-    """The process's umask, read without changing it (Linux); 0o022 where it cannot be."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as status:
-            for line in status:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0o022
-
-
-def shareable(stream: Any) -> None:
-    """Give a local temporary file (``atomic_write`` makes them owner-only) the permissions
-    a newly created file would have, so that outputs are readable as usual."""
-    try:
-        fd = stream.fileno()
-    except (AttributeError, OSError, ValueError):
-        return
-    with contextlib.suppress(OSError):
-        os.fchmod(fd, 0o666 & ~_umask())
-
-
 def write_table(table: Any, final: StoragePath, fmt: Format, compression: str | None) -> None:
     """Write ``table`` to ``final`` atomically, as Parquet (``compression`` its codec) or JSONL
     (``compression`` None, gzip or zstd)."""
     with atomic_write(final) as stream:
-        shareable(stream)
         if fmt == "parquet":
             import pyarrow.parquet as pq
 

@@ -249,7 +249,9 @@ def _probe_open(container: Any, size: int, verify: bool) -> VideoMetadata:
                 f"truncated: its frames stop at {duration:.2f} s of the {frames / fps:.2f} s "
                 "its header declares"
             )
-        if declared is None:
+        if declared is None or frames > measured * 1.02 + 2:
+            # an MP4's sample count includes the samples its edit list leaves out (frames
+            # before the start, cut when it was trimmed): the length shown is what counts
             frames = measured
     if not width or not height:
         raise InputError("the video stream has no frame size")
@@ -261,7 +263,7 @@ def _probe_open(container: Any, size: int, verify: bool) -> VideoMetadata:
         num_frames=int(frames or round(duration * fps)),
         width=int(width),
         height=int(height),
-        codec=context.name,
+        codec=context.codec.canonical_name or context.name,  # "av1", not its decoder (libdav1d)
         pixel_format=pix_fmt,
         bit_rate=int(bit_rate) if bit_rate else None,
         audio_codec=audio,

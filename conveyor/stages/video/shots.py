@@ -136,12 +136,20 @@ def _fill_gaps(frames: np.ndarray, filled: np.ndarray) -> None:
 def transitions_from_scores(
     scores: np.ndarray, start: int, threshold: float
 ) -> list[tuple[int, int]]:
-    """Runs of frames whose transition score is above ``threshold``, as inclusive frame
-    pairs offset by ``start``."""
+    """Runs of frames whose transition score is above ``threshold``, as transitions
+    ``(first, last)`` offset by ``start``: the frames in neither shot.
+
+    TransNetV2 marks the last frame before a cut (a run's first frame still belongs to the
+    shot that ends), so a lone mark at frame ``f`` is the hard cut ``(f + 1, f)``, and a
+    crossfade's run ``f..g`` leaves ``f + 1..g`` out of both shots. Taking the mark for
+    the cut cost each shot before a cut its last frame, and a shot of exactly the shortest
+    clip plus its crops was dropped.
+    """
     above = np.concatenate([[False], scores > threshold, [False]])
     edges = np.flatnonzero(np.diff(above.astype(np.int8)))
     return [
-        (start + int(a), start + int(b) - 1) for a, b in zip(edges[::2], edges[1::2], strict=True)
+        (start + int(a) + 1, start + int(b) - 1)
+        for a, b in zip(edges[::2], edges[1::2], strict=True)
     ]
 
 

@@ -623,3 +623,29 @@ def test_an_interlaced_source_is_reported_as_such(
     meta = probe(str(write_interlaced(tmp_path / name, fmt, codec)))
     assert meta.interlaced and meta.as_dict()["interlaced"] is True
     assert not media.metadata(media.standard().path).interlaced
+
+
+def test_an_mp4_trimmed_by_its_edit_list_counts_the_frames_it_shows(tmp_path: Path) -> None:
+    """Frames stamped before 0 are left out by the MP4's edit list, but its sample count
+    still holds them: the video had 48 frames for 36 shown, and its last clip was planned
+    past the end and never cropped."""
+    path = tmp_path / "trimmed.mp4"
+    write_raw(path, "mp4", first_pts=-12)  # 4 s written, the first of them before 0
+    meta = probe(str(path))
+    assert meta.duration_s == pytest.approx(3.0, abs=0.1) and meta.num_frames == 36
+    got = list(decode_range(str(path), meta, 2.5, 3.0))
+    assert [round(t * 12) for t, _ in got] == list(range(30, 36))
+
+
+def test_the_codec_is_named_for_the_format_not_its_decoder(tmp_path: Path) -> None:
+    """AV1 is decoded by libdav1d: the metadata says "av1", as it says "h264" or "vp9"."""
+    path = tmp_path / "av1.mp4"
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("libsvtav1", rate=25, options={"preset": "8"})
+        stream.width, stream.height, stream.pix_fmt = 160, 128, "yuv420p"
+        for i in range(25):
+            image = np.full((128, 160, 3), i * 8, np.uint8)
+            container.mux(stream.encode(av.VideoFrame.from_ndarray(image, format="rgb24")))
+        container.mux(stream.encode(None))
+    meta = probe(str(path))
+    assert meta.codec == "av1" and meta.num_frames == 25

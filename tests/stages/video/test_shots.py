@@ -20,7 +20,7 @@ from conveyor.stages.video.shots import (
     TransNetV2Detector,
     transitions_from_scores,
 )
-from conveyor.stages.video.split import ShotSplitter, SplitRules
+from conveyor.stages.video.split import ShotSplitter, SplitRules, scene_spans
 from conveyor.tasks.video import Video, VideoTask
 
 
@@ -155,9 +155,29 @@ def test_detection_then_splitting_keeps_clips_inside_shots(
         assert not any(start < cut < end for cut in cuts_video.cuts_s)
 
 
+def test_shots_of_exactly_the_shortest_clip_plus_crops_are_kept(
+    tmp_path: Path, transnet: TransNetV2Detector
+) -> None:
+    """Three 3 s shots at 24 fps, cropped 0.5 s at each end: three 2.0 s clips, each
+    ending at its shot's last frame less the crop (the frame before a cut was lost, and
+    the first two shots fell under the 2 s minimum)."""
+    truth = write_video(
+        tmp_path / "three.mp4",
+        [Segment("pan", 3, 1), Segment("rings", 3, 2), Segment("checker", 3, 3)],
+        width=160,
+        height=90,
+        fps=24,
+    )
+    found = detect(truth, transnet, ShotFrameDecoder(), 5.0, TRANSNET_CONTEXT)
+    assert found == [(72, 71), (144, 143)]  # hard cuts before frames 72 and 144
+    spans = scene_spans(found, truth.num_frames, SplitRules(2.0, 10.0, "stride", 0.5), 24)
+    assert spans == [(12, 60), (84, 132), (156, 204)]
+
+
 def test_transitions_from_scores_groups_runs() -> None:
     scores = np.array([0.1, 0.9, 0.2, 0.7, 0.8, 0.9, 0.1, 0.95])
-    assert transitions_from_scores(scores, 100, 0.5) == [(101, 101), (103, 105), (107, 107)]
+    # a lone mark is the last frame before a cut; a run's first frame ends its shot too
+    assert transitions_from_scores(scores, 100, 0.5) == [(102, 101), (104, 105), (108, 107)]
     assert transitions_from_scores(np.zeros(5), 0, 0.5) == []
 
 
