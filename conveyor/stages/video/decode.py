@@ -13,7 +13,7 @@ import contextlib
 import itertools
 import math
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -503,51 +503,59 @@ def decode_range(
     """``(seconds, av.VideoFrame)`` for every frame in ``[start_s, end_s)``, from one seek.
 
     The seek lands on the key frame before ``start_s``; frames before it are decoded and
-    dropped. A container whose seek lands after ``start_s`` is read again from further back.
+    dropped. A container whose seek lands after ``start_s`` is read again from further back,
+    and at last from the start of the file opened anew (seeking to its start lands late in
+    MPEG-TS and -PS, which seek by decode stamps, and in a file whose clock wraps).
     Damaged packets are skipped; a range mostly damaged fails, unless ``any_damage``: then
     it gives what decodes. With ``deinterlace``, an interlaced source's frames come out
     whole (``deinterlaced``).
     """
     with contextlib.ExitStack() as stack:
         source = _source(path, stack)
-        with _capture():
-            container, stream = open_video(source, threads)
-        with container:
-            yield from _decode_open(
-                container,
-                stream,
-                metadata,
-                start_s,
-                end_s,
-                any_damage,
-                deinterlace and metadata.interlaced,
-            )
+        for fresh in (False, True):
+            if fresh and not isinstance(source, str):
+                source.seek(0)
+            with _capture():
+                container, stream = open_video(source, threads)
+            with container:
+                done = yield from _decode_open(
+                    container,
+                    stream,
+                    metadata,
+                    (start_s, end_s),
+                    any_damage,
+                    deinterlace and metadata.interlaced,
+                    fresh,
+                )
+            if done:
+                return
 
 
 def _decode_open(
     container: Any,
     stream: Any,
     metadata: VideoMetadata,
-    start_s: float,
-    end_s: float,
+    span: tuple[float, float],
     any_damage: bool = False,
     deinterlace: bool = False,
-) -> Iterator[tuple[float, Any]]:
-    """``decode_range``'s work once the container is open."""
+    fresh: bool = False,
+) -> Generator[tuple[float, Any], None, bool]:
+    """``decode_range``'s work once the container is open: False where the range is to be
+    read from the start of the file opened anew (``fresh``, read without seeking)."""
     import av
 
+    start_s, end_s = span
     time_base = float(stream.time_base)
     start_pts = round(metadata.start_time_s / time_base) if time_base else 0
     half_frame = 0.5 / metadata.fps
-    for back in (0.0, _RESEEK_S, math.inf):
-        origin = max(0.0, start_s - back) if math.isfinite(back) else 0.0
-        try:
-            if origin > 0:
+    for back in (math.inf,) if fresh else (0.0, _RESEEK_S, math.inf):
+        origin = max(0.0, start_s - back)
+        if origin == 0 and back and not fresh:
+            return False  # from the very start
+        if origin > 0:
+            try:
                 container.seek(int(origin / time_base) + start_pts, stream=stream)
-            elif back:  # from the very start: not to the first frame's stamp, since MPEG-TS
-                container.seek(0)  # and -PS seek by decode stamps and land a frame or two late
-        except av.FFmpegError:
-            if math.isfinite(back):
+            except av.FFmpegError:
                 continue
         frames = _decode_from(container, stream, start_pts, time_base, metadata.fps, any_damage)
         if deinterlace:  # before the range is cut, so the filter sees each frame's neighbours
@@ -556,19 +564,20 @@ def _decode_open(
         if first is None:
             if origin > 0:
                 continue  # nothing decodes after this seek: read from further back
-            return
+            return True
         if first[0] > start_s + half_frame and origin > 0:
             continue  # landed after the start: go further back
         if first[0] >= start_s - half_frame:
             if first[0] >= end_s - half_frame:
-                return
+                return True
             yield first
         for t, frame in frames:
             if t >= end_s - half_frame:
-                return
+                return True
             if t >= start_s - half_frame:
                 yield t, frame
-        return
+        return True
+    return True
 
 
 def _past_damage(container: Any, stream: Any, any_damage: bool = False) -> Iterator[Any]:
