@@ -236,6 +236,8 @@ def _probe_open(container: Any, size: int, verify: bool) -> VideoMetadata:
         pix_fmt = pix_fmt or first.format.name
         rotation = int(getattr(first, "rotation", 0) or 0)
         interlaced = interlaced or bool(first.interlaced_frame)
+        if container_name in _UNINDEXED:
+            _check_continuous(container, stream, time_base)
         start_pts = first.pts if first.pts is not None else 0
         start = start_pts * time_base
         offset = start if tag else (container.start_time or 0) / 1_000_000
@@ -274,6 +276,39 @@ def _probe_open(container: Any, size: int, verify: bool) -> VideoMetadata:
         sample_aspect=_sample_aspect(stream),
         interlaced=interlaced,
     )
+
+
+#: containers without an index, read by timestamps alone (MPEG-TS, MPEG-PS)
+_UNINDEXED = ("mpegts", "mpeg")
+#: how far (s) decode stamps may step back before they are a discontinuity
+_STEP_BACK_S = 1.0
+
+
+def _check_continuous(container: Any, stream: Any, time_base: float) -> None:
+    """``InputError`` where the video's decode stamps jump back: two recordings joined end
+    to end (``cat a.ts b.ts``) or a stream restarted. Clips are cut by time, so such a file
+    would give clips of the wrong stretch and lose the rest; FFmpeg's own tools make the
+    stamps continuous when remuxing. Reads every packet (not decoding): about 200-400 MB/s.
+    """
+    import av
+
+    last: int | None = None
+    try:
+        for packet in container.demux(stream):
+            stamp = packet.dts if packet.dts is not None else packet.pts
+            if stamp is None:
+                continue
+            if last is not None and (last - stamp) * time_base > _STEP_BACK_S:
+                raise InputError(
+                    f"its timestamps jump back by {(last - stamp) * time_base:.1f} s after "
+                    f"{last * time_base - float(stream.start_time or 0) * time_base:.1f} s "
+                    "(recordings joined end to end, or a stream that restarted): clips cut "
+                    "by time would be wrong; remux it first, e.g. `ffmpeg -i IN -c copy "
+                    "OUT.ts`, which makes them continuous"
+                )
+            last = stamp if last is None else max(last, stamp)
+    except av.FFmpegError:
+        pass  # damage is judged elsewhere
 
 
 def _sample_aspect(stream: Any) -> tuple[int, int]:

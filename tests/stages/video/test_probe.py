@@ -673,3 +673,15 @@ def test_an_mpeg_ts_whose_clock_wraps_is_read_on_both_sides_of_the_wrap(tmp_path
         first = round(start * 25)
         assert [round(t * 25) for t, _ in got] == list(range(first, first + 5))
         assert abs(float(got[0][1].to_ndarray(format="rgb24").mean()) - start * 25) <= 3
+
+
+def test_mpeg_ts_files_joined_end_to_end_are_refused_with_the_remedy(tmp_path: Path) -> None:
+    """``cat a.ts b.ts``: the stamps start again half-way. FFmpeg measured the length by
+    the second file's stamps (4 s of 8) and clips were cut from the wrong stretch."""
+    write_raw(tmp_path / "a.ts", "mpegts", first_pts=0)
+    write_raw(tmp_path / "b.ts", "mpegts", first_pts=0)
+    joined = tmp_path / "joined.ts"
+    joined.write_bytes((tmp_path / "a.ts").read_bytes() + (tmp_path / "b.ts").read_bytes())
+    with pytest.raises(InputError, match=r"timestamps jump back by 3\.9 s after 3\.9 s .*remux"):
+        probe(str(joined))
+    assert probe(str(tmp_path / "a.ts")).num_frames == 48
