@@ -20,6 +20,10 @@ Per clip, from its frames at ``frame_rate`` (OpenCV, no model):
   still colour bars moves the whole-frame mean by as little as 0.03 levels, while the
   keyframes of a frozen source re-quantise it by up to 3.6 levels (a region's mean). Counted
   per pixel and region, the marker changes 8% and more of its cell, the codec 0.3% at most.
+  Slow, smooth motion (a gradient drifting, a slow pan) may move no pixel by that much
+  between sampled frames yet shift a whole region: a pair whose cell mean difference is
+  above ``FROZEN_MEAN`` levels changed too (a slowly turning ring pattern moves its cells
+  by 16 levels; re-quantisation noise of a frozen source stays under 7).
   Needs two frames; one frame scores 0.
 
 A clip is filtered as ``"quality"`` when the dark, blank or frozen fraction is above its
@@ -41,6 +45,8 @@ from conveyor.tasks.video import Clip, Video
 #: CHANGED_SHARE of the pixels changed by more than ``frozen_diff`` levels
 GRID = 8
 CHANGED_SHARE = 0.02
+#: ... or when, in any cell, the mean difference (the largest channel's) is above this
+FROZEN_MEAN = 10.0
 
 
 def quality_scores(
@@ -65,7 +71,7 @@ def quality_scores(
         _, std = cv2.meanStdDev(frame)
         blank += float(std.max()) < blank_std
     pairs = len(frames) - 1
-    frozen = sum(_changed_share(a, b, frozen_diff) <= CHANGED_SHARE for a, b in pairwise(frames))
+    frozen = sum(not _changed(a, b, frozen_diff) for a, b in pairwise(frames))
     return {
         "quality_sharpness": float(np.median(sharpness)),
         "quality_brightness": float(np.mean(luma)),
@@ -75,18 +81,25 @@ def quality_scores(
     }
 
 
-def _changed_share(a: np.ndarray, b: np.ndarray, level: float) -> float:
-    """The largest share, over the cells of a grid, of pixels whose difference between ``a``
-    and ``b`` exceeds ``level`` in some channel."""
+def _changed(a: np.ndarray, b: np.ndarray, level: float) -> bool:
+    """Whether, in some cell of a grid, more than ``CHANGED_SHARE`` of the pixels differ
+    between ``a`` and ``b`` by more than ``level`` in some channel, or the cell's mean
+    difference is above ``FROZEN_MEAN``."""
     import cv2
 
-    changed = (cv2.absdiff(a, b).max(axis=2) > level).astype(np.float32)
-    height, width = changed.shape
+    diff = cv2.absdiff(a, b).max(axis=2).astype(np.float32)
+    height, width = diff.shape
     rows = np.arange(min(GRID, height)) * height // min(GRID, height)
     cols = np.arange(min(GRID, width)) * width // min(GRID, width)
-    counts = np.add.reduceat(np.add.reduceat(changed, rows, axis=0), cols, axis=1)
     areas = np.outer(np.diff(rows, append=height), np.diff(cols, append=width))
-    return float((counts / areas).max())
+
+    def cell_means(values: np.ndarray) -> np.ndarray:
+        return np.add.reduceat(np.add.reduceat(values, rows, axis=0), cols, axis=1) / areas
+
+    return bool(
+        cell_means((diff > level).astype(np.float32)).max() > CHANGED_SHARE
+        or cell_means(diff).max() > FROZEN_MEAN
+    )
 
 
 def _check_fraction(name: str, value: float) -> None:

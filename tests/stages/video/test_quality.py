@@ -79,6 +79,18 @@ def test_a_small_moving_marker_is_not_frozen() -> None:
     assert scores["quality_frozen_fraction"] == 0.0
 
 
+def test_slow_smooth_motion_is_not_frozen() -> None:
+    """A gradient drifting 5 px per sampled frame changes no pixel by more than 24 levels,
+    yet shifts every region by about 15: moving, not frozen (a slowly turning ring pattern
+    was filtered as frozen)."""
+    x = np.arange(320)
+    rows = [128 + 120 * np.sin(2 * np.pi * (x - 5 * i) / 160) for i in range(6)]
+    frames = np.stack([np.broadcast_to(r[None, :, None], (240, 320, 3)) for r in rows])
+    frames = np.round(frames).astype(np.uint8)
+    assert np.abs(np.diff(frames.astype(int), axis=0)).max() <= 24
+    assert quality_scores(frames)["quality_frozen_fraction"] == 0.0
+
+
 def test_black_grey_and_coloured_clips_are_filtered() -> None:
     black, grey, red = filtered(
         QualityFilter(), uniform((0, 0, 0)), uniform((128, 128, 128)), uniform((200, 30, 30))
