@@ -18,6 +18,7 @@ from conveyor.stages.video.shots import (
     ShotFrameDecoder,
     ShotWindows,
     TransNetV2Detector,
+    repeats_for,
     transitions_from_scores,
 )
 from conveyor.stages.video.split import ShotSplitter, SplitRules, scene_spans
@@ -172,6 +173,20 @@ def test_shots_of_exactly_the_shortest_clip_plus_crops_are_kept(
     assert found == [(72, 71), (144, 143)]  # hard cuts before frames 72 and 144
     spans = scene_spans(found, truth.num_frames, SplitRules(2.0, 10.0, "stride", 0.5), 24)
     assert spans == [(12, 60), (84, 132), (156, 204)]
+
+
+def test_a_slow_source_is_shown_to_transnetv2_at_about_25_fps(
+    tmp_path: Path, transnet: TransNetV2Detector
+) -> None:
+    """At 5 fps every frame changes a lot: shown each frame once, TransNetV2 missed the
+    plasma-to-rings cut; shown each five times (and scored by the highest copy), it finds
+    every cut at its frame."""
+    kinds = ("shapes", "plasma", "rings", "checker", "pan")
+    segments = [Segment(kind, 4, seed) for seed, kind in enumerate(kinds, 10)]
+    truth = write_video(tmp_path / "timelapse.mp4", segments, width=320, height=180, fps=5)
+    found = detect(truth, transnet, ShotFrameDecoder(), 5.0, TRANSNET_CONTEXT)
+    assert found == [(20, 19), (40, 39), (60, 59), (80, 79)]
+    assert repeats_for(5) == 5 and repeats_for(2) == 12 and repeats_for(12) == repeats_for(8) == 1
 
 
 def test_transitions_from_scores_groups_runs() -> None:
