@@ -233,14 +233,13 @@ def _shot_stages(
     from conveyor.stages.video.split import ShotSplitter, SplitRules
 
     rules = SplitRules(config.min_clip_s, config.max_clip_s, config.max_len_mode, config.crop_s)
-    first_clip_certain_s = config.max_clip_s + 2 * config.crop_s
     if config.detector == "transnetv2":
         threshold = config.shot_threshold if config.shot_threshold is not None else 0.4
         detector: ProcessingStage[Any, Any] = TransNetV2Detector(threshold).with_(
             resources=model_resources, batch_size=8 if gpus else 1
         )
         head = [
-            ShotWindows(config.detection_window_s, TRANSNET_CONTEXT, first_clip_certain_s),
+            ShotWindows(config.detection_window_s, TRANSNET_CONTEXT, rules.first_clip_certain_s),
             ShotFrameDecoder(),
         ]
     else:
@@ -250,7 +249,7 @@ def _shot_stages(
             ShotWindows(
                 max(config.detection_window_s, 20.0),
                 histogram.min_scene_len + 1,
-                first_clip_certain_s,
+                rules.first_clip_certain_s,
             ),
             ShotFrameDecoder(size=None, width=128),
         ]

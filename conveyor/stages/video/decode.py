@@ -236,10 +236,10 @@ def _probe_open(container: Any, size: int, verify: bool) -> VideoMetadata:
         pix_fmt = pix_fmt or first.format.name
         rotation = int(getattr(first, "rotation", 0) or 0)
         interlaced = interlaced or bool(first.interlaced_frame)
-        if container_name in _UNINDEXED:
-            _check_continuous(container, stream, time_base)
         start_pts = first.pts if first.pts is not None else 0
         start = start_pts * time_base
+        if container_name in _UNINDEXED:
+            _check_continuous(container, stream, time_base, start)
         offset = start if tag else (container.start_time or 0) / 1_000_000
         ends = [] if hint is None else [hint, hint + offset]
         duration = _check_tail(container, stream, start_pts, time_base, fps, declared, ends)
@@ -284,7 +284,7 @@ _UNINDEXED = ("mpegts", "mpeg")
 _STEP_BACK_S = 1.0
 
 
-def _check_continuous(container: Any, stream: Any, time_base: float) -> None:
+def _check_continuous(container: Any, stream: Any, time_base: float, start: float) -> None:
     """``InputError`` where the video's decode stamps jump back: two recordings joined end
     to end (``cat a.ts b.ts``) or a stream restarted. Clips are cut by time, so such a file
     would give clips of the wrong stretch and lose the rest; FFmpeg's own tools make the
@@ -301,7 +301,7 @@ def _check_continuous(container: Any, stream: Any, time_base: float) -> None:
             if last is not None and (last - stamp) * time_base > _STEP_BACK_S:
                 raise InputError(
                     f"its timestamps jump back by {(last - stamp) * time_base:.1f} s after "
-                    f"{last * time_base - float(stream.start_time or 0) * time_base:.1f} s "
+                    f"{last * time_base - start:.1f} s "
                     "(recordings joined end to end, or a stream that restarted): clips cut "
                     "by time would be wrong; remux it first, e.g. `ffmpeg -i IN -c copy "
                     "OUT.ts`, which makes them continuous"
@@ -655,6 +655,10 @@ def _decode_from(
         yield t, frame
 
 
+#: the filter graph's clock: frames are numbered in it, since only their order matters
+_FILTER_TIME_BASE = Fraction(1, 1000)
+
+
 def deinterlaced(frames: Iterator[tuple[float, Any]]) -> Iterator[tuple[float, Any]]:
     """The frames of an interlaced source made whole, each with its time.
 
@@ -679,9 +683,6 @@ def deinterlaced(frames: Iterator[tuple[float, Any]]) -> Iterator[tuple[float, A
         yield from _pull(graph, times)
     if graph is not None:
         yield from _pull(graph, times, flush=True)
-
-
-_FILTER_TIME_BASE = Fraction(1, 1000)
 
 
 def _bwdif(width: int, height: int, pix_fmt: str) -> Any:

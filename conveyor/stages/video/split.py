@@ -72,6 +72,12 @@ class SplitRules:
                 f"max_len_mode must be 'stride' or 'truncate', got {self.max_len_mode!r}"
             )
 
+    @property
+    def first_clip_certain_s(self) -> float:
+        """How far into a shot detection must reach before its first clip cannot change:
+        the longest clip plus a crop at each end (``SceneClipper.advance``)."""
+        return self.max_len_s + 2 * self.crop_s
+
 
 class SceneClipper:
     """Clip spans of one video's scenes, handed out as soon as they are certain.
