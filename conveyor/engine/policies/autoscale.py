@@ -330,13 +330,14 @@ def plan(
     forced = budget.memory_room(stages, current) < 0 or any(
         (t > 0) != (c > 0)  # a stage gains its first worker or a finished one frees its last
         or c > caps[i]  # more workers than batches left, or a pin changed
-        or (s.pinned is not None and c != s.pinned)
+        or (s.pinned is not None and not s.finished and c != s.pinned)
         for i, (s, t, c) in enumerate(zip(stages, target, current, strict=True))
     )
     # stages held back by a lack of work, not of workers, do not limit throughput; pinned
-    # stages do (their capacity is fixed)
+    # stages do (their capacity is fixed), once their speed is known or work waits for them
+    # (an idle unmeasured stage weighs as much as the slowest by assumption only)
     limiting = [
-        a and (s.pinned is not None or t < g)
+        a and (s.pinned is not None or t < g) and (s.task_time_s is not None or s.backlog > 0)
         for a, t, g, s in zip(active, target, grow, stages, strict=True)
     ]
     if not forced and any(limiting):
@@ -348,6 +349,12 @@ def plan(
             reserved = sum(c * s.cpus for c, s in zip(current, stages, strict=True))
             slack = 0 if share and reserved > budget.cpus + 1e-9 else 1
             target = _give_back(target, current, weights, active, pace, config.min_gain, slack)
+    if config.share_cpus and not share and not forced:
+        # a stage with work not measured yet holds the plan to reservations, but what is
+        # known still sized the measured stages: taking their workers now would only start
+        # them again once it is measured (TransNetV2 went 3 -> 1 -> 3 while the first clip
+        # was encoded)
+        target = [max(t, c) if m else t for t, c, m in zip(target, current, measured, strict=True)]
 
     # hysteresis on removals: a stage shrinks only after the proposal has held long enough
     result = []

@@ -150,6 +150,28 @@ def test_shared_cpus_release_surplus_the_budget_would_have_taken_back() -> None:
     assert run_plan(stages, cpus=64, config=config) == [2, 2]
 
 
+def test_a_pinned_stage_that_has_seen_no_input_does_not_hold_the_bottleneck_back() -> None:
+    # the splitter's weight, the slowest measured, is an assumption until input reaches it:
+    # counted as limiting, it made every plan "no gain" and kept "slow" at one worker
+    stages = [cpu_stage("cheap", 0.1), cpu_stage("slow", 1.0), cpu_stage("split", pinned=1)]
+    stages[2] = dataclasses.replace(stages[2], backlog=0)
+    config = dataclasses.replace(EAGER, min_gain=0.02)
+    assert run_plan(stages, cpus=2, config=config) == [1, 2, 1]
+    # with work waiting, its assumed weight is all there is to go on
+    stages[2] = dataclasses.replace(stages[2], backlog=5)
+    assert run_plan(stages, cpus=2, config=config) == [1, 1, 1]
+
+
+def test_a_stage_waiting_for_its_first_measurement_takes_no_workers_away() -> None:
+    # measured, "slow" has two workers on 2 CPUs shared by time; "new" then gets work: until
+    # it is measured the plan holds reservations, but "slow" keeps its workers (taking them
+    # would only start them again a few seconds later)
+    stages = [cpu_stage("cheap", 0.1), cpu_stage("slow", 1.0, workers=2), cpu_stage("new")]
+    assert run_plan(stages, cpus=2) == [1, 2, 1]
+    config = dataclasses.replace(EAGER, share_cpus=False)
+    assert run_plan(stages, cpus=2, config=config) == [1, 1, 1]  # reserved: the budget rules
+
+
 def test_unmeasured_stages_get_a_fair_share() -> None:
     stages = [gpu_stage("a"), gpu_stage("b"), gpu_stage("c")]
     assert run_plan(stages, gpus=6) == [2, 2, 2]
@@ -399,6 +421,10 @@ def test_forced_corrections_ignore_min_gain() -> None:
     # a steady change is not forced
     stages = [gpu_stage("a", 1.0, workers=1), gpu_stage("b", 1.0, workers=1)]
     assert run_plan(stages, gpus=4, config=never) == [1, 1]
+    # nor after a pinned stage has finished (its pin no longer holds: forcing then turned
+    # off min_gain for the rest of a run, and workers came and went on noise)
+    done = gpu_stage("list", 0.1, pinned=1, workers=0, backlog=0, upstream_done=True)
+    assert run_plan([done, *stages], gpus=4, config=never) == [0, 1, 1]
 
 
 # -- max_workers_per_stage ----------------------------------------------------------------
