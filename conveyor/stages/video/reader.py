@@ -127,23 +127,29 @@ def list_videos(
 
     Directories are searched recursively for ``extensions`` (any case), skipping hidden
     files and directories and the ``exclude`` directories (the output, when it lies inside
-    the input). A file named explicitly is taken whatever its extension: probing decides.
+    the input). Linked folders are followed (datasets are often assembled from links to
+    other disks), each real folder once, so a link back up the tree is no loop. A file named
+    explicitly is taken whatever its extension: probing decides.
     """
     check_inputs(inputs)
     root = input_root(inputs)
     if isinstance(root, ObjectPath):
         return _list_objects(inputs, root, extensions, exclude, limit)
     wanted = tuple(e.lower() for e in extensions)
-    skip = {Path(e).expanduser().absolute() for e in exclude if not is_url(e)}
+    skip = {os.path.realpath(Path(e).expanduser()) for e in exclude if not is_url(e)}
     found: dict[str, Path] = {}
+    seen: set[str] = set()
     for path in _as_list(inputs):
         assert isinstance(path, Path)
         if path.is_dir():
-            for folder, dirs, files in os.walk(path):
+            for folder, dirs, files in os.walk(path, followlinks=True):
                 here = Path(folder)
-                dirs[:] = sorted(
-                    d for d in dirs if not d.startswith(".") and (here / d) not in skip
-                )
+                real = os.path.realpath(folder)
+                if real in seen or real in skip:
+                    dirs[:] = []
+                    continue
+                seen.add(real)
+                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
                 for name in files:
                     if not name.startswith(".") and name.lower().endswith(wanted):
                         full = here / name

@@ -77,6 +77,23 @@ def test_hidden_files_and_directories_are_skipped(tree: Path) -> None:
     assert "out/clips/h.mp4" in names  # nothing excluded unless asked
 
 
+def test_linked_folders_are_followed_once_and_a_link_up_the_tree_is_no_loop(
+    tmp_path: Path,
+) -> None:
+    root, elsewhere = tmp_path / "in", tmp_path / "disk2"
+    touch(root, "a.mp4")
+    touch(elsewhere, "b.mp4", "deeper/c.mkv")
+    (root / "linked").symlink_to(elsewhere, target_is_directory=True)
+    (root / "again").symlink_to(elsewhere, target_is_directory=True)  # the same folder twice
+    (elsewhere / "up").symlink_to(root, target_is_directory=True)  # a loop
+    (root / "gone").symlink_to(tmp_path / "missing", target_is_directory=True)  # dangling
+    (root / "out").mkdir()
+    touch(root, "out/clips/x.mp4")
+    (root / "out-link").symlink_to(root / "out", target_is_directory=True)
+    names = relatives(list_videos(root, exclude=[root / "out"]))
+    assert names == ["a.mp4", "again/b.mp4", "again/deeper/c.mkv"]
+
+
 def test_camera_phone_tv_and_older_web_formats_are_listed_too(tmp_path: Path) -> None:
     names = [
         "cam/00001.MTS",
