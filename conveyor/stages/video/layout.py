@@ -7,7 +7,8 @@
     OUT/metas/<clip_id>.json             one per clip made, kept or filtered
     OUT/embeddings/<video_id>.parquet    clip_id, embedding: one row per kept clip
     OUT/text_embeddings/<video_id>.parquet  clip_id, text, embedding (when text is embedded)
-    OUT/videos/<relative path>.json      the video: metadata, clip ids, errors
+    OUT/videos/<relative path>.json      the video: metadata, clip ids, errors (a name too
+                                         long for the disk ends in ~<hash>.json)
     OUT/summary.json                     the run's totals
     OUT/.conveyor/                       work in progress (temporary files, staging)
 
@@ -23,6 +24,7 @@ remove exactly what the unfinished video left behind before doing it again.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 from collections.abc import Iterable, Iterator, Sequence
@@ -77,7 +79,12 @@ class OutputLayout:
         return self.text_embeddings / f"{vid}.parquet"
 
     def video_record(self, relative_path: str) -> StoragePath:
-        return self.videos / f"{relative_path}.json"
+        """``videos/<relative path>.json``; on a disk, a name that ``.json`` takes past the
+        file system's limit is shortened (``record_name``)."""
+        path = self.videos / f"{relative_path}.json"
+        if isinstance(path, Path):
+            path = path.with_name(record_name(path.name))
+        return path
 
     def staging_dir(self, vid: str) -> StoragePath:
         return self.staging / vid
@@ -208,6 +215,24 @@ class OutputLayout:
         for path in self.tmp.iterdir():
             removed += _unlink(path)
         return removed
+
+
+#: the longest file name most file systems take, in bytes (ext4, XFS, APFS, NTFS in UTF-16)
+NAME_MAX = 255
+#: hex digits of the full name's hash a shortened record name ends with
+NAME_HASH = 16
+
+
+def record_name(name: str) -> str:
+    """``name`` if it fits ``NAME_MAX`` bytes, else its start, ``~`` and a hash of all of it
+    (then ``.json``): a video named up to the limit still gets its record, under a name that
+    is the same in every run. The record holds the full ``source_video`` path."""
+    data = name.encode()
+    if len(data) <= NAME_MAX:
+        return name
+    tail = f"~{hashlib.sha256(data).hexdigest()[:NAME_HASH]}.json"
+    head = data[: NAME_MAX - len(tail)].decode(errors="ignore")  # whole characters only
+    return head + tail
 
 
 def _parse_record(data: bytes) -> dict[str, Any] | None:

@@ -145,6 +145,23 @@ def test_relative_paths(tmp_path: Path) -> None:
     assert relative_paths(records, layout.videos) == ["a/c.mkv", "b.mp4"]
 
 
+@pytest.mark.parametrize("name", ["w" * 251 + ".mp4", "視" * 83 + ".mp4"], ids=["ascii", "cjk"])
+def test_a_video_named_up_to_the_file_system_limit_gets_its_record(
+    tmp_path: Path, name: str
+) -> None:
+    # 255 bytes, the most a file name can have: with ".json" the record's name was too long
+    # for the disk, and the video stayed "incomplete" in every run
+    writer = ClipWriter(tmp_path)
+    writer.process(chunk(f"sub/{name}", 0, [clip(f"sub/{name}", 0, 10)], last=True))
+    layout = OutputLayout(tmp_path)
+    record = layout.video_record(f"sub/{name}")
+    assert record.parent == layout.videos / "sub" and len(record.name.encode()) <= 255
+    assert record.name.endswith(".json") and record.name.startswith(name[:40])
+    assert layout.read_record(f"sub/{name}")["source_video"] == f"sub/{name}"  # type: ignore[index]
+    assert layout.is_complete(f"sub/{name}", 1234, 1700000000.5)
+    assert layout.video_record("sub/short.mp4").name == "short.mp4.json"  # as before
+
+
 def test_reset_removes_a_finished_video_found_through_its_record(tmp_path: Path) -> None:
     writer = ClipWriter(tmp_path, write_filtered=True)
     kept, filtered = clip("v.mp4", 0, 10), clip("v.mp4", 10, 20, filtered_by="motion")
