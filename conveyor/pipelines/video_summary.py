@@ -51,6 +51,7 @@ def build_summary(
     filtered: Counter[str] = Counter()
     seconds_in = seconds_now = kept_seconds = 0.0
     failures: list[dict[str, Any]] = []
+    damaged: list[str] = []
     records = layout.read_records([s.relative_path for s in sources])
     for source in sources:
         record = records[source.relative_path]
@@ -67,6 +68,8 @@ def build_summary(
             continue
         videos[record["status"]] += 1
         videos["without_clips"] += bool(record.get("no_clips"))
+        if record.get("damaged_packets"):
+            damaged.append(source.relative_path)
         meta = record.get("metadata") or {}
         duration = float(meta.get("duration_s") or 0.0)
         seconds_in += duration
@@ -104,6 +107,8 @@ def build_summary(
             "failed": videos["failed"],
             "incomplete": videos["incomplete"],
             "without_clips": videos["without_clips"],
+            # whose clips were cut past damaged packets (each record says how many)
+            "damaged": damaged,
             "done_this_run": len(done_now),
             "skipped_as_complete": len(sources) - len(pending),
         },
@@ -215,6 +220,17 @@ def print_summary(summary: dict[str, Any], console: Console, max_failures: int =
     if clips["duplicates"] is not None:
         table.add_row("near-duplicates (marked)", f"{clips['duplicates']:,}")
     console.print(table)
+    damaged = videos.get("damaged") or []
+    if damaged:
+        from rich.markup import escape
+
+        names = ", ".join(damaged[:5]) + (
+            f" and {len(damaged) - 5} more" if len(damaged) > 5 else ""
+        )
+        console.print(
+            f"[yellow]{len(damaged)} video(s) with damaged stretches[/] (clips cut past "
+            f"packets the decoder refused; damaged_packets in their records): {escape(names)}"
+        )
     failures = summary["failures"]
     if failures:
         console.print(f"[bold red]{len(failures)} failure(s)[/]:")

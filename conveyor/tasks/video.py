@@ -191,6 +191,9 @@ class Video:
     #: shot transitions found since the previous chunk, as inclusive frame pairs (a hard cut
     #: before frame ``c`` is ``(c, c - 1)``): the writer gathers them into the video's record
     transitions: list[tuple[int, int]] = field(default_factory=list)
+    #: packets of the source the decoder refused while this chunk's clips were cut: frames
+    #: missing from them (the writer adds them up in the video's record)
+    damaged_packets: int = 0
     #: size and modification time of the source when listed: a changed file is redone
     source_size: int = 0
     source_mtime: float = 0.0

@@ -130,6 +130,7 @@ def test_fixed_stride_run_writes_the_layout_and_summary(inputs: Path, tmp_path: 
         "failed": 1,
         "incomplete": 0,
         "without_clips": 0,
+        "damaged": [],
         "done_this_run": 3,
         "skipped_as_complete": 0,
     }
@@ -362,6 +363,27 @@ def test_command_runs_and_lists_failed_videos(inputs: Path, tmp_path: Path) -> N
     changed = runner.invoke(app, [*args, "--no-tags", "--no-live"])
     assert changed.exit_code == 2
     assert "other options" in changed.output
+
+
+def test_a_video_with_damaged_packets_is_done_and_named_as_damaged(tmp_path: Path) -> None:
+    from tests.stages.video.test_probe import damage_packets
+
+    clean = write_video(tmp_path / "clean.mp4", [Segment("pan", 4, 1)], width=160, height=96)
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    damage_packets(clean.path, inputs / "scratched.mp4", slice(30, 36, 2))
+    write_video(inputs / "fine.mp4", [Segment("rings", 4, 2)], width=160, height=96)
+    output = tmp_path / "out"
+    args = ["video", str(inputs), str(output), "--splitter", "fixed", "--clip-len", "2"]
+    result = runner.invoke(app, [*args, "--no-embed", "--no-tags", "--no-quality", "--no-live"])
+    assert result.exit_code == 0, result.output
+    assert "2 in, 2 ok, 0 failed" in result.output
+    assert "1 video(s) with damaged stretches" in result.output and "scratched.mp4" in result.output
+    found = records(output)
+    assert found["scratched.mp4"]["damaged_packets"] == 3
+    assert found["scratched.mp4"]["kept"] and found["fine.mp4"]["damaged_packets"] == 0
+    summary = json.loads((output / "summary.json").read_text())
+    assert summary["videos"]["damaged"] == ["scratched.mp4"]
 
 
 def test_videos_too_short_for_a_clip_are_counted_and_say_why(inputs: Path, tmp_path: Path) -> None:

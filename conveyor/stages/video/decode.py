@@ -525,6 +525,14 @@ def _last_video_packet(
 
 
 # -- decoding a range -------------------------------------------------------------------
+@dataclass
+class Damage:
+    """What a decode skipped: packets the decoder refused as damaged (their frames are
+    missing from what it gave; a stretch read twice counts twice)."""
+
+    packets: int = 0
+
+
 def decode_range(
     path: str,  # a local path or a URL
     metadata: VideoMetadata,
@@ -534,6 +542,7 @@ def decode_range(
     threads: int = 1,
     any_damage: bool = False,
     deinterlace: bool = False,
+    damage: Damage | None = None,
 ) -> Iterator[tuple[float, Any]]:
     """``(seconds, av.VideoFrame)`` for every frame in ``[start_s, end_s)``, from one seek.
 
@@ -543,7 +552,7 @@ def decode_range(
     MPEG-TS and -PS, which seek by decode stamps, and in a file whose clock wraps).
     Damaged packets are skipped; a range mostly damaged fails, unless ``any_damage``: then
     it gives what decodes. With ``deinterlace``, an interlaced source's frames come out
-    whole (``deinterlaced``).
+    whole (``deinterlaced``). ``damage`` counts the packets skipped.
     """
     with contextlib.ExitStack() as stack:
         source = _source(path, stack)
@@ -561,6 +570,7 @@ def decode_range(
                     any_damage,
                     deinterlace and metadata.interlaced,
                     fresh,
+                    damage,
                 )
             if done:
                 return
@@ -574,6 +584,7 @@ def _decode_open(
     any_damage: bool = False,
     deinterlace: bool = False,
     fresh: bool = False,
+    damage: Damage | None = None,
 ) -> Generator[tuple[float, Any], None, bool]:
     """``decode_range``'s work once the container is open: False where the range is to be
     read from the start of the file opened anew (``fresh``, read without seeking)."""
@@ -592,7 +603,9 @@ def _decode_open(
                 container.seek(int(origin / time_base) + start_pts, stream=stream)
             except av.FFmpegError:
                 continue
-        frames = _decode_from(container, stream, start_pts, time_base, metadata.fps, any_damage)
+        frames = _decode_from(
+            container, stream, start_pts, time_base, metadata.fps, any_damage, damage
+        )
         if deinterlace:  # before the range is cut, so the filter sees each frame's neighbours
             frames = deinterlaced(frames)
         first = next(frames, None)
@@ -615,7 +628,9 @@ def _decode_open(
     return True
 
 
-def _past_damage(container: Any, stream: Any, any_damage: bool = False) -> Iterator[Any]:
+def _past_damage(
+    container: Any, stream: Any, any_damage: bool = False, damage: Damage | None = None
+) -> Iterator[Any]:
     """The stream's frames, skipping packets the decoder refuses as damaged, as FFmpeg's
     own tools do (a few flipped bits in a long file cost a moment of it, with the decoder
     concealing what it can, not the whole file); a range where damaged packets are the
@@ -630,6 +645,8 @@ def _past_damage(container: Any, stream: Any, any_damage: bool = False) -> Itera
             frames = packet.decode()
         except av.InvalidDataError:
             damaged += 1
+            if damage is not None:
+                damage.packets += 1
             if not any_damage and damaged > _DAMAGED_PACKETS and damaged * 2 > packets:
                 raise
             continue
@@ -643,10 +660,11 @@ def _decode_from(
     time_base: float,
     fps: float,
     any_damage: bool = False,
+    damage: Damage | None = None,
 ) -> Iterator[tuple[float, Any]]:
     """Decoded frames with their seconds; frames without a timestamp follow the last one."""
     last: float | None = None
-    for stamp, frame in trusted_stamps(_past_damage(container, stream, any_damage)):
+    for stamp, frame in trusted_stamps(_past_damage(container, stream, any_damage, damage)):
         if stamp is None:
             t = 0.0 if last is None else last + 1 / fps
         else:

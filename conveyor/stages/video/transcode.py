@@ -18,7 +18,7 @@ from typing import Any
 
 from conveyor.resources import Resources
 from conveyor.stages.video.base import ELASTIC_THREADS, ClipStage
-from conveyor.stages.video.decode import decode_range
+from conveyor.stages.video.decode import Damage, decode_range
 from conveyor.tasks.video import Clip, Video
 
 log = logging.getLogger(__name__)
@@ -226,9 +226,16 @@ class ClipTranscoder(ClipStage):
         start = pending[0].frame_span[0] / meta.fps
         stop = max(c.frame_span[1] for c in pending)
         end = meta.duration_s if stop >= meta.num_frames else stop / meta.fps
+        damage = Damage()
         try:
             frames = decode_range(
-                video.path, meta, start, end, threads=threads, deinterlace=self.deinterlace
+                video.path,
+                meta,
+                start,
+                end,
+                threads=threads,
+                deinterlace=self.deinterlace,
+                damage=damage,
             )
             for t, frame in frames:
                 index = round(t * meta.fps)
@@ -256,6 +263,7 @@ class ClipTranscoder(ClipStage):
                 if clip.clip_id not in done:
                     self._close(clip, open_, done)
         finally:
+            video.damaged_packets += damage.packets
             for encoder in open_.values():
                 encoder.discard()
 

@@ -188,6 +188,7 @@ def _chunk_record(video: Video, made: list[Clip]) -> dict[str, Any]:
         ],
         "video_errors": dict(video.errors),
         "transitions": [list(t) for t in video.transitions],
+        "damaged_packets": video.damaged_packets,
     }
 
 
@@ -221,6 +222,9 @@ def _video_record(
         "kept_seconds": round(sum(c["kept_seconds"] for c in chunks), 6),
         "filtered": filtered,
         "clip_errors": [e for c in chunks for e in c["clip_errors"]],
+        # packets the decoder refused while the clips were cut: those clips lack frames
+        # (a damaged stretch too large to decode fails its clips instead: clip_errors)
+        "damaged_packets": sum(c.get("damaged_packets", 0) for c in chunks),
         # shot boundaries the detector found: frames (inclusive; a hard cut before frame c is
         # [c, c - 1]) and the time of each boundary's middle
         "transitions": [list(t) for t in transitions],

@@ -17,7 +17,7 @@ import pytest
 from conveyor.samples.video import BAD_KINDS, CONTAINERS, Segment, SyntheticVideo, write_bad_file
 from conveyor.stages.video import decode
 from conveyor.stages.video.base import InputError
-from conveyor.stages.video.decode import decode_range, probe
+from conveyor.stages.video.decode import Damage, decode_range, probe
 
 from .conftest import INTERLACED_SOURCES, Media, write_interlaced
 
@@ -239,7 +239,9 @@ def test_a_few_damaged_packets_cost_a_few_frames_not_the_video(
 ) -> None:
     video = long_video(media, ".mp4")
     damaged = damage_packets(video.path, tmp_path / "damaged.mp4", slice(40, 46, 2))
-    got = list(decode_range(str(tmp_path / "damaged.mp4"), media.metadata(str(video.path)), 0, 6))
+    meta, damage = media.metadata(str(video.path)), Damage()
+    got = list(decode_range(str(tmp_path / "damaged.mp4"), meta, 0, 6, damage=damage))
+    assert damage.packets == len(damaged) == 3  # counted, for the video's record
     indices = [round(t * 12) for t, _ in got]
     assert len(got) >= 72 - 12 and indices == sorted(set(indices))
     for (_, frame), index in zip(got, indices, strict=True):

@@ -196,6 +196,25 @@ def test_damage_fails_only_the_clips_it_is_in(media: Media, tmp_path: Path) -> N
     assert_aligned(assert_good_clip(second, (160, 120)), source_frames(source.path), 26)
 
 
+def test_a_clip_cut_past_a_few_damaged_packets_is_made_and_they_are_counted(
+    media: Media, tmp_path: Path
+) -> None:
+    from .test_probe import damage_packets
+
+    source = noise_video(media, ".mp4")
+    damaged = tmp_path / "damaged.mp4"
+    skipped = damage_packets(source.path, damaged, slice(30, 34, 2))  # two in the second clip
+    task = media.task(damaged, media.metadata(source.path), [(0, 20), (26, 46)])
+    media.ready(ClipTranscoder(encoder="libx264", preset="ultrafast")).process(task)
+    first, second = task.data.clips
+    assert not first.errors and not second.errors
+    assert first.num_frames == 20 and second.num_frames < 20  # the skipped frames are missing
+    assert task.data.damaged_packets == len(skipped) == 2
+    clean = media.task(source.path, media.metadata(source.path), [(0, 20)])
+    media.ready(ClipTranscoder(encoder="libx264", preset="ultrafast")).process(clean)
+    assert clean.data.damaged_packets == 0
+
+
 def test_an_odd_sized_source_gives_even_dimensions(media: Media) -> None:
     source = media.video("odd.webm", [Segment("pan", 1.0, 1)], width=321, height=241, fps=12)
     assert (media.metadata(source.path).width, media.metadata(source.path).height) == (321, 241)
