@@ -330,9 +330,14 @@ def test_bad_options_are_clear_errors(changes: dict[str, Any], message: str) -> 
 
 
 # -- the command -------------------------------------------------------------------------
+def fixed_command(inputs: Path, output: Path, clip_len: str) -> list[str]:
+    """``conveyor video`` with fixed-stride clips of ``clip_len`` seconds."""
+    return ["video", str(inputs), str(output), "--splitter", "fixed", "--clip-len", clip_len]
+
+
 def test_command_runs_and_lists_failed_videos(inputs: Path, tmp_path: Path) -> None:
     output = tmp_path / "out"
-    args = ["video", str(inputs), str(output), "--splitter", "fixed", "--clip-len", "3"]
+    args = fixed_command(inputs, output, "3")
     result = runner.invoke(app, [*args, "--no-tags", "--no-quality", "--no-embed", "--no-live"])
     assert result.exit_code == 0, result.output
     assert "3 in, 2 ok, 1 failed" in result.output
@@ -374,7 +379,7 @@ def test_a_video_with_damaged_packets_is_done_and_named_as_damaged(tmp_path: Pat
     damage_packets(clean.path, inputs / "scratched.mp4", slice(30, 36, 2))
     write_video(inputs / "fine.mp4", [Segment("rings", 4, 2)], width=160, height=96)
     output = tmp_path / "out"
-    args = ["video", str(inputs), str(output), "--splitter", "fixed", "--clip-len", "2"]
+    args = fixed_command(inputs, output, "2")
     result = runner.invoke(app, [*args, "--no-embed", "--no-tags", "--no-quality", "--no-live"])
     assert result.exit_code == 0, result.output
     assert "2 in, 2 ok, 0 failed" in result.output
@@ -388,7 +393,7 @@ def test_a_video_with_damaged_packets_is_done_and_named_as_damaged(tmp_path: Pat
 
 def test_videos_too_short_for_a_clip_are_counted_and_say_why(inputs: Path, tmp_path: Path) -> None:
     output = tmp_path / "out"
-    args = ["video", str(inputs), str(output), "--splitter", "fixed", "--clip-len", "60"]
+    args = fixed_command(inputs, output, "60")
     result = runner.invoke(app, [*args, "--min-clip", "60", "--no-embed", "--no-live"])
     assert result.exit_code == 0, result.output
     assert "3 in, 2 ok, 1 failed, 2 too short for any clip" in result.output
