@@ -68,6 +68,7 @@ class Executor:
         edge_max_bytes: int | None = None,
         stage_priority: bool = True,
         elastic_threads: bool = True,
+        first_output_first: bool = True,
         monitors: Iterable[Monitor] = (),
     ) -> None:
         if backend is None:
@@ -84,6 +85,7 @@ class Executor:
             stage_at_a_time=self.stage_at_a_time,
             stage_priority=stage_priority,
             elastic_threads=elastic_threads,
+            first_output_first=first_output_first,
         )
         self.monitors = list(monitors)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -465,3 +466,47 @@ def test_cores_are_given_while_the_run_fills_and_drains_and_measured_as_one_thre
     assert [x for x in times if x is not None] and all(
         x == pytest.approx(1.0, rel=0.05) for x in times if x is not None
     )
+
+
+def _fill_run(first_output_first: bool) -> tuple[VirtualBackend, float, int | None, float]:
+    """A quick feeder (its worker prefetches), a decoder on two workers, a model stage that
+    can take every core, then a sink, on 2 CPUs: the backend, when the model's first batch
+    was sent and with how many threads, and when the sink's first was."""
+    service = {"feed": 0.04, "decode": 1.0, "model": 2.0, "sink": 0.01}
+    backend = VirtualBackend(cpus=2, service_s=service)
+    executor = StreamingExecutor(backend, first_output_first=first_output_first)
+    stages = [Pass("feed"), Pass("decode").with_(num_workers=2), Threaded("model"), Pass("sink")]
+    result = Pipeline("p", stages).run(executor, range(12))
+    assert sorted(task for task, _ in result.outputs) == list(range(12))
+    sends = backend.threads_sent
+    first_model, _, threads = next(s for s in sends if s[1] == "model")
+    first_sink = next(at for at, name, _ in sends if name == "sink")
+    return backend, first_model, threads, first_sink
+
+
+def _sent_between(
+    backend: VirtualBackend, stages: set[str], start: float, end: float
+) -> list[tuple[float, str]]:
+    """Messages sent to workers of ``stages`` strictly between ``start`` and ``end``."""
+    sends = backend.threads_sent
+    return [(at, name) for at, name, _ in sends if name in stages and start < at < end]
+
+
+def test_until_the_first_output_later_stages_get_the_cores_first() -> None:
+    backend, first_model, threads, first_sink = _fill_run(first_output_first=True)
+    # the model's first batch got both cores though a decoder's batch still ran (it ends
+    # soon: the stages before the model get no new batch while it holds the cores) ...
+    assert threads == 2
+    sends = backend.threads_sent
+    decoding = [at for at, name, _ in sends if name == "decode" and at < first_model]
+    assert len(decoding) == 2 and decoding[-1] + 1.0 > first_model
+    # ... neither the feeder, though its worker prefetches, nor the decoders
+    assert not _sent_between(backend, {"feed", "decode"}, first_model, first_sink)
+    # once the first output is through, every stage runs as sized again
+    assert _sent_between(backend, {"feed"}, first_sink, math.inf)
+
+
+def test_without_first_output_first_upstream_stages_keep_taking_work() -> None:
+    backend, first_model, threads, first_sink = _fill_run(first_output_first=False)
+    assert threads is None  # a decoder's batch held the other core when it was sent
+    assert _sent_between(backend, {"feed", "decode"}, first_model, first_sink)
