@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import subprocess
 import sys
 from fractions import Fraction
@@ -124,6 +125,20 @@ def test_a_cut_matroska_or_avi_file_is_reported_truncated(
 def test_a_missing_file_is_an_input_error(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="cannot read the file"):
         probe(str(tmp_path / "nowhere.mp4"))
+
+
+def test_a_named_pipe_a_device_or_a_folder_is_refused_for_what_it_is(tmp_path: Path) -> None:
+    # nothing is read: a pipe with no writer would block the probe, a device never ends
+    pipe = tmp_path / "pipe.mp4"
+    os.mkfifo(pipe)
+    with pytest.raises(InputError, match="not a regular file but a named pipe"):
+        probe(str(pipe))
+    with pytest.raises(InputError, match="not a regular file but a character device"):
+        probe("/dev/zero")
+    folder = tmp_path / "folder.mp4"
+    folder.mkdir()
+    with pytest.raises(InputError, match="not a regular file but a directory"):
+        probe(f"file://{folder}")
 
 
 def test_probing_a_corrupt_file_prints_nothing(media: Media, tmp_path: Path) -> None:
