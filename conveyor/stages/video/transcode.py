@@ -60,6 +60,8 @@ def sweep_scratch(folder: str) -> None:
             continue  # another user's live process
 
 
+#: ``VideoFrame.pict_type`` that leaves the choice to the encoder (``PictureType.NONE``)
+_ANY_PICTURE = 0
 #: output timestamps per frame of the nominal rate
 STEPS_PER_FRAME = 100
 #: a frame this close to its place at the nominal rate is put there (Matroska's stamps
@@ -120,6 +122,9 @@ class _ClipEncoder:
             steps = slot  # stamps the container rounded (to milliseconds) stay even
         pts = max(round(steps), self._last_pts + 1)
         frame.pts, frame.time_base = pts, self.time_base
+        # the encoder picks its own frame types: x264 makes a key frame of every frame the
+        # decoder marked intra, and an intra-only source (MJPEG, ProRes, FFV1...) marks all
+        frame.pict_type = _ANY_PICTURE
         self._last_pts = pts
         self.container.mux(self.stream.encode(frame))
         self.frames += 1

@@ -16,6 +16,7 @@ import pytest
 from conveyor.cluster import WorkerInfo
 from conveyor.samples.video import CONTAINERS, Segment, SyntheticVideo
 from conveyor.stages.video import transcode
+from conveyor.stages.video.motion import motion_scores
 from conveyor.stages.video.transcode import ClipTranscoder, output_size
 from conveyor.tasks.video import Clip, VideoTask
 
@@ -167,6 +168,34 @@ def test_clips_of_every_container_are_h264_with_the_right_frames(media: Media, s
         assert_aligned(frames, frames_of_source, clip.frame_span[0])
         assert clip.encoded is not None and clip.encoded[4:8] == b"ftyp"
         assert clip.encoded.find(b"moov") < clip.encoded.find(b"mdat")  # the index first
+
+
+@pytest.mark.parametrize(
+    ("suffix", "codec", "pix_fmt"),
+    [(".avi", "mjpeg", "yuvj420p"), (".mov", "prores_ks", "yuv422p10le")],
+)
+def test_a_clip_of_an_intra_only_source_gets_the_encoders_own_frame_types(
+    media: Media, suffix: str, codec: str, pix_fmt: str
+) -> None:
+    # MJPEG, ProRes, FFV1... mark every decoded frame intra; passed on, x264 made each one
+    # a key frame: clips many times larger, and no motion vectors for the motion filter
+    source = media.video(
+        f"intra-{codec}{suffix}",
+        [Segment("pan", 3.0, 3)],
+        codec=codec,
+        pix_fmt=pix_fmt,
+        width=160,
+        height=120,
+        fps=12,
+    )
+    (clip,) = transcoded(media, source.path, [(0, 36)])
+    assert_good_clip(clip, (160, 120))
+    assert clip.encoded is not None
+    with av.open(io.BytesIO(clip.encoded)) as container:
+        stream = container.streams.video[0]
+        keys = [frame.key_frame for frame in container.decode(stream)]
+    assert keys[0] and sum(keys) == 1
+    assert motion_scores(clip.encoded)[2] == len(keys) - 1  # vectors in every later frame
 
 
 def test_one_decoding_pass_per_chunk(media: Media, monkeypatch: pytest.MonkeyPatch) -> None:
