@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import sys
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -44,6 +46,11 @@ def main(
     ] = False,
 ) -> None:
     """Streaming, auto-balanced pipelines for curating datasets."""
+    # a path the OS gave as bytes that are not UTF-8 (an old camera's file names) is printed
+    # escaped rather than ending the command half-way through its output
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
 
 
 _LIVE = Annotated[bool, typer.Option("--live/--no-live", help="Show the live per-stage view.")]

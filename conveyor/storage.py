@@ -80,6 +80,18 @@ def location(path: str | os.PathLike[str] | ObjectPath) -> Path | ObjectPath:
     return Path(path)
 
 
+def printable(name: str) -> str:
+    """``name`` as text every record can hold: a file name that is not valid UTF-8 (Latin-1
+    bytes from an old camera or share) reaches Python with its odd bytes as surrogates,
+    which JSON, a terminal or a UUID refuse; they are written ``\\xNN`` instead, the same
+    in every run. A valid name comes back unchanged."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return name
+
+
 def normalize(path: str | os.PathLike[str]) -> str:
     """The canonical spelling of a path or URL (``out/`` -> ``out``, ``s3://b/x/`` ->
     ``s3://b/x``), so that one place has one name in records and comparisons."""

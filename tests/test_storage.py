@@ -202,3 +202,10 @@ def test_s3_errors_name_the_url_and_the_cause(bucket: str, monkeypatch: pytest.M
     fsspec.filesystem("s3").clear_instance_cache()
     with pytest.raises(PermissionError, match=rf"'{bucket}/x': no credentials found for s3://"):
         ObjectPath(f"{bucket}/x").info()
+
+
+def test_a_name_that_is_not_utf8_is_printable_the_same_way_every_time() -> None:
+    odd = os.fsdecode(b"videos/caf\xe9 \xff.mp4")  # surrogates, as the OS hands them over
+    assert storage.printable(odd) == "videos/caf\\xe9 \\xff.mp4"
+    assert storage.printable(odd).encode("utf-8")  # JSON, terminals and UUIDs take it
+    assert storage.printable("vidéos/視.mp4") == "vidéos/視.mp4"  # valid names unchanged

@@ -35,7 +35,8 @@ def write_report(run_dir: str | Path, out: str | Path | None = None) -> Path:
     page = render(events)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(page, encoding="utf-8")
+        # a path the OS gave as bytes that are not UTF-8 (surrogates) is shown escaped
+        tmp.write_text(page, encoding="utf-8", errors="backslashreplace")
         os.replace(tmp, target)
     except OSError as exc:
         tmp.unlink(missing_ok=True)

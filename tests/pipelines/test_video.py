@@ -391,6 +391,29 @@ def test_a_video_with_damaged_packets_is_done_and_named_as_damaged(tmp_path: Pat
     assert summary["videos"]["damaged"] == ["scratched.mp4"]
 
 
+def test_names_that_are_not_utf8_are_curated_under_an_escaped_name(tmp_path: Path) -> None:
+    # Latin-1 bytes from an old camera or share, in a video's name and in INPUT and OUTPUT:
+    # one such name ended the whole run before any video was done
+    inputs = Path(os.fsdecode(os.fsencode(tmp_path) + b"/caf\xe9"))
+    write_video(inputs / "fine.mp4", [Segment("rings", 4, 2)], width=160, height=96)
+    odd = Path(os.fsdecode(os.fsencode(inputs) + b"/d\xe9j\xe0 vu.mp4"))
+    write_video(odd, [Segment("pan", 4, 1)], width=160, height=96)
+    output = Path(os.fsdecode(os.fsencode(tmp_path) + b"/out\xe9"))
+    args = [*fixed_command(inputs, output, "2"), "--no-embed", "--no-tags", "--no-live"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "2 in, 2 ok, 0 failed" in result.output
+    found = records(output)
+    assert sorted(found) == ["d\\xe9j\\xe0 vu.mp4", "fine.mp4"]
+    record = found["d\\xe9j\\xe0 vu.mp4"]
+    assert record["kept"] and Path(record["path"]) == odd  # the real file, for programs
+    metas = [json.loads(p.read_text()) for p in (output / "metas").glob("*.json")]
+    assert {m["source_video"] for m in metas} == {"d\\xe9j\\xe0 vu.mp4", "fine.mp4"}
+    assert "report.html" in result.output and (output / "report.html").exists()
+    again = runner.invoke(app, args)
+    assert again.exit_code == 0 and "2 already complete, skipped" in again.output
+
+
 def test_videos_too_short_for_a_clip_are_counted_and_say_why(inputs: Path, tmp_path: Path) -> None:
     output = tmp_path / "out"
     args = fixed_command(inputs, output, "60")

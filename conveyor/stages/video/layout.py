@@ -103,7 +103,9 @@ class OutputLayout:
             out.write(data)
 
     def write_json(self, path: StoragePath, obj: Any) -> None:
-        self.write_bytes(path, (json.dumps(obj, indent=1, ensure_ascii=False) + "\n").encode())
+        # a path the OS gave as bytes that are not UTF-8 (surrogates) becomes a \u escape
+        text = json.dumps(obj, indent=1, ensure_ascii=False) + "\n"
+        self.write_bytes(path, text.encode("utf-8", "backslashreplace"))
 
     def write_parquet(self, path: StoragePath, table: Any) -> None:
         import pyarrow.parquet as pq

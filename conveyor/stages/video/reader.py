@@ -22,7 +22,7 @@ from conveyor.stage import CompositeStage, ProcessingStage
 from conveyor.stages.video.base import VideoStage
 from conveyor.stages.video.decode import probe
 from conveyor.stages.video.layout import OutputLayout, same_source
-from conveyor.storage import ObjectPath, is_url, location, mtime
+from conveyor.storage import ObjectPath, is_url, location, mtime, printable
 from conveyor.tasks.base import Task
 from conveyor.tasks.video import Video, VideoTask, video_id
 
@@ -129,7 +129,8 @@ def list_videos(
     files and directories and the ``exclude`` directories (the output, when it lies inside
     the input). Linked folders are followed (datasets are often assembled from links to
     other disks), each real folder once, so a link back up the tree is no loop. A file named
-    explicitly is taken whatever its extension: probing decides.
+    explicitly is taken whatever its extension: probing decides. A name that is not valid
+    UTF-8 is read from where it is but known by its ``printable`` form (ids, records).
     """
     check_inputs(inputs)
     root = input_root(inputs)
@@ -153,9 +154,9 @@ def list_videos(
                 for name in files:
                     if not name.startswith(".") and name.lower().endswith(wanted):
                         full = here / name
-                        found.setdefault(str(full.relative_to(root)), full)
+                        found.setdefault(printable(str(full.relative_to(root))), full)
         else:
-            found.setdefault(str(path.relative_to(root)), path)
+            found.setdefault(printable(str(path.relative_to(root))), path)
     sources = []
     for relative in sorted(found):
         full = found[relative]
