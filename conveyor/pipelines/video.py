@@ -349,10 +349,12 @@ def check_resume(config: VideoConfig) -> dict[str, Any] | None:
     """Compare ``config`` with the options an earlier run wrote into the same output.
 
     Returns the earlier options (``None`` for a fresh output) or raises ``ConfigMismatch``
-    naming the options that differ.
+    naming the options that differ, or ``ValueError`` for an output that is a file (it
+    would fail only once the run had started, and with an errno).
     """
     from conveyor.stages.video.layout import OutputLayout
 
+    _check_output_place(config.output)
     layout = OutputLayout(config.output)
     try:
         earlier = json.loads(layout.config.read_bytes())
@@ -367,6 +369,20 @@ def check_resume(config: VideoConfig) -> dict[str, Any] | None:
             "the same options, or write to a new output (or pass --overwrite)"
         )
     return earlier
+
+
+def _check_output_place(output: str | os.PathLike[str]) -> None:
+    """A local output, or the nearest of its folders that exists, must be a folder."""
+    from conveyor.storage import is_url
+
+    if is_url(output):
+        return
+    target = place = Path(output).expanduser().absolute()
+    while not place.exists() and place != place.parent:
+        place = place.parent
+    if not place.is_dir():
+        where = "" if place == target else f" inside {place}, which"
+        raise ValueError(f"output {output}{where} is a file, not a folder")
 
 
 def clear_output(output: str | os.PathLike[str]) -> None:

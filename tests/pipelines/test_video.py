@@ -438,6 +438,8 @@ def test_videos_too_short_for_a_clip_are_counted_and_say_why(inputs: Path, tmp_p
         (["video", "{input}", "out", "--executor", "ray-data", "--journal", "j"], "journal"),
         (["video", "{input}", "out", "--journal", "{input}"], "is a directory"),
         (["video", "{input}", "out", "--memory-gb", "0.2"], "leaves nothing for workers"),
+        (["video", "{input}", "{file}"], "afile is a file, not a folder"),
+        (["video", "{input}", "{file}/out"], "out inside"),
         (
             ["video", "{input}", "out", "--backend", "ray", "--memory-gb", "4"],
             "--memory-gb is for the local backend",
@@ -452,9 +454,11 @@ def test_command_usage_errors_exit_2(
     args: list[str], message: str, inputs: Path, tmp_path: Path
 ) -> None:
     (tmp_path / "empty").mkdir()
-    filled = [
-        a.replace("{input}", str(inputs)).replace("{empty}", str(tmp_path / "empty")) for a in args
-    ]
+    (tmp_path / "afile").write_text("not a folder")
+    places = {"{input}": inputs, "{empty}": tmp_path / "empty", "{file}": tmp_path / "afile"}
+    filled = list(args)
+    for mark, place in places.items():
+        filled = [a.replace(mark, str(place)) for a in filled]
     filled = [str(tmp_path / a) if a == "out" else a for a in filled]
     result = runner.invoke(app, filled)
     assert result.exit_code == 2, result.output
