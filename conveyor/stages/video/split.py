@@ -28,6 +28,14 @@ MaxLenMode = Literal["stride", "truncate"]
 
 
 # -- rules ------------------------------------------------------------------------------
+def _frame_at(seconds: float, fps: float) -> int:
+    """The frame boundary nearest ``seconds`` (halves up). A time reached two ways (a clip's
+    end, the next one's start) can differ in its last bit, which with ``round`` put the
+    boundary on two frames (a frame in no clip, or in two) where a length is not a whole
+    number of frames; the tolerance is far under a frame."""
+    return math.floor(seconds * fps + 0.5 + 1e-9)
+
+
 def fixed_stride_spans(
     num_frames: int, fps: float, clip_len_s: float, stride_s: float, min_clip_s: float
 ) -> list[tuple[int, int]]:
@@ -38,10 +46,10 @@ def fixed_stride_spans(
     spans = []
     k = 0
     while True:
-        start = round(k * stride_s * fps)
+        start = _frame_at(k * stride_s, fps)
         if start >= num_frames:
             break
-        end = min(round((k * stride_s + clip_len_s) * fps), num_frames)
+        end = min(_frame_at(k * stride_s + clip_len_s, fps), num_frames)
         if end - start >= max(1, round(min_clip_s * fps)):
             spans.append((start, end))
         if end >= num_frames:

@@ -41,6 +41,20 @@ def test_fixed_stride_with_overlap_and_with_gaps() -> None:
     assert fixed_stride_spans(250, FPS, 5, 10, 2) == [(0, 50), (100, 150), (200, 250)]
 
 
+@pytest.mark.parametrize("fps", [25.0, 24.0, 30000 / 1001, 50.0])
+@pytest.mark.parametrize("length", [0.1, 0.7, 2.5, 3.3, 10.0])
+def test_back_to_back_clips_leave_no_frame_out_and_none_twice(fps: float, length: float) -> None:
+    # a clip length that is not a whole number of frames: its end and the next start are
+    # the same time computed two ways, and rounded apart they put a frame in no clip (or in
+    # two): 54 overlaps and 33 gaps in an hour of 3.3 s clips at 25 fps
+    frames = round(3600 * fps)
+    spans = fixed_stride_spans(frames, fps, length, length, 0)
+    assert spans[0][0] == 0 and spans[-1][1] == frames
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(spans))
+    # every clip within a frame of its length
+    assert all(abs((end - start) - length * fps) <= 1 for start, end in spans[:-1])
+
+
 def test_fixed_stride_on_a_video_shorter_than_the_minimum_gives_nothing() -> None:
     assert fixed_stride_spans(15, FPS, 10, 10, 2) == []
     assert fixed_stride_spans(0, FPS, 10, 10, 2) == []
