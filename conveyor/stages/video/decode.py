@@ -77,15 +77,30 @@ def _source(path: str, stack: contextlib.ExitStack) -> Any:
 
 
 def main_video_stream(container: Any) -> Any | None:
-    """The container's video: its first video stream that is not a cover picture (an
-    MP4 or Matroska file may carry its artwork as a one-frame stream ahead of the video),
-    or None."""
+    """The container's video, or None: its video stream that is not a cover picture (an
+    MP4 or Matroska file may carry its artwork as a one-frame stream ahead of the video);
+    of several, the longest, then the largest picture, then the first. (FFmpeg's own pick
+    prefers the stream marked default, which a muxer gives the first: a thumbnail track
+    ahead of the real video made the video a single frame.)"""
     import av
 
-    for stream in container.streams.video:
-        if not stream.disposition & av.stream.Disposition.attached_pic:
-            return stream
-    return None
+    videos = [
+        s for s in container.streams.video if not s.disposition & av.stream.Disposition.attached_pic
+    ]
+    if len(videos) < 2:
+        return videos[0] if videos else None
+    return max(videos, key=_stream_size)
+
+
+def _stream_size(stream: Any) -> tuple[float, int]:
+    """(seconds the container says the stream lasts, 0 where it does not say; pixels).
+    Matroska's per-track DURATION tag first: FFmpeg gives its first track the whole
+    file's duration."""
+    seconds = _tag_seconds(stream.metadata) or 0.0
+    if not seconds and stream.duration and stream.time_base:
+        seconds = float(stream.duration * stream.time_base)
+    context = stream.codec_context
+    return seconds, (context.width or 0) * (context.height or 0)
 
 
 def open_video(path: Any, threads: int = 1) -> tuple[Any, Any]:

@@ -485,6 +485,32 @@ def test_cover_art_ahead_of_the_video_is_passed_over(tmp_path: Path) -> None:
     assert got[0][1].width == 160
 
 
+@pytest.mark.parametrize("suffix", [".mp4", ".mkv"])
+def test_of_two_video_tracks_the_real_video_is_taken_not_a_thumbnail_ahead_of_it(
+    tmp_path: Path, suffix: str
+) -> None:
+    # a one-frame 64x48 track first (marked default by the muxer, so FFmpeg's own pick took
+    # it): the 2 s video behind it came out as a single frame, "too short for any clip"
+    path = tmp_path / f"two{suffix}"
+    with av.open(str(path), "w") as container:
+        thumb = container.add_stream("libx264", rate=12)
+        thumb.width, thumb.height, thumb.pix_fmt = 64, 48, "yuv420p"
+        video = container.add_stream("libx264", rate=12)
+        video.width, video.height, video.pix_fmt = 160, 120, "yuv420p"
+        for stream, count in ((thumb, 1), (video, 24)):
+            for i in range(count):
+                picture = np.full((stream.height, stream.width, 3), 10 * i, np.uint8)
+                frame = av.VideoFrame.from_ndarray(picture, format="rgb24")
+                frame.pts, frame.time_base = i, Fraction(1, 12)
+                container.mux(stream.encode(frame))
+            container.mux(stream.encode(None))
+    meta = probe(str(path))
+    assert (meta.width, meta.height, meta.num_frames) == (160, 120, 24)
+    got = list(decode_range(str(path), meta, 1.0, 1.5))
+    assert [round(t * 12) for t, _ in got] == list(range(12, 18))
+    assert got[0][1].width == 160
+
+
 def test_a_video_track_without_frames_is_called_empty(tmp_path: Path) -> None:
     path = tmp_path / "silent.mkv"  # a recorder that wrote the sound and no picture
     with av.open(str(path), "w", format="matroska") as container:
