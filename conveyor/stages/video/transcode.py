@@ -27,10 +27,11 @@ ENCODERS = ("auto", "libx264", "h264_nvenc")
 
 
 def output_size(width: int, height: int, max_height: int | None) -> tuple[int, int]:
-    """Even dimensions (yuv420p needs them), scaled down to ``max_height`` keeping the shape."""
+    """Even dimensions (yuv420p needs them), scaled down to ``max_height`` keeping the shape
+    (an odd limit is taken down to even: never above it)."""
     if max_height is not None and height > max_height:
-        width = width * max_height / height
-        height = max_height
+        target = max(2, max_height // 2 * 2)
+        return max(2, round(width * target / height / 2) * 2), target
     return max(2, round(width / 2) * 2), max(2, round(height / 2) * 2)
 
 

@@ -117,6 +117,8 @@ def assert_aligned(frames: list[np.ndarray], source: list[np.ndarray], first: in
         (1080, 1920, 720, (404, 720)),
         (640, 360, 720, (640, 360)),
         (1, 1, None, (2, 2)),
+        (1920, 1080, 361, (640, 360)),  # an odd limit: never above it
+        (320, 240, 3, (2, 2)),
     ],
 )
 def test_output_size(
