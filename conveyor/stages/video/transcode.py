@@ -250,7 +250,7 @@ class ClipTranscoder(ClipStage):
                     if clip.clip_id in done:
                         continue
                     if index >= last and last < meta.num_frames:  # the last clip takes
-                        self._close(clip, open_, done)  # all to the end (variable rates)
+                        self._close(clip, open_, done, damage)  # all to the end (VFR)
                     elif index >= first:
                         encoder = open_.get(clip.clip_id)
                         if encoder is None:
@@ -267,21 +267,25 @@ class ClipTranscoder(ClipStage):
                         encoder.add(frame, t)
             for clip in pending:
                 if clip.clip_id not in done:
-                    self._close(clip, open_, done)
+                    self._close(clip, open_, done, damage)
         finally:
             video.damaged_packets += damage.packets
             for encoder in open_.values():
                 encoder.discard()
 
-    def _close(self, clip: Clip, open_: dict[str, _ClipEncoder], done: set[str]) -> None:
+    def _close(
+        self, clip: Clip, open_: dict[str, _ClipEncoder], done: set[str], damage: Damage
+    ) -> None:
         done.add(clip.clip_id)
         encoder = open_.pop(clip.clip_id, None)
         if encoder is None or encoder.frames == 0:
             if encoder is not None:
                 encoder.discard()
-            clip.fail(
-                self.name, f"no frame could be decoded in {clip.span[0]:.2f}-{clip.span[1]:.2f} s"
-            )
+            span = f"{clip.span[0]:.2f}-{clip.span[1]:.2f} s"
+            if damage.packets:
+                clip.fail(self.name, f"no frame could be decoded in {span}")
+            else:  # nothing refused on the way: the file has no frame there
+                clip.fail(self.name, f"the source has no frame in {span} (its timestamps skip it)")
             return
         frames = encoder.frames
         clip.encoded = encoder.finish()

@@ -6,6 +6,7 @@ import io
 import logging
 import os
 from collections.abc import Iterator
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -289,7 +290,27 @@ def test_a_clip_with_no_frames_fails_alone(media: Media) -> None:
     assert_good_clip(good, (160, 120))
     assert beyond.encoded is None and not beyond.made
     assert beyond.filtered_by == "error"
-    assert "no frame could be decoded" in beyond.errors["ClipTranscoder"]
+    assert "the source has no frame in 4.17-5.00 s" in beyond.errors["ClipTranscoder"]
+
+
+def test_a_clip_in_a_hole_in_the_timestamps_says_so(media: Media, tmp_path: Path) -> None:
+    # a camera recording on motion only: 2 s of frames, none for 2 s, 2 s more. A clip in
+    # the hole was reported as frames that "could not be decoded", though nothing is damaged
+    path = tmp_path / "hole.mkv"
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("libx264", rate=12)
+        stream.width, stream.height, stream.pix_fmt = 160, 120, "yuv420p"
+        for i in [*range(24), *range(48, 72)]:
+            picture = np.full((120, 160, 3), (i * 5) % 255, np.uint8)
+            frame = av.VideoFrame.from_ndarray(picture, format="rgb24")
+            frame.pts, frame.time_base = i, Fraction(1, 12)
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode(None))
+    before, hole, after = transcoded(media, path, [(0, 24), (30, 42), (48, 72)])
+    assert before.num_frames == 24 and after.num_frames == 24
+    assert hole.errors["ClipTranscoder"] == (
+        "the source has no frame in 2.50-3.50 s (its timestamps skip it)"
+    )
 
 
 def test_only_active_clips_are_transcoded(media: Media) -> None:
