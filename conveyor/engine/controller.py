@@ -280,9 +280,7 @@ class Controller:
         # where no other can take it (``Pool``); ``_avoid`` is their set, empty mostly
         self._suspect_nodes: dict[str, float] = {}
         self._avoid: frozenset[str] = frozenset()
-        # CPUs held per node by workers running a batch (``Worker.holds``), in all and
-        # per stage
-        self._busy_cpus: dict[str | None, float] = {}
+        # CPUs held per node and stage by workers running a batch (``Worker.holds``)
         self._stage_cpus: dict[str | None, list[float]] = {}
 
     # -- the loop -------------------------------------------------------------------------
@@ -574,7 +572,7 @@ class Controller:
         pipeline's first clip 14-16 s instead of 20-25 s on 2 cores)."""
         own = spec.resources.cpus
         held, threads = own, None
-        busy = self._busy_cpus.get(worker.node, 0.0)
+        busy = self._held_from(worker.node, 0)
         node = self.ledger.nodes.get(worker.node or "") if self.ledger is not None else None
         if self.config.elastic_threads and spec.max_threads and node is not None:
             filling = self._filling()
@@ -586,7 +584,6 @@ class Controller:
                 if granted > max(1, round(own)):
                     held, threads = granted, granted
         worker.holds = held
-        self._busy_cpus[worker.node] = busy + held
         per_stage = self._stage_cpus.get(worker.node)
         if per_stage is None:
             per_stage = self._stage_cpus[worker.node] = [0.0] * len(self.stages)
@@ -596,7 +593,6 @@ class Controller:
     def _idle(self, worker: Worker) -> None:
         """The worker holds no message any more: its CPUs are idle again."""
         if worker.holds:
-            self._busy_cpus[worker.node] -= worker.holds
             self._stage_cpus[worker.node][worker.stage] -= worker.holds
             worker.holds = 0.0
 

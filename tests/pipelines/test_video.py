@@ -335,11 +335,17 @@ def fixed_command(inputs: Path, output: Path, clip_len: str) -> list[str]:
     return ["video", str(inputs), str(output), "--splitter", "fixed", "--clip-len", clip_len]
 
 
+def run_fixed(inputs: Path, output: Path, clip_len: str, *extra: str) -> Any:
+    """``fixed_command`` without the embedding and tagging models, run to a clean exit."""
+    args = [*fixed_command(inputs, output, clip_len), "--no-embed", "--no-tags", "--no-live"]
+    result = runner.invoke(app, [*args, *extra])
+    assert result.exit_code == 0, result.output
+    return result
+
+
 def test_command_runs_and_lists_failed_videos(inputs: Path, tmp_path: Path) -> None:
     output = tmp_path / "out"
-    args = fixed_command(inputs, output, "3")
-    result = runner.invoke(app, [*args, "--no-tags", "--no-quality", "--no-embed", "--no-live"])
-    assert result.exit_code == 0, result.output
+    result = run_fixed(inputs, output, "3", "--no-quality")
     assert "3 in, 2 ok, 1 failed" in result.output
     assert "broken.mp4" in result.output and "truncated" in result.output
     assert (output / "summary.json").exists()
@@ -362,10 +368,9 @@ def test_command_runs_and_lists_failed_videos(inputs: Path, tmp_path: Path) -> N
     ]
     start = events[0]
     assert start["settings"]["clip_len"] == 3 and start["settings"]["splitter"] == "fixed"
-    again = runner.invoke(app, [*args, "--no-tags", "--no-quality", "--no-embed", "--no-live"])
-    assert again.exit_code == 0
+    again = run_fixed(inputs, output, "3", "--no-quality")  # exits cleanly again
     assert "3 already complete" in again.output
-    changed = runner.invoke(app, [*args, "--no-tags", "--no-live"])
+    changed = runner.invoke(app, [*fixed_command(inputs, output, "3"), "--no-tags", "--no-live"])
     assert changed.exit_code == 2
     assert "other options" in changed.output
 
@@ -379,9 +384,7 @@ def test_a_video_with_damaged_packets_is_done_and_named_as_damaged(tmp_path: Pat
     damage_packets(clean.path, inputs / "scratched.mp4", slice(30, 36, 2))
     write_video(inputs / "fine.mp4", [Segment("rings", 4, 2)], width=160, height=96)
     output = tmp_path / "out"
-    args = fixed_command(inputs, output, "2")
-    result = runner.invoke(app, [*args, "--no-embed", "--no-tags", "--no-quality", "--no-live"])
-    assert result.exit_code == 0, result.output
+    result = run_fixed(inputs, output, "2", "--no-quality")
     assert "2 in, 2 ok, 0 failed" in result.output
     assert "1 video(s) with damaged stretches" in result.output and "scratched.mp4" in result.output
     found = records(output)
@@ -399,9 +402,7 @@ def test_names_that_are_not_utf8_are_curated_under_an_escaped_name(tmp_path: Pat
     odd = Path(os.fsdecode(os.fsencode(inputs) + b"/d\xe9j\xe0 vu.mp4"))
     write_video(odd, [Segment("pan", 4, 1)], width=160, height=96)
     output = Path(os.fsdecode(os.fsencode(tmp_path) + b"/out\xe9"))
-    args = [*fixed_command(inputs, output, "2"), "--no-embed", "--no-tags", "--no-live"]
-    result = runner.invoke(app, args)
-    assert result.exit_code == 0, result.output
+    result = run_fixed(inputs, output, "2")
     assert "2 in, 2 ok, 0 failed" in result.output
     found = records(output)
     assert sorted(found) == ["d\\xe9j\\xe0 vu.mp4", "fine.mp4"]
@@ -410,8 +411,8 @@ def test_names_that_are_not_utf8_are_curated_under_an_escaped_name(tmp_path: Pat
     metas = [json.loads(p.read_text()) for p in (output / "metas").glob("*.json")]
     assert {m["source_video"] for m in metas} == {"d\\xe9j\\xe0 vu.mp4", "fine.mp4"}
     assert "report.html" in result.output and (output / "report.html").exists()
-    again = runner.invoke(app, args)
-    assert again.exit_code == 0 and "2 already complete, skipped" in again.output
+    again = run_fixed(inputs, output, "2")  # exits cleanly again
+    assert "2 already complete, skipped" in again.output
 
 
 def test_videos_too_short_for_a_clip_are_counted_and_say_why(inputs: Path, tmp_path: Path) -> None:
