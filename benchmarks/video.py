@@ -141,6 +141,8 @@ class Result:
     video_s: float = 0.0
     first_clip_s: float | None = None
     stage_cpu_s: dict[str, float] = field(default_factory=dict)
+    stage_busy_s: dict[str, float] = field(default_factory=dict)
+    stage_tasks: dict[str, tuple[int, int]] = field(default_factory=dict)  # in, out
     stage_workers: dict[str, int] = field(default_factory=dict)
     stage_memory: dict[str, int] = field(default_factory=dict)  # peak bytes per worker
     clips_kept: int = 0
@@ -197,6 +199,8 @@ def run_engine(label: str, config: VideoConfig, executor: Any) -> Result:
     result.clips_kept = report.summary["clips"]["kept"]
     result.completed = report.result.completed
     result.stage_cpu_s = {n: s.cpu_s for n, s in report.result.stats.items()}
+    result.stage_busy_s = {n: s.busy_s for n, s in report.result.stats.items()}
+    result.stage_tasks = {n: (s.tasks_in, s.tasks_out) for n, s in report.result.stats.items()}
     result.stage_workers = {n: s.peak_workers for n, s in report.result.stats.items()}
     result.stage_memory = {n: s.worker_memory_bytes for n, s in report.result.stats.items()}
     result.peak_rss, result.peak_pss = sampler.peak_rss, sampler.peak_pss
@@ -373,26 +377,38 @@ def scenario_yaml(per_task: dict[str, tuple[float, float]], gpus: int) -> str:
     for name, (mean, ratio) in per_task.items():
         speedup = GPU_SPEEDUP.get(name)
         if speedup:
-            resources = (
-                "{cpus: 1, gpus: 0.25}" if name != "ClipTranscoder" else "{cpus: 1, gpus: 0.33}"
-            )
-            mean = mean / speedup
-            comment = f"  # GPU: {speedup:g}x one CPU core (assumed)"
+            share = 0.25 if name != "ClipTranscoder" else 0.33
+            comment = f"GPU: {speedup:g}x one CPU core (assumed)"
+            lines += scenario_stage(name, mean / speedup, ratio, share, comment)
         else:
-            resources = "{cpus: 1}" if mean > 0.05 else "{cpus: 0.25}"
-            comment = ""
-        pinned = "    num_workers: 1\n" if name in ("VideoListing", "ShotSplitter") else ""
-        lines.append(f"  - name: {name}{comment}")
-        lines.append(f"    resources: {resources}")
-        if pinned:
-            lines.append(pinned.rstrip("\n"))
-        lines.append(
-            f"    model: {{service: {{kind: lognormal, mean: {max(mean, 1e-4):.4g}, spread: 0.3}}, "
-            f"output_ratio: {ratio:.4g}}}"
-        )
-    # ten virtual minutes: steady after two, and a minute of wall time to simulate
-    lines += ["source: {duration_s: 600}", "report: {warmup_s: 120}", ""]
-    return "\n".join(lines)
+            lines += scenario_stage(name, mean, ratio)
+    return "\n".join(lines + SCENARIO_TAIL)
+
+
+# ten virtual minutes: steady after two, and a minute of wall time to simulate
+SCENARIO_TAIL = ["source: {duration_s: 600}", "report: {warmup_s: 120}", ""]
+
+
+def scenario_stage(
+    name: str, mean: float, ratio: float, gpu_share: float = 0.0, comment: str = ""
+) -> list[str]:
+    """A scenario's lines for one stage: ``mean`` seconds per task, ``ratio`` outputs per
+    input, on a GPU share or (none) on one CPU (a quarter for the near-free stages)."""
+    if gpu_share:
+        resources = f"{{cpus: 1, gpus: {gpu_share:g}}}"
+    else:
+        resources = "{cpus: 1}" if mean > 0.05 else "{cpus: 0.25}"
+    lines = [
+        f"  - name: {name}" + (f"  # {comment}" if comment else ""),
+        f"    resources: {resources}",
+    ]
+    if name in ("VideoListing", "ShotSplitter"):
+        lines.append("    num_workers: 1")
+    lines.append(
+        f"    model: {{service: {{kind: lognormal, mean: {max(mean, 1e-4):.4g}, spread: 0.3}}, "
+        f"output_ratio: {ratio:.4g}}}"
+    )
+    return lines
 
 
 #: assumed GPU speed-up over one CPU core, per stage (no GPU measured here)

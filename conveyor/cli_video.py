@@ -105,7 +105,10 @@ def video(
     ] = None,
     encoder: Annotated[
         EncoderChoice,
-        typer.Option(case_sensitive=False, help="H.264 encoder (auto: NVENC on GPU workers)."),
+        typer.Option(
+            case_sensitive=False,
+            help="H.264 encoder (auto: NVENC where the GPU has it, else libx264).",
+        ),
     ] = EncoderChoice.auto,
     preset: Annotated[str, typer.Option(help="libx264 preset.")] = "veryfast",
     crf: Annotated[

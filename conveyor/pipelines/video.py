@@ -9,6 +9,7 @@ writes ``summary.json``. The ``conveyor video`` command only parses options into
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -84,7 +85,8 @@ class VideoConfig:
     limit: int | None = None
     #: run models (and NVENC) on GPUs: None = when this machine has any
     gpus: bool | None = None
-    #: share of a GPU each model stage's worker asks for
+    #: the most of a GPU each model stage's worker asks for (less where one worker of every
+    #: GPU stage would not fit on one GPU together: ``gpu_shares``)
     gpu_share: float = 0.25
     description: str = field(default="", repr=False)
 
@@ -174,7 +176,9 @@ def build_video_pipeline(config: VideoConfig) -> Pipeline:
     from conveyor.stages.video.base import FrameConsumer
 
     gpus = config.use_gpus
-    model_resources = Resources(cpus=1, gpus=config.gpu_share) if gpus else Resources(cpus=1)
+    nvenc = gpus and _nvenc_expected(config.encoder)
+    small, captioner = gpu_shares(config, nvenc) if gpus else (0.0, 0.0)
+    model_resources = Resources(cpus=1, gpus=small) if gpus else Resources(cpus=1)
     stages: list[ProcessingStage[Any, Any]] = [
         VideoReader(config.input, config.output, limit=config.limit)
     ]
@@ -187,17 +191,13 @@ def build_video_pipeline(config: VideoConfig) -> Pipeline:
     else:
         stages += _shot_stages(config, model_resources, gpus)
     transcoder = ClipTranscoder(
-        encoder=config.encoder
-        if gpus
-        else "libx264"
-        if config.encoder == "auto"
-        else config.encoder,
+        encoder="libx264" if config.encoder == "auto" and not nvenc else config.encoder,
         preset=config.preset,
         crf=config.crf,
         max_height=config.max_height,
     )
-    if gpus and config.encoder in ("auto", "h264_nvenc"):
-        transcoder = transcoder.with_(resources=Resources(cpus=1, gpus=round(1 / 3, 4)))
+    if nvenc:
+        transcoder = transcoder.with_(resources=Resources(cpus=1, gpus=small))
     stages.append(transcoder)
     if config.motion:
         stages.append(
@@ -207,7 +207,7 @@ def build_video_pipeline(config: VideoConfig) -> Pipeline:
                 score_only=config.score_only,
             )
         )
-    consumers: list[FrameConsumer] = _frame_consumers(config, model_resources)
+    consumers: list[FrameConsumer] = _frame_consumers(config, model_resources, captioner)
     if consumers:
         stages.append(ClipFrameExtractor(rates={c.frame_rate for c in consumers}))
         consumers[-1].release_frames = True
@@ -218,6 +218,55 @@ def build_video_pipeline(config: VideoConfig) -> Pipeline:
         stages.append(TextEmbedder().with_(resources=model_resources))
     stages.append(ClipWriter(config.output, write_filtered=config.write_filtered))
     return Pipeline("video-curation", stages, description=config.description or describe(config))
+
+
+#: what a captioner's worker asks for: a vision-language model is the one large model here
+CAPTIONER_GPU_SHARE = 0.5
+
+
+def gpu_shares(config: VideoConfig, nvenc: bool) -> tuple[float, float]:
+    """The GPU share each small GPU stage's worker asks for, and the captioner's.
+
+    Streaming runs every stage at once, so one worker of each GPU stage must fit on one GPU
+    together (a one-GPU machine is the commonest GPU machine): the captioner takes half a GPU
+    and the other GPU stages (shot detector, NVENC transcoder, aesthetic, embedder, tagger,
+    text embedder) split what is left, each at most ``config.gpu_share``. The autoscaler then
+    adds workers where a GPU has room left.
+    """
+    small_stages = sum(
+        (
+            config.splitter == "shots" and config.detector == "transnetv2",
+            nvenc,
+            config.aesthetic_model is not None,
+            config.embed,
+            config.tags,
+            config.embeds_text,
+        )
+    )
+    captioner = CAPTIONER_GPU_SHARE if config.caption_model is not None else 0.0
+    if not small_stages:
+        return 0.0, 1.0 if captioner else 0.0
+    room = (1.0 - captioner) / small_stages
+    # rounded down, so that the shares of one worker per stage never add up past one GPU
+    return math.floor(min(config.gpu_share, room) * 10_000) / 10_000, captioner
+
+
+def _nvenc_expected(encoder: str) -> bool:
+    """Whether the transcoder should take a GPU share for NVENC.
+
+    ``auto`` asks NVENC on this machine when it has a GPU, so that a GPU without video
+    encoders (A100, H100, H200) lends no share to a transcoder that would encode on the CPU
+    anyway; a machine without GPUs (a cluster's driver) cannot tell and leaves it to the
+    workers, which fall back to libx264 where NVENC will not open.
+    """
+    if encoder == "libx264":
+        return False
+    if encoder == "h264_nvenc":
+        return True
+    from conveyor.backends.devices import detect_gpus
+    from conveyor.stages.video.transcode import nvenc_works
+
+    return nvenc_works() if detect_gpus().physical_ids else True
 
 
 def _shot_stages(
@@ -257,7 +306,9 @@ def _shot_stages(
     return [*head, detector, ShotSplitter(rules, config.clips_per_chunk)]
 
 
-def _frame_consumers(config: VideoConfig, model_resources: Resources) -> list[Any]:
+def _frame_consumers(
+    config: VideoConfig, model_resources: Resources, captioner_share: float
+) -> list[Any]:
     """The stages that read decoded frames, in pipeline order."""
     consumers: list[Any] = []
     if config.quality:
@@ -289,7 +340,9 @@ def _frame_consumers(config: VideoConfig, model_resources: Resources) -> list[An
 
         consumers.append(
             Captioner(config.caption_model).with_(
-                resources=Resources(cpus=1, gpus=1) if config.use_gpus else Resources(cpus=1)
+                resources=Resources(cpus=1, gpus=captioner_share)
+                if captioner_share
+                else Resources(cpus=1)
             )
         )
     return consumers

@@ -27,6 +27,7 @@ from conveyor.pipelines.video import (
     ConfigMismatch,
     VideoConfig,
     build_video_pipeline,
+    gpu_shares,
     run_video,
 )
 from conveyor.samples.video import Segment, write_bad_file, write_video
@@ -310,6 +311,58 @@ def test_pipeline_stages_follow_the_options(tmp_path: Path) -> None:
                      "ClipWriter"]  # fmt: skip
     histogram = VideoConfig(str(tmp_path), "o", detector="histogram")
     assert "HistogramDetector" in [s.name for s in build_video_pipeline(histogram).build()]
+
+
+def gpu_load(config: VideoConfig) -> dict[str, float]:
+    return {
+        s.name: s.resources.gpus for s in build_video_pipeline(config).build() if s.resources.gpus
+    }
+
+
+def test_one_worker_of_every_gpu_stage_fits_on_one_gpu(tmp_path: Path) -> None:
+    # no GPU here to try NVENC on: the transcoder keeps a share for the workers to try
+    shots = gpu_load(VideoConfig(str(tmp_path), "o", gpus=True))
+    assert sorted(shots) == [
+        "ClipEmbedder", "ClipTranscoder", "ImageNetTagger", "TransNetV2Detector",
+    ]  # fmt: skip
+    assert sum(shots.values()) <= 1.0
+    cpu_encoder = gpu_load(VideoConfig(str(tmp_path), "o", gpus=True, encoder="libx264"))
+    assert "ClipTranscoder" not in cpu_encoder and set(cpu_encoder.values()) == {0.25}
+    assert gpu_load(VideoConfig(str(tmp_path), "o", gpus=False)) == {}
+    # every GPU stage there is, a captioner among them: it takes half, the six others share
+    full = VideoConfig(
+        str(tmp_path), "o", gpus=True, caption_model=str(tmp_path),
+        aesthetic_model=str(tmp_path), text_embed=True,
+    )  # fmt: skip
+    small, captioner = gpu_shares(full, nvenc=True)
+    assert captioner == 0.5 and small > 0 and 6 * small + captioner <= 1.0
+    assert gpu_shares(VideoConfig(str(tmp_path), "o", gpu_share=0.1), nvenc=True) == (0.1, 0.0)
+
+
+def test_a_gpu_without_video_encoders_lends_the_transcoder_no_share(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from conveyor.backends import devices
+    from conveyor.stages.video import transcode
+
+    monkeypatch.setattr(devices, "detect_gpus", lambda: devices.GpuInventory(("0",), 141.0))
+    monkeypatch.setattr(transcode, "nvenc_works", lambda: False)  # an A100, H100 or H200
+    config = VideoConfig(str(tmp_path), "o", gpus=True)
+    assert "ClipTranscoder" not in gpu_load(config)
+    transcoder = next(s for s in build_video_pipeline(config).stages if s.name == "ClipTranscoder")
+    assert transcoder.encoder == "libx264"
+    monkeypatch.setattr(transcode, "nvenc_works", lambda: True)
+    assert "ClipTranscoder" in gpu_load(config)
+
+
+def test_the_gpu_pipeline_runs_on_one_gpu(inputs: Path, tmp_path: Path) -> None:
+    """Every stage at once on one (declared) GPU: shot detection, NVENC's share, embeddings
+    and tags; the models fall back to the CPU here, where CUDA is not there."""
+    out = tmp_path / "out"
+    config = VideoConfig(str(inputs), str(out), gpus=True, quality=False)
+    report = run_video(config, StreamingExecutor(LocalBackend(num_cpus=2, num_gpus=1)))
+    assert report.result.completed and report.summary["clips"]["kept"] > 0
+    check_layout(out)
 
 
 @pytest.mark.parametrize(

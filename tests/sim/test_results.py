@@ -271,3 +271,21 @@ def test_measured_video_pipeline_keeps_the_gpus_busy_on_32_gpus() -> None:
     assert report.max_node_gpu_load <= 1.0
     # the bottleneck gets the cluster: the GPU shares are spent, not left idle
     assert report.gpu_busy_fraction is not None and report.gpu_busy_fraction >= 0.8
+
+
+def test_gpu_measured_video_pipeline_gives_the_cpus_to_decoding_and_encoding() -> None:
+    """Every cost measured on an H200, which has no video encoder: the models leave its GPUs
+    nearly idle, the transcoder encodes on the CPUs, and the cluster's CPUs are the limit.
+    The controller must reach that limit, not park CPUs on idle GPU stages."""
+    scenario = _short("video_curation_gpu_measured", 150, 60)
+    cpu_s_per_video, inputs = 0.0, 1.0
+    for stage in scenario.stages:
+        cpu_s_per_video += stage.model.service.mean * inputs * stage.resources.cpus
+        inputs *= stage.model.output_ratio
+    cpus = sum(group.cpus * group.count for group in scenario.cluster)
+    report = simulate(scenario, diagnose=False).report
+    assert report.failed == 0
+    assert report.max_node_gpu_load <= 1.0
+    assert report.source_tasks_per_s is not None
+    assert report.source_tasks_per_s >= 0.9 * cpus / cpu_s_per_video
+    assert report.stage("ClipTranscoder").busy_after_warmup >= 0.95

@@ -28,6 +28,7 @@ SHIPPED = [
     "hour_2000gpu",
     "video4_streaming_vs_batch",
     "video9_multinode",
+    "video_curation_gpu_measured",
     "video_curation_measured",
     "xy_20x_32gpu",
     "xy_20x_64gpu",

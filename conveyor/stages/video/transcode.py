@@ -190,7 +190,7 @@ class ClipTranscoder(ClipStage):
     def _choose(self, has_gpu: bool) -> str:
         if self.encoder == "libx264" or (self.encoder == "auto" and not has_gpu):
             return "libx264"
-        if _nvenc_works():
+        if nvenc_works():
             return "h264_nvenc"
         if self.encoder == "h264_nvenc":
             raise RuntimeError("h264_nvenc was asked for but cannot be opened on this worker")
@@ -298,7 +298,7 @@ class ClipTranscoder(ClipStage):
 _NVENC: bool | None = None
 
 
-def _nvenc_works() -> bool:
+def nvenc_works() -> bool:
     """Whether NVENC opens here (once per process): the codec is built in and a driver takes it."""
     global _NVENC
     if _NVENC is None:

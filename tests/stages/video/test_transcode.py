@@ -142,7 +142,7 @@ def test_the_encoder_follows_the_worker(
 ) -> None:
     cpu = WorkerInfo("w", "ClipTranscoder", "n")
     gpu = WorkerInfo("w", "ClipTranscoder", "n", gpu_ids=(0,))
-    monkeypatch.setattr(transcode, "_nvenc_works", lambda: False)
+    monkeypatch.setattr(transcode, "nvenc_works", lambda: False)
     for encoder in ("auto", "libx264"):
         stage = ClipTranscoder(encoder=encoder)
         stage.setup(cpu)
@@ -154,7 +154,7 @@ def test_the_encoder_follows_the_worker(
     assert auto._codec == "libx264" and "NVENC" in caplog.text
     with pytest.raises(RuntimeError, match="h264_nvenc"):
         ClipTranscoder(encoder="h264_nvenc").setup(gpu)
-    monkeypatch.setattr(transcode, "_nvenc_works", lambda: True)
+    monkeypatch.setattr(transcode, "nvenc_works", lambda: True)
     nvenc = ClipTranscoder(cq=19)
     nvenc.setup(gpu)
     assert nvenc._codec == "h264_nvenc" and nvenc._options()["cq"] == "19"

@@ -1,0 +1,400 @@
+"""Video curation with GPUs: the full shots pipeline with its models on CUDA, one run.
+
+The same generated 720p videos go through the default pipeline (TransNetV2 shot detection,
+transcoding, motion and quality filters, embeddings and tags) three ways, on every CPU of
+this machine:
+
+- ``streaming``: ``StreamingExecutor(LocalBackend)`` with the machine's GPUs: TransNetV2, the
+  embedder and the tagger on CUDA, the transcoder on NVENC where the GPU has video encoders
+  (A100, H100 and H200 have none: it then encodes with libx264 and takes no GPU share);
+- ``batch``: ``BatchExecutor`` with the same GPUs, one stage at a time;
+- ``cpu-only`` (``--cpu-only``): streaming with the GPUs hidden, for what they change.
+
+For each: video-hours per wall hour, wall seconds per video-hour (times the GPU count: the
+GPU time a video-hour holds the machine's GPUs), GPU busy seconds per video-hour (NVML's
+utilisation integrated over the run: the time a kernel ran), NVENC and NVDEC busy seconds,
+peak GPU memory, first clip on disk, and per stage its GPU share, busy and CPU seconds per
+video-hour and workers. For scale, NeMo Curator's DGX Cloud write-up gives about 195 s of GPU
+per video-hour streaming and 352 s batch (its pipeline and GPUs differ). Prints; asserts
+nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from _common import fmt, machine_line, mb, table
+from video import SCENARIO_TAIL, Result, make_videos, run_engine, scenario_stage
+
+from conveyor.backends import LocalBackend
+from conveyor.backends.devices import detect_gpus
+from conveyor.executors import BatchExecutor, StreamingExecutor
+from conveyor.monitor import EventLog
+from conveyor.pipelines.video import VideoConfig, build_video_pipeline
+
+CONTENDERS = ("streaming", "batch", "cpu-only")
+#: NeMo Curator's DGX Cloud write-up: GPU seconds per hour of video
+WRITE_UP = {"streaming": 195.0, "batch": 352.0}
+
+
+class GpuSampler:
+    """Integrates NVML's GPU, encoder and decoder utilisation over a block, per GPU summed.
+
+    NVML reports each as the share of its last sample period (1/6 s to 1 s) in which a kernel
+    (an encode, a decode) ran; sampled every ``interval_s`` and integrated over time, that is
+    busy seconds, the figure the write-up's "GPU seconds" stands for.
+    """
+
+    def __init__(self, interval_s: float = 0.1) -> None:
+        import pynvml
+
+        self.nvml = pynvml
+        pynvml.nvmlInit()
+        self.handles = [
+            pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())
+        ]
+        self.interval_s = interval_s
+        self.busy_s = self.encoder_s = self.decoder_s = 0.0
+        self.peak_memory = 0
+        self.base_memory = sum(pynvml.nvmlDeviceGetMemoryInfo(h).used for h in self.handles)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="gpu-sampler", daemon=True)
+
+    def _read(self) -> tuple[float, float, float, int]:
+        n = self.nvml
+        gpu = enc = dec = 0.0
+        used = 0
+        for h in self.handles:
+            gpu += n.nvmlDeviceGetUtilizationRates(h).gpu / 100
+            enc += n.nvmlDeviceGetEncoderUtilization(h)[0] / 100
+            dec += n.nvmlDeviceGetDecoderUtilization(h)[0] / 100
+            used += n.nvmlDeviceGetMemoryInfo(h).used
+        return gpu, enc, dec, used
+
+    def _loop(self) -> None:
+        last = time.perf_counter()
+        while not self._stop.wait(self.interval_s):
+            gpu, enc, dec, used = self._read()
+            now = time.perf_counter()
+            dt, last = now - last, now
+            self.busy_s += gpu * dt
+            self.encoder_s += enc * dt
+            self.decoder_s += dec * dt
+            self.peak_memory = max(self.peak_memory, used - self.base_memory)
+
+    def __enter__(self) -> GpuSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.nvml.nvmlShutdown()
+
+
+def environment() -> dict[str, Any]:
+    """What this machine's GPU path can use: CUDA through torch, NVENC and NVDEC through
+    PyAV's FFmpeg."""
+    import av
+    import torch
+
+    from conveyor.stages.video.transcode import nvenc_works
+
+    env: dict[str, Any] = {
+        "torch": torch.__version__,
+        "cuda": torch.cuda.is_available(),
+        "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
+        "av": av.__version__,
+        "nvenc_opens": nvenc_works(),
+        "h264_cuvid_built_in": "h264_cuvid" in av.codecs_available,
+    }
+    print("environment: " + ", ".join(f"{k}={v}" for k, v in env.items()), flush=True)
+    return env
+
+
+def repeated(source: Path, times: int, folder: Path) -> Path:
+    """``source``'s videos listed ``times`` times, as hard links in ``folder``."""
+    for copy in range(times):
+        for video in sorted(source.glob("*.mp4")):
+            target = folder / f"copy-{copy}" / video.name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.link(video, target)
+    return folder
+
+
+def gpu_shares(config: VideoConfig) -> dict[str, float]:
+    return {s.name: s.resources.gpus for s in build_video_pipeline(config).build()}
+
+
+def run(label: str, config: VideoConfig, executor: Any) -> tuple[Result, dict[str, float]]:
+    with GpuSampler() as gpu:
+        result = run_engine(label, config, executor)
+    figures = {
+        "gpu_busy_s": gpu.busy_s,
+        "nvenc_busy_s": gpu.encoder_s,
+        "nvdec_busy_s": gpu.decoder_s,
+        "peak_gpu_memory": gpu.peak_memory,
+    }
+    print(
+        f"  {label}: {result.video_s / 60:.1f} min of video in {result.wall_s:.1f} s, "
+        f"GPU busy {gpu.busy_s:.1f} s, first clip {fmt(result.first_clip_s, '.1f')} s",
+        flush=True,
+    )
+    return result, figures
+
+
+def report(
+    results: dict[str, tuple[Result, dict[str, float]]],
+    shares: dict[str, float],
+    gpu_count: int,
+    cores: float,
+) -> dict[str, Any]:
+    rows, out = [], {}
+    for label, (r, g) in results.items():
+        per_hour = 3600 / r.video_s if r.video_s else 0.0
+        gpus_here = 0 if label == "cpu-only" else gpu_count
+        wall = r.wall_s * per_hour
+        figures = {
+            "video_s": r.video_s,
+            "wall_s": r.wall_s,
+            "video_hours_per_hour": r.hours_per_hour,
+            "wall_s_per_video_hour": wall,
+            "gpu_held_s_per_video_hour": wall * gpus_here,
+            "gpu_busy_s_per_video_hour": g["gpu_busy_s"] * per_hour,
+            "nvenc_busy_s_per_video_hour": g["nvenc_busy_s"] * per_hour,
+            "nvdec_busy_s_per_video_hour": g["nvdec_busy_s"] * per_hour,
+            "peak_gpu_memory_mb": g["peak_gpu_memory"] / 2**20,
+            "first_clip_s": r.first_clip_s,
+            "clips_kept": r.clips_kept,
+            "cpu_util": r.cpu_s / (r.wall_s * cores) if r.wall_s else None,
+            "stage_busy_s_per_video_hour": {n: v * per_hour for n, v in r.stage_busy_s.items()},
+            "stage_cpu_s_per_video_hour": {n: v * per_hour for n, v in r.stage_cpu_s.items()},
+            "stage_workers": r.stage_workers,
+            "stage_tasks": r.stage_tasks,
+        }
+        out[label] = figures
+        rows.append(
+            [
+                label,
+                fmt(r.video_s / 60, ".1f"),
+                fmt(r.wall_s, ".1f"),
+                fmt(r.hours_per_hour, ".2f"),
+                fmt(wall, ".0f"),
+                fmt(figures["gpu_held_s_per_video_hour"], ".0f"),
+                fmt(figures["gpu_busy_s_per_video_hour"], ".1f"),
+                fmt(figures["nvenc_busy_s_per_video_hour"], ".1f"),
+                mb(g["peak_gpu_memory"]),
+                fmt(r.first_clip_s, ".1f"),
+                str(r.clips_kept),
+                fmt(figures["cpu_util"], ".2f"),
+            ]
+        )
+    print(
+        table(
+            f"video curation, shots work, {cores:g} cores and {gpu_count} GPU(s); per video-hour: "
+            "wall s, GPU-held s (wall x GPUs), GPU busy s (NVML)",
+            [
+                "contender",
+                "video min",
+                "wall s",
+                "video h/h",
+                "wall s/vh",
+                "GPU held s/vh",
+                "GPU busy s/vh",
+                "NVENC s/vh",
+                "peak GPU MB",
+                "first clip s",
+                "clips kept",
+                "cpu util",
+            ],
+            rows,
+        )
+    )
+    for label, write_up in WRITE_UP.items():
+        if label in out:
+            print(
+                f"  {label}: {out[label]['gpu_held_s_per_video_hour']:.0f} GPU-held and "
+                f"{out[label]['gpu_busy_s_per_video_hour']:.1f} GPU-busy s per video-hour; "
+                f"the write-up: ~{write_up:.0f}"
+            )
+    if "streaming" in out and "batch" in out and out["batch"]["video_hours_per_hour"]:
+        ratio = out["streaming"]["video_hours_per_hour"] / out["batch"]["video_hours_per_hour"]
+        print(f"  streaming / batch: {ratio:.2f}x")
+    if "streaming" in out and "cpu-only" in out and out["cpu-only"]["video_hours_per_hour"]:
+        ratio = out["streaming"]["video_hours_per_hour"] / out["cpu-only"]["video_hours_per_hour"]
+        print(f"  streaming with GPUs / CPUs alone: {ratio:.2f}x")
+    names = list(next(iter(results.values()))[0].stage_busy_s)
+    print(
+        table(
+            "per stage, per video-hour: busy s (summed over workers) and CPU s; peak workers",
+            ["stage", "GPU share", *(f"{c} busy/cpu/w" for c in out)],
+            [
+                [
+                    n,
+                    fmt(shares.get(n, 0.0), ".4g"),
+                    *(
+                        f"{fmt(f['stage_busy_s_per_video_hour'].get(n), '.0f')}/"
+                        f"{fmt(f['stage_cpu_s_per_video_hour'].get(n), '.0f')}/"
+                        f"{f['stage_workers'].get(n, '-')}"
+                        for f in out.values()
+                    ),
+                ]
+                for n in names
+            ],
+        )
+    )
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--videos", type=int, default=16)
+    p.add_argument("--seconds", type=float, default=60.0, help="length of each video")
+    p.add_argument("--width", type=int, default=1280)
+    p.add_argument("--height", type=int, default=720)
+    p.add_argument("--fps", type=int, default=30)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="list each generated video this many times (hard links under other names): "
+        "a longer run for what generating costs",
+    )
+    p.add_argument(
+        "--events", type=Path, default=None, help="write the streaming run's event log and report"
+    )
+    p.add_argument("--cpus", type=float, default=None, help="CPU budget (default: all)")
+    p.add_argument(
+        "--contenders", default="streaming,batch", help=f"subset of {','.join(CONTENDERS)}"
+    )
+    p.add_argument(
+        "--cache", type=Path, default=Path(tempfile.gettempdir()) / "conveyor-bench-videos"
+    )
+    p.add_argument("--json", type=Path, default=None, help="write the figures as JSON")
+    p.add_argument(
+        "--scenario-out",
+        type=Path,
+        default=None,
+        help="write a simulator scenario (4 nodes of 8 GPUs) from the streaming run's costs",
+    )
+    p.add_argument(
+        "--from-json",
+        type=Path,
+        default=None,
+        help="run nothing: read the figures of an earlier --json (for --scenario-out)",
+    )
+    args = p.parse_args(argv)
+    if args.from_json is not None:
+        figures = json.loads(args.from_json.read_text())
+        write_scenario(figures, args.scenario_out)
+        return figures
+    chosen = [c for c in args.contenders.split(",") if c]
+    if set(chosen) - set(CONTENDERS):
+        p.error("unknown --contenders")
+    gpu_count = len(detect_gpus().physical_ids)
+    if not gpu_count:
+        p.error("no GPU here (NVML sees none): this benchmark measures the GPU path")
+    cpus = args.cpus or float(len(os.sched_getaffinity(0)))
+    print(machine_line(cpus))
+    figures: dict[str, Any] = {
+        "environment": environment(),
+        "videos": args.videos * args.repeat,
+        "cores": cpus,
+    }
+    source = make_videos(
+        args.cache, args.videos, args.seconds, args.width, args.height, args.fps, args.seed
+    )
+    out_root = Path(tempfile.mkdtemp(prefix="conveyor-bench-video-gpu-"))
+    if args.repeat > 1:
+        source = repeated(source, args.repeat, out_root / "inputs")
+    results: dict[str, tuple[Result, dict[str, float]]] = {}
+    shares: dict[str, float] = {}
+    try:
+        for label in chosen:
+            config = VideoConfig(str(source), str(out_root / label), gpus=label != "cpu-only")
+            if label != "cpu-only":
+                shares = gpu_shares(config)
+            print(f"  {label} ...", flush=True)
+            if label == "batch":
+                executor: Any = BatchExecutor(LocalBackend(num_cpus=cpus))
+            else:
+                gpus = 0 if label == "cpu-only" else None
+                monitors = []
+                if label == "streaming" and args.events is not None:
+                    monitors.append(EventLog(args.events, report=True))
+                executor = StreamingExecutor(
+                    LocalBackend(num_cpus=cpus, num_gpus=gpus), monitors=monitors
+                )
+            results[label] = run(label, config, executor)
+            figures["contenders"] = report(results, shares, gpu_count, cpus)
+            if args.json is not None:  # after each contender: a run cut short keeps its figures
+                args.json.write_text(json.dumps(figures, indent=1, default=str) + "\n")
+    finally:
+        shutil.rmtree(out_root, ignore_errors=True)
+    write_scenario(figures, args.scenario_out)
+    return figures
+
+
+def write_scenario(figures: dict[str, Any], path: Path | None) -> None:
+    if path is None:
+        return
+    streaming = figures.get("contenders", {}).get("streaming")
+    if streaming is None:
+        raise SystemExit("--scenario-out needs a streaming run's figures")
+    path.write_text(scenario_from(streaming, figures["environment"], figures["cores"]))
+    print(f"  scenario written to {path}")
+
+
+def scenario_from(streaming: dict[str, Any], environment: dict[str, Any], cores: float) -> str:
+    """The pipeline on 4 nodes of 8 GPUs and 64 CPUs, every cost measured here: a CPU
+    stage's CPU seconds per task, a GPU stage's busy seconds per task (what its worker holds
+    a CPU and its GPU share for). A task is one video."""
+    nvenc = environment["nvenc_opens"]
+    config = VideoConfig(".", ".", gpus=True, encoder="auto" if nvenc else "libx264")
+    shares = gpu_shares(config)
+    gpu = (environment["gpus"] or ["GPU"])[0]
+    per_second = streaming["video_s"] / 3600  # per video-hour figures -> seconds in the run
+    lines = [
+        "name: video_curation_gpu_measured",
+        "description: >",
+        "  The video curation pipeline (TransNetV2 shots, transcode, motion, quality, "
+        "embeddings, tags) on 4 nodes of 8 GPUs and 64 CPUs, every cost measured by "
+        f"benchmarks/video_gpu.py on one {gpu} with {cores:g} CPU cores",
+        "  and generated 720p30 video: CPU seconds per task of the CPU stages, busy seconds per "
+        "task of the GPU stages. "
+        + (
+            "The transcoder encodes with NVENC."
+            if nvenc
+            else "This GPU has no video encoder (NVENC), so the transcoder encodes with "
+            "libx264 on the CPUs."
+        )
+        + " A task is one 60 s video.",
+        "seed: 0",
+        "cluster:",
+        "  - {name: gpu, count: 4, cpus: 64, gpus: 8, gpu_memory_gb: 80}",
+        "stages:",
+    ]
+    for name, (n_in, n_out) in streaming["stage_tasks"].items():
+        if name == "VideoListing" or not n_in:
+            continue
+        share = shares.get(name, 0.0)
+        kind = "stage_busy_s_per_video_hour" if share else "stage_cpu_s_per_video_hour"
+        mean = streaming[kind][name] * per_second / n_in
+        comment = f"on a GPU share: busy seconds on {gpu}" if share else ""
+        lines += scenario_stage(name, mean, n_out / n_in, share, comment)
+    return "\n".join(lines + SCENARIO_TAIL)
+
+
+if __name__ == "__main__":
+    main()
