@@ -29,8 +29,9 @@ from conveyor.tasks.video import Video, VideoTask, video_id
 log = logging.getLogger(__name__)
 
 #: what a folder run takes (any case): the common containers, and what cameras, phones, TV
-#: recordings, DVDs and older web video leave (AVCHD's .mts/.m2ts, .m4v, .ts, .mpg, .flv,
-#: .wmv, .3gp, .mxf); probing decides whether a file really is a video
+#: recordings, DVDs and older web video leave (AVCHD's .mts/.m2ts, DV, .m4v, .ts, .mpg and a
+#: DVD's .vob, .flv/.f4v, .wmv/.asf, .3gp/.3g2, .mxf, Ogg's .ogv); probing decides whether a
+#: file really is a video
 VIDEO_EXTENSIONS: tuple[str, ...] = (
     ".mp4",
     ".mov",
@@ -47,6 +48,12 @@ VIDEO_EXTENSIONS: tuple[str, ...] = (
     ".wmv",
     ".3gp",
     ".mxf",
+    ".vob",
+    ".ogv",
+    ".dv",
+    ".f4v",
+    ".asf",
+    ".3g2",
 )
 
 #: a file or directory, or a list of them: local paths or URLs (``s3://bucket/videos``)

@@ -552,17 +552,24 @@ def test_an_mpeg_ts_file_named_explicitly_is_probed(tmp_path: Path) -> None:
         ("web.flv", "flv", "flv"),
         ("studio.mxf", "mxf", "mpeg2video"),
         ("phone.m4v", "ipod", "libx264"),
+        ("VTS_01_1.VOB", "vob", "mpeg2video"),  # a DVD's title
+        ("open.ogv", "ogv", "libvpx"),
+        ("tape.dv", "dv", "dvvideo"),  # DV is 720 x 576 (PAL) or 720 x 480
+        ("flash.f4v", "f4v", "libx264"),
+        ("old.asf", "asf", "wmv2"),
+        ("mobile.3g2", "3g2", "libx264"),
     ],
 )
 def test_older_and_device_containers_are_read(
     tmp_path: Path, name: str, fmt: str, codec: str
 ) -> None:
     path = tmp_path / name
+    width, height = (720, 576) if fmt == "dv" else (160, 120)
     with av.open(str(path), "w", format=fmt) as container:
         stream = container.add_stream(codec, rate=25)
-        stream.width, stream.height, stream.pix_fmt = 160, 120, "yuv420p"
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
         for i in range(100):
-            image = np.full((120, 160, 3), i * 2, np.uint8)
+            image = np.full((height, width, 3), i * 2, np.uint8)
             frame = av.VideoFrame.from_ndarray(image, format="rgb24")
             container.mux(stream.encode(frame))
         container.mux(stream.encode(None))

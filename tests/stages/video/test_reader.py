@@ -106,13 +106,20 @@ def test_camera_phone_tv_and_older_web_formats_are_listed_too(tmp_path: Path) ->
         "web.flv",
         "win.wmv",
         "mobile.3gp",
+        "VIDEO_TS/VTS_01_1.VOB",
+        "open.ogv",
+        "tape.dv",
+        "flash.f4v",
+        "old.asf",
+        "mobile.3g2",
         "cam/00001.MTS.xml",  # a camera's sidecar is not a video
+        "VIDEO_TS/VTS_01_0.IFO",  # nor a DVD's index
         "subtitles.srt",
     ]
     for name in names:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_bytes(b"x")
-    assert relatives(list_videos(tmp_path)) == sorted(names[:10])
+    assert relatives(list_videos(tmp_path)) == sorted(names[:16])
 
 
 def test_extensions_are_matched_in_any_case(tree: Path) -> None:
