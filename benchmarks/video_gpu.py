@@ -296,6 +296,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     args = p.parse_args(argv)
     if args.from_json is not None:
+        if args.scenario_out is None:
+            p.error("--from-json only rewrites a scenario: give --scenario-out too")
         figures = json.loads(args.from_json.read_text())
         write_scenario(figures, args.scenario_out)
         return figures
