@@ -239,7 +239,7 @@ def gpu_shares(config: VideoConfig, nvenc: bool) -> tuple[float, float]:
             nvenc,
             config.aesthetic_model is not None,
             config.embed,
-            config.tags,
+            config.tags and not tags_from_embedder(config),
             config.embeds_text,
         )
     )
@@ -249,6 +249,14 @@ def gpu_shares(config: VideoConfig, nvenc: bool) -> tuple[float, float]:
     room = (1.0 - captioner) / small_stages
     # rounded down, so that the shares of one worker per stage never add up past one GPU
     return math.floor(min(config.gpu_share, room) * 10_000) / 10_000, captioner
+
+
+def tags_from_embedder(config: VideoConfig) -> bool:
+    """Whether the tags come from the embedder's pass: it runs the tagger's network (the
+    packaged EfficientNet-Lite0), whose classifier head is one matrix product away."""
+    from conveyor.stages.video.models import EFFICIENTNET_LITE0
+
+    return config.embed and config.embed_model == EFFICIENTNET_LITE0
 
 
 def _nvenc_expected(encoder: str) -> bool:
@@ -327,14 +335,22 @@ def _frame_consumers(
                 config.aesthetic_model, config.aesthetic_threshold, score_only=config.score_only
             ).with_(resources=model_resources)
         )
+    embedder = None
     if config.embed:
         from conveyor.stages.video.embed import ClipEmbedder
 
-        consumers.append(ClipEmbedder(config.embed_model).with_(resources=model_resources))
+        embedder = ClipEmbedder(config.embed_model)
+        consumers.append(embedder.with_(resources=model_resources))
     if config.tags:
         from conveyor.stages.video.tags import ImageNetTagger
 
-        consumers.append(ImageNetTagger().with_(resources=model_resources))
+        if embedder is not None and tags_from_embedder(config):
+            # the embedder's network classifies the frames it embeds: the tagger only
+            # ranks the labels (no model, no GPU, the embedder's frames)
+            tagger = ImageNetTagger(frame_rate=embedder.frame_rate, from_embedder=True)
+            consumers.append(tagger.with_(resources=Resources(cpus=0.25)))
+        else:
+            consumers.append(ImageNetTagger().with_(resources=model_resources))
     if config.caption_model is not None:
         from conveyor.stages.video.caption import Captioner
 

@@ -116,6 +116,10 @@ class Clip:
     #: frames decoded once for the models downstream: sampling rate (fps) -> N x H x W x 3
     #: uint8 RGB; dropped by the last stage that needs them
     frames: dict[float, np.ndarray] = field(default_factory=dict, repr=False)
+    #: ImageNet class probabilities averaged over the frames, left by the embedder when it
+    #: runs the packaged EfficientNet-Lite0 (whose classifier head is one matrix product past
+    #: the features it pools) for the tagger; dropped with the frames
+    class_probabilities: np.ndarray | None = field(default=None, repr=False)
     #: stage name -> reason, for failures of this clip
     errors: dict[str, str] = field(default_factory=dict)
     #: id of the kept clip this one nearly duplicates (semantic dedup), else ``None``
@@ -144,13 +148,18 @@ class Clip:
         """Record a failure of this clip at ``stage``; the clip is not kept."""
         self.errors[stage] = reason
         self.filtered_by = ERROR_FILTER
-        self.frames.clear()
+        self.drop_frames()
 
     def reject(self, filter_name: str) -> None:
         """Mark the clip filtered by ``filter_name`` (the first filter to reject it wins)."""
         if self.filtered_by is None:
             self.filtered_by = filter_name
+        self.drop_frames()
+
+    def drop_frames(self) -> None:
+        """Free what was decoded or computed for the models downstream."""
         self.frames.clear()
+        self.class_probabilities = None
 
 
 @dataclass

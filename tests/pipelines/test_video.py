@@ -311,6 +311,16 @@ def test_pipeline_stages_follow_the_options(tmp_path: Path) -> None:
                      "ClipWriter"]  # fmt: skip
     histogram = VideoConfig(str(tmp_path), "o", detector="histogram")
     assert "HistogramDetector" in [s.name for s in build_video_pipeline(histogram).build()]
+    # one EfficientNet-Lite0 pass per clip: the tagger ranks the embedder's probabilities
+    default = {
+        s.name: s.stage for s in build_video_pipeline(VideoConfig(str(tmp_path), "o")).build()
+    }
+    tagger, embedder = default["ImageNetTagger"], default["ClipEmbedder"]
+    assert tagger.from_embedder and tagger.frame_rate == embedder.frame_rate
+    alone = VideoConfig(str(tmp_path), "o", embed=False)
+    assert not next(
+        s.stage for s in build_video_pipeline(alone).build() if s.name == "ImageNetTagger"
+    ).from_embedder
 
 
 def gpu_load(config: VideoConfig) -> dict[str, float]:
@@ -321,21 +331,25 @@ def gpu_load(config: VideoConfig) -> dict[str, float]:
 
 def test_one_worker_of_every_gpu_stage_fits_on_one_gpu(tmp_path: Path) -> None:
     # no GPU here to try NVENC on: the transcoder keeps a share for the workers to try
+    # the tagger ranks what the embedder's network gave: no GPU of its own
     shots = gpu_load(VideoConfig(str(tmp_path), "o", gpus=True))
-    assert sorted(shots) == [
-        "ClipEmbedder", "ClipTranscoder", "ImageNetTagger", "TransNetV2Detector",
-    ]  # fmt: skip
+    assert sorted(shots) == ["ClipEmbedder", "ClipTranscoder", "TransNetV2Detector"]
     assert sum(shots.values()) <= 1.0
     cpu_encoder = gpu_load(VideoConfig(str(tmp_path), "o", gpus=True, encoder="libx264"))
     assert "ClipTranscoder" not in cpu_encoder and set(cpu_encoder.values()) == {0.25}
     assert gpu_load(VideoConfig(str(tmp_path), "o", gpus=False)) == {}
-    # every GPU stage there is, a captioner among them: it takes half, the six others share
+    # the tagger runs its own network where the embedder runs another
+    other = tmp_path / "embedder.pt"
+    other.write_bytes(b"")
+    alone = gpu_load(VideoConfig(str(tmp_path), "o", gpus=True, embed_model=str(other)))
+    assert "ImageNetTagger" in alone and sum(alone.values()) <= 1.0
+    # every GPU stage there is, a captioner among them: it takes half, the five others share
     full = VideoConfig(
         str(tmp_path), "o", gpus=True, caption_model=str(tmp_path),
         aesthetic_model=str(tmp_path), text_embed=True,
     )  # fmt: skip
     small, captioner = gpu_shares(full, nvenc=True)
-    assert captioner == 0.5 and small > 0 and 6 * small + captioner <= 1.0
+    assert captioner == 0.5 and small > 0 and 5 * small + captioner <= 1.0
     assert gpu_shares(VideoConfig(str(tmp_path), "o", gpu_share=0.1), nvenc=True) == (0.1, 0.0)
 
 

@@ -122,7 +122,7 @@ class FrameConsumer(ClipStage):
         finally:
             if self.release_frames:
                 for clip in video.clips:
-                    clip.frames.clear()
+                    clip.drop_frames()
 
     def scored_together(
         self, clips: list[Clip], score: Callable[[list[Any]], Any]

@@ -1,9 +1,10 @@
 """Clip embeddings: a vector per clip from its frames, for search and deduplication.
 
 By default the packaged EfficientNet-Lite0's image features (1280 values per frame) are
-averaged over the clip's frames and L2-normalised; ``model`` takes another torch model by
-path instead (a TorchScript or pickled module, or a Hugging Face directory such as a CLIP or
-video-embedding checkpoint the user has), see ``conveyor.stages.video.models``.
+averaged over the clip's frames and L2-normalised, and its ImageNet class probabilities are
+left on the clip for the tagger (``Clip.class_probabilities``). ``model`` takes another torch
+model by path instead (a TorchScript or pickled module, or a Hugging Face directory such as
+a CLIP or video-embedding checkpoint the user has), see ``conveyor.stages.video.models``.
 """
 
 from __future__ import annotations
@@ -54,4 +55,4 @@ class ClipEmbedder(FrameConsumer, TorchStage):
 
     def process_clip(self, clip: Clip, video: Video) -> None:
         self.limit_threads()
-        clip.embedding = self._encoder.encode_clip(self.frames_of(clip))
+        clip.embedding, clip.class_probabilities = self._encoder.encode(self.frames_of(clip))

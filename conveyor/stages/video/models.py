@@ -109,18 +109,39 @@ class FrameEncoder:
 
     def encode_clip(self, frames: np.ndarray) -> np.ndarray:
         """One L2-normalised vector for a clip's frames (frame features averaged)."""
+        return self.encode(frames)[0]
+
+    def encode(self, frames: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """The clip's vector, and for the packaged EfficientNet-Lite0 its ImageNet class
+        probabilities averaged over the frames: its classifier head is one matrix product
+        past the features pooled here, so the tagger need not run the network again."""
         import torch
 
+        classes = None
         with torch.inference_mode():
             if self.kind in ("video-module", "hf-video"):
                 features = self._video(frames)
+            elif self.kind == "efficientnet":
+                features, classes = self._efficientnet(frames)
             else:
                 features = self._frames(frames)
         features = features.astype(np.float32)
         norms = np.linalg.norm(features, axis=-1, keepdims=True)
         features = features / np.maximum(norms, 1e-12)
         pooled = features.mean(axis=0)
-        return (pooled / max(float(np.linalg.norm(pooled)), 1e-12)).astype(np.float32)
+        vector = (pooled / max(float(np.linalg.norm(pooled)), 1e-12)).astype(np.float32)
+        return vector, classes
+
+    def _efficientnet(self, frames: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        features, total = [], 0.0
+        for part in frame_batches(len(frames), self.device):
+            batch = to_tensor(frames[part], self.size, self.mean, self.std).to(self.device)
+            pooled = self.model.extract_features(batch).mean(dim=(2, 3))
+            # the network's own head (dropout is off in eval): its forward pass, minus a
+            # second pass through every convolution
+            total = total + self.model._fc(pooled).softmax(-1).float().sum(0)
+            features.append(_as_array(pooled))
+        return np.concatenate(features), (total / len(frames)).cpu().numpy()
 
     def _frames(self, frames: np.ndarray) -> np.ndarray:
         parts = frame_batches(len(frames), self.device)
@@ -135,11 +156,7 @@ class FrameEncoder:
                 out = _pooled(self.model(**inputs))
             return _as_array(out)
         batch = to_tensor(frames, self.size, self.mean, self.std).to(self.device)
-        if self.kind == "efficientnet":
-            out = self.model.extract_features(batch).mean(dim=(2, 3))
-        else:
-            out = self.model(batch)
-        return _as_array(out).reshape(len(frames), -1)
+        return _as_array(self.model(batch)).reshape(len(frames), -1)
 
     def _video(self, frames: np.ndarray) -> np.ndarray:
         if self.kind == "hf-video":

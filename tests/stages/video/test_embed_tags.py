@@ -243,6 +243,41 @@ def test_tags_of_a_long_clip_are_those_of_all_its_frames_at_once(
     np.testing.assert_allclose([s for _, s in clip.tags], expected[order], atol=2e-4)
 
 
+def test_tags_from_the_embedders_pass_are_those_of_the_tagger_on_the_same_frames(
+    media: Media, with_frames: VideoTask
+) -> None:
+    """The embedder's EfficientNet-Lite0 pass leaves the class probabilities on each clip; a
+    tagger told so loads no network and ranks them, with the tags its own network gives on
+    the embedder's frames. A clip that comes without them is classified as before."""
+    task = copy.deepcopy(with_frames)
+    media.ready(ClipEmbedder()).process(task)
+    own = copy.deepcopy(task)
+    for clip in own.data.clips:
+        assert clip.class_probabilities is not None and clip.class_probabilities.shape == (1000,)
+        clip.class_probabilities = None
+    shared = media.ready(ImageNetTagger(min_score=0.0, frame_rate=2.0, from_embedder=True))
+    assert shared._model is None
+    shared.process(task)
+    assert shared._model is None  # every clip came with its probabilities
+    media.ready(ImageNetTagger(min_score=0.0, frame_rate=2.0)).process(own)
+    for a, b in zip(task.data.clips, own.data.clips, strict=True):
+        assert [label for label, _ in a.tags] == [label for label, _ in b.tags]
+        np.testing.assert_allclose([s for _, s in a.tags], [s for _, s in b.tags], atol=2e-4)
+    fallback = copy.deepcopy(own)
+    for clip in fallback.data.clips:
+        clip.tags = []
+    shared.process(fallback)
+    assert shared._model is not None  # loaded for the clips that came without
+    assert [c.tags for c in fallback.data.clips] == [c.tags for c in own.data.clips]
+
+
+def test_the_probabilities_go_with_the_frames(with_frames: VideoTask) -> None:
+    clip = copy.deepcopy(with_frames.data.clips[0])
+    clip.class_probabilities = np.full(1000, 1e-3, np.float32)
+    clip.reject("motion")
+    assert clip.class_probabilities is None and not clip.frames
+
+
 def test_tagger_settings_are_validated() -> None:
     with pytest.raises(ValueError, match="top_k"):
         ImageNetTagger(top_k=0)
