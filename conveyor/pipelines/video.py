@@ -229,9 +229,9 @@ def gpu_shares(config: VideoConfig, nvenc: bool) -> tuple[float, float]:
 
     Streaming runs every stage at once, so one worker of each GPU stage must fit on one GPU
     together (a one-GPU machine is the commonest GPU machine): the captioner takes half a GPU
-    and the other GPU stages (shot detector, NVENC transcoder, aesthetic, embedder, tagger,
-    text embedder) split what is left, each at most ``config.gpu_share``. The autoscaler then
-    adds workers where a GPU has room left.
+    and the other GPU stages (shot detector, NVENC transcoder, aesthetic, embedder, a tagger
+    that runs its own network, text embedder) split what is left, each at most
+    ``config.gpu_share``. The autoscaler then adds workers where a GPU has room left.
     """
     small_stages = sum(
         (
