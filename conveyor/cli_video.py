@@ -271,6 +271,9 @@ def video(
             limit=limit,
             gpus=None if gpus is None else gpus > 0,
         )
+        local = backend is BackendChoice.local and executor is not VideoExecutor.ray_data
+        if config.encoder == "h264_nvenc" and local:
+            _check_nvenc()
         if overwrite:
             clear_output(config.output)
         check_resume(config)
@@ -284,6 +287,19 @@ def video(
     watch = _Watch(metrics_port, report, settings)
     machine = Machine(cpus, gpus, memory_gb)
     _run(config, executor, backend, address, machine, live, console, journal, watch)
+
+
+def _check_nvenc() -> None:
+    """``--encoder h264_nvenc`` on this machine: refused before the run when NVENC will not
+    open (every transcoder worker would fail to set up)."""
+    from conveyor.stages.video.transcode import nvenc_works
+
+    if not nvenc_works():
+        raise ValueError(
+            "--encoder h264_nvenc: NVENC does not open on this machine (it needs an NVIDIA GPU "
+            "with a video encoder and its driver; the A100, H100 and H200 have none): use "
+            "--encoder auto or libx264"
+        )
 
 
 def _executor(

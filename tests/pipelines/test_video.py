@@ -516,11 +516,16 @@ def test_videos_too_short_for_a_clip_are_counted_and_say_why(inputs: Path, tmp_p
             ["video", "{input}", "out", "--executor", "ray-data", "--memory-gb", "4"],
             "--memory-gb is for the local backend",
         ),
+        # no NVENC on this machine (the test makes sure of it below)
+        (["video", "{input}", "out", "--encoder", "h264_nvenc"], "NVENC does not open"),
     ],
 )
 def test_command_usage_errors_exit_2(
-    args: list[str], message: str, inputs: Path, tmp_path: Path
+    args: list[str], message: str, inputs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from conveyor.stages.video import transcode
+
+    monkeypatch.setattr(transcode, "nvenc_works", lambda: False)
     (tmp_path / "empty").mkdir()
     (tmp_path / "afile").write_text("not a folder")
     places = {"{input}": inputs, "{empty}": tmp_path / "empty", "{file}": tmp_path / "afile"}
