@@ -4,11 +4,13 @@ The same generated 720p videos go through the default pipeline (TransNetV2 shot 
 transcoding, motion and quality filters, embeddings and tags) three ways, on every CPU of
 this machine:
 
-- ``streaming``: ``StreamingExecutor(LocalBackend)`` with the machine's GPUs: TransNetV2, the
-  embedder and the tagger on CUDA, the transcoder on NVENC where the GPU has video encoders
-  (A100, H100 and H200 have none: it then encodes with libx264 and takes no GPU share);
+- ``streaming``: ``StreamingExecutor(LocalBackend)`` with the machine's GPUs: TransNetV2 and
+  the embedder (whose pass gives the tags too) on CUDA, the transcoder on NVENC where the GPU
+  has video encoders (A100, H100 and H200 have none: it then encodes with libx264 and takes
+  no GPU share);
 - ``batch``: ``BatchExecutor`` with the same GPUs, one stage at a time;
-- ``cpu-only`` (``--cpu-only``): streaming with the GPUs hidden, for what they change.
+- ``cpu-only`` (when named in ``--contenders``): streaming with the GPUs hidden, for what
+  they change.
 
 For each: video-hours per wall hour, wall seconds per video-hour (times the GPU count: the
 GPU time a video-hour holds the machine's GPUs), GPU busy seconds per video-hour (NVML's
@@ -130,7 +132,7 @@ def repeated(source: Path, times: int, folder: Path) -> Path:
     return folder
 
 
-def gpu_shares(config: VideoConfig) -> dict[str, float]:
+def stage_gpu_shares(config: VideoConfig) -> dict[str, float]:
     return {s.name: s.resources.gpus for s in build_video_pipeline(config).build()}
 
 
@@ -326,7 +328,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for label in chosen:
             config = VideoConfig(str(source), str(out_root / label), gpus=label != "cpu-only")
             if label != "cpu-only":
-                shares = gpu_shares(config)
+                shares = figures["gpu_shares"] = stage_gpu_shares(config)
             print(f"  {label} ...", flush=True)
             if label == "batch":
                 executor: Any = BatchExecutor(LocalBackend(num_cpus=cpus))
@@ -354,17 +356,24 @@ def write_scenario(figures: dict[str, Any], path: Path | None) -> None:
     streaming = figures.get("contenders", {}).get("streaming")
     if streaming is None:
         raise SystemExit("--scenario-out needs a streaming run's figures")
-    path.write_text(scenario_from(streaming, figures["environment"], figures["cores"]))
+    shares = figures.get("gpu_shares")  # what the run's stages asked for
+    path.write_text(scenario_from(streaming, figures["environment"], figures["cores"], shares))
     print(f"  scenario written to {path}")
 
 
-def scenario_from(streaming: dict[str, Any], environment: dict[str, Any], cores: float) -> str:
+def scenario_from(
+    streaming: dict[str, Any],
+    environment: dict[str, Any],
+    cores: float,
+    shares: dict[str, float] | None = None,
+) -> str:
     """The pipeline on 4 nodes of 8 GPUs and 64 CPUs, every cost measured here: a CPU
     stage's CPU seconds per task, a GPU stage's busy seconds per task (what its worker holds
     a CPU and its GPU share for). A task is one video."""
     nvenc = environment["nvenc_opens"]
-    config = VideoConfig(".", ".", gpus=True, encoder="auto" if nvenc else "libx264")
-    shares = gpu_shares(config)
+    if shares is None:  # figures from before they were recorded: today's pipeline's
+        config = VideoConfig(".", ".", gpus=True, encoder="auto" if nvenc else "libx264")
+        shares = stage_gpu_shares(config)
     gpu = (environment["gpus"] or ["GPU"])[0]
     per_second = streaming["video_s"] / 3600  # per video-hour figures -> seconds in the run
     lines = [
