@@ -135,6 +135,25 @@ def tiny_videos(tmp_path: Path) -> list[str]:
     return ["--videos", "1", "--seconds", "4", *size, "--cache", str(tmp_path / "cache")]
 
 
+def test_video_gpu_rewrites_the_shipped_scenario_from_its_saved_figures(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The shipped GPU scenario is what the H200 run's saved figures give, so it can be
+    checked and rewritten without a GPU; a run needs one and says so."""
+    from conveyor.backends.devices import GpuInventory
+
+    bench = load("video_gpu", monkeypatch)
+    saved = BENCHMARKS.parent / "docs" / "data" / "video_gpu_h200_48videos_2026-11-26.json"
+    scenario = tmp_path / "gpu.yaml"
+    bench.main(["--from-json", str(saved), "--scenario-out", str(scenario)])
+    shipped = BENCHMARKS.parent / "conveyor/sim/scenarios/video_curation_gpu_measured.yaml"
+    assert scenario.read_text() == shipped.read_text()
+    monkeypatch.setattr(bench, "detect_gpus", lambda: GpuInventory((), None))
+    with pytest.raises(SystemExit):
+        bench.main(["--videos", "1"])
+    assert "no GPU here" in capsys.readouterr().err
+
+
 def test_video_quick(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
