@@ -15,13 +15,7 @@ import numpy as np
 
 from conveyor.resources import Resources
 from conveyor.stages.video.base import ELASTIC_THREADS, FrameConsumer, TorchStage
-from conveyor.stages.video.models import (
-    LITE_MEAN,
-    LITE_STD,
-    frame_batches,
-    load_efficientnet_lite0,
-    to_tensor,
-)
+from conveyor.stages.video.models import EFFICIENTNET_LITE0, FrameEncoder, load_frame_encoder
 from conveyor.tasks.video import Clip, Video
 
 
@@ -58,6 +52,7 @@ class ImageNetTagger(FrameConsumer, TorchStage):
         self.frame_rate = frame_rate
         self.from_embedder = from_embedder
         self._model: Any = None
+        self._encoder: FrameEncoder | None = None
         self._labels: list[str] = []
 
     def setup(self, worker: Any) -> None:
@@ -68,7 +63,8 @@ class ImageNetTagger(FrameConsumer, TorchStage):
 
     def _load(self) -> None:
         self.limit_threads()
-        self._model = load_efficientnet_lite0(self.device)
+        self._encoder = load_frame_encoder(EFFICIENTNET_LITE0, self.device)
+        self._model = self._encoder.model
 
     def process_clip(self, clip: Clip, video: Video) -> None:
         probabilities = clip.class_probabilities
@@ -82,15 +78,12 @@ class ImageNetTagger(FrameConsumer, TorchStage):
         ]
 
     def _classify(self, frames: np.ndarray) -> np.ndarray:
-        """Mean class probabilities of ``frames`` from this stage's own network."""
-        import torch
-
-        if self._model is None:
+        """Mean class probabilities of ``frames`` from this stage's own network (the pass
+        the embedder makes, see ``FrameEncoder.encode``)."""
+        if self._encoder is None:
             self._load()  # a clip the embedder left without probabilities
+        assert self._encoder is not None
         self.limit_threads()
-        total: Any = 0.0
-        with torch.inference_mode():
-            for part in frame_batches(len(frames), self.device):
-                batch = to_tensor(frames[part], 224, LITE_MEAN, LITE_STD).to(self.device)
-                total = total + self._model(batch).softmax(-1).float().sum(0)
-        return (total / len(frames)).cpu().numpy()
+        classes = self._encoder.encode(frames)[1]
+        assert classes is not None  # the packaged EfficientNet-Lite0 gives them
+        return classes
