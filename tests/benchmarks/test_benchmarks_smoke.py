@@ -20,8 +20,14 @@ pytestmark = pytest.mark.slow
 
 
 def load(name: str, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    """Import ``benchmarks/<name>.py`` as the scripts see it: ``_common`` is a sibling module."""
+    """Import ``benchmarks/<name>.py`` as the scripts see it: ``_common`` and ``video`` are
+    sibling modules. A test package of the same name imported earlier in the suite
+    (``tests/stages/video``) would shadow a sibling, so such entries are dropped for the test."""
     monkeypatch.syspath_prepend(str(BENCHMARKS))
+    for sibling in BENCHMARKS.glob("*.py"):
+        cached = sys.modules.get(sibling.stem)
+        if cached is not None and Path(getattr(cached, "__file__", "") or "").parent != BENCHMARKS:
+            monkeypatch.delitem(sys.modules, sibling.stem)
     spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCHMARKS / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
