@@ -180,14 +180,12 @@ def test_shots_of_exactly_the_shortest_clip_plus_crops_are_kept(
 def test_a_slow_source_is_shown_to_transnetv2_at_about_25_fps(
     tmp_path: Path, transnet: TransNetV2Detector
 ) -> None:
-    """At 5 fps every frame changes a lot: shown each frame once, TransNetV2 missed the
-    plasma-to-rings cut; shown each five times (and scored by the highest copy), it finds
-    every cut at its frame."""
-    kinds = ("shapes", "plasma", "rings", "checker", "pan")
-    segments = [Segment(kind, 4, seed) for seed, kind in enumerate(kinds, 10)]
+    """At 5 fps every frame changes a lot: shown each frame once, TransNetV2 missed this
+    plasma-to-rings cut; shown each five times (and scored by the highest copy), it finds it
+    at its frame."""
+    segments = [Segment("plasma", 4, 11), Segment("rings", 4, 12)]
     truth = write_video(tmp_path / "timelapse.mp4", segments, width=320, height=180, fps=5)
-    found = detect(truth, transnet, ShotFrameDecoder(), 5.0, TRANSNET_CONTEXT)
-    assert found == [(20, 19), (40, 39), (60, 59), (80, 79)]
+    assert detect(truth, transnet, ShotFrameDecoder(), 20.0, TRANSNET_CONTEXT) == [(20, 19)]
     assert repeats_for(5) == 5 and repeats_for(2) == 12 and repeats_for(12) == repeats_for(8) == 1
 
 
