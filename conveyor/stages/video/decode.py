@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
+import os
 import stat
 from collections import deque
 from collections.abc import Generator, Iterator
@@ -20,7 +21,7 @@ from fractions import Fraction
 from typing import Any
 
 from conveyor.stages.video.base import InputError
-from conveyor.storage import READ_BLOCK, ObjectPath, is_url, location
+from conveyor.storage import READ_BLOCK, ObjectPath, is_url, location, printable
 from conveyor.storage import size as file_size
 from conveyor.tasks.video import VideoMetadata
 
@@ -234,6 +235,8 @@ def _special_file(path: str) -> str | None:
     try:
         mode = where.stat().st_mode
     except OSError:
+        if where.is_symlink():  # the link is listed, its target is gone
+            return f"a broken symbolic link (to {printable(os.readlink(where))}, which is missing)"
         return None  # the size's error below names the reason
     return next((name for test, name in _SPECIAL_FILES if test(mode)), None)
 

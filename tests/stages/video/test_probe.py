@@ -127,6 +127,13 @@ def test_a_missing_file_is_an_input_error(tmp_path: Path) -> None:
         probe(str(tmp_path / "nowhere.mp4"))
 
 
+def test_a_broken_symbolic_link_names_its_missing_target(tmp_path: Path) -> None:
+    link = tmp_path / "moved.mp4"
+    link.symlink_to(tmp_path / "elsewhere" / "original.mp4")
+    with pytest.raises(InputError, match=r"broken symbolic link \(to .*elsewhere/original.mp4"):
+        probe(str(link))
+
+
 def test_a_named_pipe_a_device_or_a_folder_is_refused_for_what_it_is(tmp_path: Path) -> None:
     # nothing is read: a pipe with no writer would block the probe, a device never ends
     pipe = tmp_path / "pipe.mp4"
