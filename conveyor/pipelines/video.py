@@ -199,19 +199,25 @@ def build_video_pipeline(config: VideoConfig) -> Pipeline:
     if nvenc:
         transcoder = transcoder.with_(resources=Resources(cpus=1, gpus=small))
     stages.append(transcoder)
-    if config.motion:
-        stages.append(
-            MotionFilter(
-                config.motion_threshold,
-                config.motion_patch_threshold,
-                score_only=config.score_only,
-            )
+    motion = (
+        MotionFilter(
+            config.motion_threshold, config.motion_patch_threshold, score_only=config.score_only
         )
+        if config.motion
+        else None
+    )
     consumers: list[FrameConsumer] = _frame_consumers(config, model_resources, captioner)
     if consumers:
-        stages.append(ClipFrameExtractor(rates={c.frame_rate for c in consumers}))
+        # one decode of each clip for the models' frames and the motion vectors: the motion
+        # filter, right behind, judges from what the extractor left
+        extractor = ClipFrameExtractor(
+            rates={c.frame_rate for c in consumers},
+            motion_patch=motion.patch if motion is not None else None,
+        )
         consumers[-1].release_frames = True
-        stages += consumers
+        stages += [extractor, *([motion] if motion is not None else []), *consumers]
+    elif motion is not None:
+        stages.append(motion)
     if config.embeds_text:
         from conveyor.stages.video.text_embed import TextEmbedder
 

@@ -14,6 +14,7 @@ _VIDEO = "conveyor.tasks.video"
 _EXPORTS = {
     "Clip": _VIDEO,
     "FrameWindow": _VIDEO,
+    "MotionScores": _VIDEO,
     "Video": _VIDEO,
     "VideoMetadata": _VIDEO,
     "VideoTask": _VIDEO,
@@ -25,6 +26,7 @@ __all__ = [
     "EmptyTask",
     "FileGroupTask",
     "FrameWindow",
+    "MotionScores",
     "StagePerf",
     "Task",
     "Video",
@@ -33,6 +35,13 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from conveyor.tasks.video import Clip, FrameWindow, Video, VideoMetadata, VideoTask
+    from conveyor.tasks.video import (
+        Clip,
+        FrameWindow,
+        MotionScores,
+        Video,
+        VideoMetadata,
+        VideoTask,
+    )
 
 __getattr__ = lazy_getattr("conveyor.tasks", _EXPORTS, globals())

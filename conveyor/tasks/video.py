@@ -85,6 +85,18 @@ class VideoMetadata:
         }
 
 
+@dataclass(frozen=True)
+class MotionScores:
+    """A clip's motion from its codec's vectors, in fractions of the frame width per frame:
+    the frames' mean and the stillest ``patch`` x ``patch`` square's (``frames``: how many
+    frames had vectors; none says nothing about motion)."""
+
+    patch: int
+    global_mean: float
+    patch_min: float
+    frames: int
+
+
 @dataclass
 class Clip:
     """One clip: a span of its source, and everything the stages learned about it."""
@@ -120,6 +132,9 @@ class Clip:
     #: runs the packaged EfficientNet-Lite0 (whose classifier head is one matrix product past
     #: the features it pools) for the tagger; dropped with the frames
     class_probabilities: np.ndarray | None = field(default=None, repr=False)
+    #: the codec's motion vectors summed up by the frame extractor, which decodes every frame
+    #: anyway, for the motion filter behind it (which otherwise decodes the clip itself)
+    motion: MotionScores | None = field(default=None, repr=False)
     #: stage name -> reason, for failures of this clip
     errors: dict[str, str] = field(default_factory=dict)
     #: id of the kept clip this one nearly duplicates (semantic dedup), else ``None``

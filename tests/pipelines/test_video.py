@@ -321,6 +321,22 @@ def test_pipeline_stages_follow_the_options(tmp_path: Path) -> None:
     assert not next(
         s.stage for s in build_video_pipeline(alone).build() if s.name == "ImageNetTagger"
     ).from_embedder
+    # one decode of each clip for the models' frames and the motion vectors, the motion
+    # filter right behind it; alone (no model reads frames) it decodes the clip itself
+    order = list(default)
+    extractor, motion = default["ClipFrameExtractor"], default["MotionFilter"]
+    assert order.index("MotionFilter") == order.index("ClipFrameExtractor") + 1
+    assert extractor.motion_patch == motion.patch
+    frameless = VideoConfig(str(tmp_path), "o", quality=False, embed=False, tags=False)
+    names = [s.name for s in build_video_pipeline(frameless).build()]
+    assert names[-3:] == ["ClipTranscoder", "MotionFilter", "ClipWriter"]
+    still = VideoConfig(str(tmp_path), "o", motion=False)
+    assert (
+        next(
+            s.stage for s in build_video_pipeline(still).build() if s.name == "ClipFrameExtractor"
+        ).motion_patch
+        is None
+    )
 
 
 def gpu_load(config: VideoConfig) -> dict[str, float]:

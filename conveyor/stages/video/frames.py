@@ -18,6 +18,7 @@ import numpy as np
 
 from conveyor.resources import Resources
 from conveyor.stages.video.base import ClipStage, InputError
+from conveyor.stages.video.motion import MotionTally
 from conveyor.tasks.video import Clip, Video
 
 
@@ -50,17 +51,31 @@ def _upright(image: np.ndarray, rotation: int) -> np.ndarray:
 
 
 class ClipFrameExtractor(ClipStage):
-    """Decode each active clip once and keep frames at each of ``rates`` (frames/s)."""
+    """Decode each active clip once and keep frames at each of ``rates`` (frames/s).
+
+    With ``motion_patch``, the same pass exports the codec's motion vectors and leaves their
+    scores (``MotionTally``) on the clip for a ``MotionFilter`` of that patch placed behind
+    it, which then decodes nothing: one decode of every clip instead of two (the vectors are
+    read from the bitstream, so they are the same with the loop filter on).
+    """
 
     resources = Resources(cpus=1)
 
-    def __init__(self, rates: Iterable[float] = (1.0,), short_side: int = 224) -> None:
+    def __init__(
+        self,
+        rates: Iterable[float] = (1.0,),
+        short_side: int = 224,
+        motion_patch: int | None = None,
+    ) -> None:
         self.rates = tuple(sorted({float(r) for r in rates}))
         if not self.rates or any(r <= 0 for r in self.rates):
             raise ValueError(f"rates must be positive frame rates, got {list(rates)}")
         if short_side < 16:
             raise ValueError(f"short_side must be >= 16 pixels, got {short_side}")
+        if motion_patch is not None and motion_patch < 16:
+            raise ValueError(f"motion_patch must be >= 16 pixels, got {motion_patch}")
         self.short_side = short_side
+        self.motion_patch = motion_patch
 
     def process_clip(self, clip: Clip, video: Video) -> None:
         import av
@@ -71,9 +86,12 @@ class ClipFrameExtractor(ClipStage):
         wanted = {r: sample_indices(clip.num_frames, fps, r) for r in self.rates}
         needed = sorted({i for indices in wanted.values() for i in indices})
         decoded: dict[int, np.ndarray] = {}
+        tally: MotionTally | None = None
         with av.open(io.BytesIO(clip.encoded)) as container:
             stream = container.streams.video[0]
             stream.thread_count = 1
+            if self.motion_patch is not None:
+                tally = MotionTally(stream, self.motion_patch)
             # as wide as a player shows it: anamorphic pixels are not square
             aspect = stream.sample_aspect_ratio
             shown = round(clip.width * float(aspect)) if aspect else clip.width
@@ -81,12 +99,17 @@ class ClipFrameExtractor(ClipStage):
             target = iter(needed)
             nxt = next(target, None)
             for position, frame in enumerate(container.decode(stream)):
-                if nxt is None:
+                if tally is not None:
+                    tally.add(frame)  # every frame: the motion is the whole clip's
+                elif nxt is None:
                     break
                 if position == nxt:
                     image = frame.to_ndarray(width=width, height=height, format="rgb24")
                     decoded[position] = _upright(image, frame.rotation)
                     nxt = next(target, None)
+            frame = None
+        if tally is not None:
+            clip.motion = tally.scores()
         if not decoded:
             raise InputError("the encoded clip has no decodable frame")
         last = decoded[max(decoded)]

@@ -26,11 +26,11 @@ import numpy as np
 
 from conveyor.resources import Resources
 from conveyor.stages.video.base import ClipStage, InputError
-from conveyor.tasks.video import Clip, Video
+from conveyor.tasks.video import Clip, MotionScores, Video
 
 
-def motion_scores(encoded: bytes, patch: int = 256) -> tuple[float, float, int]:
-    """``(global score, patch minimum, frames with vectors)`` of an encoded clip.
+def motion_scores(encoded: bytes, patch: int = 256) -> MotionScores:
+    """The motion scores of an encoded clip, from a decoding pass of its own.
 
     Both are means over the frames without the busiest tenth (``TRIM``): after each key
     frame an encoder spends a few frames refining even a frozen picture, with vectors that
@@ -42,42 +42,68 @@ def motion_scores(encoded: bytes, patch: int = 256) -> tuple[float, float, int]:
     with av.open(io.BytesIO(encoded)) as container:
         stream = container.streams.video[0]
         stream.thread_count = 1
-        stream.codec_context.flags2 |= av.codec.context.Flags2.export_mvs
         # vectors are read from the bitstream, before deblocking: skipping the loop filter
         # leaves them as they are and saves a third of the decode
         stream.codec_context.options = {"skip_loop_filter": "all"}
-        width, height = stream.codec_context.width, stream.codec_context.height
-        cols, rows = max(1, -(-width // patch)), max(1, -(-height // patch))
-        frame_means: list[float] = []
-        patch_means: list[np.ndarray] = []
-        for decoded, frame in enumerate(container.decode(stream), start=1):
-            if decoded % COLLECT_EVERY == 0:
-                gc.collect(1)  # the frames read so far (see COLLECT_EVERY)
-            vectors = _vectors(frame)
-            if vectors is None:
-                continue  # an intra frame: it says nothing about motion
-            length = np.hypot(vectors["motion_x"], vectors["motion_y"]) / np.maximum(
-                vectors["motion_scale"], 1
-            )
-            area = vectors["w"].astype(np.float64) * vectors["h"]
-            frame_means.append(float((length * area).sum() / max(area.sum(), 1.0)))
-            cx = np.clip(vectors["dst_x"] // patch, 0, cols - 1)
-            cy = np.clip(vectors["dst_y"] // patch, 0, rows - 1)
-            cell = cy * cols + cx
-            moved = np.bincount(cell, weights=length * area, minlength=rows * cols)
-            covered = np.bincount(cell, weights=area, minlength=rows * cols)
-            # a square no vector landed on was coded without motion: still
-            patch_means.append(np.where(covered > 0, moved / np.maximum(covered, 1.0), 0.0))
-        frame = vectors = None  # the last frame, freed with the rest by the collection below
-    gc.collect()  # and those older by now; microseconds in a worker (see runtime.Tidier)
-    if not frame_means:
-        return 0.0, 0.0, 0
-    per_patch = trimmed_mean(np.stack(patch_means))
-    return (
-        float(trimmed_mean(np.asarray(frame_means))) / width,
-        float(per_patch.min()) / width,
-        len(frame_means),
-    )
+        tally = MotionTally(stream, patch)
+        for frame in container.decode(stream):
+            tally.add(frame)
+        frame = None  # the last frame, freed with the rest by the collection below
+    return tally.scores()
+
+
+class MotionTally:
+    """Motion scores gathered frame by frame from a decoding pass that exports the codec's
+    vectors: ``motion_scores``' own, or the ``ClipFrameExtractor``'s, which decodes every
+    frame anyway (one pass instead of two)."""
+
+    def __init__(self, stream: Any, patch: int) -> None:
+        """Turns on the vectors' export on ``stream``, before its first packet."""
+        import av
+
+        stream.codec_context.flags2 |= av.codec.context.Flags2.export_mvs
+        self.patch = patch
+        self.width = stream.codec_context.width
+        height = stream.codec_context.height
+        self.cols, self.rows = max(1, -(-self.width // patch)), max(1, -(-height // patch))
+        self.frame_means: list[float] = []
+        self.patch_means: list[np.ndarray] = []
+        self.decoded = 0
+
+    def add(self, frame: Any) -> None:
+        """Count one decoded frame (an intra frame has no vectors and says nothing)."""
+        self.decoded += 1
+        if self.decoded % COLLECT_EVERY == 0:
+            gc.collect(1)  # the frames read so far (see COLLECT_EVERY)
+        vectors = _vectors(frame)
+        if vectors is None:
+            return
+        length = np.hypot(vectors["motion_x"], vectors["motion_y"]) / np.maximum(
+            vectors["motion_scale"], 1
+        )
+        area = vectors["w"].astype(np.float64) * vectors["h"]
+        self.frame_means.append(float((length * area).sum() / max(area.sum(), 1.0)))
+        cx = np.clip(vectors["dst_x"] // self.patch, 0, self.cols - 1)
+        cy = np.clip(vectors["dst_y"] // self.patch, 0, self.rows - 1)
+        cell = cy * self.cols + cx
+        cells = self.rows * self.cols
+        moved = np.bincount(cell, weights=length * area, minlength=cells)
+        covered = np.bincount(cell, weights=area, minlength=cells)
+        # a square no vector landed on was coded without motion: still
+        self.patch_means.append(np.where(covered > 0, moved / np.maximum(covered, 1.0), 0.0))
+
+    def scores(self) -> MotionScores:
+        """The clip's scores, in fractions of the frame width per frame."""
+        gc.collect()  # the frames read last; microseconds in a worker (see runtime.Tidier)
+        if not self.frame_means:
+            return MotionScores(self.patch, 0.0, 0.0, 0)
+        per_patch = trimmed_mean(np.stack(self.patch_means))
+        return MotionScores(
+            self.patch,
+            float(trimmed_mean(np.asarray(self.frame_means))) / self.width,
+            float(per_patch.min()) / self.width,
+            len(self.frame_means),
+        )
 
 
 #: frames between collections of the young generations: reading a frame's side data ties
@@ -110,6 +136,8 @@ def _vectors(frame: Any) -> np.ndarray | None:
 class MotionFilter(ClipStage):
     """Score motion from codec motion vectors and filter clips that barely move.
 
+    Right behind a ``ClipFrameExtractor`` that exported the vectors for this ``patch``, it
+    judges from the scores left on the clip; anywhere else it decodes the clip itself.
     ``score_only`` records the scores and filters nothing.
     """
 
@@ -133,14 +161,16 @@ class MotionFilter(ClipStage):
         self.score_only = score_only
 
     def process_clip(self, clip: Clip, video: Video) -> None:
-        if clip.encoded is None:
-            raise InputError("no encoded clip to score (ClipTranscoder first)")
-        mean, patch_min, frames = motion_scores(clip.encoded, self.patch)
-        if frames == 0:
+        motion = clip.motion
+        if motion is None or motion.patch != self.patch:
+            if clip.encoded is None:
+                raise InputError("no encoded clip to score (ClipTranscoder first)")
+            motion = motion_scores(clip.encoded, self.patch)
+        if motion.frames == 0:
             return  # a clip of intra frames only carries no vectors to judge it by
-        clip.scores["motion_global_mean"] = mean
-        clip.scores["motion_patch_min"] = patch_min
+        clip.scores["motion_global_mean"] = motion.global_mean
+        clip.scores["motion_patch_min"] = motion.patch_min
         if not self.score_only and (
-            mean < self.global_threshold or patch_min < self.patch_threshold
+            motion.global_mean < self.global_threshold or motion.patch_min < self.patch_threshold
         ):
             clip.reject(self.filter_name)

@@ -10,9 +10,10 @@ import pytest
 
 from conveyor.samples.video import Segment
 from conveyor.stages.video import motion
+from conveyor.stages.video.frames import ClipFrameExtractor
 from conveyor.stages.video.motion import COLLECT_EVERY, MotionFilter, motion_scores
 from conveyor.stages.video.transcode import ClipTranscoder
-from conveyor.tasks.video import Clip, VideoTask
+from conveyor.tasks.video import Clip, MotionScores, VideoTask
 
 from .conftest import Media
 
@@ -50,11 +51,13 @@ def test_scores_of_moving_and_still_clips(encoded: VideoTask) -> None:
         for name, clip in zip(NAMES, encoded.data.clips, strict=True)
     }
     for name in ("pan", "shapes"):
-        mean, patch_min, frames = scores[name]
-        assert mean > 1e-3 and patch_min > 0 and frames == 2 * FPS - 1
+        moving = scores[name]
+        assert moving.global_mean > 1e-3 and moving.patch_min > 0
+        assert moving.frames == 2 * FPS - 1 and moving.patch == 256
     for name in ("still noise", "still checker"):
-        mean, patch_min, frames = scores[name]
-        assert mean < 1e-6 and patch_min < 1e-6 and frames == 2 * FPS - 1
+        still = scores[name]
+        assert still.global_mean < 1e-6 and still.patch_min < 1e-6
+        assert still.frames == 2 * FPS - 1
 
 
 def test_frames_are_freed_while_reading_not_when_python_gets_round_to_it(
@@ -82,10 +85,10 @@ def test_frames_are_freed_while_reading_not_when_python_gets_round_to_it(
 
 def test_smaller_patches_find_the_still_background(encoded: VideoTask) -> None:
     shapes = encoded.data.clips[1].encoded or b""
-    mean, whole, _ = motion_scores(shapes, patch=256)
-    _, small, _ = motion_scores(shapes, patch=32)
-    assert whole == pytest.approx(mean, rel=0.05)  # one patch covers the whole frame
-    assert small < mean / 5  # some 32 px square of the background never moves
+    whole, small = motion_scores(shapes, patch=256), motion_scores(shapes, patch=32)
+    # one patch covers the whole frame
+    assert whole.patch_min == pytest.approx(whole.global_mean, rel=0.05)
+    assert small.patch_min < whole.global_mean / 5  # a 32 px square of background is still
 
 
 def test_still_clips_are_filtered_and_moving_ones_kept(encoded: VideoTask) -> None:
@@ -130,7 +133,7 @@ def test_a_clip_of_key_frames_only_is_left_alone(media: Media) -> None:
         "intra.mp4", [Segment("pan", 1.0, 1)], width=160, height=120, fps=FPS, gop=1
     )
     data = intra.path.read_bytes()
-    assert motion_scores(data) == (0.0, 0.0, 0)
+    assert motion_scores(data) == MotionScores(256, 0.0, 0.0, 0)
     clip = Clip("c", "intra.mp4", (0.0, 1.0), (0, 12), encoded=data, num_frames=12)
     task = media.task(intra.path, media.metadata(intra.path))
     task.data.clips = [clip]
@@ -180,3 +183,45 @@ def test_a_slow_pan_is_motion_even_where_most_frames_move_less_than_a_pixel(medi
     (clip,) = task.data.clips
     assert clip.filtered_by is None, clip.scores
     assert clip.scores["motion_global_mean"] > 1e-4
+
+
+def test_the_frame_extractors_pass_scores_for_the_filter_behind_it(
+    encoded: VideoTask, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The extractor decodes every frame anyway: with ``motion_patch`` it exports the vectors
+    in that pass, and the filter judges from them without decoding the clip again. The
+    vectors come from the bitstream, so the loop filter it keeps on changes no score."""
+    clips = zip(NAMES, encoded.data.clips, strict=True)
+    alone = {name: motion_scores(clip.encoded or b"") for name, clip in clips}
+    task = copy.deepcopy(encoded)
+    ClipFrameExtractor(rates={1.0}, motion_patch=256).process(task)
+    extracted = dict(zip(NAMES, task.data.clips, strict=True))
+    assert {name: clip.motion for name, clip in extracted.items()} == alone
+    assert all(clip.frames[1.0].shape[0] == 2 for clip in extracted.values())
+
+    def no_second_decode(encoded: bytes, patch: int = 256) -> MotionScores:
+        raise AssertionError("the motion filter decoded a clip the extractor had scored")
+
+    monkeypatch.setattr(motion, "motion_scores", no_second_decode)
+    MotionFilter().process(task)
+    for name in ("pan", "shapes"):
+        assert extracted[name].kept and extracted[name].frames  # on to the models
+    for name in ("still noise", "still checker"):
+        assert extracted[name].filtered_by == "motion"
+        assert not extracted[name].frames  # filtered: its frames go no further
+    assert extracted["pan"].scores["motion_global_mean"] == alone["pan"].global_mean
+
+
+def test_scores_of_another_patch_are_not_taken_for_the_filters(encoded: VideoTask) -> None:
+    task = copy.deepcopy(encoded)
+    ClipFrameExtractor(rates={1.0}, motion_patch=32).process(task)
+    shapes = task.data.clips[1]
+    assert shapes.motion is not None and shapes.motion.patch == 32
+    MotionFilter(global_threshold=0.0, patch_threshold=1e-3, patch=256).process(task)
+    assert shapes.scores["motion_patch_min"] == motion_scores(shapes.encoded or b"").patch_min
+    assert shapes.filtered_by is None  # judged by whole frames, as the filter asks
+
+
+def test_the_extractor_checks_its_motion_patch() -> None:
+    with pytest.raises(ValueError, match="motion_patch"):
+        ClipFrameExtractor(motion_patch=8)
