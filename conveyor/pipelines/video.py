@@ -215,7 +215,10 @@ def build_video_pipeline(config: VideoConfig) -> Pipeline:
             motion_patch=motion.patch if motion is not None else None,
         )
         consumers[-1].release_frames = True
-        stages += [extractor, *([motion] if motion is not None else []), *consumers]
+        stages.append(extractor)
+        if motion is not None:  # it only compares two numbers now: a quarter of a CPU
+            stages.append(motion.with_(resources=Resources(cpus=0.25)))
+        stages += consumers
     elif motion is not None:
         stages.append(motion)
     if config.embeds_text:

@@ -327,6 +327,12 @@ def test_pipeline_stages_follow_the_options(tmp_path: Path) -> None:
     extractor, motion = default["ClipFrameExtractor"], default["MotionFilter"]
     assert order.index("MotionFilter") == order.index("ClipFrameExtractor") + 1
     assert extractor.motion_patch == motion.patch
+    judging = next(
+        s
+        for s in build_video_pipeline(VideoConfig(str(tmp_path), "o")).build()
+        if s.name == "MotionFilter"
+    )
+    assert judging.resources.cpus == 0.25  # it decodes nothing there
     frameless = VideoConfig(str(tmp_path), "o", quality=False, embed=False, tags=False)
     names = [s.name for s in build_video_pipeline(frameless).build()]
     assert names[-3:] == ["ClipTranscoder", "MotionFilter", "ClipWriter"]
