@@ -24,6 +24,8 @@ from pathlib import Path
 import psutil
 
 HEAD_IP = "127.0.0.2"
+#: the lowest worker port handed out: clear of Ray's default ports (10001, 8265, 6379)
+RANGE_FLOOR = 10100
 
 
 def free_port(host: str) -> int:
@@ -34,9 +36,11 @@ def free_port(host: str) -> int:
 
 def free_range(host: str, size: int) -> int:
     """The first port of ``size`` free ports below the ephemeral range (no clash with the
-    single ports above, which the kernel picks from that range)."""
+    single ports above, which the kernel picks from that range), and above Ray's fixed
+    defaults (a worker node checks its range against the client server's 10001 even though
+    only the head runs one)."""
     for _ in range(50):
-        base = 10000 + secrets.randbelow(220) * 100
+        base = RANGE_FLOOR + secrets.randbelow(219) * 100
         try:
             socks = []
             for port in range(base, base + size):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 
@@ -34,7 +36,7 @@ from conveyor.engine.messages import (  # noqa: E402
 from conveyor.executors import BatchExecutor, RayDataExecutor, StreamingExecutor  # noqa: E402
 from conveyor.stage import ProcessingStage  # noqa: E402
 from tests.backends import ray_stages as st  # noqa: E402
-from tests.backends.ray_cluster import LocalRayCluster  # noqa: E402
+from tests.backends.ray_cluster import RANGE_FLOOR, LocalRayCluster, free_range  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
 REPO = Path(__file__).resolve().parents[2]
@@ -77,6 +79,16 @@ def test_import_conveyor_does_not_import_ray() -> None:
         "assert 'ray' in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, timeout=60)
+
+
+def test_worker_port_ranges_stay_clear_of_rays_fixed_ports() -> None:
+    """A worker node refuses to start when its worker ports cover the client server's 10001
+    (CI once drew 10000-10099); the kernel hands single ports out from 32768 up."""
+    for draw in (0, 218):  # the lowest and the highest range free_range can hand out
+        with mock.patch.object(secrets, "randbelow", return_value=draw):
+            base = free_range("127.0.0.1", 100)
+        assert base >= RANGE_FLOOR and base + 99 < 32768
+        assert not base <= 10001 <= base + 99
 
 
 @pytest.mark.parametrize(
