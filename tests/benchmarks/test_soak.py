@@ -88,9 +88,15 @@ def _truthful(soak: ModuleType, plan: Any, n: int) -> tuple[bytearray, list[Fail
 
 
 def _account(
-    soak: ModuleType, plan: Any, n: int, seen: bytearray, failures: list[FailureRecord]
+    soak: ModuleType,
+    plan: Any,
+    n: int,
+    seen: bytearray,
+    failures: list[FailureRecord],
+    kills: Counter[str] | None = None,
 ) -> Any:
     report = soak.Report("local", 1, 0.1)
+    report.kills = kills or Counter()
     report.outputs = sum(seen)
     fates = Counter(plan.fate(i)[0] for i in range(n))
     counts = {
@@ -160,6 +166,20 @@ def test_bookkeeping_passes_a_flawless_run_and_flags_every_kind_of_flaw(
     ]
     report = _account(soak, plan, n, seen, charged)
     assert len(report.extra_attempts) == 1 and not report.wrong_reasons
+    # a poison input whose last attempt a chaos kill ended: WorkerDied is right, if there
+    # was a chaos kill at its stage (CI once met one in 59)
+    poison = next(f for f in failures if f.error_type == "PoisonError")
+    killed = [
+        FailureRecord(f.stage, f.task, "WorkerDied", "killed by signal 9 (SIGKILL)", "", 3)
+        if f is poison
+        else f
+        for f in failures
+    ]
+    report = _account(soak, plan, n, seen, killed, Counter({poison.stage: 1}))
+    assert len(report.chaos_ended) == 1 and not report.wrong_reasons
+    assert report.failures_by_type == report.expected_failures_by_type
+    unexplained = _account(soak, plan, n, seen, killed)  # no chaos kill at that stage
+    assert len(unexplained.wrong_reasons) == 1 and not unexplained.chaos_ended
 
 
 # -- a finding of the soak ----------------------------------------------------------------
