@@ -118,6 +118,33 @@ def test_dedup_quality_quick(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Cap
     assert "precision" in out and "recall" in out
 
 
+def test_shots_quick(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    bench = load("shots", monkeypatch)
+    scores = bench.main(["--videos", "0", "--dissolves", "1", "--shot-s", "2"])
+    out = capsys.readouterr().out
+    assert "clips into a transition" in out
+    both = scores["both heads (default)"]
+    assert both.dissolves == both.dissolves_found == 2 and not both.spurious
+
+
+def test_shots_scores_what_a_detector_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The benchmark's bookkeeping on a made-up truth: a cut and a dissolve found, a cut
+    missed, a spurious transition, and the clips that run into what was missed."""
+    bench = load("shots", monkeypatch)
+    truth = bench.SyntheticVideo(Path("v.mp4"), [], 64, 36, 10.0, "h264", 300)
+    truth.cuts_s, truth.fades_s = [5.0, 20.0], [(10.0, 12.0)]
+    found = bench.Score()
+    bench.score(truth, [(50, 49), (100, 119)], found)  # the second cut missed
+    assert (found.cuts_found, found.dissolves_found, found.spurious) == (1, 1, 0)
+    assert found.misses == ["v.mp4: cut at 20.00 s"]
+    # shots 0-49, 50-99, 120-299: a clip of the last one runs across the missed cut
+    assert found.clips_into == 1
+    empty = bench.Score()
+    bench.score(truth, [(250, 249)], empty)
+    assert (empty.cuts_found, empty.dissolves_found, empty.spurious) == (0, 0, 1)
+    assert empty.clips_into >= 2
+
+
 def test_memory_quick(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
     bench = load("memory", monkeypatch)
     results = bench.main(["--quick", "--sizes", "10,30", "--last-ms", "1", "--engines", "local"])

@@ -21,7 +21,8 @@ from conveyor.stages.video.shots import (
     ShotWindows,
     TransNetV2Detector,
     repeats_for,
-    transitions_from_scores,
+    transition_frames,
+    transitions_from_mask,
 )
 from conveyor.stages.video.split import ShotSplitter, SplitRules, scene_spans
 from conveyor.tasks.video import Video, VideoTask
@@ -209,16 +210,83 @@ print(torch.are_deterministic_algorithms_enabled(), "torch._dynamo" in sys.modul
     assert done.stdout.split() == ["False", "False", "True", "7"]
 
 
-def test_transitions_from_scores_groups_runs() -> None:
+def test_transitions_group_runs_of_marked_frames() -> None:
     scores = np.array([0.1, 0.9, 0.2, 0.7, 0.8, 0.9, 0.1, 0.95])
     # a lone mark is the last frame before a cut; a run's first frame ends its shot too
-    assert transitions_from_scores(scores, 100, 0.5) == [(102, 101), (104, 105), (108, 107)]
-    assert transitions_from_scores(np.zeros(5), 0, 0.5) == []
+    mask = transition_frames(scores, threshold=0.5)
+    assert transitions_from_mask(mask, 100) == [(102, 101), (104, 105), (108, 107)]
+    assert transitions_from_mask(np.zeros(5, bool), 0) == []
+
+
+def test_the_all_frames_head_gives_a_dissolve_its_whole_length_and_leaves_cuts_alone() -> None:
+    single = np.zeros(40)
+    many = np.zeros(40)
+    single[5] = 0.9  # a hard cut after frame 5 ...
+    many[4:8] = [0.1, 0.9, 0.8, 0.1]  # ... which the all-frames head marks on two frames
+    many[20:32] = [0.06, 0.1, 0.25, 0.3, 0.35, 0.3, 0.25, 0.21, 0.1, 0.06, 0.03, 0.0]
+    single[25] = 0.15  # a dissolve the single-frame head scores low
+    many[36] = 0.5  # a lone mark of the all-frames head: not a cut
+    mask = transition_frames(single, many, 0.4, 0.2)
+    assert transitions_from_mask(mask, 0) == [(6, 5), (21, 29)]
+    assert transitions_from_mask(transition_frames(single, many, 0.4, None), 0) == [(6, 5)]
+    assert transitions_from_mask(transition_frames(single, None, 0.4, 0.2), 0) == [(6, 5)]
+    # four frames above 0.2 make a dissolve, three do not
+    three = many.copy()
+    three[[22, 26, 27]] = 0.15
+    assert not transition_frames(single, three, 0.4, 0.2)[20:32].any()
+
+
+def test_a_window_keeps_its_own_part_of_a_transition_across_its_border() -> None:
+    """Runs are found over the context too: one crossing the border between two windows
+    is split between them with no frame lost or doubled, and a cut marked in the context
+    belongs to the window whose frames hold the mark."""
+    mask = np.zeros(30, bool)
+    mask[8:14] = True  # a dissolve over frames 8-13 of the whole array
+    mask[3] = mask[20] = True  # hard cuts after frames 3 and 20
+    whole = transitions_from_mask(mask, 100)
+    assert whole == [(104, 103), (109, 113), (121, 120)]
+    first = transitions_from_mask(mask, 100, own=(0, 11))
+    second = transitions_from_mask(mask, 100, own=(11, 30))
+    assert first == [(104, 103), (109, 110)] and second == [(111, 113), (121, 120)]
+    # a run whose first frame is the last of a window: that window has the cut after it
+    # (even should the next one score the frames past it otherwise), the next one the rest
+    assert transitions_from_mask(mask, 100, own=(0, 9)) == [(104, 103), (109, 108)]
+    assert transitions_from_mask(mask, 100, own=(9, 30))[0] == (109, 113)
+    assert scene_spans([(9, 8), (9, 13)], 30, SplitRules(0.1, 10.0, "stride", 0.0), 10) == [
+        (0, 9),
+        (14, 30),
+    ]
+
+
+def test_transnetv2_finds_dissolves_its_single_frame_head_misses(
+    tmp_path: Path, transnet: TransNetV2Detector
+) -> None:
+    """Two 2 s dissolves at 24 fps: the single-frame head finds neither; with the
+    all-frames head each is found nearly whole, and the clips stay clear of both."""
+    segments = [Segment("rings", 6, 1), Segment("bars", 6, 2), Segment("checker", 6, 3)]
+    truth = write_video(
+        tmp_path / "dissolves.mp4", segments, width=160, height=90, fps=24,
+        crossfades={0: 2.0, 1: 2.0},
+    )  # fmt: skip
+    single_only = TransNetV2Detector(gradual_threshold=None)
+    single_only.setup(WorkerInfo("w", "TransNetV2Detector", "n"))
+    assert detect(truth, single_only, ShotFrameDecoder(), 5.0, TRANSNET_CONTEXT) == []
+    found = detect(truth, transnet, ShotFrameDecoder(), 5.0, TRANSNET_CONTEXT)
+    out = {f for first, last in found for f in range(first, last + 1)}
+    for start_s, end_s in truth.fades_s:
+        fade = set(range(round(start_s * truth.fps), round(end_s * truth.fps)))
+        assert len(fade & out) >= 0.8 * len(fade)
+    spans = scene_spans(found, truth.num_frames, SplitRules(1.0, 10.0, "stride", 0.5), 24)
+    assert len(spans) == 3
+    for start, end in spans:
+        assert not any(start < b * truth.fps and end > a * truth.fps for a, b in truth.fades_s)
 
 
 def test_detector_settings_are_validated() -> None:
     with pytest.raises(ValueError):
         TransNetV2Detector(threshold=1.5)
+    with pytest.raises(ValueError, match="gradual_threshold"):
+        TransNetV2Detector(gradual_threshold=0.01)
     with pytest.raises(ValueError):
         HistogramDetector(threshold=0)
     with pytest.raises(ValueError):
