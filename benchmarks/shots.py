@@ -31,6 +31,7 @@ from _common import machine_line, table
 from video import _segments
 
 from conveyor.cluster import WorkerInfo
+from conveyor.pipelines.video import VideoConfig
 from conveyor.samples.video import Segment, SyntheticVideo, write_video
 from conveyor.stages.video.decode import probe
 from conveyor.stages.video.shots import (
@@ -89,7 +90,8 @@ def detect(truth: SyntheticVideo, detector: TransNetV2Detector) -> tuple[list[An
     """The transitions the pipeline's stages find in ``truth``, and the detector's seconds."""
     video = Video(str(truth.path), truth.path.name, probe(str(truth.path)))
     decoder, spent, found = ShotFrameDecoder(), 0.0, []
-    for window in ShotWindows(5.0, TRANSNET_CONTEXT).process_video(video):
+    windows = ShotWindows(VideoConfig.detection_window_s, TRANSNET_CONTEXT)
+    for window in windows.process_video(video):
         task = VideoTask(data=window)
         decoder.process(task)
         begun = time.perf_counter()
