@@ -11,7 +11,13 @@ from conveyor.engine.journal import Journal, JournalKey, source_key
 from conveyor.engine.spec import StageSpec
 from conveyor.errors import JournalError, PipelineBuildError
 from conveyor.result import RunResult
-from conveyor.stage import CompositeStage, ProcessingStage, declared_names, validate_stage
+from conveyor.stage import (
+    CompositeStage,
+    ProcessingStage,
+    declared_names,
+    validate_stage,
+    yields_outputs,
+)
 
 if TYPE_CHECKING:
     from conveyor.executors.base import Executor, Run
@@ -109,6 +115,7 @@ class Pipeline:
                     has_node_setup=stage.overrides("setup_on_node"),
                     timeout_s=stage.timeout_s,
                     max_threads=stage.max_threads,
+                    streams=yields_outputs(stage),
                 )
             )
         for up, down in itertools.pairwise(specs):

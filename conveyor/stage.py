@@ -25,7 +25,9 @@ class ProcessingStage(Generic[In, Out]):
     """One step of a pipeline, run as a pool of workers.
 
     Override ``process`` (one task in; one output, a list, or ``None`` out) or ``process_batch``
-    (``batch_size`` tasks in, a list out). ``setup`` runs once per worker (load a model there),
+    (``batch_size`` tasks in, a list out). Either may be a generator instead: each output it
+    yields goes on to the next stage at once, while the rest are still being made (see
+    ``yields_outputs``). ``setup`` runs once per worker (load a model there),
     ``setup_on_node`` once per stage per node before any ``setup`` on that node (download
     weights there), ``teardown`` once per worker at the end, also after a failure.
     """
@@ -171,6 +173,24 @@ def validate_stage(stage: ProcessingStage[Any, Any]) -> None:
         stage.overrides("process") or stage.overrides("process_batch")
     ):
         raise ValueError(f"stage {label!r} implements neither process nor process_batch")
+
+
+def yields_outputs(stage: ProcessingStage[Any, Any]) -> bool:
+    """Whether the stage's ``process`` (or ``process_batch``) is a generator function.
+
+    The engine then forwards each output as it is yielded instead of when the batch ends, and
+    pauses the generator (at its ``yield``) while the next stage has no room. What that asks
+    of a stage's author (docs/engine.md, "Outputs as they are made"): every attempt at an
+    input yields the same outputs in the same order, so that a retry after a failure part way
+    can be told apart from new outputs by position (the engine drops the ones it forwarded
+    already), and side effects are idempotent (a writer writes to a temporary name and
+    renames).
+    """
+    fn: Any = getattr(stage, "fn", None) if isinstance(stage, FunctionStage) else None
+    if fn is None:
+        method = "process_batch" if stage.overrides("process_batch") else "process"
+        fn = getattr(type(stage), method)
+    return inspect.isgeneratorfunction(fn)
 
 
 def declared_names(spec: Any) -> set[str] | None:

@@ -11,17 +11,18 @@ import contextlib
 import ctypes
 import ctypes.util
 import gc
+import inspect
 import math
 import os
 import resource
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from conveyor.cluster import NodeInfo, WorkerInfo
 from conveyor.engine.policies.priority import fit_niceness
-from conveyor.stage import ProcessingStage, declared_names
+from conveyor.stage import ProcessingStage, declared_names, yields_outputs
 from conveyor.tasks.base import StagePerf, Task
 
 
@@ -150,6 +151,9 @@ class StageRunner:
         self.per_task = not stage.overrides("process_batch")
         self.required = sorted(declared_names(stage.inputs()) or ())
         self.tidier = Tidier()
+        #: the stage yields its outputs (``stream``); ``filtered`` is the last batch's count
+        self.streams = yields_outputs(stage)
+        self.filtered = 0
 
     def setup_on_node(self, node: NodeInfo) -> None:
         self.stage.setup_on_node(node, self.worker)
@@ -175,6 +179,9 @@ class StageRunner:
     ) -> tuple[list[Any], list[str], int]:
         """Process one batch with ``threads`` CPU threads (``None``: the stage's CPUs);
         returns outputs, their lineage ids, and inputs that gave nothing."""
+        if self.streams:  # made one by one, taken all at once (Ray Data; tests)
+            made = list(self.stream(tasks, labels, threads))
+            return [o for o, _ in made], [lab for _, lab in made], self.filtered
         self.stage._threads = threads
         if self.required:
             self._check_inputs(tasks, labels)
@@ -187,6 +194,8 @@ class StageRunner:
             for task, label in zip(tasks, labels, strict=True):
                 begun = clock()
                 result = process(task)
+                if inspect.isgenerator(result):  # a generator the class did not declare
+                    result = list(result)
                 after(clock() - begun)
                 if result is None or (isinstance(result, list) and not result):
                     filtered += 1
@@ -201,6 +210,8 @@ class StageRunner:
             self.tidier.after(time.perf_counter() - started)
             if result is None:
                 result = []
+            if inspect.isgenerator(result):
+                result = list(result)
             if not isinstance(result, list):
                 raise TypeError(
                     f"stage {self.name!r}: process_batch must return a list, got "
@@ -221,3 +232,56 @@ class StageRunner:
                     perf = StagePerf(self.name, elapsed, self.worker.worker_id, len(tasks))
                 obj.stage_perf.append(perf)
         return outputs, out_labels, filtered
+
+    def stream(
+        self, tasks: list[Any], labels: list[str], threads: int | None = None
+    ) -> Iterator[tuple[Any, str]]:
+        """Run a generator stage's batch: yields each output with its lineage id as the stage
+        yields it (the stage is paused in between, for as long as the caller waits); once it
+        is exhausted, ``filtered`` holds how many inputs gave nothing.
+
+        Lineage ids follow position: the ``j``-th output of input ``label`` is ``label.j``
+        (a ``process_batch`` of several inputs: ``first*j``), so the outputs of a second
+        attempt at an input carry the ids of the first attempt's (``yields_outputs``).
+        """
+        self.stage._threads = threads
+        self.filtered = 0
+        if self.required:
+            self._check_inputs(tasks, labels)
+        started = time.perf_counter()
+        clock, after = time.perf_counter, self.tidier.after
+        if self.per_task:
+            for task, label in zip(tasks, labels, strict=True):
+                begun = clock()
+                made = 0
+                for obj in _each(self.stage.process(task)):
+                    yield self._stamp(obj, f"{label}.{made}", started, 1), f"{label}.{made}"
+                    made += 1
+                after(clock() - begun)
+                if not made:
+                    self.filtered += 1
+            return
+        made = 0
+        sep = "." if len(tasks) == 1 else "*"
+        for obj in _each(self.stage.process_batch(tasks)):
+            label = f"{labels[0]}{sep}{made}"
+            yield self._stamp(obj, label, started, len(tasks)), label
+            made += 1
+        after(clock() - started)
+        self.filtered = max(0, len(tasks) - made)
+
+    def _stamp(self, obj: Any, label: str, started: float, count: int) -> Any:
+        if isinstance(obj, Task):
+            obj.task_id = label
+            elapsed = time.perf_counter() - started
+            obj.stage_perf.append(StagePerf(self.name, elapsed, self.worker.worker_id, count))
+        return obj
+
+
+def _each(result: Any) -> Iterator[Any]:
+    """What a ``process`` call gave, one output at a time (``None``: none)."""
+    if result is None:
+        return iter(())
+    if isinstance(result, list) or inspect.isgenerator(result):
+        return iter(result)
+    return iter((result,))

@@ -29,6 +29,9 @@ class StageSpec:
     timeout_s: float | None = None
     #: the most threads a batch may get while cores idle (``ProcessingStage.max_threads``)
     max_threads: int | None = None
+    #: ``process``/``process_batch`` is a generator: outputs leave as they are made
+    #: (``conveyor.stage.yields_outputs``)
+    streams: bool = False
     _payload: bytes | None = field(default=None, repr=False)
 
     @property
