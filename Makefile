@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install lint bench bench-video bench-peers clean
+.PHONY: demo test install lint bench bench-video bench-video-user bench-peers clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,12 @@ bench: $(STAMP)
 bench-video: $(STAMP)
 	$(PY) benchmarks/video.py --memory 4,16 --ray \
 		--scenario-out conveyor/sim/scenarios/video_curation_measured.yaml
+
+# `conveyor video` and a plain PyAV script (benchmarks/plain_video.py) as a user runs them:
+# first clip on disk, CPU of the process tree, wall; fixed work on 4 videos of 60 s 720p30,
+# 2,000 small videos, shots (ours only); three repeats, alternating
+bench-video-user: $(STAMP)
+	$(PY) benchmarks/video.py --user --repeats 3
 
 # Peers (Cosmos-Xenna; tqdm is a dependency it does not declare; datatrove for the text
 # benchmark, with the fastText and xxhash builds it needs kept apart in .venv/peers) are installed here only,

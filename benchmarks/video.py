@@ -20,6 +20,16 @@ disk, peak memory of the process tree from 4 to 16 videos (``--memory``), also u
 memory limit (``--memory-limit-gb``), a run on a
 two-node loopback Ray cluster (``--ray``), and a simulator scenario built from the measured
 costs (``--scenario-out``). Prints; asserts nothing.
+
+``--user`` measures instead as a user would (``video_user.py`` says how): the real command,
+``conveyor video``, and a plain sequential PyAV script (``plain_video.py``, no Conveyor code)
+run as subprocesses, side by side: wall time, first clip on disk, CPU seconds of the whole
+process tree per video-hour, with their ratios and the targets of issue 26, for ``--cases``
+``fixed`` (``--videos`` 720p30 videos, 4 by default), ``small`` (``--small-videos`` videos of
+2 s at 160x90 in nested folders) and ``shots`` (ours only); ``--repeats`` alternates the
+contenders' order. The fixed case and the small one at their defaults::
+
+    python benchmarks/video.py --user --cases fixed,small --repeats 3
 """
 
 from __future__ import annotations
@@ -425,7 +435,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--videos", type=int, default=8)
+    p.add_argument("--videos", type=int, default=None, help="8, or 4 with --user")
     p.add_argument("--seconds", type=float, default=60.0, help="length of each video")
     p.add_argument("--width", type=int, default=1280)
     p.add_argument("--height", type=int, default=720)
@@ -458,7 +468,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "--cache", type=Path, default=Path(tempfile.gettempdir()) / "conveyor-bench-videos"
     )
     p.add_argument("--json", type=Path, default=None, help="write the figures as JSON")
+    user = p.add_argument_group("--user: commands as subprocesses, with the plain script")
+    user.add_argument("--user", action="store_true", help="measure as a user would (see above)")
+    user.add_argument("--cases", default="fixed,small,shots", help="subset of fixed,small,shots")
+    user.add_argument("--small-videos", type=int, default=2000)
+    user.add_argument("--small-seconds", type=float, default=2.0)
+    user.add_argument("--small-size", default="160x90", help="WIDTHxHEIGHT")
+    user.add_argument("--repeats", type=int, default=1, help="runs of each contender")
+    user.add_argument("--outputs", type=Path, default=None, help="keep the runs' outputs here")
     args = p.parse_args(argv)
+    if args.videos is None:
+        args.videos = 4 if args.user else 8
+    if args.user:
+        return user_main(p, args)
     works = [w for w in args.work.split(",") if w]
     chosen = [c for c in args.contenders.split(",") if c]
     if set(works) - set(WORKS) or set(chosen) - set(CONTENDERS + OPTIONAL_CONTENDERS):
@@ -504,6 +526,29 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             figures["ray"] = ray_figures(args, source, out_root, works, figures)
     finally:
         shutil.rmtree(out_root, ignore_errors=True)
+    if args.json is not None:
+        args.json.write_text(json.dumps(figures, indent=1, default=str) + "\n")
+    return figures
+
+
+def user_main(p: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, Any]:
+    from video_user import CASES, make_small_videos, user_figures
+
+    cases = [c for c in args.cases.split(",") if c]
+    if set(cases) - set(CASES) or args.repeats < 1:
+        p.error("unknown --cases, or --repeats under 1")
+    print(machine_line(float(os.cpu_count() or 1)))
+    sources = {}
+    if {"fixed", "shots"} & set(cases):
+        sources["fixed"] = sources["shots"] = make_videos(
+            args.cache, args.videos, args.seconds, args.width, args.height, args.fps, args.seed
+        )
+    if "small" in cases:
+        width, height = (int(x) for x in args.small_size.split("x"))
+        sources["small"] = make_small_videos(
+            args.cache, args.small_videos, args.small_seconds, width, height, args.fps
+        )
+    figures = {"user": user_figures(cases, sources, args.repeats, args.outputs)}
     if args.json is not None:
         args.json.write_text(json.dumps(figures, indent=1, default=str) + "\n")
     return figures

@@ -7,6 +7,7 @@ end to end, accounts for every task and prints its tables and targets.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import sys
 from pathlib import Path
@@ -248,3 +249,47 @@ def test_video_elastic_threads_a_b(
     assert set(contenders) == {"streaming", "streaming-own-cpus"}
     assert len({c["clips_kept"] for c in contenders.values()}) == 1  # the same work
     assert "streaming / streaming-own-cpus" in capsys.readouterr().out
+
+
+def test_video_user_quick(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``--user``: our command and the plain script as subprocesses, one 3 s video (fixed)
+    and two of 2 s (small), each measured from its start: first clip, tree CPU, wall."""
+    import av
+
+    bench = load("video", monkeypatch)
+    outputs = tmp_path / "runs"
+    size = ["--width", "160", "--height", "90", "--fps", "30"]
+    figures = bench.main(
+        [
+            *["--user", "--cases", "fixed,small", "--videos", "1", "--seconds", "3", *size],
+            *["--small-videos", "2", "--cache", str(tmp_path / "cache"), "--outputs", str(outputs)],
+        ]
+    )
+    out = capsys.readouterr().out
+    plain = load("plain_video", monkeypatch)
+    for case, videos, seconds in (("fixed", 1, 3.0), ("small", 2, 2.0)):
+        runs = {r["contender"]: r for r in figures["user"][case]["runs"]}
+        assert set(runs) == {"ours", "plain"}
+        for r in runs.values():
+            assert r["returncode"] == 0 and r["lingering"] == 0
+            assert 0 < r["first_clip_s"] <= r["wall_s"]
+            assert r["video_s"] == pytest.approx(videos * seconds, abs=0.1)
+            # the tree's CPU from RUSAGE_CHILDREN: at least what sampling its processes saw
+            assert 0 < r["sampled_cpu_s"] <= r["cpu_s"] + 0.1
+        assert runs["ours"]["clips_kept"] == runs["plain"]["clips_kept"] == videos
+        # the plain script's clips: decodable H.264, cut where the fixed splitter cuts
+        lines = (outputs / f"{case}-plain-0" / "clips.jsonl").read_text().splitlines()
+        made = [json.loads(line) for line in lines]
+        expected = plain.spans(round(seconds * 30), 30, 10.0, 2.0)
+        assert [c["frames"] for c in made] == [end - start for start, end in expected] * videos
+        clips = sorted((outputs / f"{case}-plain-0" / "clips").glob("*.mp4"))
+        assert len(clips) == videos
+        for clip, meta in zip(clips, made, strict=True):
+            with av.open(str(clip)) as container:
+                stream = container.streams.video[0]
+                assert stream.codec_context.name == "h264" and stream.format.name == "yuv420p"
+                assert sum(1 for _ in container.decode(stream)) == meta["frames"]
+        assert f"[user {case}] targets (judged on the medians)" in out
+    assert "first clip, ours / plain" in out and "wall speed-up, ours vs plain" in out
