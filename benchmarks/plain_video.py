@@ -85,7 +85,6 @@ def cut_video(source: Path, name: str, out: Path, args: argparse.Namespace) -> d
     """Decode ``source`` once and write its clips; what it made."""
     with av.open(str(source)) as container:
         stream = container.streams.video[0]
-        stream.thread_type = "AUTO"
         stream.codec_context.flags2 |= av.codec.context.Flags2.export_mvs
         fps = stream.average_rate or stream.guessed_rate
         points, clips, clip, made = cuts(float(fps), args.clip_len), [], None, 0
