@@ -16,7 +16,8 @@ from conveyor.engine.spec import StageSpec
 
 @runtime_checkable
 class Backend(Protocol):
-    """Mechanism only. Implementations: ``LocalBackend`` (processes on this machine).
+    """Mechanism only. Implementations: ``LocalBackend`` (processes on this machine),
+    ``RayBackend`` (actors on a Ray cluster), ``SimulatedBackend`` (a virtual clock).
 
     A backend whose stored payloads can vanish while the inputs they came from are fine (a
     cluster's node leaves and takes its object store along) sets the class attribute
@@ -58,11 +59,24 @@ class Backend(Protocol):
         ``timeout_s``); its death may still be reported, and is then ignored."""
 
     def submit(
-        self, worker_id: str, batches: list[tuple[int, list[Handle]]], threads: int | None = None
+        self,
+        worker_id: str,
+        batches: list[tuple[int, list[Handle]]],
+        threads: int | None = None,
+        allowance: int | None = None,
     ) -> None:
         """Hand batches ``(batch_id, handles)`` to a ready worker; ``threads``: how many CPU
         threads they may use (the stage's ``threads`` while they run), ``None`` for the
-        stage's own CPUs."""
+        stage's own CPUs.
+
+        For a generator stage (``StageSpec.streams``) each output is reported as it is made
+        (``BatchOutputs``), and each batch makes at most ``allowance`` outputs (``None``: no
+        limit) before its generator is paused at its ``yield`` until ``resume`` allows more:
+        backpressure reaches into a batch that is running."""
+
+    def resume(self, worker_id: str, batch_id: int, outputs: int) -> None:
+        """Let a running generator batch make ``outputs`` more outputs than it was allowed
+        (a batch that ended meanwhile ignores it)."""
 
     def poll(self, timeout: float) -> list[BackendEvent]:
         """Events since the last call, waiting up to ``timeout`` seconds for the first."""

@@ -32,6 +32,7 @@ from conveyor.engine.messages import (
     BatchesDone,
     BatchFailed,
     BatchOutcome,
+    BatchOutputs,
     ErrorInfo,
     Handle,
     WorkerDied,
@@ -269,16 +270,22 @@ class LocalBackend:
         if not host.loaded:
             host.waiting.append(worker_id)
 
-    def stop_worker(self, worker_id: str) -> None:
+    def stop_worker(self, worker_id: str, now: bool = False) -> None:
+        """Let the worker finish what it holds and stop; ``now`` (the run is shutting
+        down): a generator batch waiting to be allowed more outputs ends there too."""
         worker = self._workers.get(worker_id)
-        if worker is None or worker.stopping:
+        if worker is None or (worker.stopping and not now):
             return
         worker.stopping = True
         with contextlib.suppress(OSError):  # already gone: the EOF path reports it
-            worker.conn.send_bytes(pickle.dumps(("stop",)))
+            worker.conn.send_bytes(pickle.dumps(("stop", "now") if now else ("stop",)))
 
     def submit(
-        self, worker_id: str, batches: list[tuple[int, list[Handle]]], threads: int | None = None
+        self,
+        worker_id: str,
+        batches: list[tuple[int, list[Handle]]],
+        threads: int | None = None,
+        allowance: int | None = None,
     ) -> None:
         worker = self._workers.get(worker_id)
         if worker is None:
@@ -286,12 +293,19 @@ class LocalBackend:
         # if it died, its in-flight work is retried when the death is reported; what could
         # not be sent is reported as such, so that no input is charged for the death
         if worker.closed_at is None:
+            message = ("work", batches, threads, allowance)
             try:
-                worker.conn.send_bytes(pickle.dumps(("work", batches, threads), protocol=5))
+                worker.conn.send_bytes(pickle.dumps(message, protocol=5))
                 return
             except OSError:
                 pass
         worker.undelivered.extend(batch_id for batch_id, _ in batches)
+
+    def resume(self, worker_id: str, batch_id: int, outputs: int) -> None:
+        worker = self._workers.get(worker_id)
+        if worker is not None and worker.closed_at is None:
+            with contextlib.suppress(OSError):  # gone: its death is reported as usual
+                worker.conn.send_bytes(pickle.dumps(("more", batch_id, outputs)))
 
     # -- events ---------------------------------------------------------------------------
     def _fail_worker(self, worker: _Worker, error: ErrorInfo) -> None:
@@ -370,7 +384,9 @@ class LocalBackend:
             worker.closed_at = time.monotonic()
             return
         kind = msg[0]
-        if kind == "done":
+        if kind == "out":
+            self._events.append(BatchOutputs(worker.worker_id, msg[1], msg[2]))
+        elif kind == "done":
             outcomes = []
             for batch_id, outputs, filtered, busy, cpu, error in msg[1]:
                 if error is None:
@@ -449,7 +465,7 @@ class LocalBackend:
         if self._store is None:
             return
         for worker_id in list(self._workers):
-            self.stop_worker(worker_id)
+            self.stop_worker(worker_id, now=True)
         deadline = time.monotonic() + grace_s
         while self._workers and time.monotonic() < deadline:
             self.poll(0.05)

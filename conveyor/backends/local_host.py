@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import importlib
+import math
 import os
 import pickle
 import select
@@ -25,6 +26,7 @@ import signal
 import socket
 import sys
 import time
+from collections import deque
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -91,6 +93,69 @@ def describe_status(status: int) -> str:
 
 
 # -- the worker --------------------------------------------------------------------------
+class _Inbox:
+    """The worker's end of its connection. While a generator batch waits to be allowed
+    more outputs it reads on: messages for later are kept, in order, for the main loop."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.kept: deque[Any] = deque()
+
+    def next(self) -> Any:
+        """The next message to act on (``EOFError``/``OSError``: the driver is gone)."""
+        if self.kept:
+            return self.kept.popleft()
+        return pickle.loads(self.conn.recv_bytes())
+
+    def wait_for_more(self, batch_id: int) -> int:
+        """Block until the driver allows batch ``batch_id`` more outputs; how many.
+        ``EOFError`` when the driver shuts the run down meanwhile (it allows no more)."""
+        while True:
+            msg = pickle.loads(self.conn.recv_bytes())
+            if msg[0] == "more":
+                if msg[1] == batch_id:
+                    return int(msg[2])
+                continue  # for a batch that has ended: stale
+            if msg == ("stop", "now"):
+                raise EOFError("the run is shutting down")
+            self.kept.append(msg)
+
+
+def _stream_batch(
+    runner: StageRunner,
+    inbox: _Inbox,
+    store: ShmStore,
+    batch_id: int,
+    tasks: list[Any],
+    labels: list[str],
+    threads: int | None,
+    allowance: int | None,
+) -> tuple[int, float]:
+    """Run a generator stage's batch, sending each output as it is made; before making one
+    more than it is allowed it waits (at the stage's ``yield``) for the driver's say-so.
+    Returns inputs that gave nothing and the seconds spent waiting."""
+    allowed = math.inf if allowance is None else allowance
+    made, waited = 0, 0.0
+    send = inbox.conn.send_bytes
+    outputs = runner.stream(tasks, labels, threads)
+    try:
+        while True:
+            while made >= allowed:
+                begun = time.perf_counter()
+                allowed += inbox.wait_for_more(batch_id)
+                waited += time.perf_counter() - begun
+            try:
+                obj, label = next(outputs)
+            except StopIteration:
+                return runner.filtered, waited
+            handle = store.put(obj, label)
+            del obj
+            send(pickle.dumps(("out", batch_id, [handle]), protocol=5))
+            made += 1
+    finally:
+        outputs.close()  # a failure part way: the stage's own ``finally`` runs now
+
+
 def worker_main(fd: int, runner: StageRunner, store: ShmStore) -> int:
     """Serve batches until told to stop or the driver disappears; returns the exit code."""
     conn = Connection(fd)
@@ -105,30 +170,43 @@ def worker_main(fd: int, runner: StageRunner, store: ShmStore) -> int:
     gauge = MemoryGauge()
     send(pickle.dumps(("ready", time.perf_counter() - started, gauge.read())))
     get, put, delete = store.get, store.put, store.delete
+    inbox = _Inbox(conn)
     try:
         while True:
             try:
-                msg = pickle.loads(conn.recv_bytes())
+                msg = inbox.next()
             except (EOFError, OSError):
                 return 0
             if msg[0] == "stop":
                 return 0
+            if msg[0] != "work":
+                continue  # "more" for a batch that has ended
             results = []
             consumed: list[Handle] = []
-            _, batches, threads = msg
+            _, batches, threads, allowance = msg
             for batch_id, handles in batches:
                 begun, cpu = time.perf_counter(), time.process_time()
+                waited = 0.0
                 try:
                     tasks = [get(h) for h in handles]
                     labels = [h.label for h in handles]
-                    outputs, labels, filtered = runner.run(tasks, labels, threads)
+                    if runner.streams:
+                        out_handles: list[Handle] = []
+                        filtered, waited = _stream_batch(
+                            runner, inbox, store, batch_id, tasks, labels, threads, allowance
+                        )
+                    else:
+                        outputs, labels, filtered = runner.run(tasks, labels, threads)
+                        out_handles = [put(o, lab) for o, lab in zip(outputs, labels, strict=True)]
+                        del outputs
                     del tasks
-                    out_handles = [put(o, lab) for o, lab in zip(outputs, labels, strict=True)]
-                    del outputs
+                except (EOFError, OSError):
+                    return 0  # the driver went away while a generator waited for it
                 except Exception as exc:  # noqa: BLE001 - a task failure, retried by the driver
                     results.append((batch_id, None, 0, 0.0, 0.0, ErrorInfo.from_exception(exc)))
                     continue
-                busy, cpu = time.perf_counter() - begun, time.process_time() - cpu
+                busy = time.perf_counter() - begun - waited
+                cpu = time.process_time() - cpu
                 results.append((batch_id, out_handles, filtered, busy, cpu, None))
                 consumed.extend(handles)
             send(pickle.dumps(("done", results, gauge.read()), protocol=5))

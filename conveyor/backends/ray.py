@@ -16,6 +16,14 @@ without a copy) and takes its item. Two fixed returns cost one reply; a streamin
 controller only ever holds ``Handle``s; ``get`` fetches a payload to the driver for the last
 stage's outputs alone.
 
+A generator stage (``StageSpec.streams``) is the exception: each of its batches is one
+streaming call (``num_returns="streaming"``), whose items are a small record per output, then
+that output itself where it is stored, then a record of the batch's end. Items of a streaming
+call are owned by the caller too. The driver takes items only while the batch may make more
+outputs (``submit``'s ``allowance``, then ``resume``), and Ray pauses the actor's generator
+once it is ``STREAM_AHEAD`` items ahead of what the driver took: backpressure reaches into the
+running batch.
+
 ``nbytes`` of a handle is measured in the worker by pickling the output with protocol 5 and
 a buffer callback: out-of-band buffers (NumPy, Arrow) are counted, not copied, so the figure is
 what Ray stores, give or take its framing. An output with no such buffers is shipped as those
@@ -37,7 +45,7 @@ import sys
 import tempfile
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,6 +64,7 @@ from conveyor.engine.messages import (
     BatchesDone,
     BatchFailed,
     BatchOutcome,
+    BatchOutputs,
     ErrorInfo,
     Handle,
     WorkerDied,
@@ -79,6 +88,9 @@ NODE_CHECK_S = 0.5
 #: how long a GPU-memory probe of a new node may take before its memory counts as unknown
 PROBE_TIMEOUT_S = 60.0
 DEFAULT_MEMORY_BUDGET = 512 << 20
+#: items a streaming call may make beyond those the driver took before Ray pauses it: one
+#: output's record and its payload
+STREAM_AHEAD = 2
 
 _GPU_MEMORY_CACHE: dict[str, float | None] = {}  # node id -> GB of its GPU 0 (per process)
 
@@ -278,6 +290,35 @@ class _Worker:
             records.append((batch_id, entries, filtered, busy, cpu, self.gauge.read()))
         return records, stored
 
+    def stream(self, items: list[tuple[str, Any]], threads: int | None = None) -> Iterator[Any]:
+        """A generator stage's batch (a streaming call): per output a record
+        ``("out", label, nbytes, pickled, inline bytes or None)``, followed by the output
+        itself where it is not inline; then ``("end", filtered, busy, cpu, memory)`` or
+        ``("error", ErrorInfo)``. Time spent paused at a ``yield`` is not busy time."""
+        runner = self.runner
+        assert runner is not None, "stream() before a successful setup()"
+        begun, cpu = time.perf_counter(), time.process_time()
+        waited = 0.0
+        try:
+            labels = [label for label, _ in items]
+            tasks = _resolve([value for _, value in items])
+            for obj, label in runner.stream(tasks, labels, threads):
+                enc = encode(obj)
+                del obj
+                paused = time.perf_counter()
+                if enc.inline is not None:
+                    yield ("out", label, enc.nbytes, True, enc.inline)
+                else:
+                    yield ("out", label, enc.nbytes, enc.pickled, None)
+                    yield pickle.PickleBuffer(enc.store) if enc.pickled else enc.store
+                waited += time.perf_counter() - paused
+            del tasks
+        except Exception as exc:  # noqa: BLE001 - a task failure, retried by the driver
+            yield ("error", _error(exc))
+            return
+        busy = time.perf_counter() - begun - waited
+        yield ("end", runner.filtered, busy, time.process_time() - cpu, self.gauge.read())
+
     def stop(self) -> bool:
         if self.runner is not None:
             with contextlib.suppress(BaseException):
@@ -440,6 +481,26 @@ class _Call:
     batch_ids: list[int]
 
 
+@dataclass(eq=False, slots=True)
+class _StreamCall:
+    """One streaming call in flight: a generator stage's batch (see the module docstring)."""
+
+    records: Any  # the ObjectRefGenerator of its items
+    batch_id: int
+    allowed: float  # outputs the driver may take before the batch pauses
+    made: int = 0
+    stored: tuple[str, int, bool] | None = None  # a record whose payload is the next item
+
+    @property
+    def batch_ids(self) -> list[int]:
+        return [self.batch_id]
+
+    @property
+    def takes(self) -> bool:
+        """Whether the driver may take its next item now."""
+        return self.stored is not None or self.made < self.allowed
+
+
 @dataclass(eq=False)
 class _RayWorker:
     worker_id: str
@@ -457,7 +518,7 @@ class _RayWorker:
     stop_ref: Any = None
     pid: int | None = None
     ping: Any = None  # a hello sent to an idle worker: a dead one fails it
-    calls: deque[_Call] = field(default_factory=deque)
+    calls: deque[_Call | _StreamCall] = field(default_factory=deque)
 
     @property
     def node_id(self) -> str:
@@ -523,7 +584,8 @@ class RayBackend:
         self._events: list[BackendEvent] = []
         self._payloads: dict[int, Any] = {}  # stage index -> ObjectRef of its pickled stage
         self._node_setups: dict[tuple[int, str], Any] = {}
-        self._calls: dict[Any, _RayWorker] = {}  # records ref of a call in flight -> worker
+        # records ref (a streaming call's generator) of a call in flight -> worker
+        self._calls: dict[Any, _RayWorker] = {}
         self._cpu_used: dict[str, float] = {}
         self._queued: deque[_RayWorker] = deque()  # waiting for a start slot on their node
         self._alive: dict[str, dict[str, Any]] = {}
@@ -732,7 +794,11 @@ class RayBackend:
         self._refs[worker.stop_ref] = ("stop", worker)
 
     def submit(
-        self, worker_id: str, batches: list[tuple[int, list[Handle]]], threads: int | None = None
+        self,
+        worker_id: str,
+        batches: list[tuple[int, list[Handle]]],
+        threads: int | None = None,
+        allowance: int | None = None,
     ) -> None:
         worker = self._workers.get(worker_id)
         if worker is None:
@@ -746,9 +812,25 @@ class RayBackend:
                     (h.label, p.data if p.data is not None else (p.ref, p.index, p.pickled))
                 )
             message.append((batch_id, items))
+        if worker.stage.streams:
+            allowed = math.inf if allowance is None else allowance
+            for batch_id, items in message:
+                gen = worker.actor.stream.options(
+                    num_returns="streaming", _generator_backpressure_num_objects=STREAM_AHEAD
+                ).remote(items, threads)
+                worker.calls.append(_StreamCall(gen, batch_id, allowed))
+                self._calls[gen] = worker
+            return
         records, stored = worker.actor.run.options(num_returns=2).remote(message, threads)
         worker.calls.append(_Call(records, stored, [b for b, _ in batches]))
         self._calls[records] = worker
+
+    def resume(self, worker_id: str, batch_id: int, outputs: int) -> None:
+        worker = self._workers.get(worker_id)
+        for call in worker.calls if worker is not None else ():
+            if isinstance(call, _StreamCall) and call.batch_id == batch_id:
+                call.allowed += outputs  # the next poll takes its items again
+                return
 
     # -- events ---------------------------------------------------------------------------
     def _gone(self, worker: _RayWorker, event: BackendEvent) -> None:
@@ -815,6 +897,14 @@ class RayBackend:
         elif kind == "ping":
             worker.ping = None
 
+    @staticmethod
+    def _waits(key: Any, worker: _RayWorker) -> bool:
+        """Whether poll waits on this call: a streaming one only while it may go on."""
+        for call in worker.calls:
+            if call.records is key:
+                return not isinstance(call, _StreamCall) or call.takes
+        return True
+
     def _finish(self, worker: _RayWorker, call: _Call) -> None:
         """The worker's oldest call's records arrived (or its failure): report its batches."""
         self._calls.pop(call.records, None)
@@ -853,6 +943,63 @@ class RayBackend:
         if done:
             self._events.append(BatchesDone(worker.worker_id, done))
 
+    def _take(self, worker: _RayWorker, call: _StreamCall) -> bool:
+        """Take the items of the worker's running streaming call that are ready and that it
+        may make; report its outputs, and its end. True once it has ended (and is gone
+        from ``worker.calls``)."""
+        outputs: list[Handle] = []
+        ended: BackendEvent | None = None
+        while call.takes:
+            if not ray.wait([call.records], timeout=0, fetch_local=False)[0]:
+                break
+            try:
+                ref = next(call.records)
+            except StopIteration:  # never without its end record: the call broke off
+                ended = BatchFailed(
+                    worker.worker_id, call.batch_id, ErrorInfo("WorkerDied", "the call ended")
+                )
+                break
+            if call.stored is not None:  # the payload of the record before
+                label, nbytes, pickled = call.stored
+                call.stored = None
+                call.made += 1
+                payload = RayPayload(ref, None, pickled)
+                outputs.append(Handle(payload, nbytes, label, worker.node_id))
+                continue
+            try:
+                record = ray.get(ref)
+            except ray.exceptions.RayActorError as exc:
+                if outputs:
+                    self._events.append(BatchOutputs(worker.worker_id, call.batch_id, outputs))
+                self._died(worker, *self._death_reason(worker, exc))
+                return True
+            except Exception as exc:  # noqa: BLE001 - the call failed as a whole
+                ended = BatchFailed(worker.worker_id, call.batch_id, _error(exc))
+                break
+            if record[0] == "out":
+                _, label, nbytes, pickled, data = record
+                if data is None:
+                    call.stored = (label, nbytes, pickled)
+                else:
+                    call.made += 1
+                    outputs.append(Handle(RayPayload(None, data, True), nbytes, label))
+            elif record[0] == "end":
+                _, filtered, busy, cpu, memory = record
+                outcome = BatchOutcome(call.batch_id, [], filtered, busy, cpu, memory)
+                ended = BatchesDone(worker.worker_id, [outcome])
+                break
+            else:
+                ended = BatchFailed(worker.worker_id, call.batch_id, record[1])
+                break
+        if outputs:
+            self._events.append(BatchOutputs(worker.worker_id, call.batch_id, outputs))
+        if ended is None:
+            return False
+        self._events.append(ended)
+        self._calls.pop(call.records, None)
+        worker.calls.popleft()
+        return True
+
     def _check_nodes(self) -> None:
         """Workers on a node that left the cluster are dead, whatever Ray says of them yet;
         idle workers are pinged, so that one that died while idle is noticed too."""
@@ -887,8 +1034,9 @@ class RayBackend:
         self._launch()
         if self._events:
             timeout = 0.0
-        # every call's records: an actor runs its calls in order, so they arrive in order
-        waitables = [*self._refs, *self._calls]
+        # every call's records: an actor runs its calls in order, so they arrive in order;
+        # a streaming call only while the driver may take its next item
+        waitables = [*self._refs, *(k for k, w in self._calls.items() if self._waits(k, w))]
         if not waitables:
             if timeout > 0:
                 time.sleep(min(timeout, NODE_CHECK_S))
@@ -903,12 +1051,15 @@ class RayBackend:
                 worker = self._calls.get(item)
                 if worker is not None:
                     # the controller expects a worker's batches back in the order it sent them
-                    while (
-                        self._workers.get(worker.worker_id) is worker
-                        and worker.calls
-                        and worker.calls[0].records in arrived
-                    ):
-                        self._finish(worker, worker.calls[0])
+                    while self._workers.get(worker.worker_id) is worker and worker.calls:
+                        head = worker.calls[0]
+                        if isinstance(head, _StreamCall):
+                            if not self._take(worker, head):
+                                break
+                        elif head.records in arrived:
+                            self._finish(worker, head)
+                        else:
+                            break
                 elif item in self._refs:
                     kind, worker = self._refs[item]
                     self._on_ref(kind, worker, item)

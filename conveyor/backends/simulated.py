@@ -12,7 +12,8 @@ import heapq
 import itertools
 import math
 import random
-from collections import defaultdict
+import zlib
+from collections import defaultdict, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -23,6 +24,7 @@ from conveyor.engine.messages import (
     BatchesDone,
     BatchFailed,
     BatchOutcome,
+    BatchOutputs,
     ErrorInfo,
     Handle,
     WorkerDied,
@@ -153,6 +155,37 @@ class _SimWorker:
     busy_until: float
     stopping: bool = False
     hung_since: float | None = None  # a task of its current batch never returns
+    #: a generator stage's worker: its batches one at a time, outputs spread over each
+    streams: bool = False
+    waiting: deque[tuple[int, list[Handle], int | None]] = field(default_factory=deque)
+    stream: _Stream | None = None
+
+
+@dataclass(eq=False)
+class _Stream:
+    """A generator batch being run: output ``made`` comes ``step_s`` after the one before,
+    unless it has made ``allowed`` (then it waits for ``resume``); it fails instead of
+    making output ``fail_at``."""
+
+    batch_id: int
+    inputs: int
+    outputs: list[Handle]
+    filtered: int
+    cost: float
+    cpu: float
+    step_s: float
+    allowed: float
+    fail_at: int | None
+    made: int = 0
+    paused: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _Step:
+    """The backend's own event: the worker's running generator batch moves one output on."""
+
+    worker_id: str
+    batch_id: int
 
 
 @dataclass
@@ -300,6 +333,7 @@ class SimulatedBackend:
             stage.resources.cpus,
             ready_at,
             ready_at,
+            streams=stage.streams,
         )
         self._workers[worker_id] = worker
         self._on_node[worker.node_id].add(worker)
@@ -331,16 +365,27 @@ class SimulatedBackend:
         if worker is None or worker.stopping:
             return
         worker.stopping = True
+        if worker.streams and (worker.stream is not None or worker.waiting):
+            return  # stops once its batches end (``_next_stream``)
         when = max(self.clock.now, worker.busy_until)
         self._push(when, WorkerStopped(worker_id))
 
     def submit(
-        self, worker_id: str, batches: list[tuple[int, list[Handle]]], threads: int | None = None
+        self,
+        worker_id: str,
+        batches: list[tuple[int, list[Handle]]],
+        threads: int | None = None,
+        allowance: int | None = None,
     ) -> None:
         # ``threads`` is not modelled: a simulated stage's service time is what its
         # scenario measured, and scenarios declare no ``max_threads``
         worker = self._workers.get(worker_id)
         if worker is None:
+            return
+        if worker.streams:
+            worker.waiting.extend((b, h, allowance) for b, h in batches)
+            if worker.stream is None and worker.hung_since is None:
+                self._next_stream(worker, max(self.clock.now, worker.ready_at))
             return
         model = worker.model
         rng = self._rng
@@ -379,6 +424,75 @@ class SimulatedBackend:
         if outcomes:
             self._push(begin, BatchesDone(worker_id, outcomes))
 
+    # -- generator stages ------------------------------------------------------------------
+    def _next_stream(self, worker: _SimWorker, begin: float) -> None:
+        """Start the worker's next generator batch at ``begin``: its outputs (deterministic
+        per input, so a retry makes the same ones) come evenly over its service time."""
+        worker.stream = None
+        if not worker.waiting:
+            worker.busy_until = begin
+            if worker.stopping:
+                self._push(begin, WorkerStopped(worker.worker_id))
+            return
+        batch_id, handles, allowance = worker.waiting.popleft()
+        model, rng = worker.model, self._rng
+        n = len(handles)
+        if model.hang_rate and any(rng.random() < model.hang_rate for _ in range(n)):
+            worker.hung_since = begin  # this batch never ends, nor those behind it
+            worker.busy_until = math.inf
+            return
+        dist = model.service_at(begin)
+        cost = dist.sample(rng) if model.per_batch else sum(dist.sample(rng) for _ in range(n))
+        cpu = cost * worker.cpus
+        cost *= self._contention(worker, begin)
+        outputs, filtered = self._outputs(worker, handles, streams=True)
+        fail_at = None
+        if model.failure_rate and any(rng.random() < model.failure_rate for _ in range(n)):
+            fail_at = rng.randrange(max(1, len(outputs)))  # fails part way
+        step = cost / max(1, len(outputs))
+        allowed = math.inf if allowance is None else allowance
+        worker.stream = _Stream(batch_id, n, outputs, filtered, cost, cpu, step, allowed, fail_at)
+        worker.busy_until = math.inf  # until it ends (a paused batch holds its worker)
+        self._push(begin + step, _Step(worker.worker_id, batch_id))
+
+    def _step(self, worker: _SimWorker, step: _Step) -> None:
+        stream = worker.stream
+        if stream is None or stream.batch_id != step.batch_id:
+            return
+        now = self.clock.now
+        self.usage.add_busy(worker.stage, now - stream.step_s, now)
+        if stream.fail_at is not None and stream.made == stream.fail_at:
+            error = ErrorInfo("SimulatedFailure", f"a task of {worker.stage} failed part way")
+            self._push(now, BatchFailed(worker.worker_id, stream.batch_id, error))
+            self._next_stream(worker, now)
+            return
+        if stream.made < len(stream.outputs):
+            output = stream.outputs[stream.made]
+            stream.made += 1
+            self._push(now, BatchOutputs(worker.worker_id, stream.batch_id, [output]))
+        if stream.made >= len(stream.outputs):
+            self.usage.add_done(worker.stage, now, stream.inputs)
+            outcome = BatchOutcome(
+                stream.batch_id, [], stream.filtered, stream.cost, stream.cpu,
+                worker.model.memory_bytes,
+            )  # fmt: skip
+            self._push(now, BatchesDone(worker.worker_id, [outcome]))
+            self._next_stream(worker, now)
+        elif stream.made >= stream.allowed:
+            stream.paused = True  # at its ``yield``, until resumed
+        else:
+            self._push(now + stream.step_s, step)
+
+    def resume(self, worker_id: str, batch_id: int, outputs: int) -> None:
+        worker = self._workers.get(worker_id)
+        stream = worker.stream if worker is not None else None
+        if stream is None or stream.batch_id != batch_id:
+            return  # it ended meanwhile
+        stream.allowed += outputs
+        if stream.paused and stream.made < stream.allowed:
+            stream.paused = False
+            self._push(self.clock.now + stream.step_s, _Step(worker_id, batch_id))
+
     def kill_worker(self, worker_id: str) -> None:
         """The controller gave up on a batch (``timeout_s``): the worker dies now."""
         worker = self._workers.get(worker_id)
@@ -403,17 +517,26 @@ class SimulatedBackend:
         )
         return max(1.0, wanted / capacity)
 
-    def _outputs(self, worker: _SimWorker, handles: list[Handle]) -> tuple[list[Handle], int]:
+    def _outputs(
+        self, worker: _SimWorker, handles: list[Handle], streams: bool = False
+    ) -> tuple[list[Handle], int]:
+        """Each input's outputs (``output_ratio`` of them on average). A generator's are
+        ``label.j`` always, and as many on every attempt at an input (drawn from the input,
+        not from the run's random sequence)."""
         ratio = worker.model.output_ratio
         whole, frac = int(ratio), ratio - int(ratio)
         size = worker.model.output_bytes
         outputs: list[Handle] = []
         filtered = 0
         for handle in handles:
-            k = whole + (1 if frac and self._rng.random() < frac else 0)
+            if streams:
+                draw = zlib.crc32(f"{self.seed}/{worker.stage}/{handle.label}".encode())
+                k = whole + (1 if frac and draw / 2**32 < frac else 0)
+            else:
+                k = whole + (1 if frac and self._rng.random() < frac else 0)
             if k == 0:
                 filtered += 1
-            elif k == 1:
+            elif k == 1 and not streams:
                 outputs.append(Handle(next(self._tokens), size, handle.label, worker.node_id))
             else:
                 outputs.extend(
@@ -463,6 +586,9 @@ class SimulatedBackend:
             worker = self._workers.get(event.worker_id)
             if worker is None:
                 continue  # its worker died with its node: the death was reported instead
+            if isinstance(event, _Step):
+                self._step(worker, event)
+                continue
             if isinstance(event, WorkerStopped):
                 self._remove(worker, self.clock.now)
                 self.usage.stops.append((self.clock.now, worker.stage, worker.worker_id))

@@ -34,7 +34,7 @@ from conveyor.engine.journal import Journal, JournalKey, key_label, source_key
 from conveyor.engine.messages import (
     BatchesDone,
     BatchFailed,
-    BatchOutcome,
+    BatchOutputs,
     ErrorInfo,
     Handle,
     WorkerDied,
@@ -58,6 +58,8 @@ from conveyor.engine.policies.backpressure import (
     demand_budget,
     edge_budget,
     may_feed,
+    stream_grant,
+    stream_window,
 )
 from conveyor.engine.policies.first_output import may_start
 from conveyor.engine.policies.placement import Ledger
@@ -143,6 +145,22 @@ class _Batch:
     sent_at: float = 0.0
     idle_send: bool = False  # the worker held nothing else when this was sent
     threads: int | None = None  # more threads than its stage's CPUs (``policies.threads``)
+    # -- a generator stage's batch (``StageSpec.streams``): outputs come while it runs --
+    made: int = 0  # outputs reported so far (sent on, or dropped as an earlier attempt's)
+    made_bytes: int = 0
+    sent: list[str] | None = None  # ids of the outputs it sent on
+    skip: frozenset[str] | None = None  # ids earlier attempts sent on: dropped if made again
+    allowed: int | None = None  # outputs it may make before it pauses (None: no limit)
+    window: int = 0  # what ``stream_grant`` tops ``allowed`` up to ahead of ``made``
+    progress_at: float = 0.0  # its last output or resume (``timeout_s`` bounds the gaps)
+    paused_at: float | None = None  # it used up its allowance then
+    paused_s: float = 0.0  # time it waited for room downstream, not working
+    held: list[Handle] | None = None  # a recomputation's outputs, judged when it ends
+
+    @property
+    def outstanding(self) -> int:
+        """Outputs it may still make before it pauses."""
+        return 0 if self.allowed is None else max(0, self.allowed - self.made)
 
 
 @dataclass(eq=False, slots=True)
@@ -205,6 +223,12 @@ class _Stage:
     service_sum_s: float = 0.0
     #: one of its workers has reported its memory (or that it cannot be measured)
     memory_known: bool = False
+    #: a generator stage's running batches, what they may still make before they pause,
+    #: and the count and bytes of every output they reported (its outputs' mean size)
+    streaming: dict[int, _Batch] = field(default_factory=dict)
+    outstanding: int = 0
+    streamed: int = 0
+    streamed_bytes: int = 0
 
     @property
     def backlog(self) -> int:
@@ -276,6 +300,7 @@ class Controller:
         self._quiet_since: float | None = None  # work waits, nothing moves, since then
         self._stall_told = False
         self._timed = [s for s in self.stages if s.spec.timeout_s is not None]
+        self._streams = any(s.spec.streams for s in self.stages)
         # nodes that lost a payload, and when they last did: their workers get work only
         # where no other can take it (``Pool``); ``_avoid`` is their set, empty mostly
         self._suspect_nodes: dict[str, float] = {}
@@ -296,6 +321,8 @@ class Controller:
             while True:
                 self._admit()
                 self._dispatch()
+                if self._streams:
+                    self._resume_streams()
                 while self.final:
                     label, output = self._take_output()
                     yield output
@@ -390,15 +417,26 @@ class Controller:
     def _edge(self, stage_index: int) -> EdgeState:
         """The queue *into* stage ``stage_index`` (or the final outputs past the last stage)."""
         if stage_index >= len(self.stages):
+            if self.stages[-1].spec.streams:  # its running batches' allowances count
+                expected = self._expected(stage_index - 1)
+                return EdgeState(len(self.final), self.final_bytes, *expected)
             return EdgeState(len(self.final), self.final_bytes)
         stage = self.stages[stage_index]
-        producer_expected = (0.0, 0.0)
-        if stage_index > 0:
-            up = self.stages[stage_index - 1]
-            fanout = up.meter.fanout.value if up.meter.fanout.value is not None else 1.0
-            size = up.meter.out_bytes.value or 0.0
-            producer_expected = (up.in_flight_tasks * fanout, up.in_flight_tasks * size)
-        return stage.queue.state(*producer_expected)
+        return stage.queue.state(*self._expected(stage_index - 1))
+
+    def _expected(self, index: int) -> tuple[float, float]:
+        """Outputs (and their bytes) stage ``index``'s batches in flight are expected to add
+        to the edge after it: from the measured fan-out and output size, or, for a generator
+        stage, what its running batches are allowed to make before they pause."""
+        if index < 0:
+            return 0.0, 0.0
+        up = self.stages[index]
+        if up.spec.streams:
+            size = up.streamed_bytes / up.streamed if up.streamed else 0.0
+            return float(up.outstanding), up.outstanding * size
+        fanout = up.meter.fanout.value if up.meter.fanout.value is not None else 1.0
+        size = up.meter.out_bytes.value or 0.0
+        return up.in_flight_tasks * fanout, up.in_flight_tasks * size
 
     def _may_feed(self, stage_index: int) -> bool:
         if self.config.stage_at_a_time:
@@ -472,7 +510,8 @@ class Controller:
                 break
             if not self._may_start(idle, stage.spec):
                 break
-            self._send(index, idle, [[queue.pop_suspect()]], alone=True)
+            entry = queue.pop_suspect()
+            self._send(index, idle, [[entry, *(entry.together or ())]], alone=True)
         batch_size = stage.spec.batch_size
         meter = stage.meter
         task_time = meter.busy_time.value  # messages are sized by work, not round trips
@@ -497,8 +536,10 @@ class Controller:
                 count = max(1, min(count, fair, MAX_BATCHES_PER_MESSAGE))
             if not upstream_done:
                 count = min(count, full_batches)  # never a partial batch before the end
-            if stage.spec.timeout_s is not None:
-                count = 1  # each batch's start is then known, and so is when it is late
+            if stage.spec.timeout_s is not None or stage.spec.streams:
+                # each batch's start is then known, and so is when it is late; and a
+                # generator's batch is allowed outputs while it runs, not while it waits
+                count = 1
             batches = [queue.take(batch_size, worker.node) for _ in range(count) if queue.fresh]
             self._send(index, worker, batches, alone=False)
 
@@ -523,16 +564,23 @@ class Controller:
         now = self.backend.now()
         idle = worker.in_flight == 0
         threads = self._busy(worker, stage.spec) if idle else None
+        window = None
+        if stage.spec.streams and not self.config.stage_at_a_time:
+            window = stream_window(self._consumer_batch(index + 1), self.budgets[index + 1])
         for entries in groups:
             batch_id = next(self.batch_ids)
-            self.batches[batch_id] = _Batch(
-                batch_id, index, worker.worker_id, entries, alone, now, idle, threads
-            )
+            batch = _Batch(batch_id, index, worker.worker_id, entries, alone, now, idle, threads)
+            self.batches[batch_id] = batch
             ids.append(batch_id)
             payload.append((batch_id, [e.handle for e in entries]))
             stage.in_flight_tasks += len(entries)
+            if stage.spec.streams:
+                self._start_stream(stage, batch, window)
         stage.pool.sent(worker, ids, alone)
-        self.backend.submit(worker.worker_id, payload, threads)
+        if stage.spec.streams:
+            self.backend.submit(worker.worker_id, payload, threads, allowance=window)
+        else:
+            self.backend.submit(worker.worker_id, payload, threads)
 
     def _filling(self) -> bool:
         """No task has reached the last stage yet (and stages run at the same time)."""
@@ -598,7 +646,9 @@ class Controller:
 
     # -- events ---------------------------------------------------------------------------
     def _on_event(self, event: Any) -> None:
-        if isinstance(event, BatchesDone):
+        if isinstance(event, BatchOutputs):
+            self._on_outputs(event)
+        elif isinstance(event, BatchesDone):
             self._on_done(event)
         elif isinstance(event, BatchFailed):
             worker = self.workers.get(event.worker_id)
@@ -606,6 +656,7 @@ class Controller:
                 worker.last_done = self.backend.now()
             batch = self._pop_batch(event.worker_id, event.batch_id)
             if batch is not None:
+                self._keep_sent(batch)
                 self._retry_or_fail(batch.stage, batch.entries, event.error, culprit=True)
         elif isinstance(event, WorkerReady):
             worker = self.workers.get(event.worker_id)
@@ -653,6 +704,8 @@ class Controller:
             return None
         stage = self.stages[batch.stage]
         stage.in_flight_tasks -= len(batch.entries)
+        if stage.spec.streams:
+            self._end_stream(stage, batch)
         worker = self.workers.get(worker_id)
         if worker is not None:
             stage.pool.batch_done(worker, batch_id)
@@ -673,7 +726,7 @@ class Controller:
             stage = self.stages[batch.stage]
             stats = stage.stats
             n_in = len(batch.entries)
-            n_out = len(outcome.outputs)
+            n_out = len(outcome.outputs) + batch.made
             stats.tasks_in += n_in
             stats.busy_s += outcome.busy_s
             stats.cpu_s += outcome.cpu_s
@@ -681,8 +734,11 @@ class Controller:
             stage.service_counts[bisect.bisect_left(SERVICE_TIME_BUCKETS_S, outcome.busy_s)] += 1
             stage.service_sum_s += outcome.busy_s
             first_measurement = not stage.meter.measured
-            out_bytes = sum(h.nbytes for h in outcome.outputs)
+            out_bytes = sum(h.nbytes for h in outcome.outputs) + batch.made_bytes
             busy_s = outcome.busy_s
+            # a generator that waited for room downstream held its worker without working:
+            # more workers would not have made it sooner
+            held_s = max(busy_s, held_s - batch.paused_s) if batch.paused_s else held_s
             if batch.threads:
                 # more threads made it quicker than the stage's own CPUs would: measure it
                 # by its CPU time over them, so that the autoscaler sizes the pool for the
@@ -695,28 +751,36 @@ class Controller:
                     self._next_autoscale, self._last_autoscale + MIN_AUTOSCALE_SPACING_S
                 )
             seek = batch.entries[0].seek  # a recomputation runs alone
-            if seek is not None:
+            if stage.spec.streams:
+                self._forward(batch, outcome.outputs)  # what it did not report on the way
+                if seek is not None:
+                    self._on_recomputed(batch.stage, seek, batch.held or [])
+                stats.filtered += outcome.filtered
+                self._release(batch.entries)
+            elif seek is not None:
                 self._on_recomputed(batch.stage, seek, outcome.outputs)
                 self._release(batch.entries)
             elif self.tracked and _maps_one_to_one(batch.entries, outcome.outputs):
                 # each output carries on its input's lineage: what is alive does not change
-                self._pass_on(batch, outcome, counted=True)
+                self._pass_on(batch, outcome.outputs, outcome.filtered, counted=True)
             else:
-                self._pass_on(batch, outcome)
+                self._pass_on(batch, outcome.outputs, outcome.filtered)
                 self._release(batch.entries)
 
     def _release(self, entries: list[Entry]) -> None:
         for entry in entries:  # after the outputs: a source may be let go now
             self._live(entry.handle.label, -1)
 
-    def _pass_on(self, batch: _Batch, outcome: BatchOutcome, counted: bool = False) -> None:
-        """Queue ``outcome``'s outputs for the next stage (or the caller); ``counted``: they
+    def _pass_on(
+        self, batch: _Batch, outputs: list[Handle], filtered: int = 0, counted: bool = False
+    ) -> None:
+        """Queue a batch's ``outputs`` for the next stage (or the caller); ``counted``: they
         take their inputs' places among what is alive of each source."""
         index = batch.stage
         stats = self.stages[index].stats
-        stats.tasks_out += len(outcome.outputs)
-        stats.filtered += outcome.filtered
-        for handle in outcome.outputs:
+        stats.tasks_out += len(outputs)
+        stats.filtered += filtered
+        for handle in outputs:
             if self.tracked and "*" in handle.label and handle.label not in self.merges:
                 self._merge(handle.label, batch.entries)
             if not counted:
@@ -724,11 +788,121 @@ class Controller:
         nxt = index + 1
         if nxt < len(self.stages):
             push = self.stages[nxt].queue.push
-            for handle in outcome.outputs:
+            for handle in outputs:
                 push(Entry(handle))
         else:
-            self.final.extend(outcome.outputs)
-            self.final_bytes += sum(h.nbytes for h in outcome.outputs)
+            self.final.extend(outputs)
+            self.final_bytes += sum(h.nbytes for h in outputs)
+
+    # -- outputs as they are made (generator stages) ---------------------------------------
+    def _start_stream(self, stage: _Stage, batch: _Batch, window: int | None) -> None:
+        """A generator stage's batch is sent: it may make ``window`` outputs (``None``: any
+        number, one stage at a time) before it waits for ``_resume_streams``."""
+        batch.allowed = window
+        batch.window = window or 0
+        batch.progress_at = batch.sent_at
+        stage.outstanding += window or 0
+        stage.streaming[batch.batch_id] = batch
+        skip = [label for e in batch.entries if e.sent for label in e.sent]
+        batch.skip = frozenset(skip) if skip else None
+
+    def _on_outputs(self, event: BatchOutputs) -> None:
+        """Outputs a running generator batch made: on to the next stage at once."""
+        batch = self.batches.get(event.batch_id)
+        if batch is None:  # given up on (timed out, its worker gone): tried again elsewhere
+            self.backend.free(event.outputs)
+            return
+        stage = self.stages[batch.stage]
+        now = self.backend.now()
+        before = batch.outstanding
+        batch.made += len(event.outputs)
+        size = sum(h.nbytes for h in event.outputs)
+        batch.made_bytes += size
+        stage.streamed += len(event.outputs)
+        stage.streamed_bytes += size
+        stage.outstanding -= before - batch.outstanding
+        batch.progress_at = now
+        if batch.allowed is not None and not batch.outstanding and batch.paused_at is None:
+            batch.paused_at = now  # it waits at its ``yield`` until allowed more
+        self._forward(batch, event.outputs)
+
+    def _forward(self, batch: _Batch, outputs: list[Handle]) -> None:
+        """Send a generator batch's outputs on, except those an earlier attempt at its
+        inputs sent already (same position, same id: ``yields_outputs``)."""
+        if not outputs:
+            return
+        if batch.skip:
+            dropped = [h for h in outputs if h.label in batch.skip]
+            if dropped:
+                self.backend.free(dropped)
+                outputs = [h for h in outputs if h.label not in batch.skip]
+        if batch.entries[0].seek is not None:  # a recomputation: judged when it ends
+            batch.held = [*(batch.held or []), *outputs]
+            return
+        if batch.sent is None:
+            batch.sent = []
+        batch.sent.extend(h.label for h in outputs)
+        self._pass_on(batch, outputs)
+
+    def _end_stream(self, stage: _Stage, batch: _Batch) -> None:
+        """A generator batch ended (done, failed, or its worker gone): its allowance is
+        no longer expected on the next edge."""
+        if stage.streaming.pop(batch.batch_id, None) is None:
+            return
+        stage.outstanding -= batch.outstanding
+        if batch.paused_at is not None:
+            batch.paused_s += self.backend.now() - batch.paused_at
+            batch.paused_at = None
+
+    def _keep_sent(self, batch: _Batch) -> None:
+        """A generator batch failed after sending outputs on: its inputs remember their
+        ids, so the next attempt does not send them twice. Outputs made from the whole
+        batch (``first*j``) tie its inputs together: they are tried again as one batch."""
+        if not batch.sent:
+            return
+        entries = batch.entries
+        if len(entries) > 1 and any("*" in label for label in batch.sent):
+            shared = set(batch.sent) | set(batch.skip or ())
+            for entry in entries:
+                entry.sent = shared
+            entries[0].together = entries[1:]
+            return
+        for entry in entries:
+            prefix = entry.handle.label + "."
+            mine = {
+                label
+                for label in batch.sent
+                if label.startswith(prefix) and "." not in label[len(prefix) :]
+            }
+            if mine:
+                entry.sent = (entry.sent or set()) | mine
+
+    def _resume_streams(self) -> None:
+        """Allow running generator batches more outputs where the edge after their stage
+        has room (``policies.backpressure.stream_grant``); where it has none they stay
+        paused at their ``yield``, holding one output at most."""
+        now = None
+        for index, stage in enumerate(self.stages):
+            if not stage.streaming:
+                continue
+            nxt = index + 1
+            consumer = self._consumer_batch(nxt)
+            for batch in list(stage.streaming.values()):
+                if batch.allowed is None:
+                    continue
+                more = stream_grant(
+                    self._edge(nxt), self.budgets[nxt], consumer, batch.outstanding, batch.window
+                )
+                if not more:
+                    continue
+                now = self.backend.now() if now is None else now
+                batch.allowed += more
+                stage.outstanding += more
+                if batch.paused_at is not None:
+                    batch.paused_s += now - batch.paused_at
+                    batch.paused_at = None
+                batch.progress_at = now
+                self.backend.resume(batch.worker_id, batch.batch_id, more)
 
     # -- following sources ----------------------------------------------------------------
     def _merge(self, label: str, entries: list[Entry]) -> None:
@@ -873,18 +1047,24 @@ class Controller:
             if node is not None and all(e.handle.node == node for e in entries):
                 self._suspect_node(node)
         # an error counts against an input only when it is known to be its own (it ran
-        # alone); a lost input is then made again from its source where that can work
-        alone = culprit and len(entries) == 1
-        final = (error.permanent or error.lost) and alone
+        # alone); a lost input is then made again from its source where that can work. A
+        # batch tried again as a whole (``Entry.together``) counts as one input
+        whole = entries[0].together is not None
+        alone = culprit and (len(entries) == 1 or whole)
+        final = (error.permanent or (error.lost and not whole)) and alone
         if not alone:
             # whose fault it was is not known: each input is tried again alone, without
             # spending an attempt, so the innocent go on whatever max_attempts is
-            for entry in entries:
-                stage.stats.retried += 1
+            stage.stats.retried += len(entries)
+            for entry in entries[:1] if whole else entries:
                 stage.queue.push_suspect(entry)
             return
+        if whole:  # its inputs share their attempts
+            tries = max(e.attempts for e in entries)
+            for entry in entries:
+                entry.attempts = tries
         for entry in entries:
-            forgiven = error.lost and self._forgive_loss(entry)
+            forgiven = error.lost and not whole and self._forgive_loss(entry)
             if not forgiven:
                 entry.attempts += 1
             if final or entry.attempts >= self.config.max_attempts:
@@ -913,7 +1093,8 @@ class Controller:
                 self.backend.free([entry.handle])
             else:
                 stage.stats.retried += 1
-                stage.queue.push_suspect(entry)
+                if not whole or entry is entries[0]:
+                    stage.queue.push_suspect(entry)
 
     def _forgive_loss(self, entry: Entry) -> bool:
         """Whether this loss of ``entry`` is its node's alone (see ``_retry_or_fail``);
@@ -954,14 +1135,20 @@ class Controller:
         held = [self.batches.pop(b, None) for m in worker.messages for b in m]
         batches = [b for b in held if b is not None and b.batch_id not in undelivered]
         for batch in held:
+            if batch is not None and stage.spec.streams:
+                self._end_stream(stage, batch)
             if batch is not None and batch.batch_id in undelivered:
                 # never reached the worker: back to the queue as it was, charged to no one
                 stage.in_flight_tasks -= len(batch.entries)
+                if batch.entries[0].together is not None:
+                    stage.queue.push_suspect(batch.entries[0])  # a batch tried as a whole
+                    continue
                 push = stage.queue.push_suspect if batch.alone else stage.queue.push
                 for entry in batch.entries:
                     push(entry)
         for batch in batches:
             stage.in_flight_tasks -= len(batch.entries)
+            self._keep_sent(batch)
             self._retry_or_fail(worker.stage, batch.entries, error, culprit=len(batches) == 1)
 
     # -- timeouts -------------------------------------------------------------------------
@@ -969,7 +1156,9 @@ class Controller:
         """Kill the workers whose running batch is past the stage's ``timeout_s``.
 
         A worker runs its messages in order and each holds one batch here, so the batch at
-        the head started when it was sent or when the one before it was seen to end.
+        the head started when it was sent or when the one before it was seen to end. A
+        generator's batch is late when it makes no output for that long (from its start,
+        an output or being allowed more); not while it waits for room downstream.
         """
         limit = stage.spec.timeout_s
         assert limit is not None
@@ -977,9 +1166,9 @@ class Controller:
             if not worker.messages:
                 continue
             batch = self.batches.get(worker.messages[0][0])
-            if batch is None:
+            if batch is None or batch.paused_at is not None:
                 continue
-            elapsed = now - max(batch.sent_at, worker.last_done)
+            elapsed = now - max(batch.sent_at, worker.last_done, batch.progress_at)
             if elapsed > limit:
                 self._time_out(stage, worker, batch, elapsed)
 
@@ -995,14 +1184,18 @@ class Controller:
                 for entry in late.entries:
                     stage.queue.push(entry)
         n = len(batch.entries)
+        what = f"a batch of {n} input{'s' if n != 1 else ''}"
+        late = f"ran {elapsed:.1f} s"
+        if stage.spec.streams:
+            late = f"made no output for {elapsed:.1f} s (after {batch.made})"
         error = ErrorInfo(
             "TaskTimeout",
-            f"stage {stage.spec.name!r}: a batch of {n} input{'s' if n != 1 else ''} ran "
-            f"{elapsed:.1f} s, longer than its timeout_s={stage.spec.timeout_s:g}; its worker "
-            "was killed and replaced",
+            f"stage {stage.spec.name!r}: {what} {late}, longer than its "
+            f"timeout_s={stage.spec.timeout_s:g}; its worker was killed and replaced",
         )
         labels = ", ".join(e.handle.label for e in batch.entries)
         log.warning("%s (inputs %s)", error.message, labels)
+        self._keep_sent(batch)
         self._retry_or_fail(batch.stage, batch.entries, error, culprit=True)
         self._on_worker_gone(worker.worker_id, error, kind="timeout")
         self.backend.kill_worker(worker.worker_id)

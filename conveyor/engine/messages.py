@@ -98,6 +98,16 @@ class BatchesDone:
 
 
 @dataclass(frozen=True, slots=True)
+class BatchOutputs:
+    """Outputs a batch of a generator stage has made so far, sent on while it makes the
+    rest (``StageSpec.streams``); its ``BatchesDone`` or ``BatchFailed`` follows."""
+
+    worker_id: str
+    batch_id: int
+    outputs: list[Handle]
+
+
+@dataclass(frozen=True, slots=True)
 class BatchFailed:
     worker_id: str
     batch_id: int
@@ -119,5 +129,11 @@ class WorkerStopped:
 
 
 BackendEvent = (
-    WorkerReady | WorkerSetupFailed | BatchesDone | BatchFailed | WorkerDied | WorkerStopped
+    WorkerReady
+    | WorkerSetupFailed
+    | BatchOutputs
+    | BatchesDone
+    | BatchFailed
+    | WorkerDied
+    | WorkerStopped
 )

@@ -29,14 +29,29 @@ class Entry:
 
     ``seek``: set on a source (and its descendants) being run again to make a lost input of
     a later stage; only outputs on the way to that input are kept.
+
+    ``sent``: ids of outputs an earlier attempt of a generator stage sent on before it failed;
+    the next attempt makes them again (same position, same id) and they are dropped, not
+    sent twice. ``together``: the other inputs of a generator batch that sent outputs made
+    from all of them (``first*j``) before it failed: it is tried again as it was, as a whole
+    (the suspect queue holds the first entry only; bytes count them all).
     """
 
-    __slots__ = ("attempts", "handle", "seek")
+    __slots__ = ("attempts", "handle", "seek", "sent", "together")
 
     def __init__(self, handle: Handle, attempts: int = 0, seek: Seek | None = None) -> None:
         self.handle = handle
         self.attempts = attempts
         self.seek = seek
+        self.sent: set[str] | None = None
+        self.together: list[Entry] | None = None
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of its payload, and of the inputs tried again together with it."""
+        if self.together is None:
+            return self.handle.nbytes
+        return self.handle.nbytes + sum(e.handle.nbytes for e in self.together)
 
 
 class EdgeQueue:
@@ -74,12 +89,12 @@ class EdgeQueue:
 
     def push_suspect(self, entry: Entry) -> None:
         self.suspects.append(entry)
-        self.bytes += entry.handle.nbytes
+        self.bytes += entry.nbytes
         self._grew()
 
     def pop_suspect(self) -> Entry:
         entry = self.suspects.popleft()
-        self.bytes -= entry.handle.nbytes
+        self.bytes -= entry.nbytes
         return entry
 
     def take(self, count: int, node: str | None = None) -> list[Entry]:

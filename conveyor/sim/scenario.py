@@ -13,6 +13,7 @@ import difflib
 import math
 import types
 import typing
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from importlib import resources as importlib_resources
 from pathlib import Path
@@ -131,6 +132,9 @@ class StageScenario:
     num_workers: int | None = None
     #: seconds a batch may run before its worker is killed (``ProcessingStage.timeout_s``)
     timeout_s: float | None = None
+    #: its ``process`` is a generator: each output goes on as it is made (evenly over the
+    #: task's service time), and the stage pauses while the next has no room
+    streams: bool = False
     #: free text: where the numbers come from
     note: str = ""
 
@@ -238,7 +242,9 @@ class Scenario:
         return Pipeline(
             self.name,
             [
-                ModelledStage(s.name, s.resources.build(), s.batch_size, s.num_workers, s.timeout_s)
+                (YieldingModelledStage if s.streams else ModelledStage)(
+                    s.name, s.resources.build(), s.batch_size, s.num_workers, s.timeout_s
+                )
                 for s in self.stages
             ],
             description=self.description or None,
@@ -286,6 +292,13 @@ class ModelledStage(ProcessingStage[Any, Any]):
         raise RuntimeError(
             f"stage {self.name!r} is a simulation placeholder: run it on SimulatedBackend"
         )
+
+
+class YieldingModelledStage(ModelledStage):
+    """A placeholder whose ``process`` is a generator (``StageScenario.streams``)."""
+
+    def process(self, task: Any) -> Iterator[Any]:
+        yield super().process(task)
 
 
 # -- loading ------------------------------------------------------------------------------

@@ -256,3 +256,62 @@ class Threads(ProcessingStage[Any, Any]):
 
     def process(self, task: Any) -> Any:
         return self.threads
+
+
+class Trickle(ProcessingStage[int, tuple[int, int]]):
+    """A generator: ``count`` outputs per input, ``gap_s`` apart, each ``size`` bytes of
+    payload; the first attempt at an input in ``fail_once`` raises after ``fail_after``
+    outputs (attempts are told apart by marker files under ``marks``, since every attempt
+    may run in another process). It notes when each input ended in ``marks/end-<input>``."""
+
+    name = "trickle"
+
+    def __init__(
+        self,
+        marks: Path,
+        count: int,
+        gap_s: float = 0.0,
+        size: int = 0,
+        fail_once: tuple[int, ...] = (),
+        fail_after: int = 0,
+    ) -> None:
+        self.marks = Path(marks)
+        self.count = count
+        self.gap_s = gap_s
+        self.size = size
+        self.fail_once = fail_once
+        self.fail_after = fail_after
+
+    def process(self, task: int) -> Any:
+        first = False
+        if task in self.fail_once:
+            mark = self.marks / f"tried-{task}"
+            first = not mark.exists()
+            mark.touch()
+        for j in range(self.count):
+            if first and j == self.fail_after:
+                raise RuntimeError(f"input {task} broke off after {j} outputs")
+            if self.gap_s:
+                time.sleep(self.gap_s)
+            yield (task, j, b"x" * self.size) if self.size else (task, j)
+        (self.marks / f"end-{task}").write_text(repr(time.time()))
+
+
+class Arrivals(ProcessingStage[Any, Any]):
+    """Notes when each input arrived (``marks/seen-<n>``, one file per input) and, with
+    ``cost_s``, takes that long over it; passes on what identifies the input."""
+
+    name = "arrivals"
+
+    def __init__(self, marks: Path, cost_s: float = 0.0) -> None:
+        self.marks = Path(marks)
+        self.cost_s = cost_s
+
+    def process(self, task: Any) -> Any:
+        key = task[:2]
+        (self.marks / f"seen-{key[0]}-{key[1]}-{os.getpid()}-{time.monotonic_ns()}").write_text(
+            repr(time.time())
+        )
+        if self.cost_s:
+            time.sleep(self.cost_s)
+        return key

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import gc
+import itertools
 import time
 import weakref
+from typing import Any
 
 from conveyor.backends.runtime import Tidier
 
@@ -48,3 +50,41 @@ def test_freezing_leaves_what_setup_built_out_of_later_collections() -> None:
         assert gc.get_freeze_count() >= len(built)
     finally:
         gc.unfreeze()
+
+
+def test_a_generator_stage_streams_its_outputs_with_positional_ids() -> None:
+    from conveyor import ProcessingStage
+    from conveyor.backends.runtime import StageRunner
+    from conveyor.cluster import WorkerInfo
+    from conveyor.stage import yields_outputs
+
+    class Split(ProcessingStage[int, int]):
+        def process(self, task: int) -> Any:
+            yield from range(task)
+
+    class Pairs(ProcessingStage[int, tuple[int, int]]):
+        def process_batch(self, tasks: list[int]) -> Any:
+            yield from itertools.pairwise(tasks)
+
+    runner = StageRunner(Split(), "split", WorkerInfo("w", "split", "n"))
+    assert runner.streams and yields_outputs(Split())
+    made = runner.stream([2, 0, 1], ["a", "b", "c"])
+    assert next(made) == (0, "a.0")  # the first output, before the rest are made
+    assert list(made) == [(1, "a.1"), (0, "c.0")]
+    assert runner.filtered == 1  # "b" gave nothing
+    assert runner.run([2], ["a"]) == ([0, 1], ["a.0", "a.1"], 0)
+    pairs = StageRunner(Pairs(), "pairs", WorkerInfo("w", "pairs", "n"))
+    assert list(pairs.stream([1, 2, 3], ["x", "y", "z"])) == [((1, 2), "x*0"), ((2, 3), "x*1")]
+    assert pairs.filtered == 1
+    # a batch of one input: its outputs are its own, like a ``process`` generator's
+    assert list(pairs.stream([7], ["x"])) == []
+    assert pairs.filtered == 1
+
+    class Twice(ProcessingStage[int, int]):
+        def process_batch(self, tasks: list[int]) -> Any:
+            for task in tasks:
+                yield task
+                yield task
+
+    twice = StageRunner(Twice(), "twice", WorkerInfo("w", "twice", "n"))
+    assert list(twice.stream([7], ["x"])) == [(7, "x.0"), (7, "x.1")]

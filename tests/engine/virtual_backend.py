@@ -11,6 +11,11 @@ not show, and take ``latency_s`` to reach the worker and again for its results t
 had left: a worker that reads one fails the batch with ``ErrorInfo.lost``. Set
 ``payloads_can_be_lost`` to say so to the controller, as ``RayBackend`` does.
 
+A generator stage (``StageSpec.streams``) really pauses: its generator is advanced one output
+per ``service_s[stage]`` virtual seconds, and not at all while it has made what it was
+allowed (``submit``'s ``allowance``, then ``resume``), as a local worker does.
+``resumes`` records every ``resume`` (virtual time, batch id, outputs).
+
 ``node_cpus`` makes a cluster of several nodes (outputs then name the node that stored
 them), and ``node_fails`` lets one die the way Ray sees it: ``{node: (fails_at, seen_at)}``,
 every payload stored there is lost when read from ``fails_at`` on, while its workers still
@@ -22,8 +27,11 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import pickle
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from conveyor.backends.runtime import StageRunner
@@ -33,6 +41,7 @@ from conveyor.engine.messages import (
     BatchesDone,
     BatchFailed,
     BatchOutcome,
+    BatchOutputs,
     ErrorInfo,
     Handle,
     WorkerDied,
@@ -49,6 +58,18 @@ class _Lost:
 
 class _PayloadLost(Exception):
     pass
+
+
+@dataclass(eq=False)
+class _Running:
+    """A generator batch in a worker: paused whenever ``made`` reaches ``allowed``."""
+
+    batch_id: int
+    outputs: Iterator[tuple[Any, str]]
+    allowed: float
+    began: float
+    made: int = 0
+    paused: bool = False
 
 
 class VirtualBackend:
@@ -97,6 +118,10 @@ class VirtualBackend:
         self.killed: list[tuple[float, str]] = []
         self.batch_starts: list[tuple[float, str]] = []  # (virtual time, worker)
         self.ran_on: list[tuple[str, str, str]] = []  # (stage, label, node) per task run
+        self.resumes: list[tuple[float, int, int]] = []
+        self._waiting: dict[str, deque[tuple[int, list[Handle], float]]] = {}
+        self._running: dict[str, _Running] = {}
+        self._stopping: set[str] = set()
         for node, (_, seen_at) in self.node_fails.items():
             self._at(seen_at, ("node gone", node))
 
@@ -154,6 +179,9 @@ class VirtualBackend:
 
     def stop_worker(self, worker_id: str) -> None:
         self.stops.append((self.clock, worker_id))
+        if worker_id in self._running:
+            self._stopping.add(worker_id)  # once its generator batches end
+            return
         self._at(max(self.clock, self.busy_until[worker_id]), WorkerStopped(worker_id))
 
     def kill_worker(self, worker_id: str) -> None:
@@ -168,12 +196,26 @@ class VirtualBackend:
         self._at(self.clock + unseen_s, ("died", worker_id))
 
     def submit(
-        self, worker_id: str, batches: list[tuple[int, list[Handle]]], threads: int | None = None
+        self,
+        worker_id: str,
+        batches: list[tuple[int, list[Handle]]],
+        threads: int | None = None,
+        allowance: int | None = None,
     ) -> None:
         if worker_id in self.dead:
             self.undelivered[worker_id].extend(batch_id for batch_id, _ in batches)
             return
         runner = self.runners[worker_id]
+        if runner.streams:
+            self.submitted.append((runner.name, [len(h) for _, h in batches]))
+            allowed = math.inf if allowance is None else allowance
+            waiting = self._waiting.setdefault(worker_id, deque())
+            waiting.extend((batch_id, handles, allowed) for batch_id, handles in batches)
+            if worker_id not in self._running:
+                self._start_next(
+                    worker_id, max(self.clock + self.latency_s, self.busy_until[worker_id])
+                )
+            return
         self.submitted.append((runner.name, [len(h) for _, h in batches]))
         self.threads_sent.append((self.clock, runner.name, threads))
         begin = max(self.clock + self.latency_s, self.busy_until[worker_id])
@@ -215,6 +257,62 @@ class VirtualBackend:
             self._at(done + self.latency_s, event)
         self.busy_until[worker_id] = begin
 
+    # -- generator stages ------------------------------------------------------------------
+    def _start_next(self, worker_id: str, when: float) -> None:
+        waiting = self._waiting.get(worker_id)
+        if not waiting:
+            self._running.pop(worker_id, None)
+            self.busy_until[worker_id] = when
+            if worker_id in self._stopping:
+                self._at(when, WorkerStopped(worker_id))
+            return
+        batch_id, handles, allowed = waiting.popleft()
+        runner = self.runners[worker_id]
+        self.batch_starts.append((when, worker_id))
+        outputs = runner.stream([self.get(h) for h in handles], [h.label for h in handles])
+        self._running[worker_id] = _Running(batch_id, outputs, allowed, when)
+        self.busy_until[worker_id] = math.inf
+        self._step_at(worker_id, when)
+
+    def _step_at(self, worker_id: str, when: float) -> None:
+        running = self._running[worker_id]
+        pace = self.service_s.get(self.runners[worker_id].name, 0.01)
+        pace = pace(when) if callable(pace) else pace
+        self._at(when + pace, ("step", worker_id, running.batch_id))
+
+    def _step(self, worker_id: str, batch_id: int) -> BackendEvent | None:
+        """The running generator makes its next output (or ends, or fails)."""
+        running = self._running.get(worker_id)
+        if running is None or running.batch_id != batch_id or worker_id in self.dead:
+            return None
+        runner = self.runners[worker_id]
+        try:
+            output, label = next(running.outputs)
+        except StopIteration:
+            busy = self.clock - running.began
+            outcome = BatchOutcome(batch_id, [], runner.filtered, busy)
+            self._start_next(worker_id, self.clock)
+            return BatchesDone(worker_id, [outcome])
+        except Exception as exc:  # noqa: BLE001 - reported like a real worker would
+            self._start_next(worker_id, self.clock)
+            return BatchFailed(worker_id, batch_id, ErrorInfo.from_exception(exc))
+        running.made += 1
+        if running.made >= running.allowed:
+            running.paused = True  # at its ``yield`` until resumed
+        else:
+            self._step_at(worker_id, self.clock)
+        return BatchOutputs(worker_id, batch_id, [self._stored(runner.name, output, label)])
+
+    def resume(self, worker_id: str, batch_id: int, outputs: int) -> None:
+        self.resumes.append((self.clock, batch_id, outputs))
+        running = self._running.get(worker_id)
+        if running is None or running.batch_id != batch_id:
+            return
+        running.allowed += outputs
+        if running.paused and running.made < running.allowed:
+            running.paused = False
+            self._step_at(worker_id, self.clock)
+
     def poll(self, timeout: float) -> list[BackendEvent]:
         deadline = self.clock + timeout
         if not self._timeline or self._timeline[0][0] > deadline:
@@ -225,6 +323,11 @@ class VirtualBackend:
         events = []
         while self._timeline and self._timeline[0][0] <= when:
             _, _, event = heapq.heappop(self._timeline)
+            if isinstance(event, tuple) and event[0] == "step":
+                made = self._step(event[1], event[2])
+                if made is not None:
+                    events.append(made)
+                continue
             if isinstance(event, tuple) and event[0] == "node gone":
                 for worker_id, node in self.worker_node.items():
                     if node == event[1] and worker_id not in self.dead:

@@ -70,3 +70,32 @@ def may_feed(edge: EdgeState, budget: EdgeBudget, consumer_batch_size: int) -> b
         edge.queued_tasks + edge.expected_tasks < budget.max_tasks
         and edge.queued_bytes + edge.expected_bytes < budget.max_bytes
     )
+
+
+#: how far a running generator may get ahead of the controller's consent, in batches of the
+#: stage it feeds: one being taken while the next is made
+STREAM_WINDOW_BATCHES = 2
+
+
+def stream_window(consumer_batch_size: int, budget: EdgeBudget) -> int:
+    """Outputs one running generator batch may make before it waits to be allowed more
+    (``StageSpec.streams``): its consumer's next two batches, within the edge's task budget.
+    What a paused generator holds is one output at most (it waits at its ``yield``)."""
+    return max(1, min(STREAM_WINDOW_BATCHES * consumer_batch_size, budget.max_tasks))
+
+
+def stream_grant(
+    edge: EdgeState,
+    budget: EdgeBudget,
+    consumer_batch_size: int,
+    outstanding: int,
+    window: int,
+) -> int:
+    """How many more outputs a running generator batch may make, given the ``outstanding``
+    ones it is allowed and has not made yet: none while it has more than half its window
+    left (one message per half window, not per output), none while ``edge`` — counting
+    every running generator's outstanding outputs as expected — is full (``may_feed``, with
+    its deadlock rule), else enough to fill its window again."""
+    if outstanding > window // 2 or not may_feed(edge, budget, consumer_batch_size):
+        return 0
+    return window - outstanding

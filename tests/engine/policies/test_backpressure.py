@@ -180,3 +180,26 @@ def test_demand_budget_holds_about_a_second_of_the_consumers_pace() -> None:
     assert demand_budget(base, 1.0, 4, 8).max_tasks == 2 * 8 * 4  # two batches per worker
     assert demand_budget(base, 1e6, 4, 1).max_tasks == 1024  # never above the static budget
     assert demand_budget(base, 40.0, 4, 1).max_bytes == base.max_bytes
+
+
+def test_a_generators_window_is_two_of_its_consumers_batches_within_the_budget() -> None:
+    from conveyor.engine.policies.backpressure import stream_window
+
+    roomy = EdgeBudget(max_tasks=1024, max_bytes=10**9)
+    assert stream_window(1, roomy) == 2
+    assert stream_window(16, roomy) == 32
+    assert stream_window(16, EdgeBudget(max_tasks=8, max_bytes=10**9)) == 8
+
+
+def test_a_generator_is_allowed_more_only_past_half_its_window_and_with_room() -> None:
+    from conveyor.engine.policies.backpressure import stream_grant
+
+    budget = EdgeBudget(max_tasks=10, max_bytes=10 * MB)
+    empty = EdgeState(0, 0)
+    assert stream_grant(empty, budget, 1, outstanding=3, window=4) == 0  # not yet half used
+    assert stream_grant(empty, budget, 1, outstanding=2, window=4) == 2  # topped up
+    full = EdgeState(8, 800, expected_tasks=2)
+    assert stream_grant(full, budget, 1, outstanding=0, window=4) == 0  # paused
+    # however full by bytes, a consumer short of a batch is never starved (no deadlock)
+    short = EdgeState(3, 100 * MB)
+    assert stream_grant(short, budget, 4, outstanding=0, window=8) == 8
