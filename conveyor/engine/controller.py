@@ -566,7 +566,9 @@ class Controller:
         threads = self._busy(worker, stage.spec) if idle else None
         window = None
         if stage.spec.streams and not self.config.stage_at_a_time:
-            window = stream_window(self._consumer_batch(index + 1), self.budgets[index + 1])
+            size = stage.streamed_bytes / stage.streamed if stage.streamed else None
+            budget = self.budgets[index + 1]
+            window = stream_window(self._consumer_batch(index + 1), budget, size)
         for entries in groups:
             batch_id = next(self.batch_ids)
             batch = _Batch(batch_id, index, worker.worker_id, entries, alone, now, idle, threads)

@@ -112,6 +112,17 @@ def test_tiny3_quick(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixt
         assert text in out
 
 
+def test_streams_quick(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
+    bench = load("streams", monkeypatch)
+    args = ["--inputs", "2", "--outputs", "4", "--gap-ms", "50", "--consumer-ms", "5"]
+    figures = bench.main([*args, "--size", "100000", "--many", "300", "--cpus", "2"])
+    out = capsys.readouterr().out
+    assert "generator / list: first output" in out and "forwarding 300" in out
+    for label in ("list", "generator"):
+        assert figures[label]["first_output_s"] > 0 and figures[label]["wall_s"] > 0
+    assert set(figures["outputs_per_s"]) == {"list", "generator"}
+
+
 def test_dedup_quality_quick(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
     bench = load("dedup_quality", monkeypatch)
     bench.main(["--docs", "3000", "--shapes", "20x6"])

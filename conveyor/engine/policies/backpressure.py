@@ -73,15 +73,26 @@ def may_feed(edge: EdgeState, budget: EdgeBudget, consumer_batch_size: int) -> b
 
 
 #: how far a running generator may get ahead of the controller's consent, in batches of the
-#: stage it feeds: one being taken while the next is made
+#: stage it feeds (one being taken while the next is made) ...
 STREAM_WINDOW_BATCHES = 2
+#: ... or, where the edge's budgets leave room for more, this share of them: a quick
+#: generator is then told to go on once per many outputs, not after each
+STREAM_WINDOW_SHARE = 1 / 8
 
 
-def stream_window(consumer_batch_size: int, budget: EdgeBudget) -> int:
+def stream_window(
+    consumer_batch_size: int, budget: EdgeBudget, output_bytes: float | None = None
+) -> int:
     """Outputs one running generator batch may make before it waits to be allowed more
-    (``StageSpec.streams``): its consumer's next two batches, within the edge's task budget.
-    What a paused generator holds is one output at most (it waits at its ``yield``)."""
-    return max(1, min(STREAM_WINDOW_BATCHES * consumer_batch_size, budget.max_tasks))
+    (``StageSpec.streams``): its consumer's next two batches, or an eighth of the edge's
+    budgets where that is more (in tasks, and in bytes once ``output_bytes``, the measured
+    size of one output, is known), and never past the edge's task budget. What a paused
+    generator holds is one output at most (it waits at its ``yield``)."""
+    share = budget.max_tasks * STREAM_WINDOW_SHARE
+    if output_bytes:
+        share = min(share, budget.max_bytes * STREAM_WINDOW_SHARE / output_bytes)
+    wanted = max(STREAM_WINDOW_BATCHES * consumer_batch_size, int(share))
+    return max(1, min(wanted, budget.max_tasks))
 
 
 def stream_grant(

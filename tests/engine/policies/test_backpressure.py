@@ -185,10 +185,14 @@ def test_demand_budget_holds_about_a_second_of_the_consumers_pace() -> None:
 def test_a_generators_window_is_two_of_its_consumers_batches_within_the_budget() -> None:
     from conveyor.engine.policies.backpressure import stream_window
 
+    tight = EdgeBudget(max_tasks=16, max_bytes=10**9)
+    assert stream_window(1, tight) == 2
+    assert stream_window(16, tight) == 16  # never past the task budget
     roomy = EdgeBudget(max_tasks=1024, max_bytes=10**9)
-    assert stream_window(1, roomy) == 2
-    assert stream_window(16, roomy) == 32
-    assert stream_window(16, EdgeBudget(max_tasks=8, max_bytes=10**9)) == 8
+    assert stream_window(1, roomy) == 128  # an eighth of the budget: few messages
+    # outputs of 10 MB: an eighth of the byte budget is 12 of them
+    assert stream_window(1, roomy, output_bytes=10e6) == 12
+    assert stream_window(1, roomy, output_bytes=1e9) == 2  # two at least
 
 
 def test_a_generator_is_allowed_more_only_past_half_its_window_and_with_room() -> None:
