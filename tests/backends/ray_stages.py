@@ -315,3 +315,18 @@ class Arrivals(ProcessingStage[Any, Any]):
         if self.cost_s:
             time.sleep(self.cost_s)
         return key
+
+
+class Stalls(ProcessingStage[int, int]):
+    """Yields ``task`` outputs ``gap_s`` apart (a generator with ``timeout_s``)."""
+
+    name = "stalls"
+    timeout_s = 1.0
+
+    def __init__(self, gap_s: float) -> None:
+        self.gap_s = gap_s
+
+    def process(self, task: int) -> Any:
+        for j in range(task):
+            time.sleep(self.gap_s)
+            yield j

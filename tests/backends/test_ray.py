@@ -408,6 +408,25 @@ def test_a_paused_generator_on_ray_holds_a_few_outputs_not_all(
     assert float((tmp_path / "end-0").read_text()) >= arrivals[-60][1]
 
 
+def test_a_generators_timeout_and_journal_on_ray(address: str, tmp_path: Path) -> None:
+    # 8 outputs 0.4 s apart: longer than timeout_s in all, never a 1 s gap
+    fine = run([st.Stalls(0.4)], [8], RayBackend(address))
+    assert sorted(fine.outputs) == list(range(8)) and not fine.failures
+    executor = StreamingExecutor(RayBackend(address), max_attempts=1)
+    late = Pipeline("p", [st.Stalls(3.0)]).run(executor, [2])
+    assert [f.error_type for f in late.failures] == ["TaskTimeout"]
+    journal = tmp_path / "journal"
+    stages = [st.Trickle(tmp_path, 3, fail_once=(1,), fail_after=1)]
+    first = Pipeline("p", stages).run(
+        StreamingExecutor(RayBackend(address)), range(3), journal=journal
+    )
+    assert sorted(first.outputs) == [(i, j) for i in range(3) for j in range(3)]
+    again = Pipeline("p", stages).run(
+        StreamingExecutor(RayBackend(address)), range(3), journal=journal
+    )
+    assert again.counts["skipped"] == 3
+
+
 @pytest.mark.slow
 def test_worker_killed_from_outside_is_replaced_and_nothing_is_lost(address: str) -> None:
     backend = RayBackend(address)

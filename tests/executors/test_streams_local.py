@@ -15,7 +15,7 @@ from conveyor import Pipeline, ProcessingStage
 from conveyor.backends import LocalBackend
 from conveyor.executors import BatchExecutor, StreamingExecutor
 from conveyor.result import RunResult
-from tests.backends.ray_stages import Arrivals, Trickle
+from tests.backends.ray_stages import Arrivals, Stalls, Trickle
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -102,21 +102,6 @@ def test_the_journal_follows_every_output_of_a_generator(tmp_path: Path) -> None
     assert len(first.outputs) == 12
     again = Pipeline("p", stages).run(StreamingExecutor(LocalBackend()), range(4), journal=journal)
     assert again.counts["skipped"] == 4 and again.outputs == []
-
-
-class Stalls(ProcessingStage[int, int]):
-    """Yields ``task`` outputs ``gap_s`` apart (a generator with ``timeout_s``)."""
-
-    name = "stalls"
-    timeout_s = 1.0
-
-    def __init__(self, gap_s: float) -> None:
-        self.gap_s = gap_s
-
-    def process(self, task: int) -> Any:
-        for j in range(task):
-            time.sleep(self.gap_s)
-            yield j
 
 
 def test_timeout_bounds_each_gap_between_outputs_on_the_local_backend() -> None:
