@@ -8,7 +8,9 @@ and the log rotates into at most ``max_parts`` files of ``max_part_bytes`` each,
 days cannot fill a disk: the oldest part goes, and a ``capped`` line says how much went.
 
 Schema (``t``: seconds since the run started): ``run_start``, ``snapshot``, ``decision``,
-``worker``, ``failure``, ``run_end``, ``capped``; see docs/observability.md.
+``worker``, ``failure``, ``run_end``, ``capped``; see docs/observability.md. Snapshots also
+carry what the machine's CPUs (and GPUs) did, measured by ``HostSampler``: what the workers
+hold does not say whether the machine was full.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from conveyor.engine.events import (
     RunStarted,
     WorkerEvent,
 )
+from conveyor.monitor.host_usage import HostSampler, HostTotals
 
 if TYPE_CHECKING:
     from conveyor.result import RunResult
@@ -40,6 +43,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 EVENTS_FILE = "events.jsonl"
+#: how far the run's clock may run ahead of the wall clock (seconds, and a share of the
+#: time so far) before its time counts as virtual (a simulator's) and the host is no longer
+#: measured; behind it, where a snapshot handed over late also puts it, more is allowed
+CLOCK_AHEAD = (0.5, 0.1)
+CLOCK_BEHIND = (2.0, 0.5)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -66,6 +74,11 @@ class EventLog:
     monitor sees replaces the folder's old log; the next ones (the passes of a job) are
     appended, each starting with its own ``run_start``. Snapshots are written every
     ``snapshot_interval_s`` seconds of run time and at each decision.
+
+    ``measure_host`` adds the machine's CPU use, the run's own processes' and,
+    where the cluster has GPUs, the GPUs' utilisation to the snapshots (``HostSampler``).
+    A run whose clock parts from the wall clock (the simulator's virtual time) stops being
+    measured at the first snapshot that shows it: the machine's use says nothing about it.
     """
 
     def __init__(
@@ -77,6 +90,7 @@ class EventLog:
         snapshot_interval_s: float = 1.0,
         max_part_bytes: int = 64 * 1024 * 1024,
         max_parts: int = 4,
+        measure_host: bool = True,
     ) -> None:
         if snapshot_interval_s <= 0:
             raise ValueError(
@@ -92,6 +106,7 @@ class EventLog:
         self.snapshot_interval_s = snapshot_interval_s
         self.max_part_bytes = max_part_bytes
         self.max_parts = max_parts
+        self.measure_host = measure_host
         self.path = part_path(self.run_dir, 0)
         #: the report written at the end of the last run (``report=True``), else ``None``
         self.report_path: Path | None = None
@@ -106,6 +121,8 @@ class EventLog:
         self._last_flush = float("-inf")
         self._prev: dict[str, tuple[float, float]] = {}  # stage -> (elapsed, busy_s)
         self._last_elapsed = 0.0
+        self._host: HostSampler | None = None
+        self._host_t0 = 0.0  # the run's time when the host's measures began
 
     # -- the Monitor protocol -------------------------------------------------------------
     def on_start(self, pipeline: str, stages: list[str]) -> None:
@@ -126,9 +143,11 @@ class EventLog:
         self._prev = {}
         self._last_elapsed = 0.0
         self.report_path = None
+        self._stop_host()
 
     def on_event(self, event: RunEvent) -> None:
         if isinstance(event, RunStarted):
+            self._start_host(event)
             record = self._started(event)
             self._run_start = json.dumps(record, default=str)
             self._write_line(self._run_start)
@@ -191,8 +210,10 @@ class EventLog:
                 "first_output_s": result.first_output_s,
                 "counts": dict(result.counts),
                 "stages": {name: stats.as_dict() for name, stats in result.stats.items()},
+                **self._host_fields(result.wall_s),
             }
         )
+        self._stop_host()
         self.close()
         self._write_report()
 
@@ -238,6 +259,7 @@ class EventLog:
             log.warning("could not write the run report in %s: %s", self.run_dir, exc)
 
     def close(self) -> None:
+        self._stop_host()
         if self._file is not None:
             self._file.close()
             self._file = None
@@ -271,6 +293,7 @@ class EventLog:
                 "platform": platform.platform(),
                 "python": sys.version.split()[0],
                 "conveyor": _version(),
+                **self._host_start_fields(),
             },
         }
 
@@ -310,8 +333,43 @@ class EventLog:
             "source_exhausted": snap.source_exhausted,
             "cpus_reserved": round(snap.cpus_reserved, 4),
             "gpus_reserved": round(snap.gpus_reserved, 4),
+            **self._host_fields(snap.elapsed_s),
             "stages": stages,
         }
+
+    # -- the machine's use ----------------------------------------------------------------
+    def _start_host(self, event: RunStarted) -> None:
+        self._stop_host()
+        if not self.measure_host:
+            return
+        gpus = any(float(node.get("gpus") or 0) > 0 for node in event.nodes)
+        self._host = HostSampler(gpus=gpus)
+        self._host_t0 = event.t
+
+    def _stop_host(self) -> None:
+        if self._host is not None:
+            self._host.close()
+            self._host = None
+
+    def _host_start_fields(self) -> dict[str, Any]:
+        """What the host measurements cover: the CPUs watched, the GPUs measured."""
+        if self._host is None:
+            return {}
+        return {"cpus": len(self._host.cpus), "gpus": self._host.gpu_count}
+
+    def _host_fields(self, run_t: float) -> dict[str, Any]:
+        """The host's counters now (``run_t``: the run's time now), or nothing where the
+        host is not measured or the run's clock turns out not to be the wall clock."""
+        if self._host is None:
+            return {}
+        totals = self._host.sample()
+        run_s, wall_s = run_t - self._host_t0, totals.wall_s
+        ahead = run_s - wall_s > CLOCK_AHEAD[0] + CLOCK_AHEAD[1] * wall_s
+        behind = wall_s - run_s > CLOCK_BEHIND[0] + CLOCK_BEHIND[1] * run_s
+        if ahead or behind:
+            self._stop_host()
+            return {}
+        return _totals_record(totals)
 
     # -- writing, rotation ----------------------------------------------------------------
     def _write(self, record: dict[str, Any]) -> None:
@@ -349,6 +407,16 @@ class EventLog:
         if dropped:
             t = round(self._last_elapsed, 4)
             self._write({"type": "capped", "t": t, "dropped": dropped})
+
+
+def _totals_record(totals: HostTotals) -> dict[str, Any]:
+    record = {
+        "host_cpu_s": round(totals.host_cpu_s, 3),
+        "run_cpu_s": round(totals.run_cpu_s, 3),
+    }
+    if totals.gpu_s is not None:
+        record["host_gpu_s"] = round(totals.gpu_s, 3)
+    return record
 
 
 def _version() -> str:

@@ -1,5 +1,6 @@
 """What a run's numbers say: per-stage summaries over the steady part of the run, the
-bottleneck, starved stages, the autoscaler's rebalancing; and series reduced for drawing."""
+bottleneck, starved stages, whether the machine itself was full (``report.machine``), the
+autoscaler's rebalancing; and series reduced for drawing."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from conveyor.report.load import RunLog
+from conveyor.report.machine import MachineLoad, also_full_lines, limit_lines, resource_lines
 
 #: busy fraction from which a stage counts as saturated
 SATURATED = 0.8
@@ -16,6 +18,9 @@ SATURATED = 0.8
 PRESSURED = 0.6
 #: busy fraction under which a stage counts as idle
 IDLE = 0.5
+#: share of their busy time a stage's workers computed under which, while the machine's
+#: cores were full, they were mostly waiting for a core rather than saturated by their work
+COMPUTING = 0.5
 
 
 @dataclass
@@ -26,6 +31,7 @@ class StageSummary:
     workers: float = math.nan  # mean ready workers over the window
     rate: float = math.nan  # tasks/s completed over the window
     starved_share: float = 0.0  # share of the window idle with an empty input queue
+    computing: float = math.nan  # CPU time over busy time of its workers (whole run)
     state: str = ""  # "bottleneck", "saturated", "starved", "blocked", "ok", "idle"
 
 
@@ -37,10 +43,20 @@ class Verdict:
     saturated: list[str]
     starved: list[str]
     blocked: list[str]
+    #: stages busy enough to look saturated whose workers mostly waited for a core (the
+    #: machine's CPUs were full): not bottlenecks of their own
+    waiting: list[str]
     decisions: int
     changes_up: int
     changes_down: int
+    machine: MachineLoad = field(default_factory=MachineLoad)
     lines: list[str] = field(default_factory=list)
+
+    @property
+    def limits(self) -> tuple[str, ...]:
+        """What of the machine was full (``MachineLoad.limits``): ``"cpus"``, ``"budget"``,
+        ``"gpus"``; empty when nothing was, or the host was not measured."""
+        return self.machine.limits
 
 
 def steady_window(run: RunLog) -> tuple[float, float]:
@@ -131,17 +147,26 @@ def analyse(run: RunLog) -> Verdict:
             starved[np.nan_to_num(stage["ready"]) <= 0] = np.nan
             share = _weighted_mean(times, starved, lo, hi)
             s.starved_share = 0.0 if math.isnan(share) else share
+        s.computing = _computing(run, name)
         summaries[name] = s
 
+    machine = machine_load(run, (lo, hi))
     names = list(summaries)
     measured = [s for s in summaries.values() if not math.isnan(s.busy)]
-    saturated = [s for s in measured if s.busy >= SATURATED]
+    waiting = []
+    if "cpus" in machine.limits:
+        # the cores were full: a stage busy mostly waiting for one is not saturated by its
+        # own work (a GPU stage's workers may be waiting for their GPU instead)
+        gpus = _stage_gpus(run)
+        waiting = [s for s in measured if s.computing < COMPUTING and not gpus.get(s.name, 0.0) > 0]
+    candidates = [s for s in measured if s not in waiting]
+    saturated = [s for s in candidates if s.busy >= SATURATED]
     bottleneck = _bottleneck(saturated, names)
     if bottleneck is None and not saturated:
         # nothing at full load, but a busy stage with work piling up in front of it
         pressured = [
             s
-            for s in measured
+            for s in candidates
             if s.busy >= PRESSURED and _waiting(s) >= max(4.0, 2 * np.nan_to_num(s.workers))
         ]
         if pressured:
@@ -174,12 +199,85 @@ def analyse(run: RunLog) -> Verdict:
         saturated=[s.name for s in saturated],
         starved=starved,
         blocked=blocked,
+        waiting=[s.name for s in waiting if s.busy >= SATURATED],
         decisions=len(run.decisions),
         changes_up=up,
         changes_down=down,
+        machine=machine,
     )
     verdict.lines = _verdict_lines(run, verdict)
     return verdict
+
+
+def machine_load(run: RunLog, window: tuple[float, float]) -> MachineLoad:
+    """What the workers held and, where the log measured the host, what the machine did over
+    ``window``. The host is this machine only: on a cluster of several nodes its measures
+    say nothing about the others, and they are left out."""
+    cluster = run.start.get("cluster") or {}
+    host = run.start.get("host") or {}
+    values = run.run_values
+    times = run.times
+
+    def held(key: str) -> float:
+        column = values.get(f"{key}_reserved")
+        if column is None or not len(column):
+            return math.nan
+        return _weighted_mean(times, column, *window)
+
+    def rate(key: str) -> float:
+        """Growth per second over the window, where the counter covers most of it (a log
+        stops measuring a run whose clock turns out virtual)."""
+        column = values.get(key)
+        if column is None or not len(column):
+            return math.nan
+        lo, hi = window
+        inside = times[(times >= lo) & (times <= hi) & ~np.isnan(column)]
+        if len(inside) < 2 or inside[-1] - inside[0] < 0.5 * (hi - lo):
+            return math.nan
+        return _rate(times, column, *window)
+
+    nodes = cluster.get("nodes")
+    one_machine = isinstance(nodes, list) and len(nodes) == 1
+    measured = {
+        "cores": _num(host.get("cpus")),
+        "cores_busy": rate("host_cpu_s"),
+        "run_cpus": rate("run_cpu_s"),
+        "gpus": _num(host.get("gpus")),
+        "gpus_busy": rate("host_gpu_s"),
+    }
+    if not one_machine:
+        measured = {}
+    return MachineLoad(
+        cpus=_num(cluster.get("cpus")),
+        cpus_held=held("cpus"),
+        cluster_gpus=_num(cluster.get("gpus")),
+        gpus_held=held("gpus"),
+        **measured,
+    )
+
+
+def _computing(run: RunLog, name: str) -> float:
+    """The share of its workers' busy time a stage spent computing (its CPU time over its
+    busy time, from the run's end; more than 1 with several threads)."""
+    stats = ((run.end or {}).get("stages") or {}).get(name)
+    if not isinstance(stats, dict):
+        return math.nan
+    cpu, busy = _num(stats.get("cpu_s")), _num(stats.get("busy_s"))
+    return cpu / busy if busy > 0 else math.nan
+
+
+def _stage_gpus(run: RunLog) -> dict[str, float]:
+    return {
+        str(c.get("name")): _num(c.get("gpus"))
+        for c in run.start.get("stages") or []
+        if isinstance(c, dict)
+    }
+
+
+def _num(value: object) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return math.nan
 
 
 def _bottleneck(saturated: list[StageSummary], names: list[str]) -> str | None:
@@ -240,6 +338,9 @@ def _verdict_lines(run: RunLog, v: Verdict) -> list[str]:
                 f". Its workers are pinned (num_workers={pinned}): the autoscaler cannot add any"
             )
         lines.append(text + ".")
+        lines += also_full_lines(v.machine, v.bottleneck)
+    elif v.limits:
+        lines += limit_lines(v.machine, window, _stages_under_a_full_machine(v))
     elif v.saturated:
         busy = ", ".join(f"{n} {v.stages[n].busy:.0%}" for n in v.saturated)
         lines.append(
@@ -254,9 +355,7 @@ def _verdict_lines(run: RunLog, v: Verdict) -> list[str]:
         )
     else:
         lines.append("No snapshots: the log holds no per-stage measurements.")
-    held = _resources_line(run, v.window)
-    if held:
-        lines.append(held)
+    lines += resource_lines(v.machine)
     if v.starved:
         parts = [f"{n} ({v.stages[n].starved_share:.0%} of the time)" for n in v.starved]
         lines.append(
@@ -279,22 +378,20 @@ def _verdict_lines(run: RunLog, v: Verdict) -> list[str]:
     return lines
 
 
-def _resources_line(run: RunLog, window: tuple[float, float]) -> str:
-    cluster = run.start.get("cluster") or {}
-    parts = []
-    for key, label in (("gpus", "GPUs"), ("cpus", "CPUs")):
-        total = cluster.get(key)
-        held = run.run_values.get(f"{key}_reserved")
-        if not isinstance(total, (int, float)) or not total or held is None or not len(held):
-            continue
-        mean = _weighted_mean(run.times, held, *window)
-        if math.isnan(mean):
-            continue
-        full = " (all of them)" if mean >= 0.95 * total else ""
-        parts.append(f"{mean:.3g} of {total:.3g} {label}{full}")
-    if not parts:
-        return ""
-    return "Resources held by the workers on average: " + ", ".join(parts) + "."
+def _stages_under_a_full_machine(v: Verdict) -> str:
+    """How the stages looked while the machine was full: nothing saturated, several alike,
+    or busy stages that mostly waited for a core."""
+    if len(v.saturated) > 1:
+        busy = ", ".join(f"{n} {v.stages[n].busy:.0%}" for n in v.saturated)
+        return f"{len(v.saturated)} stages were saturated alike ({busy} busy)"
+    if v.waiting:
+        parts = [
+            f"{n} was {v.stages[n].busy:.0%} busy but computing only "
+            f"{v.stages[n].computing:.0%} of that time"
+            for n in v.waiting
+        ]
+        return f"No stage was saturated by its own work: {', '.join(parts)}, waiting for a core"
+    return f"No stage was saturated by itself (none ≥ {SATURATED:.0%} busy)"
 
 
 # -- series for drawing ---------------------------------------------------------------------

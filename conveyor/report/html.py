@@ -103,6 +103,8 @@ def _run_section(run: RunLog, run_id: str, index: int, total: int, events: RunEv
     out.append(
         '<div class="verdict" data-bottleneck="'
         + _e(verdict.bottleneck or "")
+        + '" data-limit="'
+        + _e(" ".join(verdict.limits))
         + '"><h2>At a glance</h2><ul>'
         + "".join(f"<li>{_e(line)}</li>" for line in verdict.lines)
         + "</ul></div>"

@@ -39,8 +39,18 @@ STAGE_FIELDS = (
     "task_time_s",
     "done",
 )
-#: run-wide snapshot fields
-RUN_FIELDS = ("inputs", "outputs", "source_exhausted", "cpus_reserved", "gpus_reserved")
+#: run-wide snapshot fields; ``host_cpu_s``, ``run_cpu_s`` and ``host_gpu_s`` are counters
+#: of the machine's use since the run started (NaN in logs written before they were)
+RUN_FIELDS = (
+    "inputs",
+    "outputs",
+    "source_exhausted",
+    "cpus_reserved",
+    "gpus_reserved",
+    "host_cpu_s",
+    "run_cpu_s",
+    "host_gpu_s",
+)
 
 
 class ReportError(Exception):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -71,6 +72,10 @@ def test_a_simulated_run_is_logged_from_start_to_end(tmp_path: Path) -> None:
     assert ready and all(w["setup_s"] >= 5 for w in ready)
     failures = [e for e in events if e["type"] == "failure"]
     assert len(failures) == len(sim.result.failures)
+    # the simulator's time is virtual: the machine's use says nothing about it, and the log
+    # stops measuring it as soon as the run's clock parts from the wall clock
+    measured = [e["t"] for e in events if "host_cpu_s" in e or "run_cpu_s" in e]
+    assert max(measured, default=0.0) < 1.0, measured
     end = events[-1]
     assert end["completed"] is True
     assert end["counts"] == sim.result.counts
@@ -101,6 +106,23 @@ def test_a_local_run_logs_its_failures_with_tracebacks(tmp_path: Path) -> None:
     kinds = {e["event"] for e in events if e["type"] == "worker"}
     assert {"start", "ready", "stop"} <= kinds
     assert events[-1]["type"] == "run_end" and events[-1]["counts"]["outputs"] == 49
+    # the machine's use, measured: counters since the start that only grow
+    assert events[0]["host"]["cpus"] == len(os.sched_getaffinity(0))
+    assert events[0]["host"]["gpus"] == 0  # the cluster has none: GPUs are not asked for
+    measured = [e for e in events if e["type"] in ("snapshot", "run_end")]
+    for key in ("host_cpu_s", "run_cpu_s"):
+        values = [e[key] for e in measured]
+        assert values == sorted(values) and values[-1] > 0, key
+    assert not any("host_gpu_s" in e for e in measured)
+
+
+def test_measuring_the_host_can_be_turned_off(tmp_path: Path) -> None:
+    log = EventLog(tmp_path, measure_host=False)
+    pipeline = Pipeline("numbers").add_stage(_work)
+    pipeline.run(StreamingExecutor(LocalBackend(num_cpus=2), monitors=[log]), range(5))
+    events = _lines(tmp_path)
+    assert "cpus" not in events[0]["host"]
+    assert not any("host_cpu_s" in e for e in events)
 
 
 def test_the_log_rotates_and_says_what_it_dropped(tmp_path: Path) -> None:

@@ -286,3 +286,67 @@ ODD_LOGS = {
         {"type": "run_end", "counts": None},
     ],
 }
+
+
+# -- the machine's use (host_cpu_s, run_cpu_s, host_gpu_s: counters since the start) -------
+SHARED = ("decode", "encode", "write")
+
+
+def with_host(
+    events: list[dict[str, Any]],
+    cores: float,
+    busy: float,
+    run: float | None = None,
+    gpus: float = 0,
+    gpu_busy: float | None = None,
+) -> list[dict[str, Any]]:
+    """``events`` as EventLog writes them where it measures the host: ``cores`` CPUs
+    watched, ``busy`` of them busy all along (``run`` by the run itself), and ``gpus`` GPUs
+    ``gpu_busy`` busy."""
+    out = []
+    for event in events:
+        event = dict(event)
+        if event["type"] == "run_start":
+            event["host"] = {**event["host"], "cpus": cores, "gpus": gpus}
+        elif event["type"] in ("snapshot", "run_end"):
+            t = float(event["t"])
+            event["host_cpu_s"] = round(busy * t, 3)
+            event["run_cpu_s"] = round((busy if run is None else run) * t, 3)
+            if gpu_busy is not None:
+                event["host_gpu_s"] = round(gpu_busy * t, 3)
+        out.append(event)
+    return out
+
+
+def shared_cores_run(
+    seconds: int = 60, busy: tuple[float, ...] = (0.7, 0.6, 0.5), computing: float = 0.8
+) -> list[dict[str, Any]]:
+    """``decode -> encode -> write`` on a 2-CPU machine, CPUs shared by time: each stage's
+    workers busy ``busy`` of the time (and computing ``computing`` of that), a few tasks
+    queued, 7.18 CPUs held between them; no host measures (see ``with_host``)."""
+    start = run_start("shared", SHARED)
+    start["cluster"] = {"nodes": [{"node_id": "node-a", "cpus": 2.0, "gpus": 0.0}],
+                        "cpus": 2.0, "gpus": 0.0}  # fmt: skip
+    for stage in start["stages"]:
+        stage["gpus"] = 0.0
+    events: list[dict[str, Any]] = [start]
+    for t in range(1, seconds + 1):
+        rows = [
+            {"name": name, "ready": 2, "starting": 0, "target": 2, "queued": 2,
+             "queued_bytes": 8192, "in_flight": 2, "tasks_in": 4 * t, "tasks_out": 4 * t,
+             "filtered": 0, "failed": 0, "retried": 0, "busy": busy[i], "task_time_s": 0.4,
+             "done": False}
+            for i, name in enumerate(SHARED)
+        ]  # fmt: skip
+        snapshot = {"type": "snapshot", "t": float(t), "inputs": 4 * t + 2, "outputs": 4 * t,
+                    "source_exhausted": False, "cpus_reserved": 7.18, "gpus_reserved": 0.0,
+                    "stages": rows}  # fmt: skip
+        events.append(snapshot)
+    end = run_end(float(seconds))
+    end["stages"] = {
+        name: {"tasks_in": 4 * seconds, "busy_s": 2 * busy[i] * seconds,
+               "cpu_s": 2 * busy[i] * seconds * computing}
+        for i, name in enumerate(SHARED)
+    }  # fmt: skip
+    events.append(end)
+    return events

@@ -15,7 +15,9 @@ from tests.report.events import (
     FAILURE_MESSAGES,
     ODD_LOGS,
     STAGES,
+    shared_cores_run,
     three_stage_run,
+    with_host,
     write_events,
     write_rotated,
 )
@@ -175,3 +177,20 @@ def test_odd_logs_open_without_errors(tmp_path: Path, open_report: Any) -> None:
         opened = open_report(write_report(run_dir))
         assert opened.page.locator("section.run").count() >= 1, name
         assert opened.errors == [] and opened.blocked == [], name
+
+
+def test_the_machine_verdict_reads_in_the_page(tmp_path: Path, open_report: Any) -> None:
+    events = with_host(shared_cores_run(), cores=2, busy=1.9, run=1.85)
+    write_events(tmp_path / "events.jsonl", events)
+    opened = open_report(write_report(tmp_path))
+    verdict = opened.page.locator(".verdict")
+    assert verdict.get_attribute("data-limit") == "cpus"
+    items = verdict.locator("li")
+    assert (
+        items.nth(0)
+        .inner_text()
+        .startswith("The machine's CPUs were the limit: 1.90 of 2 cores busy on average")
+    )
+    assert items.nth(0).is_visible()
+    assert "a worker holds a share of the cores' time" in verdict.inner_text()
+    assert opened.errors == [] and opened.blocked == []
