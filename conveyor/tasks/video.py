@@ -5,8 +5,11 @@ A video travels in pieces. Before splitting, one task is one source file (probed
 errors). Shot detection cuts it into frame windows (``FrameWindow``: low-resolution frames
 and, once detected, the transitions in them), and splitting emits *chunks*: tasks that each
 hold a few consecutive clips of one video, numbered ``chunk_index`` with ``last_chunk`` set on
-the final one, so the writer knows when a video is complete. Every later stage works on the
-chunk's clips, so clips flow downstream independently of the rest of their video.
+the final one. The transcoder, which cuts a chunk's clips from one decode of the source,
+sends each clip on as soon as it is encoded: one *part* of its chunk (``part`` of ``parts``),
+so the writer knows a video is complete once it has every part of every chunk. Every later
+stage works on the clips of what it is given, so clips flow downstream independently of the
+rest of their video.
 
 Errors are data: a video that cannot be read carries ``errors`` and no clips, and travels on to
 the writer, which records it; a clip that fails a stage carries ``errors`` and is not kept.
@@ -89,12 +92,15 @@ class VideoMetadata:
 class MotionScores:
     """A clip's motion from its codec's vectors, in fractions of the frame width per frame:
     the frames' mean and the stillest ``patch`` x ``patch`` square's (``frames``: how many
-    frames had vectors; none says nothing about motion)."""
+    frames had vectors; none says nothing about motion). ``source`` says whose vectors:
+    ``"source"`` (the source video's, read while the clip was cut) or ``"clip"`` (the encoded
+    clip's)."""
 
     patch: int
     global_mean: float
     patch_min: float
     frames: int
+    source: str = "clip"
 
 
 @dataclass
@@ -132,8 +138,9 @@ class Clip:
     #: runs the packaged EfficientNet-Lite0 (whose classifier head is one matrix product past
     #: the features it pools) for the tagger; dropped with the frames
     class_probabilities: np.ndarray | None = field(default=None, repr=False)
-    #: the codec's motion vectors summed up by the frame extractor, which decodes every frame
-    #: anyway, for the motion filter behind it (which otherwise decodes the clip itself)
+    #: the codec's motion vectors summed up by a pass that decodes every frame anyway (the
+    #: transcoder's over the source, or a frame extractor's over the clip), for the motion
+    #: filter (which otherwise decodes the clip itself)
     motion: MotionScores | None = field(default=None, repr=False)
     #: stage name -> reason, for failures of this clip
     errors: dict[str, str] = field(default_factory=dict)
@@ -210,6 +217,10 @@ class Video:
     #: position of this chunk among the video's chunks; ``last_chunk`` marks the final one
     chunk_index: int = 0
     last_chunk: bool = False
+    #: this task is part ``part`` of ``parts`` of its chunk (the transcoder sends each clip on
+    #: as it is encoded: ``part_of``); a whole chunk is part 0 of 1
+    part: int = 0
+    parts: int = 1
     #: set while shot detection works on a window of this video
     window: FrameWindow | None = None
     #: shot transitions found since the previous chunk, as inclusive frame pairs (a hard cut
@@ -240,7 +251,32 @@ class Video:
     def chunk(self, clips: list[Clip], index: int, last: bool) -> Video:
         """A copy of this video holding ``clips`` as chunk ``index``."""
         return replace(
-            self, clips=clips, chunk_index=index, last_chunk=last, window=None, transitions=[]
+            self,
+            clips=clips,
+            chunk_index=index,
+            last_chunk=last,
+            part=0,
+            parts=1,
+            window=None,
+            transitions=[],
+        )
+
+    def part_of(self, index: int, count: int, clips: list[Clip]) -> Video:
+        """A copy of this chunk holding ``clips`` as its part ``index`` of ``count``.
+
+        What the chunk says once for all its clips (its transitions, errors and damaged
+        packets so far) rides on part 0 only, so that the writer records it once whatever
+        order the parts arrive in.
+        """
+        first = index == 0
+        return replace(
+            self,
+            clips=clips,
+            part=index,
+            parts=count,
+            transitions=list(self.transitions) if first else [],
+            errors=dict(self.errors) if first else {},
+            damaged_packets=self.damaged_packets if first else 0,
         )
 
 
@@ -263,6 +299,8 @@ class VideoTask(Task[Video]):
         if video is None:
             return f"VideoTask(id={self.task_id or '?'})"
         where = f", window={video.window.index}" if video.window is not None else ""
+        if video.parts > 1:
+            where += f", part={video.part}/{video.parts}"
         return (
             f"VideoTask(id={self.task_id or '?'}, video={video.relative_path!r}, "
             f"chunk={video.chunk_index}{where}, clips={len(video.clips)})"

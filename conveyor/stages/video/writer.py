@@ -1,12 +1,16 @@
 """Writing clips, metadata and embeddings (the layout is in ``conveyor.stages.video.layout``).
 
-The writer takes chunks in any order. For each chunk it logs the clip ids it is about to
-write (the intent), writes the clips, their metas and the chunk's embedding rows, then the
-chunk's record, all in staging. When every chunk of a video is recorded, the video is
-finalised: its embeddings are gathered into ``embeddings/<video_id>.parquet``, its record is
-written to ``videos/<relative path>.json`` (that file's existence is what "complete" means
-to the next run) and its staging is removed. Two workers finishing a video's last chunks at
-once both finalise it, writing identical files: harmless, and no lock is needed.
+The writer takes chunks, and parts of chunks (``Video.part`` of ``Video.parts``: the
+transcoder sends each clip on as it is encoded), in any order. For each it logs the clip ids
+it is about to write (the intent), writes the clips, their metas and its embedding rows,
+then its record, all in staging, named by chunk and part. When every part of every chunk of
+a video is recorded, the video is finalised: its embeddings are gathered into
+``embeddings/<video_id>.parquet`` in clip order, its record is written to
+``videos/<relative path>.json`` (that file's existence is what "complete" means to the next
+run) and its staging is removed. What a chunk says once (transitions, errors, damaged
+packets) rides on one of its parts, so adding the records up counts it once. Two workers
+finishing a video's last parts at once both finalise it, writing identical files: harmless,
+and no lock is needed.
 """
 
 from __future__ import annotations
@@ -52,6 +56,9 @@ def clip_meta(clip: Clip, video: Video, location: str | None) -> dict[str, Any]:
         "captions": dict(clip.captions),
         "has_embedding": clip.embedding is not None,
         "duplicate_of": clip.duplicate_of,
+        # whose motion vectors scored it: the source's, or the encoded clip's (a source
+        # whose decoder exports none, or --motion-source clip)
+        "motion_source": clip.motion.source if clip.motion and clip.motion.frames else None,
         "source": {
             "width": meta.width if meta else None,
             "height": meta.height if meta else None,
@@ -85,7 +92,8 @@ def _embedding_table(clips: list[Clip], attribute: str, with_text: bool = False)
 
 
 class ClipWriter(ProcessingStage[VideoTask, VideoTask]):
-    """Write each chunk's clips and records under ``output``; finalise complete videos.
+    """Write each chunk's (or part's) clips and records under ``output``; finalise complete
+    videos.
 
     Kept clips go to ``clips/``, filtered ones to ``filtered_clips/`` only with
     ``write_filtered``; every clip made gets a meta. Returns the chunk without its bytes,
@@ -105,7 +113,7 @@ class ClipWriter(ProcessingStage[VideoTask, VideoTask]):
         layout = OutputLayout(self.output)
         staging = layout.staging_dir(video.video_id)
         staging.mkdir(parents=True, exist_ok=True)
-        name = f"{video.chunk_index:06d}"
+        name = f"{video.chunk_index:06d}-{video.part:06d}"
         layout.write_json(
             staging / f"intent-{name}.json", {"clip_ids": [c.clip_id for c in video.clips]}
         )
@@ -137,8 +145,7 @@ class ClipWriter(ProcessingStage[VideoTask, VideoTask]):
             records = [json.loads(p.read_bytes()) for p in sorted(staging.glob("chunk-*.json"))]
         except (FileNotFoundError, ValueError):
             return  # another worker is finalising this video right now
-        last = [r["chunk_index"] for r in records if r["last"]]
-        if not last or {r["chunk_index"] for r in records} != set(range(last[0] + 1)):
+        if not _complete(records):
             return
         try:
             embeddings = _concat(layout, sorted(staging.glob("embed-*.parquet")))
@@ -161,6 +168,21 @@ class ClipWriter(ProcessingStage[VideoTask, VideoTask]):
         layout.remove_tree(staging)
 
 
+def _complete(records: list[dict[str, Any]]) -> bool:
+    """Whether the staged records hold every part of every chunk up to the last one."""
+    last = [r["chunk_index"] for r in records if r["last"]]
+    if not last:
+        return False
+    parts: dict[int, set[int]] = {}
+    counts: dict[int, int] = {}
+    for record in records:
+        parts.setdefault(record["chunk_index"], set()).add(record["part"])
+        counts[record["chunk_index"]] = record["parts"]
+    if set(parts) != set(range(last[0] + 1)):
+        return False
+    return all(parts[i] == set(range(counts[i])) for i in parts)
+
+
 def _concat(layout: OutputLayout, paths: list[StoragePath]) -> Any:
     import pyarrow as pa
 
@@ -176,6 +198,8 @@ def _chunk_record(video: Video, made: list[Clip]) -> dict[str, Any]:
             filtered.setdefault(clip.filtered_by, []).append(clip.clip_id)
     return {
         "chunk_index": video.chunk_index,
+        "part": video.part,
+        "parts": video.parts,
         "last": video.last_chunk,
         "clips": [c.clip_id for c in made],
         "kept": [c.clip_id for c in made if c.kept],
@@ -195,7 +219,7 @@ def _chunk_record(video: Video, made: list[Clip]) -> dict[str, Any]:
 def _video_record(
     video: Video, chunks: list[dict[str, Any]], has_embeddings: bool
 ) -> dict[str, Any]:
-    chunks = sorted(chunks, key=lambda r: r["chunk_index"])
+    chunks = sorted(chunks, key=lambda r: (r["chunk_index"], r["part"]))
     errors: dict[str, str] = {}
     filtered: dict[str, list[str]] = {}
     for chunk in chunks:
@@ -214,7 +238,7 @@ def _video_record(
         "status": "failed" if errors else "ok",
         "errors": errors,
         "metadata": meta.as_dict() if meta else None,
-        "num_chunks": len(chunks),
+        "num_chunks": len({c["chunk_index"] for c in chunks}),
         "clips": made,
         # why a readable video gave nothing: the splitter's length rules are all that can
         "no_clips": None if errors or made else NO_CLIPS,

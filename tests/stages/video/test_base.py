@@ -311,6 +311,24 @@ def test_chunk_is_a_copy_with_its_own_clips() -> None:
     assert len(video.clips) == 3 and video.chunk_index == 0 and video.transitions == [(10, 9)]
 
 
+def test_a_part_of_a_chunk_holds_one_clip_and_the_chunks_own_facts_ride_on_part_0() -> None:
+    video = make_video(3, chunk_index=2, last_chunk=True, transitions=[(10, 9)])
+    video.damaged_packets = 4
+    parts = [video.part_of(k, 3, [clip]) for k, clip in enumerate(video.clips)]
+    assert [(p.part, p.parts, p.chunk_index, p.last_chunk) for p in parts] == [
+        (0, 3, 2, True),
+        (1, 3, 2, True),
+        (2, 3, 2, True),
+    ]
+    assert [p.clips for p in parts] == [[c] for c in video.clips]
+    assert [p.transitions for p in parts] == [[(10, 9)], [], []]
+    assert [p.damaged_packets for p in parts] == [4, 0, 0]
+    assert "part=1/3" in VideoTask(data=parts[1]).short_repr()
+    again = parts[1].chunk(video.clips, 5, False)  # a chunk made from it is whole again
+    assert (again.part, again.parts) == (0, 1)
+    assert "part=" not in VideoTask(data=again).short_repr()
+
+
 def test_metadata_as_dict_and_task_summary() -> None:
     meta = VideoMetadata(
         duration_s=1 / 3, fps=30000 / 1001, num_frames=10, width=2, height=2, codec="h264"

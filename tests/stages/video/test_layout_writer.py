@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
@@ -225,13 +226,13 @@ def test_a_chunk_is_staged_with_its_intent_first(tmp_path: Path) -> None:
     layout = OutputLayout(tmp_path)
     staging = layout.staging_dir(video_id("v.mp4"))
     assert sorted(p.name for p in staging.iterdir()) == [
-        "chunk-000000.json",
-        "embed-000000.parquet",
-        "intent-000000.json",
+        "chunk-000000-000000.json",
+        "embed-000000-000000.parquet",
+        "intent-000000-000000.json",
     ]
-    intent = read_json(staging / "intent-000000.json")
+    intent = read_json(staging / "intent-000000-000000.json")
     assert intent == {"clip_ids": [kept.clip_id, filtered.clip_id, broken.clip_id]}
-    record = read_json(staging / "chunk-000000.json")
+    record = read_json(staging / "chunk-000000-000000.json")
     assert record["clips"] == [kept.clip_id, filtered.clip_id]
     assert record["kept"] == [kept.clip_id]
     assert record["filtered"] == {"motion": [filtered.clip_id]}
@@ -462,3 +463,107 @@ def test_a_single_chunk_video_written_again_gives_the_same_output(tmp_path: Path
     writer.process(chunk("v.mp4", 0, again, last=True))
     assert files_under(tmp_path) == before
     assert pq.read_table(OutputLayout(tmp_path).embedding_path(video_id("v.mp4"))).equals(table)
+
+
+# -- parts of chunks (the transcoder sends each clip on as it is encoded) ---------------------
+def parts_of(task: VideoTask) -> list[VideoTask]:
+    """The chunk as the transcoder sends it: each clip its own part."""
+    video = task.data
+    return [
+        VideoTask(data=video.part_of(k, len(video.clips), [clip]), dataset_name="test")
+        for k, clip in enumerate(video.clips)
+    ]
+
+
+def test_parts_in_any_order_finalise_the_video_once_every_part_is_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writer = ClipWriter(tmp_path)
+    layout = OutputLayout(tmp_path)
+    first = chunk("v.mp4", 0, [clip("v.mp4", 0, 10)], transitions=[(10, 9)])
+    second = chunk(
+        "v.mp4",
+        1,
+        [clip("v.mp4", 10, 20), clip("v.mp4", 20, 30, filtered_by="motion"), clip("v.mp4", 30, 40)],
+        last=True,
+        transitions=[(30, 28)],
+        damaged_packets=2,  # counted while its clips were cut
+    )
+    order = [first.data.clips, second.data.clips]
+    ids = [c.clip_id for clips in order for c in clips]
+    vectors = {c.clip_id: c.embedding for clips in order for c in clips}
+    a, b, c = parts_of(second)
+    (whole,) = parts_of(first)
+    finals: list[str] = []
+    record_path = layout.video_record("v.mp4")
+    real_write = OutputLayout.write_json
+
+    def counting(self: OutputLayout, path: object, obj: object) -> None:
+        if path == record_path:
+            finals.append("record")
+        real_write(self, path, obj)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(OutputLayout, "write_json", counting)
+    for part in (c, whole, a):  # the last chunk's parts first, one still missing
+        writer.process(part)
+        assert layout.read_record("v.mp4") is None and finals == []
+    staging = layout.staging_dir(video_id("v.mp4"))
+    assert sorted(p.name for p in staging.glob("chunk-*.json")) == [
+        "chunk-000000-000000.json",
+        "chunk-000001-000000.json",
+        "chunk-000001-000002.json",
+    ]
+    writer.process(b)
+    assert finals == ["record"]  # finalised once, by the last part in
+    record = read_json(record_path)
+    assert record["clips"] == ids  # in clip order, whatever order the parts came in
+    assert record["kept"] == [i for i in ids if i != second.data.clips[1].clip_id]
+    assert record["num_chunks"] == 2
+    assert record["transitions"] == [[10, 9], [30, 28]]  # each chunk's once
+    assert record["damaged_packets"] == 2
+    assert record["filtered"] == {"motion": [second.data.clips[1].clip_id]}
+    table = pq.read_table(layout.embedding_path(video_id("v.mp4")))
+    assert table.column("clip_id").to_pylist() == record["kept"]
+    for cid, row in zip(record["kept"], table.column("embedding").to_pylist(), strict=True):
+        np.testing.assert_array_equal(np.asarray(row, np.float32), vectors[cid])
+    assert not staging.exists()
+
+
+def test_a_part_written_again_changes_nothing(tmp_path: Path) -> None:
+    """A retried transcoder sends its parts again: written twice, they are the same files."""
+    writer = ClipWriter(tmp_path)
+    task = chunk("v.mp4", 0, [clip("v.mp4", 0, 10), clip("v.mp4", 10, 20)], last=True)
+    first, second = parts_of(task)
+    retried = copy.deepcopy(first)  # (the writer strips what it was given)
+    writer.process(first)
+    writer.process(retried)
+    writer.process(second)
+    record = OutputLayout(tmp_path).read_record("v.mp4")
+    assert record is not None and record["clips"] == [c.clip_id for c in task.data.clips]
+    assert record["kept"] == record["clips"]
+
+
+def test_reset_removes_the_parts_an_unfinished_video_left(tmp_path: Path) -> None:
+    writer = ClipWriter(tmp_path)
+    task = chunk("v.mp4", 0, [clip("v.mp4", 0, 10), clip("v.mp4", 10, 20)], last=True)
+    first, _ = parts_of(task)
+    writer.process(first)  # killed before the second part came
+    layout = OutputLayout(tmp_path)
+    assert layout.clip_path(task.data.clips[0].clip_id).exists()
+    assert layout.reset("v.mp4") == 2  # its clip and meta
+    assert files_under(tmp_path / "clips") == [] and files_under(tmp_path / "metas") == []
+    assert not layout.staging_dir(video_id("v.mp4")).exists()
+
+
+def test_the_meta_says_whose_motion_vectors_scored_the_clip(tmp_path: Path) -> None:
+    from conveyor.tasks.video import MotionScores
+
+    scored = clip("v.mp4", 0, 10, motion=MotionScores(256, 0.1, 0.1, 9, "source"))
+    fallback = clip("v.mp4", 10, 20, motion=MotionScores(256, 0.1, 0.1, 9, "clip"))
+    unscored = clip("v.mp4", 20, 30)
+    ClipWriter(tmp_path).process(chunk("v.mp4", 0, [scored, fallback, unscored], last=True))
+    sources = [
+        read_json(tmp_path / "metas" / f"{c.clip_id}.json")["motion_source"]
+        for c in (scored, fallback, unscored)
+    ]
+    assert sources == ["source", "clip", None]
