@@ -413,7 +413,7 @@ class _Progress:
         video = task.data
         self.made += sum(1 for c in video.clips if c.made)
         self.kept += sum(1 for c in video.clips if c.kept)
-        if video.last_chunk:
+        if video.last_chunk and video.part == video.parts - 1:
             self.videos += 1
 
     def line(self) -> str:

@@ -1,6 +1,6 @@
 """What every video stage shares: failed videos pass through, clip failures are recorded on
-the clip, frames are taken from what the frame extractor decoded, torch runs where the worker
-was placed.
+the clip, frames are taken from what the transcoder (or a frame extractor) decoded, torch runs
+where the worker was placed.
 
 A stage that works on whole videos subclasses ``VideoStage`` and implements
 ``process_video``; one that works clip by clip subclasses ``ClipStage`` and implements
@@ -106,10 +106,12 @@ class ClipStage(VideoStage):
 
 
 class FrameConsumer(ClipStage):
-    """A clip stage that reads frames the ``ClipFrameExtractor`` decoded at ``frame_rate``.
+    """A clip stage that reads the clip's frames at ``frame_rate``, which the
+    ``ClipTranscoder`` sampled from the source as it cut the clip (or a
+    ``ClipFrameExtractor`` decoded from an encoded clip).
 
-    The pipeline builder asks every consumer for its rate, has the extractor decode them all
-    in one pass, and sets ``release_frames`` on the last consumer so the frames travel no
+    The pipeline builder asks every consumer for its rate, has the transcoder take them all
+    in its one pass, and sets ``release_frames`` on the last consumer so the frames travel no
     further than they are needed.
     """
 
@@ -151,8 +153,8 @@ class FrameConsumer(ClipStage):
             have = ", ".join(f"{r:g}" for r in clip.frames) or "none"
             raise RuntimeError(
                 f"stage {self.name!r} needs frames at {self.frame_rate:g} fps but clip "
-                f"{clip.clip_id} has {have}: put ClipFrameExtractor(rates=[..., "
-                f"{self.frame_rate:g}]) before it"
+                f"{clip.clip_id} has {have}: give ClipTranscoder(frame_rates=[..., "
+                f"{self.frame_rate:g}]) (or a ClipFrameExtractor's rates) that rate"
             )
         if len(frames) == 0:
             raise InputError(f"no frames could be decoded at {self.frame_rate:g} fps")

@@ -104,9 +104,11 @@ def _stream_size(stream: Any) -> tuple[float, int]:
     return seconds, (context.width or 0) * (context.height or 0)
 
 
-def open_video(path: Any, threads: int = 1) -> tuple[Any, Any]:
+def open_video(path: Any, threads: int = 1, motion_vectors: bool = False) -> tuple[Any, Any]:
     """Open ``path`` (a local path or an open binary file) and its video stream
-    (``main_video_stream``), decoding with ``threads`` threads."""
+    (``main_video_stream``), decoding with ``threads`` threads; with ``motion_vectors`` the
+    decoder attaches the codec's motion vectors to each frame (where it can: H.264, MPEG-2,
+    MPEG-4 Part 2)."""
     import av
 
     _quiet_logs()
@@ -119,6 +121,8 @@ def open_video(path: Any, threads: int = 1) -> tuple[Any, Any]:
     # hold, and closing such a decoder mid-stream can hang (seen with libx264 consumers)
     stream.thread_type = "SLICE"
     stream.thread_count = max(1, threads)
+    if motion_vectors:
+        stream.codec_context.flags2 |= av.codec.context.Flags2.export_mvs
     return container, stream
 
 
@@ -588,6 +592,7 @@ def decode_range(
     any_damage: bool = False,
     deinterlace: bool = False,
     damage: Damage | None = None,
+    motion_vectors: bool = False,
 ) -> Iterator[tuple[float, Any]]:
     """``(seconds, av.VideoFrame)`` for every frame in ``[start_s, end_s)``, from one seek.
 
@@ -597,7 +602,8 @@ def decode_range(
     MPEG-TS and -PS, which seek by decode stamps, and in a file whose clock wraps).
     Damaged packets are skipped; a range mostly damaged fails, unless ``any_damage``: then
     it gives what decodes. With ``deinterlace``, an interlaced source's frames come out
-    whole (``deinterlaced``). ``damage`` counts the packets skipped.
+    whole (``deinterlaced``). ``damage`` counts the packets skipped. ``motion_vectors``:
+    frames carry the codec's motion vectors (``open_video``).
     """
     with contextlib.ExitStack() as stack:
         source = _source(path, stack)
@@ -605,7 +611,7 @@ def decode_range(
             if fresh and not isinstance(source, str):
                 source.seek(0)
             with _capture():
-                container, stream = open_video(source, threads)
+                container, stream = open_video(source, threads, motion_vectors)
             with container:
                 done = yield from _decode_open(
                     container,

@@ -1,11 +1,13 @@
-"""Decoding each clip's frames once, at every rate the models downstream ask for.
+"""Each clip's frames for the models, at every rate they ask for.
 
 The pipeline builder collects ``frame_rate`` from every ``FrameConsumer`` (embedding, tags,
-quality, safety, aesthetics, captions) and gives the set to one ``ClipFrameExtractor``, which
-decodes the encoded clip once and keeps, per rate, frames sampled at the middle of each
-interval, scaled so the short side is ``short_side`` pixels (each model crops or resizes from
-there) and turned upright as a player would show them (phone videos carry a display
-rotation). The last consumer drops them.
+quality, safety, aesthetics, captions) and gives the set to the ``ClipTranscoder``, which
+samples them from the source's frames in the decode it makes to cut the clip (a
+``FrameSampler`` per clip): per rate, frames at the middle of each interval, scaled so the
+short side is ``short_side`` pixels (each model crops or resizes from there), as wide as a
+player shows them and turned upright (phone videos carry a display rotation). The last
+consumer drops them. ``ClipFrameExtractor`` takes the same frames from an encoded clip, for a
+pipeline whose clips were not cut by the transcoder.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import io
 import math
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
@@ -42,6 +45,15 @@ def scaled_size(width: int, height: int, short_side: int) -> tuple[int, int]:
         return width, height
     factor = short_side / short
     return max(1, round(width * factor)), max(1, round(height * factor))
+
+
+def model_size(
+    width: int, height: int, sample_aspect: tuple[int, int], short_side: int
+) -> tuple[int, int]:
+    """The size models see a ``width`` x ``height`` clip at: as wide as a player shows it
+    (anamorphic pixels are not square), short side at ``short_side``."""
+    shown = round(width * sample_aspect[0] / sample_aspect[1]) if all(sample_aspect) else width
+    return scaled_size(shown, height, short_side)
 
 
 def _upright(image: np.ndarray, rotation: int) -> np.ndarray:
@@ -91,11 +103,10 @@ class ClipFrameExtractor(ClipStage):
             stream = container.streams.video[0]
             stream.thread_count = 1
             if self.motion_patch is not None:
-                tally = MotionTally(stream, self.motion_patch)
-            # as wide as a player shows it: anamorphic pixels are not square
+                tally = MotionTally.of_stream(stream, self.motion_patch)
             aspect = stream.sample_aspect_ratio
-            shown = round(clip.width * float(aspect)) if aspect else clip.width
-            width, height = scaled_size(shown, clip.height, self.short_side)
+            shape = (aspect.numerator, aspect.denominator) if aspect else (1, 1)
+            width, height = model_size(clip.width, clip.height, shape, self.short_side)
             target = iter(needed)
             nxt = next(target, None)
             for position, frame in enumerate(container.decode(stream)):
@@ -115,3 +126,53 @@ class ClipFrameExtractor(ClipStage):
         last = decoded[max(decoded)]
         for rate, indices in wanted.items():
             clip.frames[rate] = np.stack([decoded.get(i, last) for i in indices])
+
+
+class FrameSampler:
+    """One clip's frames for the models, taken while its source is decoded to cut it.
+
+    The frames are picked as ``ClipFrameExtractor`` picks them from the encoded clip:
+    ``sample_indices`` of the clip's ``expected`` frames at each of ``rates``, ``size``
+    pixels, turned upright by ``rotation``. A clip that turns out to hold another number of
+    frames (damage, a variable-rate source) takes, for each index its count gives, the
+    nearest frame kept.
+    """
+
+    def __init__(
+        self,
+        rates: Iterable[float],
+        expected: int,
+        fps: float,
+        size: tuple[int, int],
+        rotation: int = 0,
+    ) -> None:
+        self.rates = tuple(rates)
+        self.fps = fps
+        self.size = size
+        self.rotation = rotation
+        self.wanted = {i for r in self.rates for i in sample_indices(expected, fps, r)}
+        self.kept: dict[int, np.ndarray] = {}
+
+    def wants(self, position: int) -> bool:
+        """Whether the clip's frame at ``position`` is one to keep."""
+        return position in self.wanted
+
+    def image(self, frame: Any) -> np.ndarray:
+        """``frame`` as the models get it (an ``av.VideoFrame`` of the source)."""
+        width, height = self.size
+        return _upright(frame.to_ndarray(width=width, height=height, format="rgb24"), self.rotation)
+
+    def keep(self, position: int, image: np.ndarray) -> None:
+        self.kept[position] = image
+
+    def frames(self, num_frames: int) -> dict[float, np.ndarray]:
+        """The frames at every rate, for a clip of ``num_frames`` frames ({} without any)."""
+        if not self.kept:
+            return {}
+        have = np.array(sorted(self.kept))
+        out = {}
+        for rate in self.rates:
+            indices = sample_indices(num_frames, self.fps, rate) or [int(have[0])]
+            nearest = [int(have[np.abs(have - i).argmin()]) for i in indices]
+            out[rate] = np.stack([self.kept[i] for i in nearest])
+        return out

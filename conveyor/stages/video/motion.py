@@ -1,14 +1,21 @@
-"""The motion filter: codec motion vectors of each encoded clip, exported by the decoder.
+"""The motion filter: codec motion vectors, exported by the decoder.
 
-Decoding an H.264 clip with ``export_mvs`` gives every inter-coded block's motion vector at
-no extra decoding cost. Two scores come out, both in fractions of the frame width per frame
-(so they do not depend on the resolution):
+Decoding H.264 (or MPEG-2, MPEG-4 Part 2) with ``export_mvs`` gives every inter-coded
+block's motion vector at no extra decoding cost. Two scores come out, both in fractions of
+the frame width per frame (so they do not depend on the resolution):
 
 - ``motion_global_mean``: each frame's block-area-weighted mean vector length, averaged
   over the frames (the busiest tenth left out, see ``motion_scores``);
 - ``motion_patch_min``: the frame cut into ``patch`` x ``patch`` pixel squares, each square's
   average over the frames (likewise), and the least of them (low when some region never
   moves).
+
+Whose vectors (``MotionFilter.source``): by default the *source's*, which the transcoder
+reads in the one decode it makes to cut the clip, as a plain script would; ``"clip"`` takes
+those of the re-encoded clip, decoding it again. A source whose decoder exports none
+(VP8/VP9, AV1, HEVC, and intra-only codecs such as MJPEG and ProRes) is scored from the
+clip's, so a still clip is never kept for want of vectors; each clip's meta says which
+scored it (``motion_source``).
 
 A clip below either threshold is filtered as ``"motion"``. The defaults filter still footage
 (a frozen frame scores 0) and keep slow content (a few shapes moving over a still background
@@ -20,13 +27,17 @@ from __future__ import annotations
 
 import gc
 import io
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from conveyor.resources import Resources
 from conveyor.stages.video.base import ClipStage, InputError
 from conveyor.tasks.video import Clip, MotionScores, Video
+
+#: whose motion vectors score a clip: the source's (read while it is cut) or the clip's
+MotionSource = Literal["source", "clip"]
+MOTION_SOURCES = ("source", "clip")
 
 
 def motion_scores(encoded: bytes, patch: int = 256) -> MotionScores:
@@ -45,64 +56,107 @@ def motion_scores(encoded: bytes, patch: int = 256) -> MotionScores:
         # vectors are read from the bitstream, before deblocking: skipping the loop filter
         # leaves them as they are and saves a third of the decode
         stream.codec_context.options = {"skip_loop_filter": "all"}
-        tally = MotionTally(stream, patch)
+        tally = MotionTally.of_stream(stream, patch)
         for frame in container.decode(stream):
             tally.add(frame)
         frame = None  # the last frame, freed with the rest by the collection below
     return tally.scores()
 
 
-class MotionTally:
-    """Motion scores gathered frame by frame from a decoding pass that exports the codec's
-    vectors: ``motion_scores``' own, or the ``ClipFrameExtractor``'s, which decodes every
-    frame anyway (one pass instead of two)."""
+def export_vectors(stream: Any) -> None:
+    """Have ``stream``'s decoder attach motion vectors to the frames (before its first
+    packet)."""
+    import av
 
-    def __init__(self, stream: Any, patch: int) -> None:
-        """Turns on the vectors' export on ``stream``, before its first packet."""
-        import av
+    stream.codec_context.flags2 |= av.codec.context.Flags2.export_mvs
 
-        stream.codec_context.flags2 |= av.codec.context.Flags2.export_mvs
+
+#: one frame's motion: its mean vector length and each patch's (pixels of the frame)
+FrameMotion = tuple[float, np.ndarray]
+
+
+class MotionGrid:
+    """How a ``width`` x ``height`` picture's vectors are measured, frame by frame.
+
+    ``patch``: the squares' side in pixels of the clip; ``scale`` (source pixels per clip
+    pixel, for a source cut into smaller clips) makes them cover the same part of the picture
+    when the source's own vectors are measured.
+    """
+
+    def __init__(self, width: int, height: int, patch: int, scale: float = 1.0) -> None:
         self.patch = patch
-        self.width = stream.codec_context.width
-        height = stream.codec_context.height
-        self.cols, self.rows = max(1, -(-self.width // patch)), max(1, -(-height // patch))
-        self.frame_means: list[float] = []
-        self.patch_means: list[np.ndarray] = []
-        self.decoded = 0
+        self.width = width
+        self.cell = max(1, round(patch * scale))
+        self.cols = max(1, -(-width // self.cell))
+        self.rows = max(1, -(-height // self.cell))
+        self.measured = 0
 
-    def add(self, frame: Any) -> None:
-        """Count one decoded frame (an intra frame has no vectors and says nothing)."""
-        self.decoded += 1
-        if self.decoded % COLLECT_EVERY == 0:
+    def measure(self, frame: Any) -> FrameMotion | None:
+        """One decoded frame's motion (``None``: an intra frame, which has no vectors and
+        says nothing)."""
+        self.measured += 1
+        if self.measured % COLLECT_EVERY == 0:
             gc.collect(1)  # the frames read so far (see COLLECT_EVERY)
         vectors = _vectors(frame)
         if vectors is None:
-            return
+            return None
         length = np.hypot(vectors["motion_x"], vectors["motion_y"]) / np.maximum(
             vectors["motion_scale"], 1
         )
         area = vectors["w"].astype(np.float64) * vectors["h"]
-        self.frame_means.append(float((length * area).sum() / max(area.sum(), 1.0)))
-        cx = np.clip(vectors["dst_x"] // self.patch, 0, self.cols - 1)
-        cy = np.clip(vectors["dst_y"] // self.patch, 0, self.rows - 1)
+        mean = float((length * area).sum() / max(area.sum(), 1.0))
+        cx = np.clip(vectors["dst_x"] // self.cell, 0, self.cols - 1)
+        cy = np.clip(vectors["dst_y"] // self.cell, 0, self.rows - 1)
         cell = cy * self.cols + cx
         cells = self.rows * self.cols
         moved = np.bincount(cell, weights=length * area, minlength=cells)
         covered = np.bincount(cell, weights=area, minlength=cells)
         # a square no vector landed on was coded without motion: still
-        self.patch_means.append(np.where(covered > 0, moved / np.maximum(covered, 1.0), 0.0))
+        return mean, np.where(covered > 0, moved / np.maximum(covered, 1.0), 0.0)
+
+
+class MotionTally:
+    """A clip's motion scores gathered frame by frame from a decoding pass that exports the
+    codec's vectors: ``motion_scores``' own, a ``ClipFrameExtractor``'s, or the transcoder's
+    over the source (one ``MotionGrid.measure`` per frame, shared by every clip that holds
+    it)."""
+
+    def __init__(self, grid: MotionGrid, source: MotionSource = "clip") -> None:
+        self.grid = grid
+        self.source = source
+        self.frame_means: list[float] = []
+        self.patch_means: list[np.ndarray] = []
+
+    @classmethod
+    def of_stream(cls, stream: Any, patch: int) -> MotionTally:
+        """A tally of the clip ``stream`` decodes; turns on the vectors' export on it."""
+        export_vectors(stream)
+        context = stream.codec_context
+        return cls(MotionGrid(context.width, context.height, patch))
+
+    def add(self, frame: Any) -> None:
+        """Count one decoded frame."""
+        self.add_measured(self.grid.measure(frame))
+
+    def add_measured(self, motion: FrameMotion | None) -> None:
+        """Count one frame measured already (``MotionGrid.measure``)."""
+        if motion is not None:
+            self.frame_means.append(motion[0])
+            self.patch_means.append(motion[1])
 
     def scores(self) -> MotionScores:
         """The clip's scores, in fractions of the frame width per frame."""
         gc.collect()  # the frames read last; microseconds in a worker (see runtime.Tidier)
+        patch, width = self.grid.patch, self.grid.width
         if not self.frame_means:
-            return MotionScores(self.patch, 0.0, 0.0, 0)
+            return MotionScores(patch, 0.0, 0.0, 0, self.source)
         per_patch = trimmed_mean(np.stack(self.patch_means))
         return MotionScores(
-            self.patch,
-            float(trimmed_mean(np.asarray(self.frame_means))) / self.width,
-            float(per_patch.min()) / self.width,
+            patch,
+            float(trimmed_mean(np.asarray(self.frame_means))) / width,
+            float(per_patch.min()) / width,
             len(self.frame_means),
+            self.source,
         )
 
 
@@ -136,9 +190,12 @@ def _vectors(frame: Any) -> np.ndarray | None:
 class MotionFilter(ClipStage):
     """Score motion from codec motion vectors and filter clips that barely move.
 
-    Right behind a ``ClipFrameExtractor`` that exported the vectors for this ``patch``, it
-    judges from the scores left on the clip; anywhere else it decodes the clip itself.
-    ``score_only`` records the scores and filters nothing.
+    ``source="source"`` (the default) judges from the source's vectors the transcoder read
+    while it cut the clip (``ClipTranscoder(motion_patch=patch)``), and decodes the clip
+    itself only where there are none (a source whose decoder exports no vectors, or no
+    transcoder that read them). ``source="clip"`` always judges from the encoded clip's own
+    vectors (or a ``ClipFrameExtractor``'s reading of them), the definition of earlier
+    versions. ``score_only`` records the scores and filters nothing.
     """
 
     resources = Resources(cpus=1)
@@ -150,22 +207,27 @@ class MotionFilter(ClipStage):
         patch_threshold: float = 0.0,
         patch: int = 256,
         score_only: bool = False,
+        source: MotionSource = "source",
     ) -> None:
         if global_threshold < 0 or patch_threshold < 0:
             raise ValueError("motion thresholds must be >= 0")
         if patch < 16:
             raise ValueError(f"patch must be >= 16 pixels, got {patch}")
+        if source not in MOTION_SOURCES:
+            raise ValueError(f"source must be 'source' or 'clip', got {source!r}")
         self.global_threshold = global_threshold
         self.patch_threshold = patch_threshold
         self.patch = patch
         self.score_only = score_only
+        self.source = source
 
     def process_clip(self, clip: Clip, video: Video) -> None:
         motion = clip.motion
-        if motion is None or motion.patch != self.patch:
+        if not self._usable(motion):
             if clip.encoded is None:
                 raise InputError("no encoded clip to score (ClipTranscoder first)")
-            motion = motion_scores(clip.encoded, self.patch)
+            motion = clip.motion = motion_scores(clip.encoded, self.patch)
+        assert motion is not None
         if motion.frames == 0:
             return  # a clip of intra frames only carries no vectors to judge it by
         clip.scores["motion_global_mean"] = motion.global_mean
@@ -174,3 +236,11 @@ class MotionFilter(ClipStage):
             motion.global_mean < self.global_threshold or motion.patch_min < self.patch_threshold
         ):
             clip.reject(self.filter_name)
+
+    def _usable(self, motion: MotionScores | None) -> bool:
+        """Whether scores found on the clip answer this filter: its patch, vectors in some
+        frame, and the clip's own where those are asked for (the source's otherwise, or the
+        clip's as the fallback)."""
+        if motion is None or motion.patch != self.patch or motion.frames == 0:
+            return False
+        return self.source == "source" or motion.source == "clip"

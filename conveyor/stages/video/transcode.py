@@ -1,9 +1,11 @@
 """Cutting clips out of their source and encoding them to H.264 MP4 (yuv420p) with PyAV.
 
 A chunk's stretch of the source is decoded once, from one seek, and every decoded frame is
-given to the encoder of each clip that contains it (clips may overlap). Encoding uses
-``libx264`` on a CPU (preset and CRF configurable) or ``h264_nvenc`` where the worker was given
-a GPU and the driver takes it (``encoder="auto"``).
+given to the encoder of each clip that contains it (clips may overlap); the same pass samples
+the frames the models downstream need and reads the source's motion vectors, so that no later
+stage decodes the clip again. Each clip leaves as soon as its encoder closes, as one part of
+its chunk. Encoding uses ``libx264`` on a CPU (preset and CRF configurable) or ``h264_nvenc``
+where the worker was given a GPU and the driver takes it (``encoder="auto"``).
 """
 
 from __future__ import annotations
@@ -12,14 +14,19 @@ import contextlib
 import logging
 import os
 import tempfile
+from collections.abc import Iterable, Iterator
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from conveyor.resources import Resources
-from conveyor.stages.video.base import ELASTIC_THREADS, ClipStage
+from conveyor.stages.video.base import ELASTIC_THREADS, VideoStage, describe_error, input_errors
 from conveyor.stages.video.decode import Damage, decode_range
-from conveyor.tasks.video import Clip, Video
+from conveyor.stages.video.frames import FrameSampler, model_size
+from conveyor.stages.video.motion import FrameMotion, MotionGrid, MotionTally
+from conveyor.tasks.video import Clip, Video, VideoMetadata, VideoTask
 
 log = logging.getLogger(__name__)
 
@@ -146,8 +153,9 @@ class _ClipEncoder:
             os.unlink(self.path)
 
 
-class ClipTranscoder(ClipStage):
-    """Encode each clip of a chunk to H.264 MP4 from one decoding pass over the source.
+class ClipTranscoder(VideoStage):
+    """Encode each clip of a chunk to H.264 MP4 from one decoding pass over the source, and
+    send each on the moment its encoder closes.
 
     ``encoder``: ``"libx264"``, ``"h264_nvenc"`` or ``"auto"`` (NVENC where the worker has a
     GPU and NVENC opens, else libx264). ``preset``/``crf`` tune libx264 (NVENC uses ``cq``);
@@ -155,6 +163,16 @@ class ClipTranscoder(ClipStage):
     (``deinterlace``, FFmpeg's bwdif at the source's frame rate), since an H.264 clip is
     progressive and players would show its fields combed. A clip with no decodable frame
     fails alone.
+
+    Everything later stages need from a clip's pixels comes from the same decode, so no stage
+    decodes the clip again: the frames the models ask for (``frame_rates``, short side
+    ``short_side``: ``FrameSampler``) and, with ``motion_patch``, the source's motion vectors
+    summed up for the ``MotionFilter`` (``MotionScores``, ``source="source"``).
+
+    ``process`` is a generator: each clip of the chunk leaves as part ``k`` of ``n`` of it
+    (``Video.part_of``; ``k`` is the clip's place in the chunk), in the order the clips are
+    finished, which the source and the chunk decide: every attempt at a chunk sends the same
+    parts in the same order, as the engine's contract for generator stages asks.
     """
 
     resources = Resources(cpus=1)
@@ -168,6 +186,9 @@ class ClipTranscoder(ClipStage):
         max_height: int | None = None,
         cq: int = 21,
         deinterlace: bool = True,
+        frame_rates: Iterable[float] = (),
+        short_side: int = 224,
+        motion_patch: int | None = None,
     ) -> None:
         if encoder not in ENCODERS:
             raise ValueError(f"encoder must be one of {', '.join(ENCODERS)}, got {encoder!r}")
@@ -175,12 +196,21 @@ class ClipTranscoder(ClipStage):
             raise ValueError(f"crf must be in 0..51, got {crf}")
         if max_height is not None and max_height < 2:
             raise ValueError(f"max_height must be >= 2, got {max_height}")
+        self.frame_rates = tuple(sorted({float(r) for r in frame_rates}))
+        if any(r <= 0 for r in self.frame_rates):
+            raise ValueError(f"frame_rates must be positive, got {list(frame_rates)}")
+        if short_side < 16:
+            raise ValueError(f"short_side must be >= 16 pixels, got {short_side}")
+        if motion_patch is not None and motion_patch < 16:
+            raise ValueError(f"motion_patch must be >= 16 pixels, got {motion_patch}")
         self.encoder = encoder
         self.preset = preset
         self.crf = crf
         self.max_height = max_height
         self.cq = cq
         self.deinterlace = deinterlace
+        self.short_side = short_side
+        self.motion_patch = motion_patch
         self._codec = "libx264"
 
     def setup(self, worker: Any) -> None:
@@ -202,97 +232,227 @@ class ClipTranscoder(ClipStage):
             return {"preset": "p4", "rc": "vbr", "cq": str(self.cq), "b": "0"}
         return {"preset": self.preset, "crf": str(self.crf)}
 
-    def process_clips(self, clips: list[Clip], video: Video) -> None:
+    def process(self, task: VideoTask) -> Iterator[VideoTask]:  # type: ignore[override]
+        """The chunk's clips, each as its own part the moment it is encoded (or failed); a
+        failed video, or a chunk without clips, goes on whole. Clips filtered or failed
+        before this stage go first."""
+        video = task.data
+        if video.failed or not video.clips:
+            yield task
+            return
+        parts = _Parts(task)
+        active = [clip for clip in video.clips if clip.active]
+        for clip in video.clips:
+            if not clip.active:
+                yield parts.of(clip)
+        if active:
+            for clip in self._each_clip(active, video, parts.damage):
+                yield parts.of(clip)
+
+    def _each_clip(self, clips: list[Clip], video: Video, damage: Damage) -> Iterator[Clip]:
+        """Every clip of ``clips`` once, encoded or failed, as soon as it is finished."""
         import av
 
+        sent: set[str] = set()
         try:
-            self._transcode(clips, video)
-        except av.InvalidDataError:
+            for clip in self._transcode(clips, video, damage):
+                sent.add(clip.clip_id)
+                yield clip
+        except av.InvalidDataError as exc:
             if len(clips) == 1:
-                raise
-            # a stretch too damaged to decode: each clip not yet written is tried on its
-            # own, so that the damage fails only the clips it is in
-            rest = [clip for clip in clips if clip.active and clip.encoded is None]
-            super().process_clips(rest, video)
+                clips[0].fail(self.name, describe_error(exc))
+                yield clips[0]
+                return
+            # a stretch too damaged to decode: each clip not yet sent is tried on its own,
+            # so that the damage fails only the clips it is in
+            for clip in clips:
+                if clip.clip_id not in sent:
+                    yield from self._each_clip([clip], video, damage)
+        except input_errors() as exc:  # the source cannot be read: the rest fail with it
+            for clip in clips:
+                if clip.clip_id not in sent:
+                    clip.fail(self.name, describe_error(exc))
+                    yield clip
 
-    def process_clip(self, clip: Clip, video: Video) -> None:
-        self._transcode([clip], video)
-
-    def _transcode(self, clips: list[Clip], video: Video) -> None:
-        """Encode ``clips`` from one decoding pass over their stretch of the source."""
+    def _transcode(self, clips: list[Clip], video: Video, damage: Damage) -> Iterator[Clip]:
+        """Encode ``clips`` from one decoding pass over their stretch of the source; yields
+        each as its encoder closes (or as it fails for want of frames)."""
         meta = video.metadata
         assert meta is not None
-        size = output_size(meta.width, meta.height, self.max_height)
-        rate = Fraction(meta.fps).limit_denominator(1001)
-        threads = self.threads
-        options = self._options()
+        cut = _Cut(self, meta)
         pending = sorted(clips, key=lambda c: c.frame_span[0])
-        open_: dict[str, _ClipEncoder] = {}
+        open_: dict[str, _ClipWork] = {}
         done: set[str] = set()
         start = pending[0].frame_span[0] / meta.fps
         stop = max(c.frame_span[1] for c in pending)
         end = meta.duration_s if stop >= meta.num_frames else stop / meta.fps
-        damage = Damage()
+        frames = decode_range(
+            video.path,
+            meta,
+            start,
+            end,
+            threads=self.threads,
+            deinterlace=self.deinterlace,
+            damage=damage,
+            motion_vectors=cut.grid is not None,
+        )
         try:
-            frames = decode_range(
-                video.path,
-                meta,
-                start,
-                end,
-                threads=threads,
-                deinterlace=self.deinterlace,
-                damage=damage,
-            )
-            for t, frame in frames:
-                index = round(t * meta.fps)
-                for clip in pending:
-                    first, last = clip.frame_span
-                    if clip.clip_id in done:
-                        continue
-                    if index >= last and last < meta.num_frames:  # the last clip takes
-                        self._close(clip, open_, done, damage)  # all to the end (VFR)
-                    elif index >= first:
-                        encoder = open_.get(clip.clip_id)
-                        if encoder is None:
-                            encoder = _ClipEncoder(
-                                self._codec,
-                                options,
-                                size,
-                                rate,
-                                threads,
-                                meta.rotation,
-                                meta.sample_aspect,
-                            )
-                            open_[clip.clip_id] = encoder
-                        encoder.add(frame, t)
+            with contextlib.closing(frames):
+                for t, frame in frames:
+                    index = round(t * meta.fps)
+                    decoded = _Decoded(frame, cut)
+                    for clip in pending:
+                        first, last = clip.frame_span
+                        if clip.clip_id in done:
+                            continue
+                        if index >= last and last < meta.num_frames:  # the last clip takes
+                            yield self._close(clip, open_, done, damage)  # all to the end (VFR)
+                        elif index >= first:
+                            work = open_.get(clip.clip_id)
+                            if work is None:
+                                work = open_[clip.clip_id] = cut.start(clip)
+                            work.add(decoded, t)
             for clip in pending:
                 if clip.clip_id not in done:
-                    self._close(clip, open_, done, damage)
+                    yield self._close(clip, open_, done, damage)
         finally:
-            video.damaged_packets += damage.packets
-            for encoder in open_.values():
-                encoder.discard()
+            for work in open_.values():
+                work.encoder.discard()
 
     def _close(
-        self, clip: Clip, open_: dict[str, _ClipEncoder], done: set[str], damage: Damage
-    ) -> None:
+        self, clip: Clip, open_: dict[str, _ClipWork], done: set[str], damage: Damage
+    ) -> Clip:
         done.add(clip.clip_id)
-        encoder = open_.pop(clip.clip_id, None)
-        if encoder is None or encoder.frames == 0:
-            if encoder is not None:
-                encoder.discard()
+        work = open_.pop(clip.clip_id, None)
+        if work is None or work.encoder.frames == 0:
+            if work is not None:
+                work.encoder.discard()
             span = f"{clip.span[0]:.2f}-{clip.span[1]:.2f} s"
             if damage.packets:
                 clip.fail(self.name, f"no frame could be decoded in {span}")
             else:  # nothing refused on the way: the file has no frame there
                 clip.fail(self.name, f"the source has no frame in {span} (its timestamps skip it)")
-            return
-        frames = encoder.frames
-        clip.encoded = encoder.finish()
-        clip.width, clip.height = encoder.size
-        clip.fps = float(encoder.rate)
+            return clip
+        work.finish(clip)
+        return clip
+
+
+class _Parts:
+    """A chunk's clips sent on one by one: its ``k``-th clip is part ``k`` of as many as it
+    has clips (``Video.part_of``). Each part carries the packets the decoder skipped as
+    damaged since the part before it, so that the chunk's count is added up exactly once
+    (the last part leaves once the decode is over)."""
+
+    def __init__(self, task: VideoTask) -> None:
+        self.task = task
+        self.place = {id(clip): k for k, clip in enumerate(task.data.clips)}
+        self.damage = Damage()
+        self._reported = 0
+
+    def of(self, clip: Clip) -> VideoTask:
+        video = self.task.data
+        part = video.part_of(self.place[id(clip)], len(video.clips), [clip])
+        part.damaged_packets += self.damage.packets - self._reported
+        self._reported = self.damage.packets
+        task = self.task
+        return VideoTask(data=part, dataset_name=task.dataset_name, metadata=dict(task.metadata))
+
+
+class _Cut:
+    """What every clip of one decoding pass shares: the encoder's settings, the models'
+    frame size and the motion grid over the source."""
+
+    def __init__(self, stage: ClipTranscoder, meta: VideoMetadata) -> None:
+        self.meta = meta
+        self.size = output_size(meta.width, meta.height, stage.max_height)
+        self.rate = Fraction(meta.fps).limit_denominator(1001)
+        self.codec, self.options, self.threads = stage._codec, stage._options(), stage.threads
+        self.frame_rates = stage.frame_rates
+        self.model_size = model_size(*self.size, meta.sample_aspect, stage.short_side)
+        self.grid: MotionGrid | None = None
+        if stage.motion_patch is not None:
+            # the patches cover the same part of the picture as on the clip
+            scale = meta.width / self.size[0]
+            self.grid = MotionGrid(meta.width, meta.height, stage.motion_patch, scale)
+
+    def start(self, clip: Clip) -> _ClipWork:
+        meta = self.meta
+        encoder = _ClipEncoder(
+            self.codec,
+            self.options,
+            self.size,
+            self.rate,
+            self.threads,
+            meta.rotation,
+            meta.sample_aspect,
+        )
+        sampler = None
+        if self.frame_rates:
+            expected = clip.frame_span[1] - clip.frame_span[0]
+            sampler = FrameSampler(
+                self.frame_rates, expected, float(self.rate), self.model_size, meta.rotation
+            )
+        tally = MotionTally(self.grid, "source") if self.grid is not None else None
+        return _ClipWork(encoder, sampler, tally)
+
+
+class _Decoded:
+    """One decoded source frame, and what is taken from it once for every clip holding it
+    (clips may overlap): its motion, its picture for the models."""
+
+    def __init__(self, frame: Any, cut: _Cut) -> None:
+        self.frame = frame
+        self.cut = cut
+        self._measured = False
+        self._motion: FrameMotion | None = None
+        self._image: np.ndarray | None = None
+
+    def motion(self) -> FrameMotion | None:
+        if not self._measured:
+            assert self.cut.grid is not None
+            self._motion = self.cut.grid.measure(self.frame)
+            self._measured = True
+        return self._motion
+
+    def image(self, sampler: FrameSampler) -> np.ndarray:
+        if self._image is None:
+            self._image = sampler.image(self.frame)
+        return self._image
+
+
+class _ClipWork:
+    """One clip being cut: its encoder, and what it gathers for the stages behind."""
+
+    def __init__(
+        self, encoder: _ClipEncoder, sampler: FrameSampler | None, tally: MotionTally | None
+    ) -> None:
+        self.encoder = encoder
+        self.sampler = sampler
+        self.tally = tally
+
+    def add(self, decoded: _Decoded, t: float) -> None:
+        """Append the source's frame shown ``t`` seconds in."""
+        if self.tally is not None:  # before the encoder takes the frame (and its stamps)
+            self.tally.add_measured(decoded.motion())
+        if self.sampler is not None and self.sampler.wants(self.encoder.frames):
+            self.sampler.keep(self.encoder.frames, decoded.image(self.sampler))
+        self.encoder.add(decoded.frame, t)
+
+    def finish(self, clip: Clip) -> None:
+        """Close the encoder and leave the clip, its frames and its motion on ``clip``."""
+        frames = self.encoder.frames
+        clip.encoded = self.encoder.finish()
+        clip.width, clip.height = self.encoder.size
+        clip.fps = float(self.encoder.rate)
         clip.num_frames = frames
         clip.codec = "h264"
+        if self.sampler is not None:
+            clip.frames.update(self.sampler.frames(frames))
+        if self.tally is not None:
+            motion = self.tally.scores()
+            # no vectors in the source (VP9, AV1, HEVC, MJPEG...): the motion filter
+            # scores the clip's own instead
+            clip.motion = motion if motion.frames else None
 
 
 _NVENC: bool | None = None

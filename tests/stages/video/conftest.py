@@ -97,7 +97,7 @@ def transcoded_standard(media: Media) -> tuple[SyntheticVideo, VideoTask]:
     task = Media.task(
         source.path, media.metadata(source.path), [(0, 12), (12, 24), (24, 36), (36, 48)]
     )
-    Media.ready(ClipTranscoder(encoder="libx264", preset="ultrafast")).process(task)
+    list(Media.ready(ClipTranscoder(encoder="libx264", preset="ultrafast")).process(task))
     assert all(clip.encoded for clip in task.data.clips)
     return source, task
 

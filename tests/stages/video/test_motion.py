@@ -34,7 +34,7 @@ def encoded(media: Media) -> VideoTask:
     source = media.video("motion.mp4", SEGMENTS, width=160, height=120, fps=FPS)
     spans = [(i * 2 * FPS, (i + 1) * 2 * FPS) for i in range(len(SEGMENTS))]
     task = media.task(source.path, media.metadata(source.path), spans)
-    media.ready(ClipTranscoder(encoder="libx264")).process(task)
+    list(media.ready(ClipTranscoder(encoder="libx264")).process(task))
     assert all(clip.encoded for clip in task.data.clips)
     return task
 
@@ -167,7 +167,7 @@ def test_a_frozen_frame_of_shapes_is_filtered(media: Media) -> None:
         fps=24,
     )
     task = media.task(still.path, media.metadata(still.path), [(0, 48)])
-    media.ready(ClipTranscoder(encoder="libx264")).process(task)
+    list(media.ready(ClipTranscoder(encoder="libx264")).process(task))
     MotionFilter().process(task)
     (clip,) = task.data.clips
     assert clip.filtered_by == "motion", clip.scores
@@ -178,7 +178,7 @@ def test_a_slow_pan_is_motion_even_where_most_frames_move_less_than_a_pixel(medi
     # finds a vector in only some frames, which a median would call still
     slow = media.video("slow-pan.mp4", [Segment("checker", 3.0, 3)], width=160, height=96, fps=12)
     task = media.task(slow.path, media.metadata(slow.path), [(0, 36)])
-    media.ready(ClipTranscoder(encoder="libx264")).process(task)
+    list(media.ready(ClipTranscoder(encoder="libx264")).process(task))
     MotionFilter().process(task)
     (clip,) = task.data.clips
     assert clip.filtered_by is None, clip.scores
@@ -225,3 +225,47 @@ def test_scores_of_another_patch_are_not_taken_for_the_filters(encoded: VideoTas
 def test_the_extractor_checks_its_motion_patch() -> None:
     with pytest.raises(ValueError, match="motion_patch"):
         ClipFrameExtractor(motion_patch=8)
+
+
+def test_the_source_vectors_the_transcoder_read_are_judged_without_a_decode(
+    media: Media, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """By default the filter judges from the source's vectors, read while the clips were
+    cut; the definition of earlier versions (``source="clip"``) decodes each clip instead.
+    On these clips both filter the same: the still ones, and only them."""
+    source = media.video("motion.mp4", SEGMENTS, width=160, height=120, fps=FPS)
+    spans = [(i * 2 * FPS, (i + 1) * 2 * FPS) for i in range(len(SEGMENTS))]
+    task = media.task(source.path, media.metadata(source.path), spans)
+    list(media.ready(ClipTranscoder(encoder="libx264", motion_patch=256)).process(task))
+    assert all(c.motion is not None and c.motion.source == "source" for c in task.data.clips)
+    own = copy.deepcopy(task)
+
+    def no_decode(encoded: bytes, patch: int = 256) -> MotionScores:
+        raise AssertionError("the motion filter decoded a clip whose source was scored")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(motion, "motion_scores", no_decode)
+        MotionFilter().process(task)
+    MotionFilter(source="clip").process(own)
+    for judged in (task, own):
+        clips = dict(zip(NAMES, judged.data.clips, strict=True))
+        assert [n for n, c in clips.items() if c.filtered_by == "motion"] == NAMES[2:]
+    assert all(c.motion is not None and c.motion.source == "clip" for c in own.data.clips)
+    pan, theirs = task.data.clips[0], own.data.clips[0]
+    assert pan.scores["motion_global_mean"] != theirs.scores["motion_global_mean"]
+    assert theirs.scores["motion_global_mean"] == motion_scores(theirs.encoded or b"").global_mean
+
+
+def test_a_clip_without_source_scores_is_scored_from_its_own_vectors(encoded: VideoTask) -> None:
+    task = copy.deepcopy(encoded)  # cut without motion_patch: nothing was read
+    assert all(clip.motion is None for clip in task.data.clips)
+    MotionFilter().process(task)
+    clips = dict(zip(NAMES, task.data.clips, strict=True))
+    assert clips["still noise"].filtered_by == "motion" and clips["pan"].kept
+    assert all(c.motion is not None and c.motion.source == "clip" for c in clips.values())
+
+
+def test_the_motion_source_is_validated() -> None:
+    with pytest.raises(ValueError, match="source"):
+        MotionFilter(source="pixels")  # type: ignore[arg-type]
+    assert MotionFilter().source == "source" and MotionFilter(source="clip").source == "clip"

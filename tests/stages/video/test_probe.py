@@ -191,8 +191,8 @@ class SeekCounter:
         original = decode.open_video
         wrap = wrapper or _Counted
 
-        def counting(path: str, threads: int = 1) -> tuple[Any, Any]:
-            container, stream = original(path, threads)
+        def counting(path: str, threads: int = 1, vectors: bool = False) -> tuple[Any, Any]:
+            container, stream = original(path, threads, vectors)
             return wrap(container, self), stream
 
         monkeypatch.setattr(decode, "open_video", counting)

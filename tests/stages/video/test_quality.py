@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from conveyor.samples.video import KINDS, Segment, render_frames
-from conveyor.stages.video.frames import ClipFrameExtractor
 from conveyor.stages.video.quality import QualityFilter, quality_scores
 from conveyor.stages.video.transcode import ClipTranscoder
 from conveyor.tasks.video import Clip, Video, VideoTask
@@ -144,7 +143,7 @@ def test_score_only_keeps_everything_and_scores_it() -> None:
     assert clips[1].scores["quality_frozen_fraction"] == 1.0
 
 
-def test_encoded_clips_through_the_transcoder_and_extractor(media: Media) -> None:
+def test_clips_with_the_frames_the_transcoder_took(media: Media) -> None:
     # codec noise: the keyframes of a frozen noise pattern differ by a few levels
     source = media.video(
         "quality.mp4",
@@ -155,8 +154,7 @@ def test_encoded_clips_through_the_transcoder_and_extractor(media: Media) -> Non
         gop=6,
     )
     task = media.task(source.path, media.metadata(source.path), [(0, 24), (24, 48)])
-    media.ready(ClipTranscoder(encoder="libx264")).process(task)
-    ClipFrameExtractor(rates=[RATE]).process(task)
+    list(media.ready(ClipTranscoder(encoder="libx264", frame_rates=[RATE])).process(task))
     stage = media.ready(QualityFilter())
     stage.release_frames = True
     stage.process(task)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import io
 import logging
 import os
@@ -75,8 +76,20 @@ def transcoded(
 ) -> list[Clip]:
     task = media.task(path, media.metadata(path), spans)
     stage = media.ready(ClipTranscoder(encoder="libx264", preset="ultrafast", **options))
-    assert stage.process(task) is task
+    assert_parts(list(stage.process(task)), task)
     return task.data.clips
+
+
+def assert_parts(parts: list[VideoTask], task: VideoTask) -> None:
+    """Each clip of the chunk left once, alone, as the part its place in the chunk says."""
+    clips = task.data.clips
+    assert sorted(p.data.part for p in parts) == list(range(len(clips)))
+    for part in parts:
+        assert part is not task and part.data.parts == len(clips)
+        assert part.data.clips == [clips[part.data.part]]
+        assert part.data.clips[0] is clips[part.data.part]  # the same clip, finished
+        assert part.data.chunk_index == task.data.chunk_index
+        assert part.data.last_chunk == task.data.last_chunk
 
 
 def assert_good_clip(clip: Clip, size: tuple[int, int], fps: float = 12.0) -> list[np.ndarray]:
@@ -237,14 +250,16 @@ def test_a_clip_cut_past_a_few_damaged_packets_is_made_and_they_are_counted(
     damaged = tmp_path / "damaged.mp4"
     skipped = damage_packets(source.path, damaged, slice(30, 34, 2))  # two in the second clip
     task = media.task(damaged, media.metadata(source.path), [(0, 20), (26, 46)])
-    media.ready(ClipTranscoder(encoder="libx264", preset="ultrafast")).process(task)
+    stage = media.ready(ClipTranscoder(encoder="libx264", preset="ultrafast"))
+    parts = list(stage.process(task))
     first, second = task.data.clips
     assert not first.errors and not second.errors
     assert first.num_frames == 20 and second.num_frames < 20  # the skipped frames are missing
-    assert task.data.damaged_packets == len(skipped) == 2
+    # each part carries what was skipped while it was cut: the chunk's count, once
+    assert [p.data.damaged_packets for p in parts] == [0, 2] == [0, len(skipped)]
     clean = media.task(source.path, media.metadata(source.path), [(0, 20)])
-    media.ready(ClipTranscoder(encoder="libx264", preset="ultrafast")).process(clean)
-    assert clean.data.damaged_packets == 0
+    (part,) = stage.process(clean)
+    assert part.data.damaged_packets == 0
 
 
 def test_an_odd_sized_source_gives_even_dimensions(media: Media) -> None:
@@ -319,7 +334,7 @@ def test_only_active_clips_are_transcoded(media: Media) -> None:
     filtered, failed, active = task.data.clips
     filtered.reject("motion")
     failed.fail("Earlier", "bad")
-    media.ready(ClipTranscoder(encoder="libx264", preset="ultrafast")).process(task)
+    list(media.ready(ClipTranscoder(encoder="libx264", preset="ultrafast")).process(task))
     assert filtered.encoded is None and failed.encoded is None
     assert failed.errors == {"Earlier": "bad"}
     assert_good_clip(active, (160, 120))
@@ -329,7 +344,7 @@ def test_a_failed_video_passes_through(media: Media) -> None:
     source = noise_video(media, ".mp4")
     task = media.task(source.path, media.metadata(source.path), [])
     task.data.fail("VideoProbe", "bad")
-    assert ClipTranscoder().process(task) is task
+    assert list(ClipTranscoder().process(task)) == [task]  # whole, as it came
     assert isinstance(task, VideoTask) and task.data.errors == {"VideoProbe": "bad"}
 
 
@@ -339,7 +354,7 @@ def test_an_unreadable_source_fails_the_chunks_clips(media: Media, tmp_path: Pat
     broken = tmp_path / "gone.mp4"
     broken.write_bytes(b"no longer a video")
     task = media.task(broken, meta, [(0, 12), (12, 24)])
-    media.ready(ClipTranscoder(encoder="libx264")).process(task)
+    list(media.ready(ClipTranscoder(encoder="libx264")).process(task))
     assert not task.data.failed
     for clip in task.data.clips:
         assert clip.encoded is None and "ClipTranscoder" in clip.errors
@@ -349,7 +364,8 @@ def shaped_source(
     path: Path, rotation: int = 0, sample_aspect: tuple[int, int] | None = None
 ) -> VideoTask:
     """3 s of 96x64 pixels with a display rotation or a pixel shape, as one fixed-stride
-    chunk transcoded to a clip, with frames at 1 per second extracted from it."""
+    chunk transcoded to a clip, with frames at 1 per second taken in the same pass (and the
+    same as a frame extractor takes from the encoded clip)."""
     from fractions import Fraction
 
     from conveyor.stages.video.decode import probe
@@ -374,10 +390,15 @@ def shaped_source(
     meta = probe(str(path))
     (chunk,) = FixedStrideSplitter(clip_len_s=3).process_video(Video(str(path), path.name, meta))
     task = VideoTask(data=chunk)
-    ClipTranscoder(encoder="libx264").process(task)
+    list(ClipTranscoder(encoder="libx264", frame_rates=[1.0]).process(task))
+    extracted = copy.deepcopy(task)
+    extracted.data.clips[0].frames.clear()
     extractor = ClipFrameExtractor(rates=[1.0])
     extractor.setup(WorkerInfo("w", "ClipFrameExtractor", "n"))
-    extractor.process(task)
+    extractor.process(extracted)
+    ours, theirs = task.data.clips[0].frames[1.0], extracted.data.clips[0].frames[1.0]
+    assert ours.shape == theirs.shape
+    assert np.abs(ours.astype(np.int16) - theirs).mean() < 4  # the source's, not the clip's
     return task
 
 
@@ -429,7 +450,7 @@ def test_a_variable_rate_source_keeps_its_timing(tmp_path: Path) -> None:
     meta = probe(str(path))
     (chunk,) = FixedStrideSplitter(clip_len_s=60).process_video(Video(str(path), "s.mp4", meta))
     task = VideoTask(data=chunk)
-    ClipTranscoder(encoder="libx264").process(task)
+    list(ClipTranscoder(encoder="libx264").process(task))
     (clip,) = task.data.clips
     with av.open(io.BytesIO(clip.encoded)) as container:  # type: ignore[arg-type]
         times = [float(f.time) for f in container.decode(video=0)]
@@ -475,7 +496,7 @@ def test_the_encoder_takes_the_threads_its_batch_was_given(
     for threads, expected in ((3, 3), (None, 1)):
         stage._threads = threads
         task = media.task(video.path, media.metadata(video.path), SPANS[:1])
-        stage.process(task)
+        list(stage.process(task))
         assert given[-1] == expected
         assert_good_clip(task.data.clips[0], (160, 120))
 
@@ -499,3 +520,173 @@ def test_an_interlaced_source_becomes_whole_frames(
         assert len(frames) == 25 and not any(f.interlaced_frame for f in frames)
         teeth = [combing(f.to_ndarray(format="gray")) for f in frames]
         assert all(low <= t <= high for t in teeth), teeth
+
+
+# -- one clip at a time, and all a clip's pixels give from one decode -------------------------
+def test_each_clip_leaves_as_soon_as_it_is_encoded(media: Media) -> None:
+    source = noise_video(media, ".mp4")
+    task = media.task(source.path, media.metadata(source.path), [(0, 12), (12, 24), (36, 48)])
+    stage = media.ready(ClipTranscoder(encoder="libx264", preset="ultrafast"))
+    parts = stage.process(task)
+    first = next(parts)
+    assert first.data.clips == [task.data.clips[0]]
+    assert (first.data.part, first.data.parts) == (0, 3)
+    assert first.data.clips[0].encoded is not None
+    assert [c.encoded for c in task.data.clips[1:]] == [None, None]  # not cut yet
+    rest = list(parts)
+    assert_parts([first, *rest], task)
+    assert all(clip.encoded for clip in task.data.clips)
+
+
+def test_clips_already_out_go_first_and_every_attempt_sends_the_same_parts(
+    media: Media,
+) -> None:
+    source = noise_video(media, ".mp4")
+    spans = [(30, 42), (0, 12), (12, 24), (18, 30)]  # overlapping, out of order
+
+    def attempt() -> list[tuple[int, str, str | None]]:
+        task = media.task(source.path, media.metadata(source.path), spans, chunk_index=3)
+        task.data.clips[2].reject("earlier")
+        task.data.transitions = [(5, 4)]
+        stage = media.ready(ClipTranscoder(encoder="libx264", preset="ultrafast"))
+        parts = list(stage.process(task))
+        assert_parts(parts, task)
+        # what the chunk says once rides on part 0 only
+        assert [p.data.transitions for p in parts if p.data.part == 0] == [[(5, 4)]]
+        assert all(p.data.transitions == [] for p in parts if p.data.part != 0)
+        return [(p.data.part, p.data.clips[0].clip_id, p.data.clips[0].filtered_by) for p in parts]
+
+    sent = attempt()
+    assert sent[0][0] == 2 and sent[0][2] == "earlier"  # filtered before: sent at once
+    assert [part for part, _, _ in sent[1:]] == [1, 3, 0]  # as they close: by their ends
+    assert attempt() == sent
+
+
+def test_a_chunk_without_clips_goes_on_whole(media: Media) -> None:
+    source = noise_video(media, ".mp4")
+    task = media.task(source.path, media.metadata(source.path), [], last_chunk=True)
+    assert list(ClipTranscoder().process(task)) == [task]
+    assert (task.data.part, task.data.parts) == (0, 1)
+
+
+def test_an_unreadable_source_sends_every_clip_failed(media: Media, tmp_path: Path) -> None:
+    source = noise_video(media, ".mp4")
+    broken = tmp_path / "gone.mp4"
+    broken.write_bytes(b"no longer a video")
+    task = media.task(broken, media.metadata(source.path), [(0, 12), (12, 24)])
+    parts = list(media.ready(ClipTranscoder(encoder="libx264")).process(task))
+    assert_parts(parts, task)
+    assert all("ClipTranscoder" in p.data.clips[0].errors for p in parts)
+
+
+def test_the_models_frames_come_from_the_decode_the_clips_are_cut_from(
+    transcoded_standard: tuple[SyntheticVideo, VideoTask], media: Media
+) -> None:
+    """The frames the extractor took from each encoded clip, taken from the source as it is
+    cut: same rates, indices, sizes; pixels the source's (the clip's, less its coding loss)."""
+    from conveyor.stages.video.frames import ClipFrameExtractor
+
+    source, encoded = transcoded_standard
+    spans = [c.frame_span for c in encoded.data.clips]
+    for max_height, short_side in ((None, 64), (80, 48), (None, 224)):
+        task = media.task(source.path, media.metadata(source.path), spans)
+        stage = ClipTranscoder(
+            encoder="libx264",
+            preset="ultrafast",
+            frame_rates=[1.0, 4.0, 2.0],
+            short_side=short_side,
+            max_height=max_height,
+        )
+        list(media.ready(stage).process(task))
+        extracted = copy.deepcopy(task)
+        for clip in extracted.data.clips:
+            clip.frames.clear()
+        ClipFrameExtractor(rates=[1.0, 2.0, 4.0], short_side=short_side).process(extracted)
+        for ours, theirs in zip(task.data.clips, extracted.data.clips, strict=True):
+            assert sorted(ours.frames) == [1.0, 2.0, 4.0]
+            for rate in (1.0, 2.0, 4.0):
+                a, b = ours.frames[rate], theirs.frames[rate]
+                assert a.shape == b.shape and a.dtype == b.dtype == np.uint8
+                assert np.abs(a.astype(np.int16) - b).mean() < 4
+
+
+def test_a_clip_of_another_length_takes_the_nearest_frames_kept() -> None:
+    from conveyor.stages.video.frames import FrameSampler
+
+    sampler = FrameSampler([1.0, 2.0], expected=24, fps=12.0, size=(4, 2))
+    assert sorted(sampler.wanted) == [3, 6, 9, 15, 18, 21]
+    for position in range(30):  # six frames more than its span: a variable-rate source
+        if sampler.wants(position):
+            sampler.keep(position, np.full((2, 4, 3), position, np.uint8))
+    assert [int(f[0, 0, 0]) for f in sampler.frames(24)[2.0]] == [3, 9, 15, 21]
+    longer = sampler.frames(30)  # 2.5 s: 1 fps at 6, 18; 2 fps at 3, 9, 15, 21, 27
+    assert [int(f[0, 0, 0]) for f in longer[1.0]] == [6, 18]
+    assert [int(f[0, 0, 0]) for f in longer[2.0]] == [3, 9, 15, 21, 21]
+    shorter = sampler.frames(20)  # frames lost to damage: 2 fps at 3, 9, 15
+    assert [int(f[0, 0, 0]) for f in shorter[2.0]] == [3, 9, 15]
+    assert FrameSampler([1.0], 12, 12.0, (4, 2)).frames(0) == {}
+
+
+def test_the_source_motion_is_read_in_the_same_decode(media: Media) -> None:
+    from conveyor.stages.video.motion import MotionFilter
+
+    source = media.video(
+        "moving-then-still.mp4",
+        [Segment("pan", 2.0, 1), Segment("shapes", 2.0, 2), Segment("bars", 2.0, 3, static=True)],
+        width=320,
+        height=192,
+        fps=12,
+    )
+    task = media.task(source.path, media.metadata(source.path), [(0, 24), (24, 48), (48, 72)])
+    stage = ClipTranscoder(encoder="libx264", preset="ultrafast", motion_patch=256)
+    list(media.ready(stage).process(task))
+    pan, shapes, still = task.data.clips
+    for clip in (pan, shapes, still):
+        assert clip.motion is not None and clip.motion.source == "source"
+        assert clip.motion.patch == 256 and clip.motion.frames > 0
+    assert pan.motion.global_mean > 1e-3 and shapes.motion.global_mean > 1e-4  # type: ignore[union-attr]
+    assert still.motion.global_mean < 1e-6  # type: ignore[union-attr]
+    MotionFilter().process(task)
+    assert pan.kept and shapes.kept and still.filtered_by == "motion"
+    assert not task.data.failed
+
+
+@pytest.mark.parametrize(
+    ("suffix", "codec", "pix_fmt"),
+    [(".webm", "libvpx-vp9", "yuv420p"), (".avi", "mjpeg", "yuvj420p")],
+)
+def test_a_source_without_vectors_leaves_the_clips_to_be_scored_from_their_own(
+    media: Media, suffix: str, codec: str, pix_fmt: str
+) -> None:
+    """VP9's and MJPEG's decoders export no motion vectors: the transcoder leaves no scores,
+    and the motion filter decodes the encoded clip instead (never keeping a still clip for
+    want of vectors), saying so in the scores it leaves."""
+    from conveyor.stages.video.motion import MotionFilter
+
+    source = media.video(
+        f"novectors-{codec}{suffix}",
+        [Segment("pan", 2.0, 1), Segment("bars", 2.0, 3, static=True)],
+        codec=codec,
+        pix_fmt=pix_fmt,
+        width=160,
+        height=96,
+        fps=12,
+    )
+    task = media.task(source.path, media.metadata(source.path), [(0, 24), (24, 48)])
+    stage = ClipTranscoder(encoder="libx264", motion_patch=256)  # the pipeline's preset
+    list(media.ready(stage).process(task))
+    assert [clip.motion for clip in task.data.clips] == [None, None]
+    MotionFilter().process(task)
+    moving, still = task.data.clips
+    assert moving.kept and still.filtered_by == "motion"
+    assert [c.motion.source for c in (moving, still)] == ["clip", "clip"]  # type: ignore[union-attr]
+
+
+def test_the_transcoders_new_settings_are_validated() -> None:
+    with pytest.raises(ValueError, match="frame_rates"):
+        ClipTranscoder(frame_rates=[1.0, 0.0])
+    with pytest.raises(ValueError, match="short_side"):
+        ClipTranscoder(short_side=8)
+    with pytest.raises(ValueError, match="motion_patch"):
+        ClipTranscoder(motion_patch=8)
+    assert ClipTranscoder(frame_rates=[2, 1.0, 2.0]).frame_rates == (1.0, 2.0)
