@@ -39,6 +39,11 @@ class EncoderChoice(StrEnum):
     h264_nvenc = "h264_nvenc"
 
 
+class MotionSourceChoice(StrEnum):
+    source = "source"
+    clip = "clip"
+
+
 class VideoExecutor(StrEnum):
     streaming = "streaming"
     batch = "batch"
@@ -124,6 +129,14 @@ def video(
     motion_patch_threshold: Annotated[
         float, typer.Option(min=0.0, help="Motion: least per-patch mean (0: off).")
     ] = 0.0,
+    motion_source: Annotated[
+        MotionSourceChoice,
+        typer.Option(
+            case_sensitive=False,
+            help="Motion: whose motion vectors, the source's (read as clips are cut; a source "
+            "without any is scored from its clips') or each encoded clip's (decoded again).",
+        ),
+    ] = MotionSourceChoice.source,
     quality: Annotated[
         bool, typer.Option("--quality/--no-quality", help="Technical quality filter.")
     ] = True,
@@ -254,6 +267,7 @@ def video(
             motion=motion,
             motion_threshold=motion_threshold,
             motion_patch_threshold=motion_patch_threshold,
+            motion_source=motion_source.value,
             quality=quality,
             nsfw=nsfw,
             nsfw_threshold=nsfw_threshold,

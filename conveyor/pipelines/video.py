@@ -1,9 +1,10 @@
 """The video curation pipeline: a ``VideoConfig`` in, an ordinary ``Pipeline`` out.
 
-``build_video_pipeline(config)`` assembles the stages (read, split, transcode, filter, frames,
-embed, annotate, write); ``run_video(config, executor)`` runs it, deduplicates when asked and
-writes ``summary.json``. The ``conveyor video`` command only parses options into a
-``VideoConfig``: whatever it does, a script can do with the same objects.
+``build_video_pipeline(config)`` assembles the stages (read, split, transcode with the models'
+frames and the motion vectors taken in the same decode, filter, embed, annotate, write);
+``run_video(config, executor)`` runs it, deduplicates when asked and writes ``summary.json``.
+The ``conveyor video`` command only parses options into a ``VideoConfig``: whatever it does,
+a script can do with the same objects.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ Detector = Literal["transnetv2", "histogram"]
 OUTPUT_OPTIONS = (
     "splitter", "detector", "clip_len_s", "stride_s", "min_clip_s", "max_clip_s",
     "max_len_mode", "crop_s", "shot_threshold", "encoder", "preset", "crf", "max_height",
-    "motion", "motion_threshold", "motion_patch_threshold", "quality", "nsfw",
+    "motion", "motion_threshold", "motion_patch_threshold", "motion_source", "quality", "nsfw",
     "nsfw_threshold", "aesthetic_model", "aesthetic_threshold", "score_only", "embed",
     "embed_model", "tags", "caption_model", "text_embed", "write_filtered",
 )  # fmt: skip
@@ -66,6 +67,10 @@ class VideoConfig:
     motion: bool = True
     motion_threshold: float = 1e-5
     motion_patch_threshold: float = 0.0
+    #: whose motion vectors the motion filter judges: the source's, read in the transcoder's
+    #: decode (a source without vectors is scored from its clips'), or the encoded clip's
+    #: (a second decode of each clip)
+    motion_source: Literal["source", "clip"] = "source"
     quality: bool = True
     nsfw: bool = False
     nsfw_threshold: float = 0.8
@@ -113,6 +118,8 @@ class VideoConfig:
             problems.append(
                 f"min_clip_s ({self.min_clip_s}) is longer than max_clip_s ({self.max_clip_s})"
             )
+        if self.motion_source not in ("source", "clip"):
+            problems.append(f"motion_source must be 'source' or 'clip', got {self.motion_source!r}")
         if self.clips_per_chunk < 1:
             problems.append(f"clips_per_chunk must be >= 1, got {self.clips_per_chunk}")
         if self.limit is not None and self.limit < 1:
@@ -166,7 +173,6 @@ def _plain(value: Any) -> Any:
 def build_video_pipeline(config: VideoConfig) -> Pipeline:
     """The stages of ``config``, in order, as an ordinary ``Pipeline``."""
     from conveyor.stages.video import (
-        ClipFrameExtractor,
         ClipTranscoder,
         ClipWriter,
         FixedStrideSplitter,
@@ -190,37 +196,37 @@ def build_video_pipeline(config: VideoConfig) -> Pipeline:
         )
     else:
         stages += _shot_stages(config, model_resources, gpus)
+    motion = (
+        MotionFilter(
+            config.motion_threshold,
+            config.motion_patch_threshold,
+            score_only=config.score_only,
+            source=config.motion_source,
+        )
+        if config.motion
+        else None
+    )
+    from_source = motion is not None and motion.source == "source"
+    consumers: list[FrameConsumer] = _frame_consumers(config, model_resources, captioner)
+    # one decode of each clip's stretch of the source: the transcoder samples the models'
+    # frames and reads the source's motion vectors in the pass it encodes from
     transcoder = ClipTranscoder(
         encoder="libx264" if config.encoder == "auto" and not nvenc else config.encoder,
         preset=config.preset,
         crf=config.crf,
         max_height=config.max_height,
+        frame_rates={c.frame_rate for c in consumers},
+        motion_patch=motion.patch if motion is not None and from_source else None,
     )
     if nvenc:
         transcoder = transcoder.with_(resources=Resources(cpus=1, gpus=small))
     stages.append(transcoder)
-    motion = (
-        MotionFilter(
-            config.motion_threshold, config.motion_patch_threshold, score_only=config.score_only
-        )
-        if config.motion
-        else None
-    )
-    consumers: list[FrameConsumer] = _frame_consumers(config, model_resources, captioner)
+    if motion is not None:
+        # judging from the source's vectors it compares two numbers: a quarter of a CPU
+        stages.append(motion.with_(resources=Resources(cpus=0.25)) if from_source else motion)
     if consumers:
-        # one decode of each clip for the models' frames and the motion vectors: the motion
-        # filter, right behind, judges from what the extractor left
-        extractor = ClipFrameExtractor(
-            rates={c.frame_rate for c in consumers},
-            motion_patch=motion.patch if motion is not None else None,
-        )
         consumers[-1].release_frames = True
-        stages.append(extractor)
-        if motion is not None:  # it only compares two numbers now: a quarter of a CPU
-            stages.append(motion.with_(resources=Resources(cpus=0.25)))
         stages += consumers
-    elif motion is not None:
-        stages.append(motion)
     if config.embeds_text:
         from conveyor.stages.video.text_embed import TextEmbedder
 

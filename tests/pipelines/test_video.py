@@ -23,6 +23,7 @@ from typer.testing import CliRunner
 from conveyor.backends import LocalBackend
 from conveyor.cli import app
 from conveyor.executors import BatchExecutor, StreamingExecutor
+from conveyor.pipeline import Pipeline
 from conveyor.pipelines.video import (
     ConfigMismatch,
     VideoConfig,
@@ -31,7 +32,9 @@ from conveyor.pipelines.video import (
     run_video,
 )
 from conveyor.samples.video import Segment, write_bad_file, write_video
+from conveyor.stages.video.base import FrameConsumer
 from conveyor.stages.video.layout import OutputLayout
+from conveyor.stages.video.transcode import ClipTranscoder
 from conveyor.stages.video.writer import NO_CLIPS
 
 REPO = Path(__file__).resolve().parents[2]
@@ -144,6 +147,67 @@ def test_fixed_stride_run_writes_the_layout_and_summary(inputs: Path, tmp_path: 
                 "num_frames", "codec", "scores", "filtered_by", "tags", "captions"):  # fmt: skip
         assert key in meta
     assert meta["source_video"] in ("a.mp4", "sub/b.mkv")
+
+
+class FlakyTranscoder(ClipTranscoder):
+    """Fails once in each chunk of several clips right after sending its first clip, as a
+    worker hiccup would (a file under ``marks`` says the chunk failed already)."""
+
+    def __init__(self, marks: str, **options: Any) -> None:
+        super().__init__(**options)
+        self.marks = marks
+
+    def process(self, task: Any) -> Any:
+        video = task.data
+        mark = Path(self.marks) / f"{video.video_id}-{video.chunk_index}"
+        for sent, part in enumerate(super().process(task), start=1):
+            yield part
+            if sent == 1 and len(video.clips) > 1 and not mark.exists():
+                mark.touch()
+                raise RuntimeError("the worker stumbled after its first clip")
+
+
+def test_a_transcoder_failing_after_its_first_clip_leaves_every_clip_once(
+    inputs: Path, tmp_path: Path
+) -> None:
+    """The chunk is tried again; its parts, the same in the same order on every attempt,
+    reach the writer once each (the engine drops those it forwarded already)."""
+    clean = tmp_path / "clean"
+    run_video(fast_config(inputs, clean, embed=False), local())
+    output, marks = tmp_path / "out", tmp_path / "marks"
+    marks.mkdir()
+    pipeline = build_video_pipeline(fast_config(inputs, output))  # embeddings too, by part
+    ours = next(s for s in pipeline.stages if isinstance(s, ClipTranscoder))
+    flaky = FlakyTranscoder(
+        str(marks), encoder="libx264", frame_rates=ours.frame_rates, motion_patch=ours.motion_patch
+    )
+    stages = [flaky if stage is ours else stage for stage in pipeline.stages]
+    result = Pipeline("flaky", stages).run(local())
+    assert result.completed and not result.failures
+    assert result.stats["FlakyTranscoder"].retried == len(list(marks.iterdir())) > 0
+    found, expected = check_layout(output), records(clean)
+    for key in ("clips", "kept", "filtered", "damaged_packets"):
+        assert {k: v[key] for k, v in found.items()} == {k: v[key] for k, v in expected.items()}
+    metas = [json.loads(p.read_text()) for p in (output / "metas").glob("*.json")]
+    assert (
+        len(metas)
+        == len({m["clip_id"] for m in metas})
+        == sum(len(r["clips"]) for r in found.values())
+    )
+
+
+def test_the_clip_vectors_definition_on_request(inputs: Path, tmp_path: Path) -> None:
+    """``motion_source="clip"`` scores each encoded clip's own vectors (decoding it again),
+    the definition of earlier versions: the same clips filtered on these videos."""
+    runs = {}
+    for source in ("source", "clip"):
+        output = tmp_path / source
+        run_video(fast_config(inputs, output, embed=False, motion_source=source), local())
+        metas = [json.loads(p.read_text()) for p in (output / "metas").glob("*.json")]
+        assert {m["motion_source"] for m in metas} == {source}
+        runs[source] = {m["clip_id"]: m["filtered_by"] for m in metas}
+    assert runs["source"] == runs["clip"]
+    assert "motion" in runs["source"].values()
 
 
 def test_write_filtered_and_score_only(inputs: Path, tmp_path: Path) -> None:
@@ -301,7 +365,7 @@ def test_pipeline_stages_follow_the_options(tmp_path: Path) -> None:
         "VideoListing", "VideoProbe", "ShotWindows", "ShotFrameDecoder",
         "TransNetV2Detector", "ShotSplitter",
     ]  # fmt: skip
-    assert names[-1] == "ClipWriter" and "ClipFrameExtractor" in names
+    assert names[-1] == "ClipWriter"
     bare = VideoConfig(
         str(tmp_path), "o", splitter="fixed", quality=False, embed=False, tags=False,
         motion=False,
@@ -321,28 +385,37 @@ def test_pipeline_stages_follow_the_options(tmp_path: Path) -> None:
     assert not next(
         s.stage for s in build_video_pipeline(alone).build() if s.name == "ImageNetTagger"
     ).from_embedder
-    # one decode of each clip for the models' frames and the motion vectors, the motion
-    # filter right behind it; alone (no model reads frames) it decodes the clip itself
+    # one decode of each clip's stretch of the source: the transcoder takes the models'
+    # frames and the source's motion vectors in it, and no stage decodes the clip again
     order = list(default)
-    extractor, motion = default["ClipFrameExtractor"], default["MotionFilter"]
-    assert order.index("MotionFilter") == order.index("ClipFrameExtractor") + 1
-    assert extractor.motion_patch == motion.patch
+    transcoder, motion = default["ClipTranscoder"], default["MotionFilter"]
+    assert "ClipFrameExtractor" not in order
+    assert order.index("MotionFilter") == order.index("ClipTranscoder") + 1
+    assert transcoder.motion_patch == motion.patch and motion.source == "source"
+    rates = {s.frame_rate for s in default.values() if isinstance(s, FrameConsumer)}
+    assert set(transcoder.frame_rates) == rates and transcoder.frame_rates
+    last_reader = [s for s in default.values() if isinstance(s, FrameConsumer)][-1]
+    assert last_reader.release_frames
     judging = next(
         s
         for s in build_video_pipeline(VideoConfig(str(tmp_path), "o")).build()
         if s.name == "MotionFilter"
     )
-    assert judging.resources.cpus == 0.25  # it decodes nothing there
+    assert judging.resources.cpus == 0.25  # it decodes nothing (but a source without vectors)
     frameless = VideoConfig(str(tmp_path), "o", quality=False, embed=False, tags=False)
-    names = [s.name for s in build_video_pipeline(frameless).build()]
-    assert names[-3:] == ["ClipTranscoder", "MotionFilter", "ClipWriter"]
+    specs = {s.name: s for s in build_video_pipeline(frameless).build()}
+    assert list(specs)[-3:] == ["ClipTranscoder", "MotionFilter", "ClipWriter"]
+    assert specs["ClipTranscoder"].stage.frame_rates == ()
     still = VideoConfig(str(tmp_path), "o", motion=False)
-    assert (
-        next(
-            s.stage for s in build_video_pipeline(still).build() if s.name == "ClipFrameExtractor"
-        ).motion_patch
-        is None
-    )
+    still_stages = {s.name: s.stage for s in build_video_pipeline(still).build()}
+    assert "MotionFilter" not in still_stages
+    assert still_stages["ClipTranscoder"].motion_patch is None
+    # the definition of earlier versions: the encoded clip's vectors, from a decode of its own
+    clip = VideoConfig(str(tmp_path), "o", motion_source="clip")
+    clip_specs = {s.name: s for s in build_video_pipeline(clip).build()}
+    assert clip_specs["ClipTranscoder"].stage.motion_patch is None
+    assert clip_specs["MotionFilter"].stage.source == "clip"
+    assert clip_specs["MotionFilter"].resources.cpus == 1
 
 
 def gpu_load(config: VideoConfig) -> dict[str, float]:
@@ -411,6 +484,7 @@ def test_the_gpu_pipeline_runs_on_one_gpu(inputs: Path, tmp_path: Path) -> None:
         ({"caption_model": "/nowhere/model"}, "does not exist"),
         ({"embed_model": "/nowhere/model.pt"}, "does not exist"),
         ({"limit": 0}, "limit must be >= 1"),
+        ({"motion_source": "pixels"}, "motion_source must be"),
     ],
 )
 def test_bad_options_are_clear_errors(changes: dict[str, Any], message: str) -> None:
@@ -483,6 +557,26 @@ def test_a_video_with_damaged_packets_is_done_and_named_as_damaged(tmp_path: Pat
     assert summary["videos"]["damaged"] == ["scratched.mp4"]
 
 
+def test_the_command_takes_the_motion_source(inputs: Path, tmp_path: Path) -> None:
+    output = tmp_path / "out"
+    run_fixed(inputs, output, "3", "--no-quality", "--motion-source", "clip")
+    metas = [json.loads(p.read_text()) for p in (output / "metas").glob("*.json")]
+    assert metas and {m["motion_source"] for m in metas} == {"clip"}
+    assert json.loads((output / ".conveyor" / "config.json").read_text())["motion_source"] == "clip"
+
+
+def test_the_live_count_of_finished_videos_counts_a_video_once() -> None:
+    from conveyor.cli_video import _Progress
+    from conveyor.tasks.video import Clip, Video, VideoTask
+
+    clips = [Clip(f"c{i}", "v.mp4", (i, i + 1.0), (i, i + 1), num_frames=1) for i in range(2)]
+    last = Video("/v.mp4", "v.mp4", clips=clips, chunk_index=1, last_chunk=True)
+    progress = _Progress()
+    for k, clip in enumerate(clips):  # the last chunk arrives as two parts
+        progress.add(VideoTask(data=last.part_of(k, 2, [clip])))
+    assert (progress.videos, progress.made, progress.kept) == (1, 2, 2)
+
+
 def test_names_that_are_not_utf8_are_curated_under_an_escaped_name(tmp_path: Path) -> None:
     # Latin-1 bytes from an old camera or share, in a video's name and in INPUT and OUTPUT:
     # one such name ended the whole run before any video was done
@@ -524,6 +618,7 @@ def test_videos_too_short_for_a_clip_are_counted_and_say_why(inputs: Path, tmp_p
         (["video", "{input}", "out", "--address", "127.0.0.2:6390"], "--backend ray"),
         (["video", "{input}", "out", "--caption-model", "/no/model"], "does not exist"),
         (["video", "{input}", "out", "--clip-len", "0"], "0"),
+        (["video", "{input}", "out", "--motion-source", "pixels"], "pixels"),
         (["video", "{empty}", "out"], "no videos in"),
         (["video", "{input}", "out", "--executor", "ray-data", "--journal", "j"], "journal"),
         (["video", "{input}", "out", "--journal", "{input}"], "is a directory"),
