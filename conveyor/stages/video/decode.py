@@ -509,17 +509,25 @@ def _decodable_tail(
 class _Tail:
     """What reading a file's last seconds found (times in seconds, ``None``: nothing)."""
 
-    last_video: float | None = None  # the last decoded video frame
+    last_video: float | None = None  # the last video packet, once a key frame decoded
     last_any: float | None = None  # the end of the last packet of any stream
     last_packet: float | None = None  # the last video packet
     keyframe: bool = False  # whether a video packet read was a key frame
+    decoded: bool = False  # whether a key frame among them decoded
 
 
 def _scan_tail(container: Any, stream: Any, time_base: float, seek_to: float) -> _Tail:
-    """What the file holds from ``seek_to`` to the end."""
+    """What the file holds from ``seek_to`` to the end.
+
+    Only key frames are decoded: one that decodes shows the codec reads the tail, and the
+    packets after it, demuxed, show how far the video goes. Decoding every frame of the
+    last group of pictures cost 0.2 CPU-s per 720p video (and 4 ms of a 2 s one, an eighth
+    of all its work); damage in it is found, and fails only its clips, when it is cut."""
     import av
 
     tail = _Tail()
+    context = stream.codec_context
+    context.skip_frame = "NONKEY"
     try:
         container.seek(int(seek_to / time_base), stream=stream, backward=True)
         for packet in container.demux():
@@ -538,12 +546,14 @@ def _scan_tail(container: Any, stream: Any, time_base: float, seek_to: float) ->
                     frames = packet.decode()
                 except av.InvalidDataError:
                     continue  # a damaged packet: what follows may decode (``_past_damage``)
-                for frame in frames:
-                    if frame.pts is not None:
-                        t = frame.pts * time_base
-                        tail.last_video = t if tail.last_video is None else max(tail.last_video, t)
+                if any(frame.pts is not None for frame in frames):
+                    tail.decoded = True
     except av.FFmpegError:
         pass  # judged by how far the data got
+    finally:
+        context.skip_frame = "DEFAULT"
+    if tail.decoded:  # the video reaches its last packet
+        tail.last_video = tail.last_packet
     return tail
 
 
