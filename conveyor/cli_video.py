@@ -331,7 +331,10 @@ def _executor(
         machine.check_not_ray()
         return RayDataExecutor(address, num_cpus=machine.cpus, num_gpus=machine.gpus)
     cls = BatchExecutor if kind is VideoExecutor.batch else StreamingExecutor
-    return cls(machine.backend(backend, address), monitors=monitors)
+    chosen = machine.backend(backend, address)
+    if backend is BackendChoice.local:
+        chosen.open()  # its worker processes start while the run is prepared
+    return cls(chosen, monitors=monitors)
 
 
 def _run(

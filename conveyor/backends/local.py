@@ -171,9 +171,14 @@ class LocalBackend:
         return time.monotonic()
 
     def open(self) -> None:
+        """Create the run's payload store and start the zygote that forks stage hosts: a
+        caller that opens the backend while it still prepares the run (the CLI lists and
+        checks its inputs) has the zygote's interpreter started by the time the first
+        workers are asked for."""
         if self._store is None:
             self._store = ShmStore.create()
             self._selector = selectors.DefaultSelector()
+            self._root_ctrl()
 
     @property
     def store(self) -> ShmStore:

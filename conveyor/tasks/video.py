@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field, replace
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from conveyor.tasks.base import Task
+
+if TYPE_CHECKING:  # the driver lists and resumes videos without loading NumPy (0.2 s)
+    import numpy as np
 
 #: namespace of clip and video ids (UUIDv5): the same source and span give the same id always
 ID_NAMESPACE = uuid.UUID("6f1c3b0e-8d7a-5c1e-9a4b-2e0c0f7d5a11")
