@@ -100,19 +100,26 @@ class MotionGrid:
         vectors = _vectors(frame)
         if vectors is None:
             return None
-        length = np.hypot(vectors["motion_x"], vectors["motion_y"]) / np.maximum(
-            vectors["motion_scale"], 1
-        )
-        area = vectors["w"].astype(np.float64) * vectors["h"]
-        mean = float((length * area).sum() / max(area.sum(), 1.0))
-        cx = np.clip(vectors["dst_x"] // self.cell, 0, self.cols - 1)
-        cy = np.clip(vectors["dst_y"] // self.cell, 0, self.rows - 1)
+        # a few NumPy calls per frame, each costing microseconds whatever the frame's size:
+        # on a 2 s 160x90 video they were a fifth of all the work done on it
+        length = np.hypot(vectors["motion_x"], vectors["motion_y"])
+        scale = vectors["motion_scale"]
+        if scale.max() > 1:
+            length /= np.maximum(scale, 1)
+        area = vectors["w"] * vectors["h"].astype(np.float64)
+        moved = length * area
+        total, covered = float(moved.sum()), float(area.sum())
+        mean = total / max(covered, 1.0)
+        if self.cols == self.rows == 1:  # one square: the frame's own mean
+            return mean, np.array([mean if covered > 0 else 0.0])
+        cx = np.minimum(np.maximum(vectors["dst_x"] // self.cell, 0), self.cols - 1)
+        cy = np.minimum(np.maximum(vectors["dst_y"] // self.cell, 0), self.rows - 1)
         cell = cy * self.cols + cx
         cells = self.rows * self.cols
-        moved = np.bincount(cell, weights=length * area, minlength=cells)
-        covered = np.bincount(cell, weights=area, minlength=cells)
+        moved_in = np.bincount(cell, weights=moved, minlength=cells)
+        covered_in = np.bincount(cell, weights=area, minlength=cells)
         # a square no vector landed on was coded without motion: still
-        return mean, np.where(covered > 0, moved / np.maximum(covered, 1.0), 0.0)
+        return mean, np.where(covered_in > 0, moved_in / np.maximum(covered_in, 1.0), 0.0)
 
 
 class MotionTally:

@@ -109,6 +109,7 @@ class _ClipEncoder:
         # a hundredth of a frame: a constant-rate source keeps evenly spaced stamps, and a
         # variable-rate one (screen and phone recordings) keeps its timing
         self.time_base = 1 / (rate * STEPS_PER_FRAME)
+        self._step_s = float(self.time_base)  # per frame, float arithmetic, not Fraction's
         stream.codec_context.time_base = self.time_base
         self.stream = stream
         self.size = size
@@ -124,9 +125,9 @@ class _ClipEncoder:
             frame = frame.reformat(width=width, height=height, format="yuv420p")
         if self._origin is None:
             self._origin = t
-        steps = (t - self._origin) / self.time_base
+        steps = (t - self._origin) / self._step_s
         slot = round(steps / STEPS_PER_FRAME) * STEPS_PER_FRAME  # the nominal frame's place
-        if abs(steps - slot) * self.time_base <= SNAP_S:
+        if abs(steps - slot) * self._step_s <= SNAP_S:
             steps = slot  # stamps the container rounded (to milliseconds) stay even
         pts = max(round(steps), self._last_pts + 1)
         frame.pts, frame.time_base = pts, self.time_base
