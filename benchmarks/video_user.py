@@ -270,9 +270,13 @@ def summarize(runs: list[Run]) -> dict[str, dict[str, dict[str, float | None]]]:
     return found
 
 
-def targets(case: str, summary: dict[str, Any]) -> list[dict[str, Any]]:
+def targets(case: str, summary: dict[str, Any], cores: int = 0) -> list[dict[str, Any]]:
     """The issue's targets for ``case``: each a figure (a ratio ours / plain, or ours alone
-    for shots) at the median and the best, the target, and whether the median meets it."""
+    for shots) at the median and the best, the target, and whether the median meets it.
+
+    With ``cores``, the wall speed-up's physical ceiling follows it: the plain script's CPU
+    work spread over every core (a script whose encoder already keeps 1.5 of 2 cores busy
+    cannot be beaten 1.5x by doing the same work), so that a target above it reads as such."""
     ours, plain = summary["ours"], summary.get("plain", {})
     rows: list[dict[str, Any]] = []
 
@@ -296,6 +300,9 @@ def targets(case: str, summary: dict[str, Any]) -> list[dict[str, Any]]:
         limit = 1.05 if case == "fixed" else 1.2
         versus("CPU-s per video-hour, ours / plain", "cpu_s_per_video_hour", limit)
         versus("wall speed-up, ours vs plain", "video_hours_per_hour", 1.5, at_least=True)
+        if cores:
+            ceiling = {at: _ceiling(plain, at, cores) for at in ("median", "best")}
+            add(f"ceiling: plain's CPU work on {cores} cores", ceiling, "(physical limit)", None)
     if case == "shots":
         limit, today = 0.9 * SHOTS_TODAY[0], "-".join(f"{v:.0f}" for v in SHOTS_TODAY)
         cpu = ours["cpu_s_per_video_hour"]
@@ -304,6 +311,16 @@ def targets(case: str, summary: dict[str, Any]) -> list[dict[str, Any]]:
         target = "<= today's (run this on the commit before)"
         add("first clip s, ours", ours["first_clip_s"], target, None)
     return rows
+
+
+def _ceiling(plain: dict[str, Any], at: str, cores: int) -> float | None:
+    """The most any contender doing the plain script's CPU work could speed it up on
+    ``cores``: cores over the cores it kept busy itself."""
+    cpu = plain.get("cpu_s_per_video_hour", {}).get(at)
+    pace = plain.get("video_hours_per_hour", {}).get(at)
+    if not cpu or not pace:
+        return None
+    return cores / (cpu * pace / 3600)
 
 
 #: the per-run table: header, cell
@@ -351,7 +368,7 @@ def report(case: str, runs: list[Run], cores: int) -> dict[str, Any]:
             ],
         )
     )
-    rows = targets(case, summary)
+    rows = targets(case, summary, cores)
     print(
         table(
             f"[user {case}] targets (judged on the medians)",

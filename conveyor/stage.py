@@ -69,7 +69,7 @@ class ProcessingStage(Generic[In, Out]):
             result = self.process(task)
             if result is None:
                 continue
-            if isinstance(result, list):
+            if isinstance(result, list) or inspect.isgenerator(result):
                 outputs.extend(result)
             else:
                 outputs.append(result)

@@ -403,3 +403,14 @@ def test_composite_without_decompose_and_never_runs() -> None:
 )
 def test_declared_names_normalizes_both_forms(spec: Any, expected: set[str] | None) -> None:
     assert declared_names(spec) == expected
+
+
+def test_a_generator_stage_called_directly_gives_its_outputs_as_a_list() -> None:
+    from conveyor.stage import yields_outputs
+
+    class Split(ProcessingStage[int, int]):
+        def process(self, task: int):  # type: ignore[override]
+            yield from range(task)
+
+    assert yields_outputs(Split())
+    assert Split().process_batch([2, 0, 3]) == [0, 1, 0, 1, 2]
