@@ -476,6 +476,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     user.add_argument("--small-size", default="160x90", help="WIDTHxHEIGHT")
     user.add_argument("--repeats", type=int, default=1, help="runs of each contender")
     user.add_argument("--outputs", type=Path, default=None, help="keep the runs' outputs here")
+    user.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        help="the conveyor command of another version: run beside ours as 'before'",
+    )
     args = p.parse_args(argv)
     if args.videos is None:
         args.videos = 4 if args.user else 8
@@ -548,7 +554,7 @@ def user_main(p: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str,
         sources["small"] = make_small_videos(
             args.cache, args.small_videos, args.small_seconds, width, height, args.fps
         )
-    figures = {"user": user_figures(cases, sources, args.repeats, args.outputs)}
+    figures = {"user": user_figures(cases, sources, args.repeats, args.outputs, args.baseline)}
     if args.json is not None:
         args.json.write_text(json.dumps(figures, indent=1, default=str) + "\n")
     return figures

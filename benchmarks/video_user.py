@@ -6,7 +6,11 @@ Each contender is a command, run as a subprocess and measured the same way:
   --no-live`` (fixed work), or ``conveyor video INPUT OUT --no-live`` (shots work);
 - ``plain``: ``python benchmarks/plain_video.py INPUT OUT``, a sequential PyAV script with no
   Conveyor code that does the fixed work (one decode per video, libx264 clips, motion scores
-  from the source's motion vectors).
+  from the source's motion vectors);
+- ``before`` (with ``--baseline CONVEYOR``): the same command line run by the ``conveyor``
+  command of another version (an earlier commit installed apart), so that a change is
+  measured against what it replaces in one sitting: ``ours / before`` for the first clip
+  (at most 1x) and the CPU per video-hour (at most 0.9x, the shots target).
 
 Cases (``--cases``): ``fixed`` (the generated 720p30 videos, 4 of 60 s by default), ``small``
 (``--small-videos`` videos of 2 s at 160x90 in nested folders: copies, under other names, of
@@ -89,16 +93,22 @@ def make_small_videos(
     return folder
 
 
-def commands(case: str, source: Path, output: Path) -> dict[str, list[str]]:
-    """The contenders' command lines for ``case``."""
+def commands(
+    case: str, source: Path, output: Path, baseline: Path | None = None
+) -> dict[str, list[str]]:
+    """The contenders' command lines for ``case``; with ``baseline`` (the ``conveyor``
+    command of another version, e.g. installed from an earlier commit) also ``before``, the
+    same command line run by it."""
     beside = Path(sys.executable).with_name("conveyor")
     conveyor = [str(beside)] if beside.exists() else [sys.executable, "-m", "conveyor"]
-    if case == "shots":
-        return {"ours": [*conveyor, "video", str(source), str(output), "--no-live"]}
-    return {
-        "ours": [*conveyor, "video", str(source), str(output), *FIXED_OPTIONS, "--no-live"],
-        "plain": [sys.executable, str(BENCHMARKS / "plain_video.py"), str(source), str(output)],
-    }
+    options = ["--no-live"] if case == "shots" else [*FIXED_OPTIONS, "--no-live"]
+    found = {"ours": [*conveyor, "video", str(source), str(output), *options]}
+    if baseline is not None:
+        found["before"] = [str(baseline), "video", str(source), str(output), *options]
+    if case != "shots":
+        script = [sys.executable, str(BENCHMARKS / "plain_video.py"), str(source), str(output)]
+        found["plain"] = script
+    return found
 
 
 # -- measuring ---------------------------------------------------------------------------
@@ -218,16 +228,23 @@ def outcome(contender: str, output: Path) -> tuple[float, int]:
     return 0.0, 0
 
 
-def run_case(case: str, source: Path, outputs: Path, repeats: int, keep: bool) -> list[Run]:
+def run_case(
+    case: str,
+    source: Path,
+    outputs: Path,
+    repeats: int,
+    keep: bool,
+    baseline: Path | None = None,
+) -> list[Run]:
     """Every contender of ``case``, ``repeats`` times, alternating their order."""
     runs = []
     for repeat in range(repeats):
-        names = list(commands(case, source, outputs))
+        names = list(commands(case, source, outputs, baseline))
         for position, name in enumerate(names if repeat % 2 == 0 else names[::-1]):
             output = outputs / f"{case}-{name}-{repeat}"
             shutil.rmtree(output, ignore_errors=True)
             print(f"  [{case}] {name}, repeat {repeat + 1} of {repeats} ...", flush=True)
-            cmd = commands(case, source, output)[name]
+            cmd = commands(case, source, output, baseline)[name]
             log = outputs / f"{case}-{name}-{repeat}.log"
             figures = measure(cmd, output, log)
             run = Run(case, name, repeat, position, **figures)
@@ -303,6 +320,20 @@ def targets(case: str, summary: dict[str, Any], cores: int = 0) -> list[dict[str
         if cores:
             ceiling = {at: _ceiling(plain, at, cores) for at in ("median", "best")}
             add(f"ceiling: plain's CPU work on {cores} cores", ceiling, "(physical limit)", None)
+    if "before" in summary:  # the same command of the version before, side by side
+        before = summary["before"]
+        for label, figure, limit in (
+            ("first clip, ours / before", "first_clip_s", 1.0),
+            ("CPU-s per video-hour, ours / before", "cpu_s_per_video_hour", 0.9),
+        ):
+            values = {
+                at: ours[figure][at] / before[figure][at]
+                if ours[figure][at] is not None and before[figure][at]
+                else None
+                for at in ("median", "best")
+            }
+            met = None if values["median"] is None else values["median"] <= limit
+            add(label, values, f"<= {limit:g}x before", met)
     if case == "shots":
         limit, today = 0.9 * SHOTS_TODAY[0], "-".join(f"{v:.0f}" for v in SHOTS_TODAY)
         cpu = ours["cpu_s_per_video_hour"]
@@ -393,6 +424,7 @@ def user_figures(
     sources: dict[str, Path],
     repeats: int,
     outputs: Path | None,
+    baseline: Path | None = None,
 ) -> dict[str, Any]:
     """Run and report ``cases`` (each one's videos in ``sources``); the figures. Outputs are
     kept in ``outputs`` when given, else made in a temporary folder and removed."""
@@ -403,7 +435,7 @@ def user_figures(
     found: dict[str, Any] = {}
     try:
         for case in cases:
-            runs = run_case(case, sources[case], root, repeats, keep)
+            runs = run_case(case, sources[case], root, repeats, keep, baseline)
             found[case] = report(case, runs, cores or 1)
     finally:
         if not keep:
