@@ -210,8 +210,10 @@ class LocalBackend:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         env = dict(os.environ)
         env["CUDA_VISIBLE_DEVICES"] = ",".join(self.gpu_ids)
+        # -P: not the current folder first on its path, so that the root imports the
+        # conveyor the driver runs (a checkout in the current folder would shadow it)
         proc = subprocess.Popen(  # our pid: the root tells the driver's death by it
-            [sys.executable, "-c", _ROOT_MAIN, str(theirs.fileno()), str(os.getpid())],
+            [sys.executable, "-P", "-c", _ROOT_MAIN, str(theirs.fileno()), str(os.getpid())],
             pass_fds=[theirs.fileno()],
             env=env,
         )

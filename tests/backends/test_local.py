@@ -400,3 +400,38 @@ class _Echo(ProcessingStage[int, int]):
 
     def process(self, task: int) -> int:
         return task
+
+
+def test_workers_run_the_drivers_conveyor_whatever_the_current_folder_holds(
+    tmp_path: Path,
+) -> None:
+    import subprocess
+    import sys
+    import textwrap
+
+    # a folder holding another "conveyor" (an older checkout, say), the driver started in it
+    shadow = tmp_path / "checkout"
+    (shadow / "conveyor").mkdir(parents=True)
+    (shadow / "conveyor" / "__init__.py").write_text("raise ImportError('the other one')\n")
+    script = tmp_path / "run.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            from conveyor import Pipeline, processing_stage
+            from conveyor.backends import LocalBackend
+            from conveyor.executors import StreamingExecutor
+
+            @processing_stage
+            def double(x):
+                return 2 * x
+
+            result = Pipeline("p", [double]).run(StreamingExecutor(LocalBackend()), [1, 2])
+            print(sorted(result.outputs))
+            """
+        )
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=shadow, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[2, 4]"
