@@ -102,6 +102,10 @@ STALL_S = 60.0
 #: node list): Ray takes tens of seconds to declare a node dead, and until then its workers
 #: look alive and idle, so work sent there (a recomputation above all) is lost again
 SUSPECT_NODE_S = 60.0
+#: while a run fills, a stage whose batches take less than this is not held back for the
+#: work on its way to the end (only for what it holds): it is done before that needs the
+#: cores, and it feeds the stages behind it
+QUICK_BATCH_S = 0.1
 #: losses of one input forgiven (made again without spending an attempt): a node's fault,
 #: not the input's; past this a loop of losses spends attempts and ends
 FORGIVEN_LOSSES = 4
@@ -598,8 +602,56 @@ class Controller:
         node = self.ledger.nodes.get(worker.node or "") if self.ledger is not None else None
         if node is None:
             return True
-        ahead = self._held_from(worker.node, spec.index) - worker.holds
-        return may_start(spec.resources.cpus, node.total_cpus, ahead)
+        return may_start(spec.resources.cpus, node.total_cpus, self._ahead(worker, spec.index))
+
+    def _ahead(self, worker: Worker, index: int) -> float:
+        """CPUs on ``worker``'s node that work at stage ``index`` and after it comes before
+        while the run fills: its stage's other workers' batches, and what the stages after
+        it hold, or, where work is on its way to the end there, what the most demanding
+        stage left on that way can use (its threads): the first output must not find the
+        cores taken between two of its hops (a quick stage had just handed it on when the
+        shot decoder's next window started, and the first clip came 1.5 s later). A stage
+        whose batches take a moment (``QUICK_BATCH_S``) only waits for what is held."""
+        held = self._stage_cpus.get(worker.node)
+        own = (held[index] if held else 0.0) - worker.holds
+        after = sum(held[index + 1 :]) if held else 0.0
+        stage = self.stages[index]
+        batch_s = stage.meter.busy_time.value
+        if batch_s is not None and batch_s * stage.spec.batch_size < QUICK_BATCH_S:
+            return own + after  # done before the work on its way needs the cores
+        return own + max(after, self._way_to_the_end(worker.node, index))
+
+    def _way_to_the_end(self, node: str | None, index: int) -> float:
+        """The most CPUs one batch of a stage can take on ``node`` (its threads), over the
+        stages from the first after ``index`` with work running or ready to start to the
+        end; 0 where none after it has such work. Work is not ready to start where no
+        worker of its stage is ready there yet (a model loading: its upstream goes on) nor
+        as a partial batch waiting for its upstream (counting it would hold that upstream
+        back for ever)."""
+        node_info = self.ledger.nodes.get(node or "") if self.ledger is not None else None
+        total = node_info.total_cpus if node_info is not None else math.inf
+        for later in range(index + 1, len(self.stages)):
+            stage = self.stages[later]
+            queue = stage.queue
+            startable = (
+                bool(queue)
+                and stage.pool.ready_on(node) > 0
+                and (
+                    bool(queue.suspects)
+                    or len(queue.fresh) >= stage.spec.batch_size
+                    or self._upstream_done(later)
+                )
+            )
+            if stage.in_flight_tasks or startable:
+                return max(self._batch_cpus(s.spec, total) for s in self.stages[later:])
+        return 0.0
+
+    def _batch_cpus(self, spec: StageSpec, node_cpus: float) -> float:
+        """The most CPUs one batch of ``spec`` can use on a node of ``node_cpus``."""
+        most = spec.resources.cpus
+        if self.config.elastic_threads and spec.max_threads:
+            most = max(most, float(spec.max_threads))
+        return min(most, node_cpus)
 
     def _held_from(self, node: str | None, index: int) -> float:
         """CPUs held on ``node`` by workers of stage ``index`` and the stages after it."""
@@ -629,7 +681,7 @@ class Controller:
             if filling or self._upstream_done(spec.index):
                 seen = busy
                 if filling and self.config.first_output_first:
-                    seen = self._held_from(worker.node, spec.index)
+                    seen = self._ahead(worker, spec.index) + worker.holds
                 granted = batch_threads(own, spec.max_threads, node.total_cpus, seen)
                 if granted > max(1, round(own)):
                     held, threads = granted, granted

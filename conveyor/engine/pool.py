@@ -72,6 +72,10 @@ class Pool:
     def __len__(self) -> int:
         return len(self.workers)
 
+    def ready_on(self, node: str | None) -> int:
+        """Ready workers (not stopping) on ``node`` (``None``: anywhere)."""
+        return self.ready_count if node is None else self._ready_on.get(node, 0)
+
     def _index(self, worker: Worker) -> None:
         wid = worker.worker_id
         for level, bucket in enumerate(self._free):

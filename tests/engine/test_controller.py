@@ -506,6 +506,25 @@ def test_until_the_first_output_later_stages_get_the_cores_first() -> None:
     assert _sent_between(backend, {"feed"}, first_sink, math.inf)
 
 
+def test_until_the_first_output_a_quick_hop_does_not_open_the_cores_to_upstream() -> None:
+    # a decoder (1 CPU), a filter that takes a moment (a quarter of a CPU), a model that
+    # can use both cores, then a sink: while the first item is in the filter, the cores it
+    # is about to need in the model are not given to the decoder's next batch
+    service = {"feed": 0.01, "decode": 1.0, "hop": 0.01, "model": 1.0, "sink": 0.01}
+    backend = VirtualBackend(cpus=2, service_s=service)
+    stages = [Pass("feed"), Pass("decode"), Pass("hop"), Threaded("model"), Pass("sink")]
+    stages[2] = stages[2].with_(resources=Resources(cpus=0.25))
+    result = Pipeline("p", stages).run(StreamingExecutor(backend), range(8))
+    assert len(result.outputs) == 8
+    sends = backend.threads_sent
+    first_hop = next(at for at, name, _ in sends if name == "hop")
+    first_sink = next(at for at, name, _ in sends if name == "sink")
+    assert not _sent_between(backend, {"decode"}, first_hop - 1e-9, first_sink)
+    assert next(t for at, name, t in sends if name == "model") == 2
+    # the quick feeder is held back only by what is held, never by the way ahead
+    assert _sent_between(backend, {"feed"}, 0.0, first_hop)
+
+
 def test_without_first_output_first_upstream_stages_keep_taking_work() -> None:
     backend, first_model, threads, first_sink = _fill_run(first_output_first=False)
     assert threads is None  # a decoder's batch held the other core when it was sent
