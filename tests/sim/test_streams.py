@@ -51,3 +51,30 @@ def test_a_generator_stage_streams_pauses_and_retries_without_duplicates() -> No
 def test_without_streams_the_same_work_comes_out_a_task_at_a_time() -> None:
     result = run(SCENARIO.replace("streams: true", "streams: false"))
     assert result.first_output_s is not None and result.first_output_s > 15.0
+
+
+HANGS = """
+name: streams-hang
+cluster:
+  - {name: n, cpus: 4}
+stages:
+  - name: split
+    streams: true
+    timeout_s: 5
+    model: {service: {mean: 8.0}, output_ratio: 10, hang_rate: 0.3}
+  - name: sink
+    model: {service: {mean: 0.1}}
+source: {tasks: 20}
+"""
+
+
+def test_a_generator_that_stops_making_outputs_is_killed_at_its_timeout() -> None:
+    # each output comes 0.8 s after the one before, 8 s a task: well within a 5 s gap, so
+    # only a hung attempt (it makes none) is killed, 5 s after it started
+    result = run(HANGS)
+    assert result.stats["split"].timeouts > 0
+    assert all(f.error_type == "TaskTimeout" and f.attempts == 3 for f in result.failures)
+    done = {str(i) for i in range(20)} - {f.task for f in result.failures}
+    made = Counter(result.outputs)
+    assert set(made.values()) == {1}
+    assert {label.rsplit(".", 1)[0] for label in made} == done
