@@ -155,6 +155,7 @@ class HostSampler:
         self._host0 = cpu_busy_s(self.cpus)
         self._run0 = tree_cpu_s(self._root)
         self._run_max = 0.0
+        self._host_max = 0.0
         self._gpu0 = self._gpus.sample() if self._gpus is not None else 0.0
 
     def sample(self) -> HostTotals:
@@ -164,9 +165,12 @@ class HostSampler:
         gpu_s = None
         if self._gpus is not None and self.gpu_count:
             gpu_s = self._gpus.sample() - self._gpu0
+        # busy is a sum of the kernel's counters less idle and iowait, each rounded on its
+        # own: two reads a moment apart can differ by a rounding the wrong way
+        self._host_max = max(self._host_max, cpu_busy_s(self.cpus) - self._host0)
         return HostTotals(
             wall_s=self._clock() - self._start,
-            host_cpu_s=max(0.0, cpu_busy_s(self.cpus) - self._host0),
+            host_cpu_s=self._host_max,
             run_cpu_s=self._run_max,
             gpu_s=gpu_s,
         )

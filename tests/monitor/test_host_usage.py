@@ -108,3 +108,15 @@ def test_without_nvml_gpus_are_not_measured(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     sampler = HostSampler(gpus=True)
     assert sampler.gpu_count == 0 and sampler.sample().gpu_s is None
+
+
+def test_a_rounding_the_wrong_way_in_the_kernels_counters_never_shows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from conveyor.monitor import host_usage
+
+    reads = iter([10.0, 10.06000000000131, 10.05999999999949, 10.2])
+    monkeypatch.setattr(host_usage, "cpu_busy_s", lambda cpus: next(reads))
+    sampler = host_usage.HostSampler()
+    hosts = [sampler.sample().host_cpu_s for _ in range(3)]
+    assert hosts == sorted(hosts) and hosts[-1] == pytest.approx(0.2)
