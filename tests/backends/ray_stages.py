@@ -296,6 +296,11 @@ class Trickle(ProcessingStage[int, tuple[int, int]]):
             yield (task, j, b"x" * self.size) if self.size else (task, j)
         (self.marks / f"end-{task}").write_text(repr(time.time()))
 
+    @staticmethod
+    def ended(marks: Path, task: int) -> float:
+        """When the generator finished ``task`` (``time.time()``)."""
+        return float((Path(marks) / f"end-{task}").read_text())
+
 
 class Arrivals(ProcessingStage[Any, Any]):
     """Notes when each input arrived (``marks/seen-<n>``, one file per input) and, with
@@ -315,6 +320,15 @@ class Arrivals(ProcessingStage[Any, Any]):
         if self.cost_s:
             time.sleep(self.cost_s)
         return key
+
+    @staticmethod
+    def seen(marks: Path) -> list[tuple[tuple[int, int], float]]:
+        """(input, output) and when this stage got it (``time.time()``), in arrival order."""
+        found = []
+        for path in Path(marks).glob("seen-*"):
+            _, task, j, *_ = path.name.split("-")
+            found.append(((int(task), int(j)), float(path.read_text())))
+        return sorted(found, key=lambda item: item[1])
 
 
 class Stalls(ProcessingStage[int, int]):

@@ -367,20 +367,12 @@ def test_a_journal_resumes_on_ray(address: str, tmp_path: Path) -> None:
 
 
 # -- generator stages ---------------------------------------------------------------------
-def _arrivals(marks: Path) -> list[tuple[tuple[int, int], float]]:
-    found = []
-    for path in marks.glob("seen-*"):
-        _, task, j, *_ = path.name.split("-")
-        found.append(((int(task), int(j)), float(path.read_text())))
-    return sorted(found, key=lambda item: item[1])
-
-
 def test_a_generators_outputs_leave_as_they_are_made_on_ray(address: str, tmp_path: Path) -> None:
     stages = [st.Trickle(tmp_path, 5, gap_s=0.4, size=64 * 1024), st.Arrivals(tmp_path)]
     result = run(stages, [3], RayBackend(address))
     assert sorted(result.outputs) == [(3, j) for j in range(5)]
-    first = _arrivals(tmp_path)[0][1]
-    assert first < float((tmp_path / "end-3").read_text()) - 0.5
+    first = st.Arrivals.seen(tmp_path)[0][1]
+    assert first < st.Trickle.ended(tmp_path, 3) - 0.5
 
 
 def test_a_generator_failing_part_way_sends_nothing_twice_on_ray(
@@ -390,7 +382,7 @@ def test_a_generator_failing_part_way_sends_nothing_twice_on_ray(
     result = run([*stages, st.Arrivals(tmp_path)], range(3), RayBackend(address))
     assert result.failures == []
     assert sorted(result.outputs) == [(i, j) for i in range(3) for j in range(4)]
-    assert sorted(key for key, _ in _arrivals(tmp_path)) == sorted(result.outputs)
+    assert sorted(key for key, _ in st.Arrivals.seen(tmp_path)) == sorted(result.outputs)
 
 
 def test_a_paused_generator_on_ray_holds_a_few_outputs_not_all(
@@ -404,8 +396,8 @@ def test_a_paused_generator_on_ray_holds_a_few_outputs_not_all(
     assert result.stats["arrivals"].queue_hwm_tasks <= 24
     # Ray paused the actor's generator too: it ended as the last outputs were taken, not
     # seconds before (unpaused it makes the 400 in a fraction of the 2 s they take to use)
-    arrivals = _arrivals(tmp_path)
-    assert float((tmp_path / "end-0").read_text()) >= arrivals[-60][1]
+    arrivals = st.Arrivals.seen(tmp_path)
+    assert st.Trickle.ended(tmp_path, 0) >= arrivals[-60][1]
 
 
 def test_a_generators_timeout_and_journal_on_ray(address: str, tmp_path: Path) -> None:

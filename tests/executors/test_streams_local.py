@@ -20,29 +20,16 @@ from tests.backends.ray_stages import Arrivals, Stalls, Trickle
 pytestmark = pytest.mark.timeout(120)
 
 
-def seen(marks: Path) -> list[tuple[tuple[int, int], float]]:
-    """(input, output) and when the stage behind the generator got it, in arrival order."""
-    found = []
-    for path in marks.glob("seen-*"):
-        _, task, j, *_ = path.name.split("-")
-        found.append(((int(task), int(j)), float(path.read_text())))
-    return sorted(found, key=lambda item: item[1])
-
-
-def ended(marks: Path, task: int) -> float:
-    return float((marks / f"end-{task}").read_text())
-
-
 @pytest.mark.parametrize("executor_type", [StreamingExecutor, BatchExecutor])
 def test_outputs_leave_the_generator_as_they_are_made(tmp_path: Path, executor_type: type) -> None:
     stages = [Trickle(tmp_path, 5, gap_s=0.3), Arrivals(tmp_path)]
     result = Pipeline("p", stages).run(executor_type(LocalBackend(num_cpus=2)), [7])
     assert sorted(result.outputs) == [(7, j) for j in range(5)]
-    first = seen(tmp_path)[0][1]
+    first = Arrivals.seen(tmp_path)[0][1]
     if executor_type is StreamingExecutor:
-        assert first < ended(tmp_path, 7) - 0.5  # taken while four more were being made
+        assert first < Trickle.ended(tmp_path, 7) - 0.5  # taken while four more were being made
     else:
-        assert first >= ended(tmp_path, 7)  # one stage at a time: after all of them
+        assert first >= Trickle.ended(tmp_path, 7)  # one stage at a time: after all of them
 
 
 class Sizes:
@@ -88,7 +75,7 @@ def test_a_generator_that_fails_part_way_sends_nothing_twice(tmp_path: Path) -> 
     result = Pipeline("p", stages).run(StreamingExecutor(LocalBackend(num_cpus=2)), range(4))
     assert result.failures == []
     assert sorted(result.outputs) == [(i, j) for i in range(4) for j in range(6)]
-    counts = Counter(key for key, _ in seen(tmp_path))
+    counts = Counter(key for key, _ in Arrivals.seen(tmp_path))
     assert set(counts.values()) == {1}
     assert result.stats["trickle"].retried == 2
 
