@@ -10,6 +10,15 @@ Every pattern is deterministic for its seed, and consecutive segments use differ
 so a cut is a real change of content (as in edited footage) and a static segment is truly
 still: every frame is the same picture (an encoder still refines it for a few frames after
 each key frame, so its motion vectors are not all zero).
+
+Besides the plain patterns, some kinds model what shot detectors get wrong, for the shots
+benchmark: changes of content that are *not* transitions (``gradient``, ``slowpan``,
+``zoom``, ``drift``, ``fast``, ``flash``: its flashes are in ``SyntheticVideo.flashes_s``)
+and ``black``, the middle of a fade through black (``[A, black, B]`` with crossfades into
+and out of the black segment; the whole dip is one span in ``SyntheticVideo.dips_s``, and
+``SyntheticVideo.transitions()`` lists every transition with such dips merged).
+Seeds ``s`` and ``s + 21`` (or 34, 55: Fibonacci numbers) give nearly the same palette but
+different textures and motion: scenes alike in colour, for cuts between similar scenes.
 """
 
 from __future__ import annotations
@@ -24,7 +33,22 @@ from pathlib import Path
 import numpy as np
 
 #: pattern name -> renderer(frame index, fps, width, height, rng seed) -> HxWx3 uint8
-KINDS = ("pan", "shapes", "noise", "plasma", "rings", "bars", "checker")
+KINDS = (
+    "pan",
+    "shapes",
+    "noise",
+    "plasma",
+    "rings",
+    "bars",
+    "checker",
+    "gradient",
+    "slowpan",
+    "zoom",
+    "drift",
+    "fast",
+    "flash",
+    "black",
+)
 
 #: file name suffix -> (container format, video codec, pixel format)
 CONTAINERS: dict[str, tuple[str, str, str]] = {
@@ -71,6 +95,12 @@ class SyntheticVideo:
     fades_s: list[tuple[float, float]] = field(default_factory=list)
     #: (start, end) seconds of each static segment
     static_s: list[tuple[float, float]] = field(default_factory=list)
+    #: (start, end) seconds of each flash of a ``flash`` segment (1-3 bright frames: not a cut)
+    flashes_s: list[tuple[float, float]] = field(default_factory=list)
+    #: (start, end) seconds of each dip through a ``black`` segment between two others: from
+    #: the start of the transition into the black (a crossfade, or a cut: start = its time) to
+    #: the end of the one out of it. Those transitions are also in ``cuts_s`` / ``fades_s``.
+    dips_s: list[tuple[float, float]] = field(default_factory=list)
 
     @property
     def duration_s(self) -> float:
@@ -80,6 +110,29 @@ class SyntheticVideo:
     def boundaries_s(self) -> list[float]:
         """Every segment boundary: hard cuts, and the middle of each crossfade."""
         return sorted([*self.cuts_s, *((a + b) / 2 for a, b in self.fades_s)])
+
+    def transitions(self) -> list[Transition]:
+        """Every transition between two shots, in time order, a dip through black counted
+        once (``dip``, spanning its fade out, the black and its fade in) rather than as the
+        cuts or crossfades on either side of the black segment; a ``cut`` has start == end."""
+        inside = [(a - 1e-6, b + 1e-6) for a, b in self.dips_s]
+
+        def in_dip(a: float, b: float) -> bool:
+            return any(lo <= a and b <= hi for lo, hi in inside)
+
+        found = [Transition("dip", a, b) for a, b in self.dips_s]
+        found += [Transition("cut", c, c) for c in self.cuts_s if not in_dip(c, c)]
+        found += [Transition("dissolve", a, b) for a, b in self.fades_s if not in_dip(a, b)]
+        return sorted(found, key=lambda t: (t.start_s, t.end_s))
+
+
+@dataclass(frozen=True)
+class Transition:
+    """One transition of the ground truth: ``cut``, ``dissolve`` or ``dip`` (through black)."""
+
+    kind: str
+    start_s: float
+    end_s: float
 
 
 # -- patterns ----------------------------------------------------------------------------
@@ -175,7 +228,85 @@ class _Renderer:
             ramp = (np.arange(w) * 255 // max(w - 1, 1)).astype(np.uint8)
             bottom[:] = ramp[None, :, None]
             self.still = np.concatenate([top, bottom], axis=0)
-        # noise needs no state beyond the rng
+        elif kind in ("slowpan", "fast", "flash"):
+            self._setup_moving_texture(kind)
+        elif kind == "gradient":
+            yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
+            slant = self.rng.uniform(0.0, 0.6)
+            self.period = self.rng.uniform(1.5, 3.0) * w  # pixels per turn of the hue wheel
+            self.speed = self.rng.uniform(2.0, 4.0) * w / 640  # pixels per frame
+            self.hue = self.rng.uniform(0.0, 1.0)
+            steps = 4096  # the hue wheel in steps, a colour each
+            turn = 2 * np.pi * np.arange(steps, dtype=np.float32)[:, None] / steps
+            wheel = 0.5 + 0.5 * np.cos(turn + 2 * np.pi * np.arange(3) / 3)
+            self.wheel = (40 + 200 * wheel).astype(np.uint8)
+            # the colour depends on x + slant * y: each pixel's step on the wheel at frame 0
+            self.steps = ((xx + slant * yy) / self.period * steps).astype(np.int64)
+        elif kind == "zoom":
+            # a detailed picture at twice the frame's size; each frame is a shrinking window
+            # onto it (nearest pixel), zooming in then out again, never past 2.5x
+            tw, th = 2 * w, 2 * h
+            yy, xx = np.mgrid[0:th, 0:tw].astype(np.float32)
+            f = self.rng.uniform(0.5, 1.5, 4)
+            field_ = (
+                np.sin(xx / (9 * f[0])) * np.cos(yy / (7 * f[1]))
+                + 0.5 * np.sin((xx - yy) / (23 * f[2]))
+                + 0.5 * np.cos(np.hypot(xx - tw / 2, yy - th / 2) / (13 * f[3]))
+                + 2
+            ) / 4
+            p = self.palette
+            tex = p[0] * field_[..., None] + p[2] * (1 - field_[..., None])
+            self.texture = np.clip(tex, 0, 255).astype(np.uint8)
+            self.rate = self.rng.uniform(0.04, 0.08)  # log-scale per second
+            self.centre = (self.rng.uniform(0.35, 0.65), self.rng.uniform(0.35, 0.65))
+        elif kind == "drift":
+            # a still picture whose colours turn round the hue wheel (a full turn in 20-40 s)
+            # while its brightness swells and ebbs by up to a third
+            yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
+            f = self.rng.uniform(0.6, 1.4, 2)
+            v = (np.sin(xx / (w / 6 * f[0])) * np.cos(yy / (h / 4 * f[1])) + 1) / 2
+            p = self.palette
+            self.base = (p[0] * v[..., None] + p[1] * (1 - v[..., None])).astype(np.float32)
+            self.turn_s = self.rng.uniform(20.0, 40.0)
+            self.swell_s = self.rng.uniform(8.0, 16.0)
+            self.swell = self.rng.uniform(0.15, 0.33)
+        # noise and black need no state beyond the rng
+
+    def _setup_moving_texture(self, kind: str) -> None:
+        """``slowpan``: a smooth (sub-pixel) pan of 6-18 pixels a second at 640 wide;
+        ``fast``: a wrapping texture moving 16-32 pixels a frame (a whip pan);
+        ``flash``: the pan's moving picture with 1-3 frame flashes every 2-4 s."""
+        w, h = self.w, self.h
+        wrap = kind == "fast"
+        tw, th = (2 * w, 2 * h) if wrap else (w + w // 2 + 8, h + h // 2 + 8)
+        yy, xx = np.mgrid[0:th, 0:tw].astype(np.float32)
+        if wrap:  # whole periods across the texture, so that it tiles
+            k = self.rng.integers(3, 9, 3)
+            a = np.sin(2 * np.pi * k[0] * xx / tw) * np.cos(2 * np.pi * k[1] * yy / th)
+            b = np.sin(2 * np.pi * k[2] * (xx / tw + yy / th))
+        else:
+            a = np.sin(xx / (7 + self.rng.uniform(0, 9))) * np.cos(
+                yy / (5 + self.rng.uniform(0, 7))
+            )
+            b = np.sin((xx + yy) / (11 + self.rng.uniform(0, 13)))
+        field_ = (a + b + 2) / 4
+        p = self.palette
+        tex = p[0] * field_[..., None] + p[1] * (1 - field_[..., None])
+        self.texture = np.clip(tex, 0, 255).astype(np.uint8)
+        if wrap:
+            self.texture = np.tile(self.texture, (2, 2, 1))  # any window is one slice
+        if kind == "slowpan":
+            speed = self.rng.uniform(0.2, 0.6) * w / 640  # pixels per frame at 30 fps
+            angle = self.rng.uniform(-0.4, 0.4)
+            self.velocity = (speed * math.cos(angle), speed * math.sin(angle))
+        elif kind == "fast":
+            speed = self.rng.uniform(16.0, 32.0) * w / 640
+            angle = self.rng.uniform(-0.3, 0.3) + (math.pi if self.rng.random() < 0.5 else 0)
+            self.velocity = (speed * math.cos(angle), speed * math.sin(angle))
+        else:
+            self.velocity = (self.rng.uniform(1.0, 3.0), self.rng.uniform(0.5, 2.0))
+            self.flashes = flash_frames(self.segment, self.fps)
+            self.flash_gain = 0.55 + 0.3 * self.rng.random(max(1, len(self.flashes)))
 
     def _pan(self, i: int) -> np.ndarray:
         vx, vy = self.velocity
@@ -216,6 +347,63 @@ class _Renderer:
         v = ((np.sin(self.radius - t * 6) + 1) / 2)[..., None]
         return (self.palette[1] * v + self.palette[0] * (1 - v)).astype(np.uint8)
 
+    def _slowpan(self, i: int) -> np.ndarray:
+        vx, vy = self.velocity
+        mx, my = self.texture.shape[1] - self.w - 1, self.texture.shape[0] - self.h - 1
+        x, y = _bounce(i * abs(vx), mx), _bounce(i * abs(vy), my)
+        if vx < 0:
+            x = mx - x
+        if vy < 0:
+            y = my - y
+        x0, y0 = int(x), int(y)
+        fx, fy = round((x - x0) * 256), round((y - y0) * 256)  # sub-pixel, in 256ths
+        t = self.texture[y0 : y0 + self.h + 1, x0 : x0 + self.w + 1].astype(np.uint16)
+        across = (t[:, :-1] * (256 - fx) + t[:, 1:] * fx + 128) >> 8
+        return ((across[:-1] * (256 - fy) + across[1:] * fy + 128) >> 8).astype(np.uint8)
+
+    def _fast(self, i: int) -> np.ndarray:
+        vx, vy = self.velocity
+        th, tw = self.texture.shape[0] // 2, self.texture.shape[1] // 2  # tiled 2 x 2
+        y, x = round(i * vy) % th, round(i * vx) % tw
+        return self.texture[y : y + self.h, x : x + self.w]
+
+    def _flash(self, i: int) -> np.ndarray:
+        img = self._pan(i)
+        for n, (first, count) in enumerate(self.flashes):
+            if first <= i < first + count:
+                gain = float(self.flash_gain[n])
+                return (img.astype(np.float32) * (1 - gain) + 255 * gain).astype(np.uint8)
+        return img
+
+    def _gradient(self, i: int) -> np.ndarray:
+        # the hue wheel laid along x + slant * y, scrolling steadily: every pixel's colour
+        # changes a little each frame and the picture's colours change a lot over seconds
+        steps = len(self.wheel)
+        shift = int(((i * self.speed) / self.period + self.hue) * steps)
+        return np.take(self.wheel, self.steps + shift, axis=0, mode="wrap")
+
+    def _zoom(self, i: int) -> np.ndarray:
+        t = i / self.fps
+        zoom = math.exp(_bounce(t * self.rate, math.log(2.5)))  # 1x .. 2.5x of the frame
+        th, tw = self.texture.shape[:2]
+        span_w, span_h = tw / 2 / zoom, th / 2 / zoom  # the window, in texture pixels
+        cx = self.centre[0] * tw
+        cy = self.centre[1] * th
+        x0 = min(max(cx - span_w / 2, 0.0), tw - span_w)
+        y0 = min(max(cy - span_h / 2, 0.0), th - span_h)
+        cols = np.minimum((x0 + (np.arange(self.w) + 0.5) * span_w / self.w).astype(int), tw - 1)
+        rows = np.minimum((y0 + (np.arange(self.h) + 0.5) * span_h / self.h).astype(int), th - 1)
+        return self.texture.take(rows, axis=0).take(cols, axis=1)
+
+    def _drift(self, i: int) -> np.ndarray:
+        t = i / self.fps
+        angle = 2 * np.pi * t / self.turn_s
+        gain = 1 + self.swell * math.sin(2 * math.pi * t / self.swell_s)
+        return _colour_turn(self.base, angle, gain)
+
+    def _black(self, i: int) -> np.ndarray:
+        return np.zeros((self.h, self.w, 3), dtype=np.uint8)
+
     def _bars(self, i: int) -> np.ndarray:
         # colour bars with a small marker walking along the bottom (static when ``static``)
         img = self.still.copy()
@@ -223,6 +411,33 @@ class _Renderer:
         x = int(_bounce(i * 3 * self.w / 640, self.w - size))
         img[-size:, x : x + size] = 255
         return img
+
+
+def flash_frames(segment: Segment, fps: float) -> list[tuple[int, int]]:
+    """(first frame, frames) of each flash of a ``flash`` segment, counted from its first
+    frame: one every 2-4 s, 1-3 frames long, none in its first or last second."""
+    rng = np.random.default_rng([segment.seed, 7919])  # apart from the picture's own rng
+    length = max(1, round(segment.duration_s * fps))
+    flashes: list[tuple[int, int]] = []
+    at = fps * (1.0 + rng.uniform(0.0, 1.5))
+    while at + 3 < length - fps:
+        count = int(rng.integers(1, 4))
+        flashes.append((int(at), count))
+        at += fps * rng.uniform(2.0, 4.0)
+    return flashes
+
+
+def _colour_turn(image: np.ndarray, angle: float, gain: float) -> np.ndarray:
+    """``image`` (float RGB) with its hue turned by ``angle`` (round the grey axis) and its
+    brightness scaled by ``gain``."""
+    c, s = math.cos(angle), math.sin(angle)
+    k = (1 - c) / 3
+    r = math.sqrt(1 / 3) * s
+    turn = np.array(
+        [[c + k, k - r, k + r], [k + r, c + k, k - r], [k - r, k + r, c + k]], dtype=np.float32
+    )
+    out = image @ (turn.T * gain)
+    return np.clip(out, 0, 255).astype(np.uint8)
 
 
 def _bounce(position: float, limit: float) -> float:
@@ -380,6 +595,16 @@ def _truth(
             video.static_s.append(
                 (round((start + fade_in) / fps, 6), round((end - fade_out) / fps, 6))
             )
+        if segment.kind == "flash" and not segment.static:
+            for first, count in flash_frames(segment, fps):
+                video.flashes_s.append(
+                    (round((start + first) / fps, 6), round((start + first + count) / fps, 6))
+                )
+        if segment.kind == "black" and 0 < index < len(segments) - 1:
+            # from where the previous segment starts to give way (this segment's frame 0 is
+            # the first frame of a fade into it, or the first after a cut) to where the next
+            # one is shown alone (after the fade out of this one)
+            video.dips_s.append((round(start / fps, 6), round(end / fps, 6)))
         if index + 1 < len(segments):
             if fade_out:
                 video.fades_s.append((round((end - fade_out) / fps, 6), round(end / fps, 6)))

@@ -13,6 +13,8 @@ from conveyor.samples.video import (
     CONTAINERS,
     KINDS,
     Segment,
+    Transition,
+    flash_frames,
     render_frames,
     write_bad_file,
     write_video,
@@ -109,6 +111,88 @@ def test_ground_truth_of_a_crossfade_matches_the_frames_written(tmp_path: Path) 
     with av.open(str(video.path)) as container:
         decoded = sum(1 for _ in container.decode(video=0))
     assert video.num_frames == len(rendered) == decoded
+
+
+NEW_KINDS = ("gradient", "slowpan", "zoom", "drift", "fast", "flash")
+
+
+def frames_of(kind: str, seconds: float, seed: int, fps: float = 10) -> np.ndarray:
+    return np.stack(list(render_frames([Segment(kind, seconds, seed)], 64, 36, fps)))
+
+
+def steps(frames: np.ndarray) -> np.ndarray:
+    """Mean absolute change from each frame to the next."""
+    return np.abs(np.diff(frames.astype(np.int16), axis=0)).mean(axis=(1, 2, 3))
+
+
+@pytest.mark.parametrize("kind", NEW_KINDS)
+def test_the_benchmark_kinds_are_deterministic_for_a_seed(kind: str) -> None:
+    assert np.array_equal(frames_of(kind, 1.0, 4), frames_of(kind, 1.0, 4))
+    assert not np.array_equal(frames_of(kind, 1.0, 4), frames_of(kind, 1.0, 5))
+
+
+@pytest.mark.parametrize("kind", ["gradient", "slowpan", "zoom", "drift"])
+def test_slow_kinds_change_little_per_frame_and_much_over_seconds(kind: str) -> None:
+    """The negatives of a shot detector: no frame-to-frame jump, yet (but for a slow pan,
+    which moves a few pixels a second) a different picture after some seconds."""
+    frames = frames_of(kind, 12.0, 2, fps=30)
+    assert steps(frames).max() < 6
+    if kind != "slowpan":
+        far = np.abs(frames[-1].astype(np.int16) - frames[0]).mean()
+        assert far > 5 * steps(frames).mean()
+
+
+def test_a_slow_pan_is_slower_than_a_pan_and_a_fast_one_much_faster() -> None:
+    slow, pan, fast = (
+        steps(frames_of(k, 2.0, 3, fps=30)).mean() for k in ("slowpan", "pan", "fast")
+    )
+    assert slow < pan < fast
+    assert fast > 4 * pan
+
+
+def test_a_black_segment_is_black() -> None:
+    assert not frames_of("black", 1.0, 1).any()
+
+
+def test_flashes_are_brief_bright_frames_recorded_in_the_truth(tmp_path: Path) -> None:
+    segments = [Segment("pan", 2.0, 1), Segment("flash", 8.0, 2), Segment("rings", 2.0, 3)]
+    video = write_video(tmp_path / "flash.mp4", segments, width=64, height=36, fps=10)
+    flashes = flash_frames(segments[1], 10)
+    assert flashes == flash_frames(Segment("flash", 8.0, 2), 10)  # deterministic
+    assert 2 <= len(flashes) <= 4 and all(1 <= count <= 3 for _, count in flashes)
+    assert video.flashes_s == [(2 + f / 10, 2 + (f + n) / 10) for f, n in flashes]
+    assert all(a >= 3.0 and b <= 9.0 for a, b in video.flashes_s)  # not in its first/last 1 s
+    assert video.cuts_s == [2.0, 10.0]  # a flash is not a cut
+    assert [t.kind for t in video.transitions()] == ["cut", "cut"]
+    frames = np.stack(list(render_frames(segments, 64, 36, 10)))
+    brightness = frames.astype(np.float32).mean(axis=(1, 2, 3))
+    flashed = {round(a * 10) + k for a, b in video.flashes_s for k in range(round((b - a) * 10))}
+    others = sorted(set(range(20, 100)) - flashed)  # the rest of the flash segment
+    assert brightness[sorted(flashed)].min() > brightness[others].max() + 20
+
+
+def test_a_fade_through_black_is_one_dip(tmp_path: Path) -> None:
+    segments = [Segment("pan", 2.0, 1), Segment("black", 1.0), Segment("rings", 2.0, 3)]
+    video = write_video(
+        tmp_path / "dip.mp4", segments, width=64, height=36, fps=10, crossfades={0: 0.3, 1: 0.4}
+    )
+    assert video.num_frames == 43
+    assert video.fades_s == [(1.7, 2.0), (2.3, 2.7)] and video.cuts_s == []
+    assert video.dips_s == [(1.7, 2.7)]
+    assert video.transitions() == [Transition("dip", 1.7, 2.7)]
+    frames = np.stack(list(render_frames(segments, 64, 36, 10, {0: 0.3, 1: 0.4})))
+    assert not frames[20:23].any()  # the black held between the fades
+    assert frames[16].any() and frames[23].any()
+    # through black with hard cuts, and a black at an end, which is no dip
+    cut = write_video(tmp_path / "cut.mp4", segments, width=64, height=36, fps=10)
+    assert cut.cuts_s == [2.0, 3.0] and cut.dips_s == [(2.0, 3.0)]
+    assert cut.transitions() == [Transition("dip", 2.0, 3.0)]
+    ends = [Segment("black", 1.0), Segment("pan", 2.0, 1), Segment("rings", 2.0, 3)]
+    edge = write_video(
+        tmp_path / "edge.mp4", ends, width=64, height=36, fps=10, crossfades={1: 0.5}
+    )
+    assert edge.dips_s == []
+    assert edge.transitions() == [Transition("cut", 1.0, 1.0), Transition("dissolve", 2.5, 3.0)]
 
 
 @pytest.mark.parametrize("suffix", sorted(CONTAINERS))
