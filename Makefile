@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install lint bench bench-video bench-video-user bench-peers clean
+.PHONY: demo test install lint bench bench-video bench-video-user bench-peers bench-shots clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -62,6 +62,13 @@ bench-peers: $(STAMP)
 	$(PY) -m pip install --quiet datatrove fasteners orjson
 	$(PY) -m pip install --quiet --no-deps --target $(VENV)/peers fasttext-numpy2-wheel "xxhash<4"
 	$(PY) benchmarks/text.py
+
+# Shot splitting against PySceneDetect (issue 27): 35 generated videos, its CLI (one video at a
+# time, split-video), its API's detectors and ours, side by side. split-video needs an ffmpeg:
+# imageio-ffmpeg's static binary, installed here only (conveyor does not depend on it)
+bench-shots: $(STAMP)
+	$(PY) -m pip install --quiet imageio-ffmpeg
+	$(PY) benchmarks/shots.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -130,31 +130,122 @@ def test_dedup_quality_quick(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Cap
     assert "precision" in out and "recall" in out
 
 
-def test_shots_quick(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_shots_quick(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Every contender on the tiny corpus: PySceneDetect's CLI (split-video where an ffmpeg
+    is found, imageio-ffmpeg's or one on PATH), its API's three detectors, ours (histogram;
+    a detector the command rejects is skipped and says why)."""
     bench = load("shots", monkeypatch)
-    scores = bench.main(["--videos", "0", "--dissolves", "1", "--shot-s", "2"])
+    corpus = tmp_path / "corpus"
+    figures = bench.main(
+        ["--quick", "--corpus", str(corpus), "--detectors", "histogram,sparkles", "--misses", "-1"]
+    )
     out = capsys.readouterr().out
-    assert "clips into a transition" in out
-    both = scores["both heads (default)"]
-    assert both.dissolves == both.dissolves_found == 2 and not both.spurious
+    contenders = figures["contenders"]
+    cli = next(name for name in contenders if name.startswith("PySceneDetect CLI adaptive"))
+    assert set(contenders) == {
+        cli,
+        "PySceneDetect API adaptive",
+        "PySceneDetect API content",
+        "PySceneDetect API histogram",
+        "ours histogram",
+        "ours sparkles",
+    }
+    assert "'sparkles' is not one of" in contenders["ours sparkles"]["skipped"]
+    assert "skipped ours sparkles: " in out
+    if cli.endswith("(list only)"):
+        assert "split-video skipped" in contenders[cli]["note"]
+    else:
+        assert (tmp_path / "corpus").exists() and cli.endswith("split-video")
+    for name, c in contenders.items():
+        if name == "ours sparkles":
+            continue
+        assert c["failed"] is None and c["wall_s"] > 0 and c["cpu_s"] > 0, name
+        total = c["scores"]["all"]
+        assert total["cuts"] == 4 and total["dissolves"] == 2 and total["dips"] == 1
+        assert total["cuts_found"] >= 2, name  # the cuts between different scenes
+        assert total["clips"] > 0 and len(c["found"]) == 5
+    # the CLI's scenes are the API's (the same detector with the same defaults)
+    assert contenders[cli]["found"] == contenders["PySceneDetect API adaptive"]["found"]
+    for text in ("shot splitting on 5 generated videos", "per category", "targets (against"):
+        assert text in out
+    again = bench.main(
+        ["--quick", "--corpus", str(corpus), "--theirs", "adaptive", "--detectors", ""]
+    )
+    assert "(cached)" in capsys.readouterr().out  # the corpus is made once
+    assert set(again["contenders"]) == {"PySceneDetect API adaptive"}
+
+
+def test_shots_without_ffmpeg_lists_scenes_only(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    bench = load("shots", monkeypatch)
+    monkeypatch.setitem(sys.modules, "imageio_ffmpeg", None)  # not installed
+    monkeypatch.setattr(bench.shutil, "which", lambda name: None)  # nor on PATH
+    env, why = bench.ffmpeg_env(tmp_path / "bin")
+    assert env is None and "pip install imageio-ffmpeg" in why
+    args = ["--quick", "--corpus", str(tmp_path / "corpus"), "--theirs", "cli", "--detectors", ""]
+    figures = bench.main(args)
+    out = capsys.readouterr().out
+    cli = figures["contenders"]["PySceneDetect CLI adaptive (list only)"]
+    assert cli["failed"] is None and "split-video skipped: no ffmpeg" in cli["note"]
+    assert cli["scores"]["all"]["cuts_found"] >= 2
+    assert not list((tmp_path / "corpus").rglob("*-Scene-*.mp4"))
+    assert "split-video skipped" in out
 
 
 def test_shots_scores_what_a_detector_found(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The benchmark's bookkeeping on a made-up truth: a cut and a dissolve found, a cut
-    missed, a spurious transition, and the clips that run into what was missed."""
+    """The bookkeeping on a made-up truth at 10 fps: cuts at 5 and 20 s, a dissolve at
+    10-12 s, a dip through black at 25-26 s, a flash at 15 s."""
     bench = load("shots", monkeypatch)
-    truth = bench.SyntheticVideo(Path("v.mp4"), [], 64, 36, 10.0, "h264", 300)
-    truth.cuts_s, truth.fades_s = [5.0, 20.0], [(10.0, 12.0)]
-    found = bench.Score()
-    bench.score(truth, [(50, 49), (100, 119)], found)  # the second cut missed
-    assert (found.cuts_found, found.dissolves_found, found.spurious) == (1, 1, 0)
-    assert found.misses == ["v.mp4: cut at 20.00 s"]
-    # shots 0-49, 50-99, 120-299: a clip of the last one runs across the missed cut
-    assert found.clips_into == 1
-    empty = bench.Score()
-    bench.score(truth, [(250, 249)], empty)
-    assert (empty.cuts_found, empty.dissolves_found, empty.spurious) == (0, 0, 1)
-    assert empty.clips_into >= 2
+    truth = bench.Truth("v", "mixed", 10.0, 300, cuts=[50, 200], flashes=[(150, 152)])
+    truth.spans = [("dissolve", 100, 120), ("dip", 250, 260)]
+    truth.shots = [(0, 50), (50, 100), (120, 200), (200, 250), (260, 300)]
+    # a cut 0.1 s late, the dissolve as a span, a flash taken for a cut, the cut at 20 s and
+    # the dip missed, one transition at nothing; clips between the transitions found
+    found = bench.Found([(51, 50), (101, 118), (151, 150), (280, 279)])
+    found.clips = [(0, 50), (51, 101), (119, 151), (151, 280), (280, 300)]
+    s = bench.score(truth, found)
+    assert (s.cuts, s.cuts_found, s.dissolves_found, s.dips, s.dips_found) == (2, 1, 1, 1, 0)
+    assert (s.detections, s.spurious, s.spurious_at_flashes) == (4, 2, 1)
+    assert s.missed == ["v: cut 20.00 s", "v: dip 25.00-26.00 s (1.0 s)"]
+    assert s.spurious_at == ["v: 15.10 s (a flash)", "v: 28.00 s"]
+    # (51, 101) and (119, 151) share one frame each with the dissolve: not crossing it;
+    # (151, 280) runs over the cut at 20 s and through the dip
+    assert (s.clips, s.clips_crossing) == (5, 1) and s.crossing == ["v: 15.10-28.00 s"]
+    assert bench.score(truth, bench.Found(clips=[(0, 51)])).clips_crossing == 1  # past a cut
+    assert s.lost_s == pytest.approx(0.1)  # frame 50, the first after the cut, is in no clip
+    # the shot of 20-25 s: no clip has most of its frames in it
+    assert (s.shots, s.shots_without_clip) == (5, 1) and s.no_clip == ["v: 20.00-25.00 s"]
+    nothing = bench.score(truth, bench.Found())
+    assert nothing.lost_s == pytest.approx(sum(b - a for a, b in truth.shots) / 10)
+    assert nothing.shots_without_clip == 5 and nothing.cuts_found == 0
+
+
+def test_shots_corpus_is_the_issues(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At least 30 videos of 20-40 s in every category, each shot at least 2 s; the speed
+    case: 4 videos of 60 s with 16 hard cuts."""
+    bench = load("shots", monkeypatch)
+    specs = bench.corpus_specs()
+    assert len(specs) >= 30 and {s.category for s in specs} == set(bench.CATEGORIES)
+    assert specs == bench.corpus_specs()  # deterministic
+    for spec in specs:
+        fades = spec.crossfades
+        alone = [
+            duration - fades.get(i - 1, 0) - fades.get(i, 0)
+            for i, (kind, duration, _, _) in enumerate(spec.segments)
+            if kind != "black"
+        ]
+        assert min(alone) >= 2.0, spec.name
+        assert 20 <= sum(d for _, d, _, _ in spec.segments) - sum(fades.values()) <= 40
+    lengths = {
+        round(f, 1) for s in specs if s.category == "dissolve" for f in s.crossfades.values()
+    }
+    assert lengths == {0.3, 0.5, 1.0, 2.0, 3.0}
+    speed = bench.speed_specs()
+    assert len(speed) == 4 and sum(len(s.segments) - 1 for s in speed) == 16
+    assert all(sum(d for _, d, _, _ in s.segments) == 60 for s in speed)
 
 
 def test_memory_quick(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
