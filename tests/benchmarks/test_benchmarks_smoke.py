@@ -195,6 +195,22 @@ def test_shots_without_ffmpeg_lists_scenes_only(
     assert "split-video skipped" in out
 
 
+def test_shots_speed_quick(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The timing case on its tiny videos: PySceneDetect's CLI one video at a time, our
+    default shots command on the folder; wall, CPU and the ratio."""
+    bench = load("shots", monkeypatch)
+    figures = bench.main(["--speed", "--quick", "--corpus", str(tmp_path / "corpus")])
+    out = capsys.readouterr().out
+    for who in ("theirs", "ours"):
+        (run,) = figures["runs"][who]
+        assert run["failed"] is None and run["wall_s"] > 0 and run["cpu_s"] > 0
+    assert figures["runs"]["ours"][0]["cuts"] == 16
+    assert figures["ours_over_theirs"]["wall"] > 0
+    assert "speed: 4 videos of 10 s at 160x90, 16 hard cuts" in out and "ours / theirs" in out
+
+
 def test_shots_scores_what_a_detector_found(monkeypatch: pytest.MonkeyPatch) -> None:
     """The bookkeeping on a made-up truth at 10 fps: cuts at 5 and 20 s, a dissolve at
     10-12 s, a dip through black at 25-26 s, a flash at 15 s."""
