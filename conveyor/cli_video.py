@@ -24,7 +24,11 @@ class SplitterChoice(StrEnum):
 
 
 class DetectorChoice(StrEnum):
+    auto = "auto"
     transnetv2 = "transnetv2"
+    hybrid = "hybrid"
+    adaptive = "adaptive"
+    content = "content"
     histogram = "histogram"
 
 
@@ -73,8 +77,14 @@ def video(
         SplitterChoice, typer.Option(case_sensitive=False, help="How videos become clips.")
     ] = SplitterChoice.shots,
     detector: Annotated[
-        DetectorChoice, typer.Option(case_sensitive=False, help="Shot detector (--splitter shots).")
-    ] = DetectorChoice.transnetv2,
+        DetectorChoice,
+        typer.Option(
+            case_sensitive=False,
+            help="Shot detector (--splitter shots): auto is transnetv2 with a GPU, else hybrid "
+            "(PySceneDetect's adaptive cuts, TransNetV2 on doubtful stretches); adaptive, "
+            "content and histogram are PySceneDetect's detectors on their own.",
+        ),
+    ] = DetectorChoice.auto,
     clip_len: Annotated[
         float, typer.Option("--clip-len", min=0.1, help="Fixed stride: clip length (s).")
     ] = 10.0,

@@ -28,7 +28,13 @@ if TYPE_CHECKING:
     from conveyor.storage import StoragePath
 
 Splitter = Literal["fixed", "shots"]
-Detector = Literal["transnetv2", "histogram"]
+Detector = Literal["auto", "transnetv2", "hybrid", "adaptive", "content", "histogram"]
+DETECTORS: tuple[str, ...] = ("auto", "transnetv2", "hybrid", "adaptive", "content", "histogram")
+#: each detector's threshold where ``shot_threshold`` gives none (TransNetV2: a probability;
+#: hybrid and adaptive: the adaptive ratio; content: 0-255 levels; histogram: 0-1)
+DEFAULT_THRESHOLDS = {
+    "transnetv2": 0.4, "hybrid": 3.0, "adaptive": 3.0, "content": 27.0, "histogram": 0.2,
+}  # fmt: skip
 
 #: options that change what is written: resuming into an output made with other values of
 #: these would mix two kinds of results
@@ -48,7 +54,9 @@ class VideoConfig:
     input: str | Sequence[str]
     output: str
     splitter: Splitter = "shots"
-    detector: Detector = "transnetv2"
+    #: ``auto``: TransNetV2 where the machine has a GPU, else ``hybrid`` (the adaptive
+    #: detector, TransNetV2 on doubtful stretches only; benchmarks/shots.py)
+    detector: Detector = "auto"
     #: fixed stride: clip length, stride (default: the clip length), shortest clip kept
     clip_len_s: float = 10.0
     stride_s: float | None = None
@@ -99,8 +107,10 @@ class VideoConfig:
         problems = []
         if self.splitter not in ("fixed", "shots"):
             problems.append(f"splitter must be 'fixed' or 'shots', got {self.splitter!r}")
-        if self.detector not in ("transnetv2", "histogram"):
-            problems.append(f"detector must be 'transnetv2' or 'histogram', got {self.detector!r}")
+        if self.detector not in DETECTORS:
+            problems.append(
+                f"detector must be one of {', '.join(DETECTORS)}, got {self.detector!r}"
+            )
         for name in ("clip_len_s", "max_clip_s", "detection_window_s"):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be > 0, got {getattr(self, name)}")
@@ -151,6 +161,13 @@ class VideoConfig:
         from conveyor.backends.devices import detect_gpus
 
         return bool(detect_gpus().physical_ids)
+
+    @property
+    def shot_detector(self) -> str:
+        """The detector that runs: ``auto`` made concrete for this machine."""
+        if self.detector != "auto":
+            return self.detector
+        return "transnetv2" if self.use_gpus else "hybrid"
 
     @property
     def embeds_text(self) -> bool:
@@ -250,7 +267,7 @@ def gpu_shares(config: VideoConfig, nvenc: bool) -> tuple[float, float]:
     """
     small_stages = sum(
         (
-            config.splitter == "shots" and config.detector == "transnetv2",
+            config.splitter == "shots" and config.shot_detector == "transnetv2",
             nvenc,
             config.aesthetic_model is not None,
             config.embed,
@@ -295,9 +312,9 @@ def _nvenc_expected(encoder: str) -> bool:
 def _shot_stages(
     config: VideoConfig, model_resources: Resources, gpus: bool
 ) -> list[ProcessingStage[Any, Any]]:
+    from conveyor.stages.video.cut_detectors import SCENEDETECT_WIDTH, detector_for
     from conveyor.stages.video.shots import (
         TRANSNET_CONTEXT,
-        HistogramDetector,
         ShotFrameDecoder,
         ShotWindows,
         TransNetV2Detector,
@@ -305,28 +322,24 @@ def _shot_stages(
     from conveyor.stages.video.split import ShotSplitter, SplitRules
 
     rules = SplitRules(config.min_clip_s, config.max_clip_s, config.max_len_mode, config.crop_s)
-    if config.detector == "transnetv2":
-        threshold = config.shot_threshold if config.shot_threshold is not None else 0.4
-        detector: ProcessingStage[Any, Any] = TransNetV2Detector(threshold).with_(
+    name = config.shot_detector
+    threshold = config.shot_threshold
+    if threshold is None:
+        threshold = DEFAULT_THRESHOLDS[name]
+    detector: ProcessingStage[Any, Any]
+    if name == "transnetv2":
+        detector = TransNetV2Detector(threshold).with_(
             resources=model_resources, batch_size=8 if gpus else 1
         )
-        head = [
-            ShotWindows(config.detection_window_s, TRANSNET_CONTEXT, rules.first_clip_certain_s),
-            ShotFrameDecoder(),
-        ]
+        window_s, decoder = config.detection_window_s, ShotFrameDecoder()
     else:
-        threshold = config.shot_threshold if config.shot_threshold is not None else 0.2
-        histogram = HistogramDetector(threshold)
-        head = [
-            ShotWindows(
-                max(config.detection_window_s, 20.0),
-                histogram.min_scene_len + 1,
-                rules.first_clip_certain_s,
-            ),
-            ShotFrameDecoder(size=None, width=128),
-        ]
-        detector = histogram
-    return [*head, detector, ShotSplitter(rules, config.clips_per_chunk)]
+        # PySceneDetect's detectors see frames as it does (256 wide); a detector costs less
+        # than the decode, so longer windows save the context each window decodes again
+        detector = detector_for(name, threshold)
+        window_s = max(config.detection_window_s, 20.0)
+        decoder = ShotFrameDecoder(size=None, width=SCENEDETECT_WIDTH)
+    windows = ShotWindows(window_s, TRANSNET_CONTEXT, rules.first_clip_certain_s)
+    return [windows, decoder, detector, ShotSplitter(rules, config.clips_per_chunk)]
 
 
 def _frame_consumers(
@@ -385,7 +398,7 @@ def describe(config: VideoConfig) -> str:
         stride = config.stride_s if config.stride_s is not None else config.clip_len_s
         split = f"fixed {config.clip_len_s:g} s clips every {stride:g} s"
     else:
-        split = f"{config.detector} shots, clips {config.min_clip_s:g}-{config.max_clip_s:g} s"
+        split = f"{config.shot_detector} shots, clips {config.min_clip_s:g}-{config.max_clip_s:g} s"
     parts = [split, f"H.264 ({config.encoder}, {config.preset}, crf {config.crf})"]
     filters = [
         name

@@ -203,6 +203,10 @@ class FrameWindow:
     transitions: list[tuple[int, int]] | None = None
     #: the detector's per-frame transition score for [start, end) (for inspection)
     scores: np.ndarray | None = field(default=None, repr=False)
+    #: per frame of [start, end), how strongly it looks part of a gradual transition
+    #: (``transitions.gradual_codes``); the splitter decides over the whole video which runs
+    #: of them are transitions. None: the detector marks hard cuts only
+    gradual: np.ndarray | None = field(default=None, repr=False)
 
 
 @dataclass

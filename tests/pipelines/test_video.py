@@ -360,11 +360,15 @@ def test_shot_pipeline_finds_cuts_and_keeps_clips_inside_shots(tmp_path: Path) -
 
 
 def test_pipeline_stages_follow_the_options(tmp_path: Path) -> None:
-    names = [s.name for s in build_video_pipeline(VideoConfig(str(tmp_path), "o")).build()]
-    assert names[:6] == [
-        "VideoListing", "VideoProbe", "ShotWindows", "ShotFrameDecoder",
-        "TransNetV2Detector", "ShotSplitter",
-    ]  # fmt: skip
+    # auto: TransNetV2 on every frame with a GPU, the hybrid on a CPU
+    for gpus, detector in ((True, "TransNetV2Detector"), (False, "HybridDetector")):
+        config = VideoConfig(str(tmp_path), "o", gpus=gpus)
+        names = [s.name for s in build_video_pipeline(config).build()]
+        assert names[:6] == [
+            "VideoListing", "VideoProbe", "ShotWindows", "ShotFrameDecoder", detector,
+            "ShotSplitter",
+        ]  # fmt: skip
+        assert config.shot_detector == detector.removesuffix("Detector").lower()
     assert names[-1] == "ClipWriter"
     bare = VideoConfig(
         str(tmp_path), "o", splitter="fixed", quality=False, embed=False, tags=False,
@@ -373,8 +377,16 @@ def test_pipeline_stages_follow_the_options(tmp_path: Path) -> None:
     names = [s.name for s in build_video_pipeline(bare).build()]
     assert names == ["VideoListing", "VideoProbe", "FixedStrideSplitter", "ClipTranscoder",
                      "ClipWriter"]  # fmt: skip
-    histogram = VideoConfig(str(tmp_path), "o", detector="histogram")
-    assert "HistogramDetector" in [s.name for s in build_video_pipeline(histogram).build()]
+    for name in ("transnetv2", "hybrid", "adaptive", "content", "histogram"):
+        config = VideoConfig(str(tmp_path), "o", detector=name, shot_threshold=0.9)  # type: ignore[arg-type]
+        stages = {s.name: s.stage for s in build_video_pipeline(config).build()}
+        (detector,) = [s for n, s in stages.items() if n.endswith("Detector")]
+        assert detector.threshold == 0.9  # type: ignore[attr-defined]
+        assert type(detector).__name__.lower() == f"{name}detector"
+        decoder = stages["ShotFrameDecoder"]
+        assert decoder.width == (None if name == "transnetv2" else 256)  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match="detector must be one of auto, transnetv2"):
+        VideoConfig(str(tmp_path), "o", detector="sparkles")  # type: ignore[arg-type]
     # one EfficientNet-Lite0 pass per clip: the tagger ranks the embedder's probabilities
     default = {
         s.name: s.stage for s in build_video_pipeline(VideoConfig(str(tmp_path), "o")).build()

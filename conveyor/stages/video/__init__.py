@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from conveyor._lazy import lazy_getattr
 
 _EXPORTS = {
+    "AdaptiveDetector": "conveyor.stages.video.cut_detectors",
     "AestheticFilter": "conveyor.stages.video.aesthetic",
     "Captioner": "conveyor.stages.video.caption",
     "ClipEmbedder": "conveyor.stages.video.embed",
@@ -16,9 +17,11 @@ _EXPORTS = {
     "ClipStage": "conveyor.stages.video.base",
     "ClipTranscoder": "conveyor.stages.video.transcode",
     "ClipWriter": "conveyor.stages.video.writer",
+    "ContentDetector": "conveyor.stages.video.cut_detectors",
     "FixedStrideSplitter": "conveyor.stages.video.split",
     "FrameConsumer": "conveyor.stages.video.base",
-    "HistogramDetector": "conveyor.stages.video.shots",
+    "HistogramDetector": "conveyor.stages.video.cut_detectors",
+    "HybridDetector": "conveyor.stages.video.cut_detectors",
     "ImageNetTagger": "conveyor.stages.video.tags",
     "InputError": "conveyor.stages.video.base",
     "MotionFilter": "conveyor.stages.video.motion",
@@ -39,6 +42,7 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "AdaptiveDetector",
     "AestheticFilter",
     "Captioner",
     "ClipEmbedder",
@@ -46,9 +50,11 @@ __all__ = [
     "ClipStage",
     "ClipTranscoder",
     "ClipWriter",
+    "ContentDetector",
     "FixedStrideSplitter",
     "FrameConsumer",
     "HistogramDetector",
+    "HybridDetector",
     "ImageNetTagger",
     "InputError",
     "MotionFilter",
@@ -72,6 +78,12 @@ if TYPE_CHECKING:
     from conveyor.stages.video.aesthetic import AestheticFilter
     from conveyor.stages.video.base import ClipStage, FrameConsumer, InputError, VideoStage
     from conveyor.stages.video.caption import Captioner
+    from conveyor.stages.video.cut_detectors import (
+        AdaptiveDetector,
+        ContentDetector,
+        HistogramDetector,
+        HybridDetector,
+    )
     from conveyor.stages.video.dedup import SemanticDedup
     from conveyor.stages.video.embed import ClipEmbedder
     from conveyor.stages.video.frames import ClipFrameExtractor
@@ -80,12 +92,7 @@ if TYPE_CHECKING:
     from conveyor.stages.video.nsfw import NSFWFilter
     from conveyor.stages.video.quality import QualityFilter
     from conveyor.stages.video.reader import VideoListing, VideoProbe, VideoReader
-    from conveyor.stages.video.shots import (
-        HistogramDetector,
-        ShotFrameDecoder,
-        ShotWindows,
-        TransNetV2Detector,
-    )
+    from conveyor.stages.video.shots import ShotFrameDecoder, ShotWindows, TransNetV2Detector
     from conveyor.stages.video.split import FixedStrideSplitter, ShotSplitter, SplitRules
     from conveyor.stages.video.tags import ImageNetTagger
     from conveyor.stages.video.text_embed import TextEmbedder

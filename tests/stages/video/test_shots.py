@@ -15,16 +15,20 @@ from conveyor.cluster import WorkerInfo
 from conveyor.samples.video import Segment, SyntheticVideo, write_video
 from conveyor.stages.video.decode import probe
 from conveyor.stages.video.shots import (
+    EXTENT_FLOOR,
     TRANSNET_CONTEXT,
-    HistogramDetector,
     ShotFrameDecoder,
     ShotWindows,
     TransNetV2Detector,
     repeats_for,
-    transition_frames,
     transitions_from_mask,
 )
 from conveyor.stages.video.split import ShotSplitter, SplitRules, scene_spans
+from conveyor.stages.video.transitions import (
+    GradualRuns,
+    gradual_codes,
+    merge_transitions,
+)
 from conveyor.tasks.video import Video, VideoTask
 
 
@@ -65,16 +69,21 @@ def detect(
     context: int,
     first_end_s: float = 0.0,
 ) -> list[tuple[int, int]]:
+    """The transitions the splitter would take: each window's, and the gradual runs that
+    are transitions over the whole video."""
     found: list[tuple[int, int]] = []
+    gradual = GradualRuns(truth.fps)
     for task in windowed(truth, window_s, context, first_end_s):
         decoder.process(task)
         if isinstance(detector, TransNetV2Detector):
             detector.process_batch([task])
         else:
             detector.process(task)  # type: ignore[attr-defined]
-        assert task.data.window is not None and task.data.window.frames is None  # dropped
-        found += task.data.window.transitions or []
-    return found
+        window = task.data.window
+        assert window is not None and window.frames is None  # dropped
+        found += window.transitions or []
+        found += gradual.feed(window.start, window.gradual, window.end)
+    return merge_transitions(found + gradual.finish())
 
 
 def boundary_s(transition: tuple[int, int], fps: float) -> float:
@@ -130,15 +139,6 @@ def test_transnetv2_finds_a_crossfade(
     (start, end), cut = fade_video.fades_s[0], fade_video.cuts_s[0]
     assert any(start - 0.3 <= b <= end + 0.3 for b in boundaries)
     assert any(abs(b - cut) <= 1.5 / fade_video.fps for b in boundaries)
-
-
-def test_histogram_detector_finds_hard_cuts(cuts_video: SyntheticVideo) -> None:
-    detector = HistogramDetector()
-    detector.setup(WorkerInfo("w", "HistogramDetector", "n"))
-    found = detect(
-        cuts_video, detector, ShotFrameDecoder(size=None, width=64), 4.0, detector.min_scene_len + 1
-    )
-    assert [c for c, _ in found] == [round(t * cuts_video.fps) for t in cuts_video.cuts_s]
 
 
 def test_detection_then_splitting_keeps_clips_inside_shots(
@@ -213,27 +213,66 @@ print(torch.are_deterministic_algorithms_enabled(), "torch._dynamo" in sys.modul
 def test_transitions_group_runs_of_marked_frames() -> None:
     scores = np.array([0.1, 0.9, 0.2, 0.7, 0.8, 0.9, 0.1, 0.95])
     # a lone mark is the last frame before a cut; a run's first frame ends its shot too
-    mask = transition_frames(scores, threshold=0.5)
-    assert transitions_from_mask(mask, 100) == [(102, 101), (104, 105), (108, 107)]
+    assert transitions_from_mask(scores > 0.5, 100) == [(102, 101), (104, 105), (108, 107)]
     assert transitions_from_mask(np.zeros(5, bool), 0) == []
 
 
+def gradual_transitions(many: np.ndarray, fps: float, cut: int | None = None) -> list:
+    """What GradualRuns makes of all-frames scores fed in windows of ``cut`` frames."""
+    codes = gradual_codes(many, EXTENT_FLOOR, 0.2)
+    runs, found, step = GradualRuns(fps), [], cut or len(many)
+    for start in range(0, len(many), step):
+        end = min(start + step, len(many))
+        found += runs.feed(start, codes[start:end], end)
+    return found + runs.finish()
+
+
 def test_the_all_frames_head_gives_a_dissolve_its_whole_length_and_leaves_cuts_alone() -> None:
-    single = np.zeros(40)
     many = np.zeros(40)
-    single[5] = 0.9  # a hard cut after frame 5 ...
-    many[4:8] = [0.1, 0.9, 0.8, 0.1]  # ... which the all-frames head marks on two frames
+    many[4:8] = [0.1, 0.9, 0.8, 0.1]  # two frames around a hard cut: not a dissolve
     many[20:32] = [0.06, 0.1, 0.25, 0.3, 0.35, 0.3, 0.25, 0.21, 0.1, 0.06, 0.03, 0.0]
-    single[25] = 0.15  # a dissolve the single-frame head scores low
     many[36] = 0.5  # a lone mark of the all-frames head: not a cut
-    mask = transition_frames(single, many, 0.4, 0.2)
-    assert transitions_from_mask(mask, 0) == [(6, 5), (21, 29)]
-    assert transitions_from_mask(transition_frames(single, many, 0.4, None), 0) == [(6, 5)]
-    assert transitions_from_mask(transition_frames(single, None, 0.4, 0.2), 0) == [(6, 5)]
+    assert gradual_transitions(many, 10) == [(21, 29)]
     # four frames above 0.2 make a dissolve, three do not
     three = many.copy()
     three[[22, 26, 27]] = 0.15
-    assert not transition_frames(single, three, 0.4, 0.2)[20:32].any()
+    assert gradual_transitions(three, 10) == []
+    # the same run cut by window borders anywhere is the same transition
+    for cut in (3, 7, 21, 22, 25, 30):
+        assert gradual_transitions(many, 10, cut) == [(21, 29)], cut
+
+
+def test_a_gradual_run_longer_than_a_transition_is_content_not_a_shot_boundary() -> None:
+    """A scrolling gradient that the all-frames head scored as a 13.8 s "dissolve" took its
+    whole shot with it; a run longer than MAX_TRANSITION_S (3 s) is content, however it
+    falls across windows, and the runs on either side of it are judged on their own."""
+    fps = 30.0
+    many = np.zeros(900)
+    many[100:130] = 0.5  # a 1 s dissolve
+    many[300:715] = 0.4  # 13.8 s of gradual change
+    many[800:891] = 0.5  # 3.03 s: one frame too long
+    for cut in (None, 150, 200, 301):
+        assert gradual_transitions(many, fps, cut) == [(101, 129)], cut
+    runs = GradualRuns(fps)
+    codes = gradual_codes(many, EXTENT_FLOOR, 0.2)
+    assert runs.feed(0, codes[:200], 200) == [(101, 129)] and runs.holding is None
+    runs.feed(200, codes[200:350], 350)
+    assert runs.holding == 300  # open, and still short enough to become a transition
+    runs.feed(350, codes[350:390], 390)
+    assert runs.holding == 300  # 90 frames: 3 s
+    runs.feed(390, codes[390:450], 450)  # 150 frames: content, nothing held any more
+    assert runs.holding is None
+    with pytest.raises(ValueError, match="gradual codes"):
+        runs.feed(450, codes[450:460], 470)
+
+
+def test_merged_transitions_absorb_cuts_inside_a_dissolve() -> None:
+    assert merge_transitions([(30, 29), (21, 29), (6, 5), (6, 5), (40, 39), (41, 40)]) == [
+        (6, 5),
+        (21, 29),
+        (40, 39),
+        (41, 40),
+    ]
 
 
 def test_a_window_keeps_its_own_part_of_a_transition_across_its_border() -> None:
@@ -287,8 +326,6 @@ def test_detector_settings_are_validated() -> None:
         TransNetV2Detector(threshold=1.5)
     with pytest.raises(ValueError, match="gradual_threshold"):
         TransNetV2Detector(gradual_threshold=0.01)
-    with pytest.raises(ValueError):
-        HistogramDetector(threshold=0)
     with pytest.raises(ValueError):
         ShotWindows(window_s=0)
     with pytest.raises(ValueError, match="first_end_s"):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import random
 
+import numpy as np
 import pytest
 
 from conveyor.stages.video.split import (
@@ -19,6 +20,7 @@ from conveyor.stages.video.split import (
     scene_spans,
     windows,
 )
+from conveyor.stages.video.transitions import STRONG
 from conveyor.tasks.video import FrameWindow, Video, VideoMetadata, VideoTask, clip_id
 
 FPS = 10.0
@@ -296,3 +298,50 @@ def test_a_window_without_transitions_is_a_clear_error() -> None:
     task.data.window.transitions = None  # type: ignore[union-attr]
     with pytest.raises(ValueError, match="without detected transitions"):
         run_splitter([task])
+
+
+def test_a_shot_shorter_than_a_clip_and_its_crops_is_cropped_less_not_lost() -> None:
+    # scenes of 2.0 s, 2.5 s and 1.9 s at 10 fps with 2 s clips and 0.5 s crops
+    spans = scene_spans([(20, 19), (45, 44)], 64, RULES, FPS)
+    assert spans == [(0, 20), (22, 43)]  # the 1.9 s scene stays too short for any clip
+    assert scene_spans([], 31, RULES, FPS) == [(5, 26)]  # 3.1 s: the whole crop fits
+
+
+def gradual_tasks(frames: int, size: int, runs: list[tuple[int, int]]) -> list[VideoTask]:
+    """Windows whose detector marked runs of gradual evidence (all of it strong)."""
+    tasks = window_tasks("g.mp4", frames, size, [])
+    for task in tasks:
+        window = task.data.window
+        assert window is not None
+        codes = np.zeros(window.end - window.start, dtype=np.uint8)
+        for a, b in runs:
+            lo, hi = max(a, window.start), min(b + 1, window.end)
+            codes[lo - window.start : hi - window.start] = STRONG if lo < hi else 0
+        window.gradual = codes if codes.any() else None
+    return tasks
+
+
+def test_a_dissolve_across_windows_is_one_transition_and_a_long_drift_stays_a_shot() -> None:
+    """At 10 fps with 5 s windows: a 2 s dissolve over a window border is one transition;
+    14 s of gradual change (a scrolling gradient TransNetV2 scores as a dissolve) is a shot,
+    with clips."""
+    tasks = gradual_tasks(600, 50, [(90, 109), (300, 439)])
+    chunks = run_splitter(tasks)
+    assert sorted(t for c in chunks for t in c.transitions) == [(91, 109)]
+    spans = spans_of(chunks)
+    assert spans == scene_spans([(91, 109)], 600, RULES, FPS)
+    assert not any(a < 110 and b > 91 for a, b in spans)  # no clip into the dissolve
+    assert sum(1 for a, b in spans if a < 440 and b > 300) >= 1  # the drift has clips
+
+
+def test_no_clip_is_made_past_a_run_that_may_still_become_a_dissolve() -> None:
+    # a run from frame 145 open at the end of window 2 (frame 150): the clip that would end
+    # past it waits, and comes once the run is known
+    tasks = gradual_tasks(400, 50, [(145, 170)])
+    splitter = ShotSplitter(SplitRules(1, 1, "stride", 0.0), clips_per_chunk=8)
+    splitter.setup(None)
+    early = [t.data for task in tasks[:3] for t in splitter.process(task)]
+    assert spans_of(early) and max(b for _, b in spans_of(early)) <= 145
+    rest = [t.data for task in tasks[3:] for t in splitter.process(task)]
+    assert not any(a < 171 and b > 146 for a, b in spans_of(early + rest))
+    assert (146, 170) in [t for c in early + rest for t in c.transitions]

@@ -1,0 +1,312 @@
+"""Shot detectors for a CPU: PySceneDetect's detectors on our decode, and TransNetV2 where
+the picture changes gradually.
+
+PySceneDetect's ``AdaptiveDetector``, ``ContentDetector`` and ``HistogramDetector`` run
+here on the frames ``ShotFrameDecoder`` decodes once per window, at the width PySceneDetect
+itself works at (256 pixels: it downscales wider video to that), so they find what
+``scenedetect detect-adaptive`` finds on the same video. Each window's detector is fed the
+window's context first (at least ``min_scene_len`` frames and its look-ahead), so a window
+decides its own frames as one pass over the whole video would.
+
+They see hard cuts only: a dissolve of a second or more changes each frame little, and
+dissolves are most of what TransNetV2 finds that they miss. ``HybridDetector`` takes the
+adaptive detector's cuts, finds the stretches where the picture changes more than around
+them and no cut explains it (``changing_stretches``: a dissolve, a fade, a flash, a speed
+change), and asks TransNetV2 about those stretches only, on frames shrunk from the same
+decode. On a CPU that costs a few percent of running TransNetV2 on every frame.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from conveyor.resources import Resources
+from conveyor.stages.video.base import VideoStage
+from conveyor.stages.video.shots import (
+    EXTENT_FLOOR,
+    TRANSNET_CONTEXT,
+    TRANSNET_SIZE,
+    TransNetV2Detector,
+    transitions_from_mask,
+)
+from conveyor.stages.video.transitions import NONE, WEAK, gradual_codes, runs
+from conveyor.tasks.video import FrameWindow, Video
+
+#: PySceneDetect downscales frames wider than this to about this width before detecting
+SCENEDETECT_WIDTH = 256
+
+
+class SceneDetectCuts(VideoStage):
+    """Hard cuts from one of PySceneDetect's frame-by-frame detectors, on a decoded window.
+
+    Needs ``context >= min_scene_len`` plus the detector's look-ahead frames around each
+    window (``ShotWindows``): the frames before let the detector reach the state a pass
+    from the video's start would have, the frames after let it decide the window's last
+    frames.
+    """
+
+    resources = Resources(cpus=0.5)
+
+    def __init__(self, min_scene_len: int = 15) -> None:
+        if min_scene_len < 1:
+            raise ValueError(f"min_scene_len must be >= 1 frame, got {min_scene_len}")
+        self.min_scene_len = min_scene_len
+
+    def detector(self) -> Any:
+        """A fresh PySceneDetect detector (one per window: they keep state)."""
+        raise NotImplementedError
+
+    def process_video(self, video: Video) -> None:
+        window, meta = video.window, video.metadata
+        assert window is not None and meta is not None
+        if window.frames is None:
+            raise ValueError(f"{video.relative_path}: no decoded window (ShotFrameDecoder first)")
+        window.transitions = [(c, c - 1) for c in self.cuts(window, meta.num_frames, meta.fps)]
+        self.finish(video)
+        window.frames = None
+        return None
+
+    def cuts(self, window: FrameWindow, num_frames: int, fps: float) -> list[int]:
+        """Frames in ``[window.start, window.end)`` that begin a new shot."""
+        import cv2
+        from scenedetect import FrameTimecode
+
+        assert window.frames is not None
+        detector = self.detector()
+        first = window.start - window.context
+        found: set[int] = set()
+        for offset, frame in enumerate(window.frames):
+            index = first + offset
+            if index < 0 or index >= num_frames:
+                continue  # padding is not content
+            bgr = cv2.cvtColor(frame, cv2.COLOR_RGB2BGR)  # PySceneDetect reads OpenCV's order
+            for cut in detector.process_frame(FrameTimecode(index, fps), bgr):
+                if window.start <= cut.frame_num < window.end and cut.frame_num > 0:
+                    found.add(cut.frame_num)
+        return sorted(found)
+
+    def finish(self, video: Video) -> None:
+        """More work on the window before its frames are dropped (none here)."""
+
+
+class HistogramDetector(SceneDetectCuts):
+    """PySceneDetect's ``HistogramDetector``: luma histograms of consecutive frames."""
+
+    def __init__(self, threshold: float = 0.2, bins: int = 128, min_scene_len: int = 15) -> None:
+        if not 0 < threshold < 1:
+            raise ValueError(f"threshold must be in (0, 1), got {threshold}")
+        super().__init__(min_scene_len)
+        self.threshold = threshold
+        self.bins = bins
+
+    def detector(self) -> Any:
+        from scenedetect.detectors import HistogramDetector as Detector
+
+        return Detector(self.threshold, self.bins, self.min_scene_len)
+
+
+class ContentDetector(SceneDetectCuts):
+    """PySceneDetect's ``ContentDetector``: the mean change of hue, saturation and luma
+    between consecutive frames above ``threshold`` (0-255), flashes merged."""
+
+    def __init__(self, threshold: float = 27.0, min_scene_len: int = 15) -> None:
+        if not 0 < threshold < 255:
+            raise ValueError(f"threshold must be in (0, 255), got {threshold}")
+        super().__init__(min_scene_len)
+        self.threshold = threshold
+
+    def detector(self) -> Any:
+        from scenedetect.detectors import ContentDetector as Detector
+
+        return Detector(threshold=self.threshold, min_scene_len=self.min_scene_len)
+
+
+class AdaptiveDetector(SceneDetectCuts):
+    """PySceneDetect's ``AdaptiveDetector`` (the default of ``scenedetect``): a frame's
+    content change at least ``threshold`` times the average of its ``window_width``
+    neighbours on each side, and at least ``min_content_val``; fast motion raises the
+    neighbours too, so it cuts less inside it than ``ContentDetector``."""
+
+    def __init__(
+        self,
+        threshold: float = 3.0,
+        min_scene_len: int = 15,
+        window_width: int = 2,
+        min_content_val: float = 15.0,
+    ) -> None:
+        if threshold <= 0 or min_content_val < 0 or window_width < 1:
+            raise ValueError(
+                "AdaptiveDetector needs threshold > 0, min_content_val >= 0 and window_width "
+                f">= 1, got {threshold}, {min_content_val}, {window_width}"
+            )
+        super().__init__(min_scene_len)
+        self.threshold = threshold
+        self.window_width = window_width
+        self.min_content_val = min_content_val
+
+    def detector(self) -> Any:
+        from scenedetect.detectors import AdaptiveDetector as Detector
+
+        return Detector(
+            adaptive_threshold=self.threshold,
+            min_scene_len=self.min_scene_len,
+            window_width=self.window_width,
+            min_content_val=self.min_content_val,
+        )
+
+
+#: ``changing_stretches``: frames compared this far apart (s) on each side, the stretch of
+#: picture on each side its change is compared with (s), and how much more it must change
+#: than the calmer side (times, plus a floor in 0-255 levels) to be doubtful
+LAG_S = 0.27
+SIDE_S = 2.0
+RISE = 1.3
+RISE_FLOOR = 3.0
+#: frames shrunk to this size to measure change (a dissolve is seen whole; motion blurs away)
+CHANGE_SIZE = (64, 36)
+
+
+def changing_stretches(
+    frames: np.ndarray,
+    fps: float,
+    cuts: list[int] = (),  # type: ignore[assignment]
+) -> list[tuple[int, int]]:
+    """Stretches ``(first, last)`` (indices into ``frames``) where the picture changes more
+    than on both sides of it and no cut in ``cuts`` (indices) explains it.
+
+    A frame's change is the mean difference between the frames ``LAG_S`` before and after
+    it, at ``CHANGE_SIZE``; it is doubtful when it is above ``RISE`` times the median change
+    of the calmer of the two ``SIDE_S`` stretches around it (plus ``RISE_FLOOR``). A steady
+    pan, a scroll or a drift changes as much everywhere and is not doubtful; a dissolve, a
+    fade or a speed change is.
+    """
+    import cv2
+
+    n = len(frames)
+    lag = max(1, round(LAG_S * fps))
+    if n <= 2 * lag + 1:
+        return []
+    small = np.stack(
+        [cv2.resize(f, CHANGE_SIZE, interpolation=cv2.INTER_AREA) for f in frames]
+    ).astype(np.int16)
+    change = np.full(n, np.nan)
+    change[lag : n - lag] = np.abs(small[2 * lag :] - small[: -2 * lag]).mean(axis=(1, 2, 3))
+    side, gap = max(2, round(SIDE_S * fps)), 2 * lag
+    doubtful = np.zeros(n, dtype=bool)
+    for t in range(lag, n - lag):
+        before = change[max(0, t - side) : max(0, t - gap)]
+        after = change[t + gap + 1 : t + side + 1]
+        calm = [float(np.nanmedian(s)) for s in (before, after) if np.isfinite(s).any()]
+        if calm and change[t] > RISE * min(calm) + RISE_FLOOR:
+            doubtful[t] = True
+    stretches: list[tuple[int, int]] = []
+    for a, b in runs(doubtful):
+        first, last = max(0, a - lag), min(n - 1, b + lag)
+        if stretches and first <= stretches[-1][1] + 1:
+            first = stretches.pop()[0]
+        stretches.append((first, last))
+    return [(a, b) for a, b in stretches if not any(a - 2 <= c <= b + 2 for c in cuts)]
+
+
+class HybridDetector(AdaptiveDetector):
+    """The adaptive detector's cuts, and TransNetV2's verdict where the picture changes
+    gradually (``changing_stretches``): its cuts there, and its evidence of a dissolve for
+    the splitter (``FrameWindow.gradual``).
+
+    TransNetV2 sees each doubtful stretch with ``TRANSNET_CONTEXT`` frames on each side
+    (within the window's, which must have as many), shrunk to 48 x 27 from the decode the
+    adaptive detector used. A gradual run that reaches the edge of what TransNetV2 saw is
+    longer than the stretch: it is left weak, never a dissolve.
+    """
+
+    resources = Resources(cpus=1)
+    preload_modules = TransNetV2Detector.preload_modules
+    max_threads = TransNetV2Detector.max_threads
+
+    def __init__(
+        self,
+        threshold: float = 3.0,
+        transnet_threshold: float = 0.4,
+        gradual_threshold: float = 0.3,
+        min_scene_len: int = 15,
+    ) -> None:
+        super().__init__(threshold, min_scene_len)
+        self.transnet = TransNetV2Detector(transnet_threshold, gradual_threshold)
+        self.transnet.resources = self.resources
+
+    def setup(self, worker: Any) -> None:
+        self.transnet.setup(worker)
+
+    def finish(self, video: Video) -> None:
+        import cv2
+
+        window, meta = video.window, video.metadata
+        assert window is not None and window.frames is not None and meta is not None
+        assert window.transitions is not None
+        first = window.start - window.context
+        # frames repeated past the video's ends are not content (they never change)
+        real = slice(max(0, -first), min(len(window.frames), meta.num_frames - first))
+        frames, first = window.frames[real], first + real.start
+        cuts = [c - first for c, _ in window.transitions]
+        lo, hi = window.start - first, window.end - first
+        context = min(TRANSNET_CONTEXT, window.context)
+        asks = [
+            (max(0, a - context), min(len(frames), b + 1 + context), a, b)
+            for a, b in changing_stretches(frames, meta.fps, cuts)
+            if a < hi and b >= lo
+        ]
+        if not asks:
+            return
+        shrunk = [
+            np.stack(
+                [cv2.resize(f, TRANSNET_SIZE, interpolation=cv2.INTER_AREA) for f in frames[s:e]]
+            )
+            for s, e, _, _ in asks
+        ]
+        self.transnet._threads = self._threads  # the threads this batch was given
+        heads = self.transnet.heads(shrunk, [meta.fps] * len(asks))
+        codes = np.zeros(hi - lo, dtype=np.uint8)
+        found = list(window.transitions)
+        for (start, end, a, b), (single, many) in zip(asks, heads, strict=True):
+            # frames of the stretch itself, kept within the window's own frames
+            inner = slice(a - start, b - start + 1)
+            mask = np.zeros(len(single), dtype=bool)
+            mask[inner] = single[inner] > self.transnet.threshold
+            found += transitions_from_mask(mask, first + start, (lo - start, hi - start))
+            extent = gradual_codes(many, EXTENT_FLOOR, self.transnet.gradual_threshold or 1.0)
+            for r0, r1 in runs(extent > NONE):
+                if (r0 == 0 and start > 0) or (r1 == len(extent) - 1 and end < len(frames)):
+                    extent[r0 : r1 + 1] = np.minimum(extent[r0 : r1 + 1], WEAK)
+            s0, s1 = max(start, lo), min(end, hi)
+            codes[s0 - lo : s1 - lo] = np.maximum(
+                codes[s0 - lo : s1 - lo], extent[s0 - start : s1 - start]
+            )
+        window.transitions = sorted(set(found))
+        window.gradual = codes if codes.any() else None
+
+
+def detector_for(name: str, threshold: float | None = None) -> VideoStage:
+    """The CPU cut detector called ``name`` (``adaptive``, ``content``, ``histogram``,
+    ``hybrid``), with its own threshold unless given."""
+    kinds: dict[str, type[SceneDetectCuts]] = {
+        "adaptive": AdaptiveDetector,
+        "content": ContentDetector,
+        "histogram": HistogramDetector,
+        "hybrid": HybridDetector,
+    }
+    if name not in kinds:
+        raise ValueError(f"unknown cut detector {name!r} (known: {', '.join(kinds)})")
+    return kinds[name]() if threshold is None else kinds[name](threshold)  # type: ignore[call-arg]
+
+
+__all__ = [
+    "AdaptiveDetector",
+    "ContentDetector",
+    "HistogramDetector",
+    "HybridDetector",
+    "SceneDetectCuts",
+    "changing_stretches",
+    "detector_for",
+]

@@ -1,0 +1,159 @@
+"""The CPU shot detectors: PySceneDetect's detectors through our windows find what
+PySceneDetect finds in one pass, and the hybrid asks TransNetV2 about gradual stretches only
+(dissolves found, steady gradual change left alone)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conveyor.cluster import WorkerInfo
+from conveyor.pipelines.video import DEFAULT_THRESHOLDS
+from conveyor.samples.video import Segment, SyntheticVideo, render_frames, write_video
+from conveyor.stages.video import cut_detectors
+from conveyor.stages.video.cut_detectors import (
+    SCENEDETECT_WIDTH,
+    AdaptiveDetector,
+    ContentDetector,
+    HistogramDetector,
+    HybridDetector,
+    changing_stretches,
+    detector_for,
+)
+from conveyor.stages.video.decode import probe
+from conveyor.stages.video.shots import TRANSNET_CONTEXT, ShotFrameDecoder, ShotWindows
+from conveyor.stages.video.transitions import GradualRuns, merge_transitions
+from conveyor.tasks.video import Video, VideoTask
+
+
+@pytest.fixture(scope="module")
+def cuts_video(tmp_path_factory: pytest.TempPathFactory) -> SyntheticVideo:
+    """Wider than PySceneDetect's 256 pixels, so that both shrink the frames."""
+    segments = [
+        Segment("pan", 2.5, 1), Segment("fast", 2.5, 2), Segment("rings", 2, 3),
+        Segment("shapes", 2, 4), Segment("checker", 2.5, 5),
+    ]  # fmt: skip
+    path = tmp_path_factory.mktemp("cuts") / "cuts.mp4"
+    return write_video(path, segments, width=512, height=288, fps=24)
+
+
+@pytest.fixture(scope="module")
+def hybrid() -> HybridDetector:
+    detector = HybridDetector()
+    detector.setup(WorkerInfo("w", "HybridDetector", "n"))
+    return detector
+
+
+def detect(truth: SyntheticVideo, detector: object, window_s: float) -> list[tuple[int, int]]:
+    """Every transition the splitter would take, window by window as the pipeline runs."""
+    video = Video(str(truth.path), truth.path.name, probe(str(truth.path)))
+    decoder = ShotFrameDecoder(size=None, width=SCENEDETECT_WIDTH)
+    gradual, found = GradualRuns(truth.fps), []
+    for part in ShotWindows(window_s, TRANSNET_CONTEXT).process_video(video):
+        task = VideoTask(data=part)
+        decoder.process(task)
+        detector.process(task)  # type: ignore[attr-defined]
+        window = part.window
+        assert window is not None and window.frames is None  # dropped
+        found += (window.transitions or []) + gradual.feed(window.start, window.gradual, window.end)
+    return merge_transitions(found + gradual.finish())
+
+
+@pytest.mark.parametrize(
+    ("ours", "theirs"),
+    [
+        (AdaptiveDetector, "AdaptiveDetector"),
+        (ContentDetector, "ContentDetector"),
+        (HistogramDetector, "HistogramDetector"),
+    ],
+)
+def test_windows_find_the_cuts_pyscenedetect_finds_in_one_pass(
+    cuts_video: SyntheticVideo, ours: type, theirs: str
+) -> None:
+    """2 s windows (every cut near a border or in a context) against scenedetect.detect on
+    the whole file, its own decode and downscale: the same cuts, each within a frame."""
+    import scenedetect
+    import scenedetect.detectors
+
+    scenes = scenedetect.detect(str(cuts_video.path), getattr(scenedetect.detectors, theirs)())
+    reference = [start.frame_num for start, _ in scenes[1:]]
+    found = [first for first, _ in detect(cuts_video, ours(), 2.0)]
+    assert len(found) == len(reference), (found, reference)
+    assert all(abs(a - b) <= 1 for a, b in zip(found, reference, strict=True))
+    cuts = [round(c * cuts_video.fps) for c in cuts_video.cuts_s]
+    assert sum(any(abs(f - c) <= 1 for f in found) for c in cuts) >= 3, (found, cuts)
+
+
+def test_the_hybrid_finds_a_dissolve_the_adaptive_detector_misses(
+    tmp_path: Path, hybrid: HybridDetector
+) -> None:
+    segments = [Segment("pan", 4, 1), Segment("shapes", 4, 2), Segment("rings", 3, 3)]
+    truth = write_video(
+        tmp_path / "dissolve.mp4", segments, width=320, height=180, fps=30, crossfades={0: 1.0}
+    )
+    (start_s, end_s), cut = truth.fades_s[0], round(truth.cuts_s[0] * truth.fps)
+    fade = set(range(round(start_s * truth.fps), round(end_s * truth.fps)))
+    adaptive = detect(truth, AdaptiveDetector(), 20.0)
+    assert [first for first, _ in adaptive] == [cut]  # the hard cut only
+    found = detect(truth, hybrid, 20.0)
+    assert any(abs(first - cut) <= 1 for first, _ in found)
+    inside = {f for first, last in found for f in range(first, last + 1)}
+    assert len(fade & inside) >= 0.7 * len(fade)
+    assert len(found) == 2
+
+
+@pytest.mark.parametrize("kind", ["gradient", "slowpan", "zoom", "drift", "fast"])
+def test_steady_gradual_change_asks_transnetv2_nothing(kind: str) -> None:
+    frames = np.stack(list(render_frames([Segment(kind, 8, 3)], 256, 144, 30)))
+    assert changing_stretches(frames, 30.0) == []
+
+
+def test_a_dissolve_is_a_changing_stretch_unless_a_cut_explains_it() -> None:
+    segments = [Segment("pan", 4, 1), Segment("shapes", 4, 2)]
+    frames = np.stack(list(render_frames(segments, 256, 144, 30, {0: 1.0})))
+    stretches = changing_stretches(frames, 30.0)
+    assert len(stretches) == 1
+    first, last = stretches[0]
+    assert first <= 90 and last >= 119  # the dissolve: frames 90-119
+    assert changing_stretches(frames, 30.0, cuts=[100]) == []
+
+
+def test_the_hybrid_never_asks_about_frames_repeated_past_the_video(
+    cuts_video: SyntheticVideo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first window's context repeats the first frame: still, then a jump into moving
+    content, which must not look like a gradual change starting the video."""
+    seen: list[int] = []
+
+    def spy(frames: np.ndarray, fps: float, cuts: list[int] = ()) -> list[tuple[int, int]]:  # type: ignore[assignment]
+        seen.append(len(frames))
+        return []
+
+    monkeypatch.setattr(cut_detectors, "changing_stretches", spy)
+    detect(cuts_video, HybridDetector(), 20.0)
+    assert seen == [cuts_video.num_frames]
+
+
+def test_detectors_are_chosen_by_name_and_validated() -> None:
+    for name in ("adaptive", "content", "histogram", "hybrid"):
+        stage = detector_for(name, DEFAULT_THRESHOLDS[name])
+        assert stage.threshold == DEFAULT_THRESHOLDS[name]  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match="unknown cut detector 'sparkles'"):
+        detector_for("sparkles")
+    with pytest.raises(ValueError, match="threshold"):
+        HistogramDetector(threshold=0)
+    with pytest.raises(ValueError, match="threshold"):
+        ContentDetector(threshold=300)
+    with pytest.raises(ValueError, match="AdaptiveDetector"):
+        AdaptiveDetector(window_width=0)
+    with pytest.raises(ValueError, match="min_scene_len"):
+        AdaptiveDetector(min_scene_len=0)
+
+
+def test_a_window_without_decoded_frames_is_a_clear_error(cuts_video: SyntheticVideo) -> None:
+    video = Video(str(cuts_video.path), "cuts.mp4", probe(str(cuts_video.path)))
+    part = ShotWindows(20.0, TRANSNET_CONTEXT).process_video(video)[0]
+    with pytest.raises(ValueError, match=r"cuts\.mp4: no decoded window"):
+        AdaptiveDetector().process(VideoTask(data=part))
