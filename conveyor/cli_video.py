@@ -113,9 +113,8 @@ def video(
         float | None,
         typer.Option(
             min=0.0,
-            max=1.0,
             help="Detector threshold.",
-            show_default="0.4 transnetv2, 0.2 histogram",
+            show_default="0.4 transnetv2, 3 hybrid and adaptive, 27 content, 0.2 histogram",
         ),
     ] = None,
     encoder: Annotated[

@@ -35,6 +35,11 @@ DETECTORS: tuple[str, ...] = ("auto", "transnetv2", "hybrid", "adaptive", "conte
 DEFAULT_THRESHOLDS = {
     "transnetv2": 0.4, "hybrid": 3.0, "adaptive": 3.0, "content": 27.0, "histogram": 0.2,
 }  # fmt: skip
+#: the open range each detector's threshold lies in (``auto``'s depends on the machine)
+SHOT_THRESHOLD_RANGES = {
+    "transnetv2": (0.0, 1.0), "hybrid": (0.0, 255.0), "adaptive": (0.0, 255.0),
+    "content": (0.0, 255.0), "histogram": (0.0, 1.0),
+}  # fmt: skip
 
 #: options that change what is written: resuming into an output made with other values of
 #: these would mix two kinds of results
@@ -111,6 +116,13 @@ class VideoConfig:
             problems.append(
                 f"detector must be one of {', '.join(DETECTORS)}, got {self.detector!r}"
             )
+        if self.shot_threshold is not None and self.detector in SHOT_THRESHOLD_RANGES:
+            low, high = SHOT_THRESHOLD_RANGES[self.detector]
+            if not low < self.shot_threshold < high:
+                problems.append(
+                    f"shot_threshold for {self.detector} must be in ({low:g}, {high:g}), got "
+                    f"{self.shot_threshold}"
+                )
         for name in ("clip_len_s", "max_clip_s", "detection_window_s"):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be > 0, got {getattr(self, name)}")
@@ -326,6 +338,12 @@ def _shot_stages(
     threshold = config.shot_threshold
     if threshold is None:
         threshold = DEFAULT_THRESHOLDS[name]
+    elif not SHOT_THRESHOLD_RANGES[name][0] < threshold < SHOT_THRESHOLD_RANGES[name][1]:
+        low, high = SHOT_THRESHOLD_RANGES[name]
+        raise ValueError(
+            f"shot_threshold {threshold} is outside ({low:g}, {high:g}) for {name}, the "
+            f"detector {config.detector} chose on this machine: name the detector"
+        )
     detector: ProcessingStage[Any, Any]
     if name == "transnetv2":
         detector = TransNetV2Detector(threshold).with_(

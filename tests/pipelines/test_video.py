@@ -387,6 +387,11 @@ def test_pipeline_stages_follow_the_options(tmp_path: Path) -> None:
         assert decoder.width == (None if name == "transnetv2" else 256)  # type: ignore[attr-defined]
     with pytest.raises(ValueError, match="detector must be one of auto, transnetv2"):
         VideoConfig(str(tmp_path), "o", detector="sparkles")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"shot_threshold for transnetv2 must be in \(0, 1\)"):
+        VideoConfig(str(tmp_path), "o", detector="transnetv2", shot_threshold=3.0)
+    auto = VideoConfig(str(tmp_path), "o", shot_threshold=30.0, gpus=True)
+    with pytest.raises(ValueError, match="for transnetv2, the detector auto chose"):
+        build_video_pipeline(auto)
     # one EfficientNet-Lite0 pass per clip: the tagger ranks the embedder's probabilities
     default = {
         s.name: s.stage for s in build_video_pipeline(VideoConfig(str(tmp_path), "o")).build()
@@ -647,6 +652,11 @@ def test_videos_too_short_for_a_clip_are_counted_and_say_why(inputs: Path, tmp_p
         ),
         # no NVENC on this machine (the test makes sure of it below)
         (["video", "{input}", "out", "--encoder", "h264_nvenc"], "NVENC does not open"),
+        (
+            ["video", "{input}", "out", "--detector", "histogram", "--shot-threshold", "27"],
+            "shot_threshold for histogram must be in (0, 1)",
+        ),
+        (["video", "{input}", "out", "--detector", "sparkles"], "sparkles"),
     ],
 )
 def test_command_usage_errors_exit_2(
