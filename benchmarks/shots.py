@@ -746,29 +746,43 @@ def what_went_wrong(s: Score) -> list[str]:
 
 
 def targets(runs: list[Run], scores: dict[str, dict[str, Score]]) -> None:
+    """Ours against PySceneDetect adaptive (the CLI's row, else the API's): hard cuts found at
+    least and spurious at most its, more dissolves found than it, no shot without a clip."""
     theirs = next((r for r in runs if r.label.startswith("PySceneDetect CLI")), None)
     theirs = theirs or next((r for r in runs if r.label == "PySceneDetect API adaptive"), None)
     ours = [r for r in runs if r.label.startswith("ours")]
     if not ours:
         return
     base = scores[theirs.label]["all"] if theirs else None
+
+    def versus(ok: bool | None, mine: str, their: str | None) -> str:
+        return check(ok) + (f" ({mine})" if their is None else f" ({mine} vs {their})")
+
     rows = []
     for r in ours:
         s = scores[r.label]["all"]
-        recall = s.cuts_found / s.cuts if s.cuts else None
-        their_recall = base.cuts_found / base.cuts if base and base.cuts else None
-        rows.append(
-            [
-                r.label,
-                check(None if their_recall is None or recall is None else recall >= their_recall),
-                check(None if base is None else s.spurious <= base.spurious),
-                check(s.dissolves_found + s.dips_found > 0 if s.dissolves + s.dips else None),
-                check(s.shots_without_clip == 0),
-            ]
-        )
-    against = theirs.label if theirs else "nobody (PySceneDetect was not run)"
-    header = ["contender", "hard-cut recall >= theirs", "spurious <= theirs", "dissolves found"]
-    print(table(f"targets (against {against})", [*header, "no shot >= 2 s w/o a clip"], rows))
+        cuts = f"{s.cuts_found}/{s.cuts}"
+        dissolves = f"{s.dissolves_found}/{s.dissolves}"
+        if base is None:
+            rows.append([r.label, cuts, str(s.spurious), dissolves])
+        else:
+            rows.append(
+                [
+                    r.label,
+                    versus(s.cuts_found >= base.cuts_found, cuts, f"{base.cuts_found}/{base.cuts}"),
+                    versus(s.spurious <= base.spurious, str(s.spurious), str(base.spurious)),
+                    versus(
+                        s.dissolves_found > base.dissolves_found if s.dissolves else None,
+                        dissolves,
+                        f"{base.dissolves_found}/{base.dissolves}",
+                    ),
+                ]
+            )
+        rows[-1].append(versus(s.shots_without_clip == 0, str(s.shots_without_clip), None))
+    against = theirs.label if theirs else "nobody: PySceneDetect was not run"
+    header = ["contender", "hard cuts found >= theirs", "spurious <= theirs"]
+    header += ["dissolves found > theirs", "no shot >= 2 s w/o a clip"]
+    print(table(f"targets (against {against})", header, rows))
 
 
 def as_json(run: Run, by: dict[str, Score] | None) -> dict[str, Any]:
@@ -822,6 +836,20 @@ def accuracy(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "corpus": {**corpus, "truth": [asdict(t) for t in truths]},
         "contenders": {r.label: as_json(r, scores.get(r.label)) for r in runs},
     }
+
+
+def reprint(path: Path, misses: int) -> dict[str, Any]:
+    """The tables of an accuracy run saved with ``--json``, printed again."""
+    figures = json.loads(path.read_text())
+    truths = [Truth(**t) for t in figures["corpus"]["truth"]]
+    runs, scores = [], {}
+    for label, c in figures["contenders"].items():
+        runs.append(Run(label, c["wall_s"], c["cpu_s"], c["skipped"], c["note"], c["failed"]))
+        if "scores" in c:
+            scores[label] = {category: Score(**v) for category, v in c["scores"].items()}
+    print(f"from {path}: {figures.get('machine', '')}")
+    report(runs, scores, truths, misses)
+    return figures
 
 
 # -- the speed case --------------------------------------------------------------------------
@@ -941,22 +969,30 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "--misses", type=int, default=12, help="videos whose misses are printed (-1: all)"
     )
     p.add_argument("--json", type=Path, default=None, help="write every figure here")
+    p.add_argument(
+        "--from-json", type=Path, default=None, help="print the tables of a saved run again"
+    )
     args = p.parse_args(argv)
     CONVEYOR[:] = args.conveyor.split() if args.conveyor else []
+    args.corpus = args.corpus.resolve()  # the commands get absolute paths
     args.detectors = [d.strip() for d in args.detectors.split(",") if d.strip()]
     args.theirs = [t.strip() for t in args.theirs.split(",") if t.strip()]
     unknown = set(args.theirs) - set(THEIRS)
     if unknown:
         p.error(f"--theirs: unknown {', '.join(sorted(unknown))} (known: {', '.join(THEIRS)})")
-    print(machine_line(os.cpu_count() or 1))
+    if args.from_json is not None:
+        return reprint(args.from_json, args.misses)
+    machine = machine_line(os.cpu_count() or 1)
+    print(machine)
     with contextlib.ExitStack() as stack:
         if args.outputs is None:
             work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="cvy-shots-")))
         else:
-            work = args.outputs
+            work = args.outputs.resolve()
             work.mkdir(parents=True, exist_ok=True)
         figures = speed(args, work) if args.speed else accuracy(args, work)
-    figures["machine"] = machine_line(os.cpu_count() or 1)
+    figures["machine"] = machine  # at the start; and the load at the end:
+    figures["load_at_end"] = list(os.getloadavg())
     if args.json is not None:
         args.json.write_text(json.dumps(figures, indent=1))
         print(f"figures: {args.json}")

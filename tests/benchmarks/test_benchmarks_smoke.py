@@ -138,9 +138,9 @@ def test_shots_quick(
     a detector the command rejects is skipped and says why)."""
     bench = load("shots", monkeypatch)
     corpus = tmp_path / "corpus"
-    figures = bench.main(
-        ["--quick", "--corpus", str(corpus), "--detectors", "histogram,sparkles", "--misses", "-1"]
-    )
+    saved = tmp_path / "shots.json"
+    args = ["--quick", "--corpus", str(corpus), "--detectors", "histogram,sparkles"]
+    figures = bench.main([*args, "--misses", "-1", "--json", str(saved)])
     out = capsys.readouterr().out
     contenders = figures["contenders"]
     cli = next(name for name in contenders if name.startswith("PySceneDetect CLI adaptive"))
@@ -170,6 +170,9 @@ def test_shots_quick(
     assert contenders[cli]["found"] == contenders["PySceneDetect API adaptive"]["found"]
     for text in ("shot splitting on 5 generated videos", "per category", "targets (against"):
         assert text in out
+    bench.main(["--from-json", str(saved), "--misses", "-1"])  # the tables again, as printed
+    tables = out.split("shot splitting on", 1)[1].split("figures: ")[0]
+    assert tables in capsys.readouterr().out
     again = bench.main(
         ["--quick", "--corpus", str(corpus), "--theirs", "adaptive", "--detectors", ""]
     )
