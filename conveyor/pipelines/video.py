@@ -355,7 +355,7 @@ def _shot_stages(
         # than the decode, so longer windows save the context each window decodes again
         detector = detector_for(name, threshold)
         window_s = max(config.detection_window_s, 20.0)
-        decoder = ShotFrameDecoder(size=None, width=SCENEDETECT_WIDTH)
+        decoder = ShotFrameDecoder(size=None, width=SCENEDETECT_WIDTH, scaler="opencv")
     windows = ShotWindows(window_s, TRANSNET_CONTEXT, rules.first_clip_certain_s)
     return [windows, decoder, detector, ShotSplitter(rules, config.clips_per_chunk)]
 

@@ -162,8 +162,9 @@ class AdaptiveDetector(SceneDetectCuts):
 #: than the calmer side (times, plus a floor in 0-255 levels) to be doubtful
 LAG_S = 0.27
 SIDE_S = 2.0
-RISE = 1.3
+RISE = 1.5
 RISE_FLOOR = 3.0
+CALM_Q = 0.9
 #: frames shrunk to this size to measure change (a dissolve is seen whole; motion blurs away)
 CHANGE_SIZE = (64, 36)
 
@@ -198,7 +199,7 @@ def changing_stretches(
     for t in range(lag, n - lag):
         before = change[max(0, t - side) : max(0, t - gap)]
         after = change[t + gap + 1 : t + side + 1]
-        calm = [float(np.nanmedian(s)) for s in (before, after) if np.isfinite(s).any()]
+        calm = [float(np.nanquantile(s, CALM_Q)) for s in (before, after) if np.isfinite(s).any()]
         if calm and change[t] > RISE * min(calm) + RISE_FLOOR:
             doubtful[t] = True
     stretches: list[tuple[int, int]] = []
@@ -208,6 +209,39 @@ def changing_stretches(
             first = stretches.pop()[0]
         stretches.append((first, last))
     return [(a, b) for a, b in stretches if not any(a - 2 <= c <= b + 2 for c in cuts)]
+
+
+#: a flash lasts at most this long (s) and the picture after it is this close to the one
+#: before it (a fraction of the jump into the flash), where a cut goes on to another picture
+FLASH_S = 0.2
+FLASH_RETURN = 0.5
+
+
+def flashes(frames: np.ndarray, fps: float, cuts: list[int]) -> list[int]:
+    """The cuts (indices into ``frames``) that are flashes: the picture jumps mostly by
+    getting brighter, and within ``FLASH_S`` comes back to what it was before the jump (a
+    photographer's flash, a muzzle flash, a lightning strike: PySceneDetect's detectors cut
+    at each). A cut into black and back out of it (a dip) darkens: it stays a cut."""
+    import cv2
+
+    span = max(1, round(FLASH_S * fps))
+
+    def small(i: int) -> np.ndarray:
+        return cv2.resize(frames[i], CHANGE_SIZE, interpolation=cv2.INTER_AREA).astype(np.int16)
+
+    found = []
+    for c in cuts:
+        if c < 1 or c + 1 >= len(frames):
+            continue
+        before, flash = small(c - 1), small(c)
+        jump = float(np.abs(flash - before).mean())
+        brighter = float(flash.mean() - before.mean())  # a flash lights; a fade darkens
+        after = range(c + 1, min(len(frames), c + span + 1))
+        if jump > 0 and brighter > FLASH_RETURN * jump and any(
+            float(np.abs(small(i) - before).mean()) < FLASH_RETURN * jump for i in after
+        ):
+            found.append(c)
+    return found
 
 
 class HybridDetector(AdaptiveDetector):
@@ -258,6 +292,7 @@ class HybridDetector(AdaptiveDetector):
             if a < hi and b >= lo
         ]
         if not asks:
+            self._drop_flashes(video, frames, first)
             return
         shrunk = [
             np.stack(
@@ -285,6 +320,15 @@ class HybridDetector(AdaptiveDetector):
             )
         window.transitions = sorted(set(found))
         window.gradual = codes if codes.any() else None
+        self._drop_flashes(video, frames, first)
+
+    def _drop_flashes(self, video: Video, frames: np.ndarray, first: int) -> None:
+        """Hard cuts (the adaptive detector's, TransNetV2's) that are flashes are dropped."""
+        window, meta = video.window, video.metadata
+        assert window is not None and window.transitions is not None and meta is not None
+        cuts = [a - first for a, b in window.transitions if a == b + 1]
+        flashed = {c + first for c in flashes(frames, meta.fps, cuts)}
+        window.transitions = [t for t in window.transitions if t[0] not in flashed]
 
 
 def detector_for(name: str, threshold: float | None = None) -> VideoStage:

@@ -49,7 +49,7 @@ def hybrid() -> HybridDetector:
 def detect(truth: SyntheticVideo, detector: object, window_s: float) -> list[tuple[int, int]]:
     """Every transition the splitter would take, window by window as the pipeline runs."""
     video = Video(str(truth.path), truth.path.name, probe(str(truth.path)))
-    decoder = ShotFrameDecoder(size=None, width=SCENEDETECT_WIDTH)
+    decoder = ShotFrameDecoder(size=None, width=SCENEDETECT_WIDTH, scaler="opencv")
     gradual, found = GradualRuns(truth.fps), []
     for part in ShotWindows(window_s, TRANSNET_CONTEXT).process_video(video):
         task = VideoTask(data=part)
@@ -116,7 +116,8 @@ def test_a_dissolve_is_a_changing_stretch_unless_a_cut_explains_it() -> None:
     stretches = changing_stretches(frames, 30.0)
     assert len(stretches) == 1
     first, last = stretches[0]
-    assert first <= 90 and last >= 119  # the dissolve: frames 90-119
+    # the dissolve, frames 90-119, is inside what TransNetV2 sees (with its context)
+    assert first - TRANSNET_CONTEXT <= 90 and last >= 110
     assert changing_stretches(frames, 30.0, cuts=[100]) == []
 
 
@@ -157,3 +158,21 @@ def test_a_window_without_decoded_frames_is_a_clear_error(cuts_video: SyntheticV
     part = ShotWindows(20.0, TRANSNET_CONTEXT).process_video(video)[0]
     with pytest.raises(ValueError, match=r"cuts\.mp4: no decoded window"):
         AdaptiveDetector().process(VideoTask(data=part))
+
+
+def test_a_flash_is_not_a_cut_and_a_cut_into_black_still_is() -> None:
+    """A bright frame or three in a shot: the picture comes back, so the jump is a flash
+    (PySceneDetect's adaptive detector cuts there). A hard cut, and a cut into black that a
+    fade leaves, go on to another picture or darken: they stay cuts."""
+    from conveyor.samples.video import Segment
+
+    segments = [Segment("flash", 6, 2), Segment("rings", 3, 3), Segment("black", 1, 0)]
+    frames = np.stack(list(render_frames(segments, 256, 144, 30)))
+    flashes_at = []
+    for i in range(1, 180):
+        jump = np.abs(frames[i].astype(int) - frames[i - 1]).mean()
+        if jump > 40 and frames[i].mean() > frames[i - 1].mean():
+            flashes_at.append(i)
+    assert flashes_at  # the flash segment has flashes
+    real = [180, 270]  # into rings, into black
+    assert cut_detectors.flashes(frames, 30.0, [*flashes_at, *real]) == flashes_at
