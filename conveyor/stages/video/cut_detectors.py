@@ -237,8 +237,10 @@ def flashes(frames: np.ndarray, fps: float, cuts: list[int]) -> list[int]:
         jump = float(np.abs(flash - before).mean())
         brighter = float(flash.mean() - before.mean())  # a flash lights; a fade darkens
         after = range(c + 1, min(len(frames), c + span + 1))
-        if jump > 0 and brighter > FLASH_RETURN * jump and any(
-            float(np.abs(small(i) - before).mean()) < FLASH_RETURN * jump for i in after
+        if (
+            jump > 0
+            and brighter > FLASH_RETURN * jump
+            and any(float(np.abs(small(i) - before).mean()) < FLASH_RETURN * jump for i in after)
         ):
             found.append(c)
     return found
