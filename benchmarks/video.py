@@ -130,6 +130,9 @@ def make_videos(
 
 def work_config(work: str, source: Path, output: Path, **changes: Any) -> VideoConfig:
     if work == "shots":
+        # TransNetV2 on every frame, as on a GPU machine (and the CPU default before
+        # --detector auto): the figures and the simulator's scenario stay comparable
+        changes.setdefault("detector", "transnetv2")
         return VideoConfig(str(source), str(output), gpus=False, **changes)
     return VideoConfig(
         str(source),

@@ -326,7 +326,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     shares: dict[str, float] = {}
     try:
         for label in chosen:
-            config = VideoConfig(str(source), str(out_root / label), gpus=label != "cpu-only")
+            # the same work both ways: TransNetV2 on every frame (auto picks the hybrid
+            # detector where no GPU is used)
+            config = VideoConfig(
+                str(source), str(out_root / label), gpus=label != "cpu-only", detector="transnetv2"
+            )
             if label != "cpu-only":
                 shares = figures["gpu_shares"] = stage_gpu_shares(config)
             print(f"  {label} ...", flush=True)
