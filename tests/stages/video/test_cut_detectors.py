@@ -40,6 +40,18 @@ def cuts_video(tmp_path_factory: pytest.TempPathFactory) -> SyntheticVideo:
 
 
 @pytest.fixture(scope="module")
+def texture_video(tmp_path_factory: pytest.TempPathFactory) -> SyntheticVideo:
+    """A moving checker texture at 640x360 in which the adaptive detector cut twice when its
+    frames were shrunk by FFmpeg's filter rather than as PySceneDetect shrinks them."""
+    segments = [
+        Segment("slowpan", 2.0, 390464), Segment("checker", 3.3667, 422474),
+        Segment("rings", 2.0, 953871),
+    ]  # fmt: skip
+    path = tmp_path_factory.mktemp("texture") / "texture.mp4"
+    return write_video(path, segments, width=640, height=360, fps=30)
+
+
+@pytest.fixture(scope="module")
 def hybrid() -> HybridDetector:
     detector = HybridDetector()
     detector.setup(WorkerInfo("w", "HybridDetector", "n"))
@@ -69,21 +81,22 @@ def detect(truth: SyntheticVideo, detector: object, window_s: float) -> list[tup
         (HistogramDetector, "HistogramDetector"),
     ],
 )
+@pytest.mark.parametrize("video", ["cuts_video", "texture_video"])
 def test_windows_find_the_cuts_pyscenedetect_finds_in_one_pass(
-    cuts_video: SyntheticVideo, ours: type, theirs: str
+    video: str, ours: type, theirs: str, request: pytest.FixtureRequest
 ) -> None:
     """2 s windows (every cut near a border or in a context) against scenedetect.detect on
-    the whole file, its own decode and downscale: the same cuts, each within a frame."""
+    the whole file, its own decode and downscale: the same cuts, at the same frames."""
     import scenedetect
     import scenedetect.detectors
 
+    cuts_video: SyntheticVideo = request.getfixturevalue(video)
     scenes = scenedetect.detect(str(cuts_video.path), getattr(scenedetect.detectors, theirs)())
     reference = [start.frame_num for start, _ in scenes[1:]]
     found = [first for first, _ in detect(cuts_video, ours(), 2.0)]
-    assert len(found) == len(reference), (found, reference)
-    assert all(abs(a - b) <= 1 for a, b in zip(found, reference, strict=True))
+    assert found == reference  # the frames PySceneDetect makes, the cuts it finds
     cuts = [round(c * cuts_video.fps) for c in cuts_video.cuts_s]
-    assert sum(any(abs(f - c) <= 1 for f in found) for c in cuts) >= 3, (found, cuts)
+    assert sum(any(abs(f - c) <= 1 for f in found) for c in cuts) >= 2, (found, cuts)
 
 
 def test_the_hybrid_finds_a_dissolve_the_adaptive_detector_misses(
