@@ -273,9 +273,9 @@ class _Progress:
             self.pending += self.gradual.finish()
         hold = self.gradual.holding
         limit = frontier if hold is None or done else min(frontier, hold)
-        ready, self.pending = [], merge_transitions(self.pending)
-        while self.pending and self.pending[0][0] < limit:
-            ready.append(self.pending.pop(0))
+        merged = merge_transitions(self.pending)  # sorted: those ready come first
+        ready = [t for t in merged if t[0] < limit]
+        self.pending = merged[len(ready) :]
         spans: list[tuple[int, int]] = []
         for first, last in ready:
             spans += self.clipper.transition(first, last)

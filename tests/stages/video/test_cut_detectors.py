@@ -24,8 +24,8 @@ from conveyor.stages.video.cut_detectors import (
 )
 from conveyor.stages.video.decode import probe
 from conveyor.stages.video.shots import TRANSNET_CONTEXT, ShotFrameDecoder, ShotWindows
-from conveyor.stages.video.transitions import GradualRuns, merge_transitions
 from conveyor.tasks.video import Video, VideoTask
+from tests.stages.video.shot_windows import detect as detect_in_windows
 
 
 @pytest.fixture(scope="module")
@@ -59,18 +59,9 @@ def hybrid() -> HybridDetector:
 
 
 def detect(truth: SyntheticVideo, detector: object, window_s: float) -> list[tuple[int, int]]:
-    """Every transition the splitter would take, window by window as the pipeline runs."""
-    video = Video(str(truth.path), truth.path.name, probe(str(truth.path)))
+    """Every transition the splitter would take, from frames decoded as PySceneDetect's."""
     decoder = ShotFrameDecoder(size=None, width=SCENEDETECT_WIDTH, scaler="opencv")
-    gradual, found = GradualRuns(truth.fps), []
-    for part in ShotWindows(window_s, TRANSNET_CONTEXT).process_video(video):
-        task = VideoTask(data=part)
-        decoder.process(task)
-        detector.process(task)  # type: ignore[attr-defined]
-        window = part.window
-        assert window is not None and window.frames is None  # dropped
-        found += (window.transitions or []) + gradual.feed(window.start, window.gradual, window.end)
-    return merge_transitions(found + gradual.finish())
+    return detect_in_windows(truth, detector, decoder, window_s, TRANSNET_CONTEXT)
 
 
 @pytest.mark.parametrize(

@@ -30,6 +30,7 @@ from conveyor.stages.video.transitions import (
     merge_transitions,
 )
 from conveyor.tasks.video import Video, VideoTask
+from tests.stages.video.shot_windows import detect, windowed
 
 
 @pytest.fixture(scope="module")
@@ -51,39 +52,6 @@ def transnet() -> TransNetV2Detector:
     detector = TransNetV2Detector()
     detector.setup(WorkerInfo("w", "TransNetV2Detector", "n"))
     return detector
-
-
-def windowed(
-    truth: SyntheticVideo, window_s: float, context: int, first_end_s: float = 0.0
-) -> list[VideoTask]:
-    video = Video(str(truth.path), truth.path.name, probe(str(truth.path)))
-    stage = ShotWindows(window_s, context, first_end_s)
-    return [VideoTask(data=v) for v in stage.process_video(video)]
-
-
-def detect(
-    truth: SyntheticVideo,
-    detector: object,
-    decoder: ShotFrameDecoder,
-    window_s: float,
-    context: int,
-    first_end_s: float = 0.0,
-) -> list[tuple[int, int]]:
-    """The transitions the splitter would take: each window's, and the gradual runs that
-    are transitions over the whole video."""
-    found: list[tuple[int, int]] = []
-    gradual = GradualRuns(truth.fps)
-    for task in windowed(truth, window_s, context, first_end_s):
-        decoder.process(task)
-        if isinstance(detector, TransNetV2Detector):
-            detector.process_batch([task])
-        else:
-            detector.process(task)  # type: ignore[attr-defined]
-        window = task.data.window
-        assert window is not None and window.frames is None  # dropped
-        found += window.transitions or []
-        found += gradual.feed(window.start, window.gradual, window.end)
-    return merge_transitions(found + gradual.finish())
 
 
 def boundary_s(transition: tuple[int, int], fps: float) -> float:
