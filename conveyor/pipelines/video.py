@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from conveyor.pipeline import Pipeline
 from conveyor.resources import Resources
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 Splitter = Literal["fixed", "shots"]
 Detector = Literal["auto", "transnetv2", "hybrid", "adaptive", "content", "histogram"]
-DETECTORS: tuple[str, ...] = ("auto", "transnetv2", "hybrid", "adaptive", "content", "histogram")
+DETECTORS: tuple[str, ...] = get_args(Detector)
 #: each detector's threshold where ``shot_threshold`` gives none (TransNetV2: a probability;
 #: hybrid and adaptive: the adaptive ratio; content: 0-255 levels; histogram: 0-1)
 DEFAULT_THRESHOLDS = {
