@@ -382,16 +382,23 @@ def remove_tree(path: str | os.PathLike[str] | ObjectPath) -> None:
         where.remove_tree()
 
 
-def _umask() -> int:
-    """The process's umask, read without changing it (Linux); 0o022 where it cannot be."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as status:
-            for line in status:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0o022
+def _create_temporary(folder: Path, prefix: str) -> tuple[int, str]:
+    """A new file under a random name in ``folder``, opened for writing with the permissions
+    any new file gets (0666 less the umask, which the kernel applies; ``mkstemp`` gives 0600).
+    The folder is made when missing, not asked about first: a writer of many small files
+    finds it there nearly every time."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    for attempt in range(100):
+        temp = os.path.join(folder, f"{prefix}{uuid.uuid4().hex[:16]}.tmp")
+        try:
+            return os.open(temp, flags, 0o666), temp
+        except FileExistsError:
+            continue
+        except FileNotFoundError:
+            if attempt:
+                raise
+            folder.mkdir(parents=True, exist_ok=True)
+    raise FileExistsError(f"no free temporary name in {folder}")
 
 
 @contextlib.contextmanager
@@ -418,15 +425,15 @@ def atomic_write(
     prefix = f".{target.name[:40]}."
     if isinstance(target, Path):
         assert isinstance(folder, Path), "a local file's temporary must be local too"
-        folder.mkdir(parents=True, exist_ok=True)
-        fd, temp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=folder)
-        with contextlib.suppress(OSError):  # what a file created as usual gets, not 0600
-            os.fchmod(fd, 0o666 & ~_umask())
+        fd, temp = _create_temporary(folder, prefix)
         try:
             with os.fdopen(fd, "wb") as out:
                 yield out
-            target.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(temp, target)
+            try:
+                os.replace(temp, target)
+            except FileNotFoundError:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(temp, target)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(temp)

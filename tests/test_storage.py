@@ -5,6 +5,7 @@ wrong with which URL."""
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import tempfile
 import uuid
@@ -79,9 +80,25 @@ def test_local_atomic_write_renames_and_a_failure_leaves_nothing(tmp_path: Path)
     assert [p.name for p in final.parent.iterdir()] == ["out.bin"]
 
 
+def test_a_local_write_makes_the_folders_it_lacks(tmp_path: Path) -> None:
+    """Folders are made when a write finds them missing (not asked about before each
+    write): the temporary's, the final file's, and again after someone removed one."""
+    tmp, final = tmp_path / "work" / "tmp", tmp_path / "out" / "a" / "b.json"
+    for _ in range(2):
+        with atomic_write(final, tmp) as out:
+            out.write(b"{}")
+        assert final.read_bytes() == b"{}" and list(tmp.iterdir()) == []
+        shutil.rmtree(tmp_path / "out")
+        shutil.rmtree(tmp)
+    (tmp_path / "blocked").write_bytes(b"a file where a folder should be")
+    with pytest.raises(OSError), atomic_write(tmp_path / "blocked" / "x.json", tmp) as out:
+        out.write(b"{}")
+    assert list(tmp.iterdir()) == []  # the temporary is gone too
+
+
 def test_a_local_file_gets_the_permissions_of_any_new_file(tmp_path: Path) -> None:
-    """The temporary behind ``atomic_write`` is owner-only (``mkstemp``): the file it
-    becomes is readable as the umask says (clips, metas and shards were 0600)."""
+    """The file ``atomic_write`` makes is readable as the umask says (with ``mkstemp``'s
+    owner-only temporary, clips, metas and shards were 0600)."""
     old = os.umask(0o027)
     try:
         with storage.atomic_write(tmp_path / "clip.mp4") as out:

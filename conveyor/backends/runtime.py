@@ -93,11 +93,52 @@ class MemoryGauge:
         return self._peak
 
 
-def _malloc_trim() -> Any:
-    """glibc's ``malloc_trim`` (hands freed heap pages back to the system), or None."""
-    with contextlib.suppress(OSError, AttributeError, TypeError):
-        return ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim
-    return None
+#: growth of the resident memory (bytes) since the last trim below which trimming is not
+#: worth it: the pages it hands back would be faulted in again by the next task (a short
+#: video's encoder, some MB, is allocated and freed per clip: trimming after each made the
+#: workers fault 400 pages per video and spend a twentieth of their time in the kernel)
+TRIM_ABOVE_BYTES = 64 * 2**20
+
+
+def resident_bytes() -> int | None:
+    """This process's resident memory (Linux ``/proc/self/statm``), or None."""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class HeapTrim:
+    """A tidying step: glibc's ``malloc_trim`` hands the heap's free pages back to the
+    system, once the resident memory has grown by ``above`` bytes since the last trim (or
+    since it was made), so that a worker that freed a large task's memory gives it back
+    while one whose tasks reuse the same few MB is left alone. Where the resident memory
+    cannot be read, it trims every time."""
+
+    def __init__(
+        self,
+        trim: Callable[[int], object],
+        resident: Callable[[], int | None] = resident_bytes,
+        above: int = TRIM_ABOVE_BYTES,
+    ) -> None:
+        self._trim, self._resident, self._above = trim, resident, above
+        self._base = resident()
+
+    def __call__(self) -> None:
+        now = self._resident()
+        if now is not None and self._base is not None and now - self._base < self._above:
+            self._base = min(self._base, now)  # memory handed back by other means
+            return
+        self._trim(0)
+        self._base = self._resident()
+
+    @classmethod
+    def of_libc(cls) -> HeapTrim | None:
+        """The step with glibc's ``malloc_trim``, or None where there is none."""
+        with contextlib.suppress(OSError, AttributeError, TypeError):
+            return cls(ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim)
+        return None
 
 
 class Tidier:
@@ -109,16 +150,17 @@ class Tidier:
     is in a cycle with it, four objects holding 1.4 MB at 720p, so a worker could sit on
     gigabytes between collections. After ``freeze`` (what setup built lives as long as the
     worker and is never scanned again) a collection after each task costs microseconds;
-    glibc's ``malloc_trim`` then hands the freed pages back to the machine, which costs
-    more (the next batch faults them in again) and so runs less often.
+    glibc's ``malloc_trim`` then hands the freed pages back to the machine where many are
+    free (``TRIM_ABOVE_BYTES``), which costs more (the next batch faults them in again)
+    and so runs less often.
     """
 
     SHARE = 0.005
 
     def __init__(self, steps: Sequence[Callable[[], object]] | None = None) -> None:
         if steps is None:
-            trim = _malloc_trim()
-            steps = [gc.collect] if trim is None else [gc.collect, lambda: trim(0)]
+            trim = HeapTrim.of_libc()
+            steps = [gc.collect] if trim is None else [gc.collect, trim]
         self._steps = list(steps)
         self._busy = 0.0  # busy seconds in all
         self._due = [0.0] * len(self._steps)  # when each step runs next, in busy seconds

@@ -246,6 +246,11 @@ class Video:
     def failed(self) -> bool:
         return bool(self.errors)
 
+    @property
+    def whole(self) -> bool:
+        """This task holds the whole video: its only chunk, in one part."""
+        return self.chunk_index == 0 and self.last_chunk and self.parts == 1
+
     def fail(self, stage: str, reason: str) -> None:
         """Record a failure of the whole video: it yields no (more) clips."""
         self.errors[stage] = reason

@@ -88,3 +88,40 @@ def test_a_generator_stage_streams_its_outputs_with_positional_ids() -> None:
 
     twice = StageRunner(Twice(), "twice", WorkerInfo("w", "twice", "n"))
     assert list(twice.stream([7], ["x"])) == [(7, "x.0"), (7, "x.1")]
+
+
+def test_the_heap_is_trimmed_only_once_the_resident_memory_has_grown() -> None:
+    from conveyor.backends.runtime import HeapTrim
+
+    resident, trims = [100], []
+
+    def trim(pad: int) -> None:
+        trims.append(pad)
+        resident[0] -= 30  # what it handed back
+
+    step = HeapTrim(trim, lambda: resident[0], above=50)
+    step()  # a worker whose tasks reuse the same memory: nothing to hand back
+    resident[0] = 140
+    step()
+    assert trims == []
+    resident[0] = 160  # 60 above the last trim (here: the start)
+    step()
+    assert trims == [0] and resident[0] == 130
+    resident[0] = 170  # 40 above the new base: left alone
+    step()
+    assert trims == [0]
+    resident[0] = 90  # handed back by other means: the base follows it down
+    step()
+    resident[0] = 145
+    step()
+    assert trims == [0, 0]
+
+
+def test_the_heap_is_trimmed_every_time_where_residency_cannot_be_read() -> None:
+    from conveyor.backends.runtime import HeapTrim
+
+    trims: list[int] = []
+    step = HeapTrim(trims.append, lambda: None, above=50)
+    step()
+    step()
+    assert trims == [0, 0]

@@ -335,10 +335,14 @@ def plan(
     )
     # stages held back by a lack of work, not of workers, do not limit throughput; pinned
     # stages do (their capacity is fixed), once their speed is known or work waits for them
-    # (an idle unmeasured stage weighs as much as the slowest by assumption only)
+    # (an idle unmeasured stage weighs as much as the slowest by assumption only). A stage
+    # that reaches its cap in the plan limited the pipeline before it (else a stage growing
+    # to ``max_workers_per_stage`` would count for neither side and its growth be undone)
     limiting = [
-        a and (s.pinned is not None or t < g) and (s.task_time_s is not None or s.backlog > 0)
-        for a, t, g, s in zip(active, target, grow, stages, strict=True)
+        a
+        and (s.pinned is not None or min(t, c) < g)
+        and (s.task_time_s is not None or s.backlog > 0)
+        for a, t, c, g, s in zip(active, target, current, grow, stages, strict=True)
     ]
     if not forced and any(limiting):
         before = max(min(throughput(current, weights, limiting), pace_cap), 1e-12)

@@ -528,11 +528,13 @@ def _scan_tail(container: Any, stream: Any, time_base: float, seek_to: float) ->
     tail = _Tail()
     context = stream.codec_context
     context.skip_frame = "NONKEY"
+    # each stream's time base as a float, once: a packet's is a Fraction, slow to multiply
+    bases = {s.index: float(s.time_base) if s.time_base else 0.0 for s in container.streams}
     try:
         container.seek(int(seek_to / time_base), stream=stream, backward=True)
         for packet in container.demux():
-            if packet.pts is not None and packet.time_base:
-                end = float((packet.pts + (packet.duration or 0)) * packet.time_base)
+            if packet.pts is not None and bases.get(packet.stream_index):
+                end = (packet.pts + (packet.duration or 0)) * bases[packet.stream_index]
                 tail.last_any = end if tail.last_any is None else max(tail.last_any, end)
             if packet.stream is stream:
                 if packet.size:
@@ -542,6 +544,8 @@ def _scan_tail(container: Any, stream: Any, time_base: float, seek_to: float) ->
                         tail.last_packet = (
                             t if tail.last_packet is None else max(tail.last_packet, t)
                         )
+                if tail.decoded:
+                    continue  # one key frame decoded shows the codec reads the tail
                 try:
                     frames = packet.decode()
                 except av.InvalidDataError:

@@ -104,7 +104,9 @@ class OutputLayout:
 
     def write_json(self, path: StoragePath, obj: Any) -> None:
         # a path the OS gave as bytes that are not UTF-8 (surrogates) becomes a \u escape
-        text = json.dumps(obj, indent=1, ensure_ascii=False) + "\n"
+        # one line: indented JSON goes through the json module's pure-Python encoder, a tenth
+        # of a millisecond per record, and every clip has one
+        text = json.dumps(obj, ensure_ascii=False) + "\n"
         self.write_bytes(path, text.encode("utf-8", "backslashreplace"))
 
     def write_parquet(self, path: StoragePath, table: Any) -> None:
@@ -127,6 +129,22 @@ class OutputLayout:
     def remove_tree(self, path: StoragePath) -> None:
         """Delete a folder of the layout and everything in it (absent is fine)."""
         remove_tree(path)
+
+    def remove_staging(self, staging: StoragePath, files: Sequence[StoragePath]) -> None:
+        """Delete a video's staging that holds just ``files``: locally each file and then
+        the folder (a tree walk costs more than the writing of a short video's clip), the
+        whole tree where something else is there too; on a store, the prefix."""
+        if not isinstance(staging, Path):
+            remove_tree(staging)
+            return
+        for path in files:
+            _unlink(path)
+        try:
+            staging.rmdir()
+        except FileNotFoundError:
+            pass
+        except OSError:
+            remove_tree(staging)
 
     # -- resume ---------------------------------------------------------------------------
     def read_record(self, relative_path: str) -> dict[str, Any] | None:

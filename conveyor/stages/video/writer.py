@@ -10,7 +10,8 @@ a video is recorded, the video is finalised: its embeddings are gathered into
 run) and its staging is removed. What a chunk says once (transitions, errors, damaged
 packets) rides on one of its parts, so adding the records up counts it once. Two workers
 finishing a video's last parts at once both finalise it, writing identical files: harmless,
-and no lock is needed.
+and no lock is needed. A video that arrives whole in one task (every short video) has
+nothing to gather: its intent is the only file staged, and its record is written at once.
 """
 
 from __future__ import annotations
@@ -107,16 +108,18 @@ class ClipWriter(ProcessingStage[VideoTask, VideoTask]):
     ) -> None:
         self.output = str(output)
         self.write_filtered = write_filtered
+        self._layout: OutputLayout | None = None
 
     def process(self, task: VideoTask) -> VideoTask:
         video = task.data
-        layout = OutputLayout(self.output)
+        if self._layout is None:
+            self._layout = OutputLayout(self.output)
+        layout = self._layout
         staging = layout.staging_dir(video.video_id)
-        staging.mkdir(parents=True, exist_ok=True)
         name = f"{video.chunk_index:06d}-{video.part:06d}"
-        layout.write_json(
-            staging / f"intent-{name}.json", {"clip_ids": [c.clip_id for c in video.clips]}
-        )
+        intent = staging / f"intent-{name}.json"
+        # the staging folder is made by the first write into it
+        layout.write_json(intent, {"clip_ids": [c.clip_id for c in video.clips]})
         made = [c for c in video.clips if c.encoded is not None]  # the writer needs bytes
         for clip in made:
             location = None
@@ -129,12 +132,18 @@ class ClipWriter(ProcessingStage[VideoTask, VideoTask]):
             layout.write_json(layout.meta_path(clip.clip_id), clip_meta(clip, video, location))
         kept = [c for c in made if c.kept]
         table = _embedding_table(kept, "embedding")
+        texts = _embedding_table(kept, "text_embedding", with_text=True)
+        record = _chunk_record(video, made)
+        if video.whole:
+            # the whole video in one task (every short video): nothing to gather from staging
+            self._finalise(video, layout, [record], table, texts)
+            layout.remove_staging(staging, [intent])
+            return _stripped(task)
         if table is not None:
             layout.write_parquet(staging / f"embed-{name}.parquet", table)
-        texts = _embedding_table(kept, "text_embedding", with_text=True)
         if texts is not None:
             layout.write_parquet(staging / f"text-{name}.parquet", texts)
-        layout.write_json(staging / f"chunk-{name}.json", _chunk_record(video, made))
+        layout.write_json(staging / f"chunk-{name}.json", record)
         self._finalise_if_complete(video, layout, staging)
         return _stripped(task)
 
@@ -152,6 +161,18 @@ class ClipWriter(ProcessingStage[VideoTask, VideoTask]):
             texts = _concat(layout, sorted(staging.glob("text-*.parquet")))
         except FileNotFoundError:
             return  # finalised meanwhile by another worker
+        self._finalise(video, layout, records, embeddings, texts)
+        layout.remove_tree(staging)
+
+    @staticmethod
+    def _finalise(
+        video: Video,
+        layout: OutputLayout,
+        records: list[dict[str, Any]],
+        embeddings: Any,
+        texts: Any,
+    ) -> None:
+        """Write a complete video's embeddings and, last, its record."""
         vid = video.video_id
         for table, path in (
             (embeddings, layout.embedding_path(vid)),
@@ -165,7 +186,6 @@ class ClipWriter(ProcessingStage[VideoTask, VideoTask]):
             layout.video_record(video.relative_path),
             _video_record(video, records, embeddings is not None and embeddings.num_rows > 0),
         )
-        layout.remove_tree(staging)
 
 
 def _complete(records: list[dict[str, Any]]) -> bool:

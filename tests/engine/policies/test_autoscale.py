@@ -450,6 +450,17 @@ def test_worker_cap_lowered_shrinks_at_once() -> None:
     assert run_plan([cpu_stage("a", 1.0, workers=6)], config=config) == [2]
 
 
+def test_a_bottleneck_grows_up_to_the_worker_cap_with_the_default_gain() -> None:
+    # reaching its cap in the plan, the bottleneck no longer limits the planned pace; it did
+    # limit the current one, so the gain is counted and the growth kept (it was undone: a
+    # pinned source left as the only "limiting" stage showed no gain)
+    config = AutoscaleConfig(max_workers_per_stage=2)
+    source = cpu_stage("list", 0.0003, cpus=0.25, pinned=1, upstream_done=True, backlog=40)
+    work = cpu_stage("encode", 0.031, backlog=40)
+    assert run_plan([source, work], cpus=2, config=config) == [1, 2]
+    assert run_plan([source, work], cpus=2, config=AutoscaleConfig()) == [1, 2]
+
+
 # -- config validation --------------------------------------------------------------------
 def test_config_is_frozen() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):

@@ -465,6 +465,50 @@ def test_a_single_chunk_video_written_again_gives_the_same_output(tmp_path: Path
     assert pq.read_table(OutputLayout(tmp_path).embedding_path(video_id("v.mp4"))).equals(table)
 
 
+def test_a_whole_video_in_one_task_skips_the_staging_and_records_the_same(
+    tmp_path: Path,
+) -> None:
+    whole, chunked = tmp_path / "whole", tmp_path / "chunked"
+    clips = [clip("v.mp4", 0, 10), clip("v.mp4", 10, 20, filtered_by="motion")]
+    ClipWriter(whole).process(chunk("v.mp4", 0, copy.deepcopy(clips), last=True))
+    ClipWriter(chunked).process(chunk("v.mp4", 0, copy.deepcopy(clips[:1])))
+    ClipWriter(chunked).process(chunk("v.mp4", 1, copy.deepcopy(clips[1:]), last=True))
+
+    for root in (whole, chunked):
+        assert not (root / ".conveyor" / "staging" / video_id("v.mp4")).exists()
+    assert files_under(whole) == files_under(chunked)
+    one, two = (read_json(OutputLayout(r).video_record("v.mp4")) for r in (whole, chunked))
+    for record in (one, two):
+        record.pop("finished_at")
+    assert one == {**two, "num_chunks": 1}
+    vid = video_id("v.mp4")
+    tables = [pq.read_table(OutputLayout(r).embedding_path(vid)) for r in (whole, chunked)]
+    assert tables[0].equals(tables[1])
+
+
+def test_a_whole_video_cut_off_after_its_clip_leaves_an_intent_that_resets_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kept = clip("v.mp4", 0, 10)
+    real = OutputLayout.write_json
+
+    def cut_off(self: OutputLayout, path: Path, obj: object) -> None:
+        if path.parent.name == "videos":
+            raise OSError("disk full")
+        real(self, path, obj)
+
+    monkeypatch.setattr(OutputLayout, "write_json", cut_off)
+    with pytest.raises(OSError, match="disk full"):
+        ClipWriter(tmp_path).process(chunk("v.mp4", 0, [kept], last=True))
+    monkeypatch.undo()
+    layout = OutputLayout(tmp_path)
+    assert layout.read_record("v.mp4") is None
+    assert layout.clip_path(kept.clip_id).exists()
+    assert layout.reset("v.mp4") >= 2  # the clip and its meta, found through the intent
+    assert not layout.clip_path(kept.clip_id).exists()
+    assert not layout.meta_path(kept.clip_id).exists()
+
+
 # -- parts of chunks (the transcoder sends each clip on as it is encoded) ---------------------
 def parts_of(task: VideoTask) -> list[VideoTask]:
     """The chunk as the transcoder sends it: each clip its own part."""
