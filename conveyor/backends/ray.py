@@ -36,10 +36,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib
 import logging
 import math
 import os
 import pickle
+import re
+import secrets
 import shutil
 import sys
 import tempfile
@@ -91,6 +94,15 @@ DEFAULT_MEMORY_BUDGET = 512 << 20
 #: items a streaming call may make beyond those the driver took before Ray pauses it: one
 #: output's record and its payload
 STREAM_AHEAD = 2
+#: longest actor name, and longest stem of an actor class name: Ray takes any non-empty name,
+#: but the dashboard's columns and the process title (``ray::<Class>.run``) should stay short
+NAME_MAX = 64
+#: set to 1 to see Ray's own messages about dying workers and nodes on the console again
+RAY_LOGS_ENV = "CONVEYOR_RAY_LOGS"
+#: error messages Ray publishes to the driver when a worker or a node dies: the raylet's "A
+#: worker died or was killed ...", a core worker's crash, the GCS removing a node, a raylet's
+#: death with the tail of its log. Conveyor reports these deaths itself, in one line.
+DEATH_MESSAGE_TYPES = frozenset({"worker_died", "worker_crash", "node_removed", "raylet_died"})
 
 _GPU_MEMORY_CACHE: dict[str, float | None] = {}  # node id -> GB of its GPU 0 (per process)
 
@@ -184,6 +196,27 @@ def _gpu_ids() -> tuple[int, ...]:
     return tuple(ids)
 
 
+def actor_name(worker_id: str) -> str:
+    """The name of a worker's actor: its worker id (``<stage>-<n>``, unique in a run), with
+    spaces and unprintable characters as ``_`` and at most ``NAME_MAX`` characters, the
+    worker's number kept (a stage name may be long, the number tells workers apart)."""
+    name = "".join(c if c.isprintable() and not c.isspace() else "_" for c in worker_id)
+    name = name or "worker"
+    if len(name) > NAME_MAX:
+        head, dash, number = name.rpartition("-")
+        keep = dash + number if head and number.isdigit() and len(number) < 16 else ""
+        name = name[: NAME_MAX - len(keep) - 1] + "~" + keep
+    return name
+
+
+def actor_class_name(stage_name: str) -> str:
+    """``<stage>Worker``: the class Ray shows for a stage's actors (the dashboard's Class
+    column, ``ray list actors``, log prefixes, the process title). An identifier: other
+    characters become ``_``."""
+    stem = re.sub(r"\W", "_", stage_name, flags=re.ASCII)[: NAME_MAX - len("Worker")]
+    return f"{stem or 'Stage'}Worker"
+
+
 # -- remote code ----------------------------------------------------------------------------
 def _node_setup(payload: bytes, name: str, node: NodeInfo, sys_path: list[str]) -> ErrorInfo | None:
     """``setup_on_node`` of one stage on one node (a Ray task pinned there)."""
@@ -206,7 +239,8 @@ def _probe_gpu_memory() -> float | None:
 
 
 class _Worker:
-    """The actor: one worker of one stage (``ray.remote`` is applied in ``RayBackend.open``)."""
+    """The actor: one worker of one stage. Each stage's actors are of a subclass named after
+    the stage (``stage_actor_class``), to which ``ray.remote`` is applied."""
 
     def __init__(
         self,
@@ -327,6 +361,15 @@ class _Worker:
         return True
 
 
+def stage_actor_class(stage_name: str) -> type[_Worker]:
+    """``_Worker`` under the stage's class name (``actor_class_name``), so that Ray shows
+    which stage an actor works for. Defined here, not importable: cloudpickle sends it by
+    value (a few hundred bytes, once per stage and run), its methods by reference."""
+    name = actor_class_name(stage_name)
+    doc = f"A worker of stage {stage_name!r} (see ``_Worker``)."
+    return type(name, (_Worker,), {"__module__": __name__, "__qualname__": name, "__doc__": doc})
+
+
 def _resolve(values: list[Any]) -> list[Any]:
     """Inline pickle bytes and ``(ObjectRef, index, pickled)`` triples -> the task objects."""
     refs = list({v[0]: None for v in values if not isinstance(v, bytes)})
@@ -379,10 +422,77 @@ def private_temp_dir() -> tuple[str, int]:
     return path, claim_dir(Path(path))
 
 
+def dashboard_available() -> bool:
+    """Whether Ray's dashboard can run here: what Ray itself checks (``ray[default]``'s
+    aiohttp & co. import); a plain ``ray`` install has no dashboard."""
+    try:
+        importlib.import_module("ray.dashboard.optional_deps")
+    except Exception:  # noqa: BLE001 - missing or broken: start without it
+        return False
+    return True
+
+
+def ray_logs_wanted() -> bool:
+    """Whether ``CONVEYOR_RAY_LOGS`` asks for Ray's own death messages on the console."""
+    return os.environ.get(RAY_LOGS_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+class _QuietErrors:
+    """Ray's error subscriber as the driver's listener thread polls it, less the messages about
+    dying workers and nodes (``DEATH_MESSAGE_TYPES``): those go to this module's log at DEBUG.
+    The thread prints each message it gets as a "(raylet) ..." block on stdout."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def poll(self, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+        key, data = self._inner.poll(*args, **kwargs)
+        if isinstance(data, dict) and data.get("type") in DEATH_MESSAGE_TYPES:
+            log.debug("Ray: %s", data.get("error_message"))
+            return None, None  # the thread reads this as "nothing yet" and polls again
+        return key, data
+
+    def __getattr__(self, name: str) -> Any:  # subscribe, close
+        return getattr(self._inner, name)
+
+
+@contextlib.contextmanager
+def _death_messages_off() -> Iterator[None]:
+    """Around ``ray.init``: the error listener that ``ray.init`` starts for this driver gets a
+    ``_QuietErrors`` (installed by the thread itself, before its first poll, so that no
+    message slips through). ``log_to_driver`` does not cover these (the listener runs
+    either way) and stays on, so that what stages print still reaches the console. Where
+    Ray's internals differ from 2.x's, nothing is changed: the messages show, the run goes."""
+    module = getattr(getattr(ray, "_private", None), "worker", None)
+    listen = getattr(module, "listen_error_messages", None)
+    if not callable(listen):
+        log.debug("Ray has no listen_error_messages: its death messages stay on the console")
+        yield
+        return
+
+    def quiet_listen(worker: Any, *args: Any, **kwargs: Any) -> Any:
+        subscriber = getattr(worker, "gcs_error_subscriber", None)
+        if subscriber is not None and not isinstance(subscriber, _QuietErrors):
+            worker.gcs_error_subscriber = _QuietErrors(subscriber)
+        return listen(worker, *args, **kwargs)
+
+    module.listen_error_messages = quiet_listen
+    try:
+        yield
+    finally:
+        module.listen_error_messages = listen
+
+
 @dataclass
 class RayConnection:
     """How this process talks to Ray: an existing connection, a cluster it joined, or a private
-    local cluster it started (the only kind it ever shuts down)."""
+    local cluster it started (the only kind it ever shuts down).
+
+    A private cluster runs Ray's dashboard on 127.0.0.1 where ``ray[default]`` is installed,
+    and its URL is printed to stderr once. Connections it makes keep Ray's messages about
+    dying workers and nodes off the console (``CONVEYOR_RAY_LOGS=1``: on); an existing
+    connection is left as it is.
+    """
 
     address: str | None = None
     num_cpus: float | None = None
@@ -394,6 +504,7 @@ class RayConnection:
     private: bool = False  # ... and it started a local cluster
     temp_dir: str | None = None
     temp_lock: int | None = None  # held while temp_dir is in use
+    dashboard_url: str | None = None  # of the private cluster, where it runs one
 
     def __post_init__(self) -> None:
         if self.address is not None and (
@@ -435,9 +546,18 @@ class RayConnection:
                 kwargs["_node_ip_address"] = ip  # Ray rewrites 127.0.0.1 to the external IP
             self.temp_dir, self.temp_lock = private_temp_dir()
             kwargs.setdefault("_temp_dir", self.temp_dir)
-            kwargs.setdefault("include_dashboard", False)
-            ray.init(address="local", **kwargs)
+            if dashboard_available():
+                # None: Ray starts it, and a dashboard that fails to start fails no run
+                kwargs.setdefault("include_dashboard", None)
+                kwargs.setdefault("dashboard_host", "127.0.0.1")  # this machine only
+            else:
+                kwargs.setdefault("include_dashboard", False)
+            context = self._init(address="local", **kwargs)
             self.private = True
+            url = getattr(context, "dashboard_url", None)
+            if url:
+                self.dashboard_url = url if "://" in url else f"http://{url}"
+                print(f"Ray dashboard: {self.dashboard_url}", file=sys.stderr, flush=True)
         else:
             if self.num_cpus is not None or self.num_gpus is not None:
                 raise ValueError(
@@ -447,8 +567,17 @@ class RayConnection:
             ip = self.node_ip_address or _loopback_host(target)
             if ip is not None:
                 kwargs["_node_ip_address"] = ip
-            ray.init(address=target, **kwargs)
+            self._init(address=target, **kwargs)
         self.started = True
+
+    @staticmethod
+    def _init(**kwargs: Any) -> Any:
+        """``ray.init``, with Ray's messages about dying workers and nodes off the console
+        unless ``CONVEYOR_RAY_LOGS`` asks for them."""
+        if ray_logs_wanted():
+            return ray.init(**kwargs)
+        with _death_messages_off():
+            return ray.init(**kwargs)
 
     def disconnect(self) -> None:
         """Stop the private cluster; a joined cluster's connection stays for the next run."""
@@ -459,7 +588,7 @@ class RayConnection:
                 shutil.rmtree(self.temp_dir, ignore_errors=True)
             if self.temp_lock is not None:
                 os.close(self.temp_lock)
-            self.temp_dir = self.temp_lock = None
+            self.temp_dir = self.temp_lock = self.dashboard_url = None
             self.private = self.started = False
 
 
@@ -538,6 +667,18 @@ class RayBackend:
     into a fraction when a node's GPU cannot be read (NVML, probed once per node).
     ``schedule_timeout_s`` bounds how long a worker may wait for Ray to grant its resources
     (other work on the cluster can hold them) before the run stops with a clear error.
+
+    What Ray shows. Each worker is an actor of class ``<stage>Worker`` named after its worker
+    id, ``<stage>-<n>`` (the dashboard's Class and Name columns, ``ray list actors``, the
+    "(<stage>Worker pid=...)" prefix of what it prints, its process title). A private
+    cluster runs Ray's dashboard on 127.0.0.1 where ``ray[default]`` is installed and prints
+    its URL to stderr once ("Ray dashboard: http://127.0.0.1:8265"); without it, none.
+
+    Ray's own messages about dying workers and nodes (the raylet's "A worker died or was
+    killed ..." blocks) are kept off the console on the connections the backend makes
+    (Conveyor says what died, in one line, and retries); set ``CONVEYOR_RAY_LOGS=1`` in the
+    environment to see them again, or log ``conveyor.backends.ray`` at DEBUG. What stages
+    print still reaches the console.
     """
 
     #: a node that leaves takes the payloads in its object store along (see ``Backend``)
@@ -572,7 +713,7 @@ class RayBackend:
         self._declared_budget = memory_budget_bytes
         self.memory_budget_bytes = int(memory_budget_bytes or DEFAULT_MEMORY_BUDGET)
         self._open = False
-        self._actor_cls: Any = None
+        self._token = ""  # per open: tells this run's actor names from a taken one
         self._node_setup_fn: Any = None
         self._sys_path: list[str] = []
         self._here: str | None = None
@@ -583,6 +724,7 @@ class RayBackend:
         self._refs: dict[Any, tuple[str, _RayWorker]] = {}  # hello/setup/stop refs
         self._events: list[BackendEvent] = []
         self._payloads: dict[int, Any] = {}  # stage index -> ObjectRef of its pickled stage
+        self._actor_classes: dict[int, Any] = {}  # stage index -> its ray.remote actor class
         self._node_setups: dict[tuple[int, str], Any] = {}
         # records ref (a streaming call's generator) of a call in flight -> worker
         self._calls: dict[Any, _RayWorker] = {}
@@ -597,7 +739,7 @@ class RayBackend:
         if self._open:
             return
         self.connection.connect()
-        self._actor_cls = ray.remote(max_restarts=0, max_task_retries=0)(_Worker)
+        self._token = secrets.token_hex(3)
         self._node_setup_fn = ray.remote(num_cpus=0, max_retries=0)(_node_setup)
         self._sys_path = [p for p in sys.path if p]
         self._here = _node_id()  # where the driver's puts are stored
@@ -761,17 +903,39 @@ class RayBackend:
             self._create(worker)
         self._queued = waiting
 
+    def _actor_class(self, stage: StageSpec) -> Any:
+        cls = self._actor_classes.get(stage.index)
+        if cls is None:
+            cls = ray.remote(max_restarts=0, max_task_retries=0)(stage_actor_class(stage.name))
+            self._actor_classes[stage.index] = cls
+        return cls
+
+    def _new_actor(self, cls: Any, worker_id: str, options: dict[str, Any], args: tuple) -> Any:
+        """Create the actor under the worker's name (``actor_name``). A name taken in the
+        namespace (an actor of a run before that Ray is still removing, or someone else's)
+        gets this open's token; one Ray refuses again, no name: a name never fails a run."""
+        name = actor_name(worker_id)
+        for attempt in (name, f"{name}@{self._token}"):
+            try:
+                return cls.options(name=attempt, **options).remote(*args)
+            except ValueError as exc:  # ActorAlreadyExistsError is one
+                log.debug("Ray refused the actor name %r: %s", attempt, exc)
+        return cls.options(**options).remote(*args)
+
     def _create(self, worker: _RayWorker) -> None:
         stage, placement = worker.stage, worker.placement
         strategy = NodeAffinitySchedulingStrategy(placement.node_id, soft=False)
-        actor = self._actor_cls.options(
-            num_cpus=worker.cpus, num_gpus=worker.gpus, scheduling_strategy=strategy
-        ).remote(
-            self._stage_payload(stage),
+        actor = self._new_actor(
+            self._actor_class(stage),
             worker.worker_id,
-            stage.name,
-            placement.gpu_fraction,
-            self._sys_path,
+            {"num_cpus": worker.cpus, "num_gpus": worker.gpus, "scheduling_strategy": strategy},
+            (
+                self._stage_payload(stage),
+                worker.worker_id,
+                stage.name,
+                placement.gpu_fraction,
+                self._sys_path,
+            ),
         )
         worker.actor = actor
         worker.started_at = time.monotonic()

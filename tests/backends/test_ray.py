@@ -8,7 +8,9 @@ free again: a worker actor left alive would hold them.
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
 import secrets
 import signal
 import subprocess
@@ -17,6 +19,7 @@ import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 from unittest import mock
 
@@ -26,6 +29,7 @@ ray = pytest.importorskip("ray")
 
 from conveyor import AutoscaleConfig, Pipeline, Resources, StageSetupError  # noqa: E402
 from conveyor.backends import LocalBackend, RayBackend  # noqa: E402
+from conveyor.backends import ray as ray_backend  # noqa: E402
 from conveyor.backends.ray import RayConnection, RayPayload, encode  # noqa: E402
 from conveyor.engine.messages import (  # noqa: E402
     BatchesDone,
@@ -660,3 +664,273 @@ def test_metrics_and_event_log_on_ray(address: str, tmp_path: Path) -> None:
     nodes = {e["node"] for e in events if e["type"] == "worker" and e["event"] == "start"}
     assert nodes <= {n["node_id"] for n in events[0]["cluster"]["nodes"]}
     assert events[-1]["type"] == "run_end" and events[-1]["counts"]["outputs"] == 80
+
+
+# -- what Ray shows: actor names, the dashboard, no death messages ------------------------
+def test_actor_names_are_readable_bounded_and_never_fail_a_run() -> None:
+    assert ray_backend.actor_name("embed clips-3") == "embed_clips-3"
+    long = ray_backend.actor_name("x" * 200 + "-12")
+    assert len(long) == ray_backend.NAME_MAX and long.endswith("~-12")
+    assert ray_backend.actor_class_name("clip.embed v2") == "clip_embed_v2Worker"
+    assert len(ray_backend.actor_class_name("é" * 200)) == ray_backend.NAME_MAX
+    assert ray_backend.stage_actor_class("a b").__name__ == "a_bWorker"
+
+    tried: list[str | None] = []
+
+    class Refusing:  # a cluster where every name is taken
+        def options(self, name: str | None = None, **options: Any) -> Any:
+            tried.append(name)
+            return SimpleNamespace(remote=lambda *args: self.create(name))
+
+        def create(self, name: str | None) -> str:
+            if name is not None:
+                raise ray.exceptions.ActorAlreadyExistsError(f"{name} is taken")
+            return "actor"
+
+    backend = RayBackend()
+    backend._token = "abc123"
+    assert backend._new_actor(Refusing(), "s-0", {"num_cpus": 1}, ()) == "actor"
+    assert tried == ["s-0", "s-0@abc123", None]
+
+    class Broken(Refusing):  # a failure that is not about the name is not hidden
+        def create(self, name: str | None) -> str:
+            raise ValueError("bad resources")
+
+    with pytest.raises(ValueError, match="bad resources"):
+        backend._new_actor(Broken(), "s-0", {}, ())
+
+
+def test_actors_carry_their_stage_and_worker_and_sidestep_a_taken_name(address: str) -> None:
+    """What ``ray list actors`` and the dashboard show (Ray's actor table, read from the GCS:
+    this cluster runs no dashboard): ``<stage>Worker`` actors named ``<stage>-<n>``."""
+    holder = ray.remote(num_cpus=0)(type("Holder", (), {"ping": lambda self: 1}))
+    taken = holder.options(name="first_stage-0").remote()  # the first worker's name
+    ray.get(taken.ping.remote())
+    try:
+        stages = [st.Slow("first stage", 0.01).with_(num_workers=1), st.Slow("b.2", 0.01)]
+        stream = Pipeline("p", stages).stream(StreamingExecutor(RayBackend(address)), range(6))
+        with stream:
+            outputs = [next(stream)]
+            alive = ray._private.state.actors(actor_state_name="ALIVE").values()
+            seen = {(a["ActorClassName"], a["Name"]) for a in alive}
+            outputs.extend(stream)
+    finally:
+        ray.kill(taken)
+    assert sorted(outputs) == list(range(6))
+    workers = {(c, n) for c, n in seen if c.endswith("Worker")}
+    assert ("first_stageWorker", "first_stage-0") not in workers
+    assert any(
+        c == "first_stageWorker" and re.fullmatch(r"first_stage-0@\w{6}", n) for c, n in workers
+    )
+    assert any(c == "b_2Worker" and re.fullmatch(r"b\.2-\d+", n) for c, n in workers)
+
+
+class _Subscriber:
+    def __init__(self, *messages: dict[str, Any]) -> None:
+        self.messages = list(messages)
+        self.closed = False
+
+    def poll(self, timeout: float | None = None) -> tuple[Any, Any]:
+        return ("id", self.messages.pop(0)) if self.messages else (None, None)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_the_driver_hears_no_death_messages(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The listener ``ray.init`` starts gets a subscriber without Ray's death messages;
+    other errors pass; a Ray without that listener connects as it is."""
+    died = {"type": "worker_died", "error_message": "A worker died or was killed ..."}
+    other = {"type": "version_mismatch", "error_message": "versions differ"}
+    quiet = ray_backend._QuietErrors(_Subscriber(died, other))
+    assert quiet.poll() == (None, None)  # "nothing yet": the listener polls again
+    assert quiet.poll() == ("id", other)
+    quiet.close()
+    assert quiet._inner.closed
+
+    module = ray._private.worker
+    heard: list[Any] = []
+    monkeypatch.setattr(
+        module, "listen_error_messages", lambda w, stop: heard.append(w.gcs_error_subscriber)
+    )
+    listen = module.listen_error_messages
+    with ray_backend._death_messages_off():
+        module.listen_error_messages(SimpleNamespace(gcs_error_subscriber=_Subscriber()), None)
+    assert isinstance(heard[0], ray_backend._QuietErrors)
+    assert module.listen_error_messages is listen  # only while ray.init runs
+
+    monkeypatch.delattr(module, "listen_error_messages")
+    with ray_backend._death_messages_off():
+        pass  # nothing to wrap: Ray's messages show, nothing fails
+
+
+@pytest.mark.parametrize(
+    ("available", "logs"), [(True, ""), (False, ""), (True, "1")], ids=["quiet", "bare", "logs"]
+)
+def test_a_private_cluster_starts_its_dashboard_where_it_can_run(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], available: bool, logs: str
+) -> None:
+    """Without ``ray[default]`` the cluster starts as before, without a dashboard or a word;
+    with it, on 127.0.0.1, its URL printed once. ``ray.init`` is a stand-in here."""
+    seen: dict[str, Any] = {}
+
+    def init(**kwargs: Any) -> Any:
+        seen.update(kwargs, listener=ray._private.worker.listen_error_messages)
+        return SimpleNamespace(dashboard_url="127.0.0.1:8265" if available else None)
+
+    listen = ray._private.worker.listen_error_messages
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv(ray_backend.RAY_LOGS_ENV, logs)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", init)
+    monkeypatch.setattr(ray, "shutdown", lambda: None)
+    monkeypatch.setattr(ray_backend, "dashboard_available", lambda: available)
+    connection = RayConnection(num_cpus=1)
+    connection.connect()
+    try:
+        err = capsys.readouterr().err
+        if available:
+            assert (seen["include_dashboard"], seen["dashboard_host"]) == (None, "127.0.0.1")
+            assert err == "Ray dashboard: http://127.0.0.1:8265\n"
+            assert connection.dashboard_url == "http://127.0.0.1:8265"
+        else:
+            assert seen["include_dashboard"] is False and "dashboard_host" not in seen
+            assert err == "" and connection.dashboard_url is None
+        assert (seen["listener"] is listen) == (logs == "1")
+    finally:
+        connection.disconnect()
+    assert connection.dashboard_url is None and ray._private.worker.listen_error_messages is listen
+
+
+def test_dashboard_needs_ray_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "ray.dashboard.optional_deps", None)  # import fails
+    assert not ray_backend.dashboard_available()
+
+
+def _wait_for(check: Any, what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"no {what} within {timeout}s"
+        time.sleep(0.2)
+
+
+def test_ray_death_messages_stay_off_the_console_unless_asked(
+    address: str,
+    capfd: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A worker killed mid-batch: Ray's "(raylet) A worker died ..." reaches the driver (our
+    log has it at DEBUG) but not the console; with ``CONVEYOR_RAY_LOGS=1`` it does."""
+    caplog.set_level(logging.DEBUG, logger="conveyor.backends.ray")
+    message = "A worker died or was killed"
+
+    def kill_one() -> None:
+        executor = StreamingExecutor(RayBackend(address), max_attempts=1)
+        result = Pipeline("p", [st.Poison(1, how="kill")]).run(executor, range(3))
+        assert [(f.error_type, f.task) for f in result.failures] == [("WorkerDied", "1")]
+
+    ray.shutdown()  # whoever connected this process before: the backend's way now
+    RayConnection(address).connect()
+    kill_one()
+    _wait_for(lambda: message in caplog.text, "death message from Ray")
+    console = capfd.readouterr()
+    assert message not in console.out + console.err
+    ray.shutdown()
+    monkeypatch.setenv(ray_backend.RAY_LOGS_ENV, "1")
+    try:
+        RayConnection(address).connect()
+        kill_one()
+        echoed: list[str] = []
+
+        def echoed_once() -> bool:
+            echoed.append(capfd.readouterr().out)
+            return message in "".join(echoed)
+
+        _wait_for(echoed_once, "death message on the console")
+    finally:
+        ray.shutdown()
+        monkeypatch.delenv(ray_backend.RAY_LOGS_ENV)
+        RayConnection(address).connect()  # quiet again, for the tests after this one
+    assert "".join(echoed).count(message) == 1
+
+
+@pytest.mark.slow
+def test_private_cluster_shows_its_dashboard_stage_actors_and_no_death_messages(
+    tmp_path: Path,
+) -> None:
+    """One private cluster, as a user's console sees it: the dashboard's URL once (it
+    serves), the actors by stage in Ray's state API (what the dashboard lists), a killed
+    worker and a timed-out one without Ray's death messages, our own notice there."""
+    if not ray_backend.dashboard_available():
+        pytest.skip("Ray's dashboard is not installed (ray[default])")
+    code = textwrap.dedent(
+        """
+        import json, logging, time, urllib.request
+        from ray.util.state import list_actors
+        from conveyor import Pipeline
+        from conveyor.backends import RayBackend
+        from conveyor.executors import StreamingExecutor
+        from tests.backends.ray_stages import Poison
+
+        dropped = []  # Ray's death messages, as the backend logs them at DEBUG
+        handler = logging.Handler()
+        handler.emit = lambda record: dropped.append(record.getMessage())
+        quiet = logging.getLogger("conveyor.backends.ray")
+        quiet.setLevel(logging.DEBUG)
+        quiet.addHandler(handler)
+        quiet.propagate = False
+
+        backend = RayBackend(num_cpus=2)
+        stages = [
+            Poison(3, how="kill").with_(name="killer"),
+            Poison(5, how="hang").with_(name="sleepy stage", timeout_s=2),
+        ]
+        stream = Pipeline("p", stages).stream(StreamingExecutor(backend, max_attempts=1), range(8))
+        with stream:
+            outputs = [next(stream)]
+            url = backend.connection.dashboard_url
+            status = urllib.request.urlopen(url, timeout=30).status
+            actors = sorted({(a.class_name, a.name) for a in list_actors(address=url)})
+            outputs.extend(stream)
+        deadline = time.monotonic() + 20
+        while not any("A worker died" in m for m in dropped) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        failures = sorted(f.error_type for f in stream.result.failures)
+        print(json.dumps({"outputs": sorted(outputs), "failures": failures, "status": status,
+                          "actors": actors,
+                          "dropped": sum("A worker died or was" in m for m in dropped)}))
+        """
+    )
+    token = tmp_path / "token"  # token authentication, with a token of its own
+    token.write_text(secrets.token_hex(32))
+    token.chmod(0o600)
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", ray_backend.RAY_LOGS_ENV)
+    }
+    env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token))
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=100,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["outputs"] == [0, 1, 2, 4, 6, 7] and report["failures"] == [
+        "TaskTimeout",
+        "WorkerDied",
+    ]
+    urls = [line for line in out.stderr.splitlines() if line.startswith("Ray dashboard:")]
+    assert len(urls) == 1 and re.fullmatch(r"Ray dashboard: http://127\.0\.0\.1:\d+", urls[0])
+    assert report["status"] == 200
+    classes = {c for c, _ in report["actors"]}
+    assert classes == {"killerWorker", "sleepy_stageWorker"}, report["actors"]
+    assert all(re.fullmatch(r"(killer|sleepy_stage)-\d+", n) for _, n in report["actors"])
+    assert report["dropped"] >= 1  # Ray's message did come, to our log at DEBUG
+    console = out.stdout + out.stderr
+    assert "A worker died" not in console and "(raylet)" not in console
+    assert "'sleepy stage': a batch of 1 input ran" in out.stderr  # our notice stays
