@@ -23,6 +23,19 @@ if TYPE_CHECKING:
     from conveyor.executors.base import Executor, Run
 
 
+def check_stage(pipeline: str, stage: Any) -> None:
+    """``TypeError`` unless ``stage`` is a stage instance (a class is a common slip)."""
+    if isinstance(stage, type) and issubclass(stage, ProcessingStage):
+        raise TypeError(
+            f"Pipeline {pipeline!r}: add_stage got the class {stage.__name__}; pass an "
+            f"instance, e.g. {stage.__name__}()"
+        )
+    if not isinstance(stage, ProcessingStage):
+        raise TypeError(
+            f"Pipeline {pipeline!r}: add_stage expects a ProcessingStage, got {stage!r}"
+        )
+
+
 class Pipeline:
     """An ordered chain of stages.
 
@@ -35,6 +48,18 @@ class Pipeline:
         stages: Sequence[ProcessingStage[Any, Any]] | None = None,
         description: str | None = None,
     ) -> None:
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"Pipeline: name must be a non-empty string, got {name!r}")
+        if isinstance(stages, (str, dict, ProcessingStage)) or (
+            stages is not None and not isinstance(stages, Iterable)
+        ):
+            raise TypeError(
+                f"Pipeline {name!r}: stages must be a list of stages, got {stages!r} (the "
+                "order is name, stages, description: pass description=... by name; NeMo "
+                "Curator's order, name, description, stages, is conveyor.curator's Pipeline)"
+            )
+        if description is not None and not isinstance(description, str):
+            raise TypeError(f"Pipeline {name!r}: description must be a string, got {description!r}")
         self.name = name
         self.description = description
         self.stages: list[ProcessingStage[Any, Any]] = []
@@ -42,15 +67,7 @@ class Pipeline:
             self.add_stage(stage)
 
     def add_stage(self, stage: ProcessingStage[Any, Any]) -> Pipeline:
-        if isinstance(stage, type) and issubclass(stage, ProcessingStage):
-            raise TypeError(
-                f"Pipeline {self.name!r}: add_stage got the class {stage.__name__}; pass an "
-                f"instance, e.g. {stage.__name__}()"
-            )
-        if not isinstance(stage, ProcessingStage):
-            raise TypeError(
-                f"Pipeline {self.name!r}: add_stage expects a ProcessingStage, got {stage!r}"
-            )
+        check_stage(self.name, stage)
         self.stages.append(stage)
         return self
 
@@ -137,7 +154,7 @@ class Pipeline:
         for spec in specs:
             stage = spec.stage
             pin = f"{spec.num_workers} (pinned)" if spec.num_workers else "autoscaled"
-            lines.append(f"  {spec.index + 1}. {spec.name} [{type(stage).__name__}]")
+            lines.append(f"  {spec.index + 1}. {spec.name} [{stage.kind()}]")
             lines.append(f"     resources: {spec.resources.describe()}")
             lines.append(f"     batch_size: {spec.batch_size}   workers: {pin}")
             if spec.timeout_s is not None:

@@ -124,6 +124,11 @@ class ProcessingStage(Generic[In, Out]):
         validate_stage(new)
         return new
 
+    def kind(self) -> str:
+        """What ``Pipeline.describe`` calls the stage: its class (an adapter names what it
+        runs)."""
+        return type(self).__name__
+
     def overrides(self, method: str) -> bool:
         """Whether this stage's class replaces the base implementation of ``method``."""
         return getattr(type(self), method) is not getattr(ProcessingStage, method)
@@ -150,6 +155,14 @@ def validate_stage(stage: ProcessingStage[Any, Any]) -> None:
         raise ValueError(
             f"stage {label!r}: preload_modules must be a tuple of module names, got {preload!r}"
         )
+    curator = _curator_style(stage)
+    if curator:
+        raise ValueError(
+            f"stage {label!r} {curator}: NeMo Curator's stage methods are read by "
+            "conveyor.curator (subclass conveyor.curator.stages.base.ProcessingStage and run "
+            "it in conveyor.curator.pipeline.Pipeline), never by conveyor.ProcessingStage; "
+            "here, pin workers with num_workers = N (an attribute) or with_(num_workers=N)"
+        )
     workers = stage.num_workers
     if workers is not None and (
         isinstance(workers, bool) or not isinstance(workers, int) or workers < 1
@@ -173,6 +186,18 @@ def validate_stage(stage: ProcessingStage[Any, Any]) -> None:
         stage.overrides("process") or stage.overrides("process_batch")
     ):
         raise ValueError(f"stage {label!r} implements neither process nor process_batch")
+
+
+#: NeMo Curator's stage methods, which a stage of Conveyor's own would have ignored
+_CURATOR_METHODS = ("xenna_stage_spec", "ray_stage_spec", "num_workers_per_node")
+
+
+def _curator_style(stage: ProcessingStage[Any, Any]) -> str | None:
+    """What NeMo Curator-only method a Conveyor stage defines (``None``: none)."""
+    if callable(stage.num_workers):
+        return "has a num_workers() method"
+    found = [m for m in _CURATOR_METHODS if callable(getattr(stage, m, None))]
+    return f"defines {', '.join(f'{m}()' for m in found)}" if found else None
 
 
 def yields_outputs(stage: ProcessingStage[Any, Any]) -> bool:

@@ -75,6 +75,13 @@ class Executor:
             from conveyor.backends.local import LocalBackend
 
             backend = LocalBackend()
+        elif isinstance(backend, (dict, str)) or not callable(getattr(backend, "submit", None)):
+            raise TypeError(
+                f"{type(self).__name__}: the first argument is the backend (LocalBackend(), "
+                f"RayBackend(...)), got {backend!r}; settings are keywords, e.g. "
+                f"{type(self).__name__}(autoscale_interval_s=2.0) (NeMo Curator's "
+                "config={...} dicts are taken by conveyor.curator's XennaExecutor)"
+            )
         self.backend = backend
         self.config = ControllerConfig(
             max_attempts=max_attempts,

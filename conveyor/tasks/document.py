@@ -5,10 +5,11 @@ pyarrow and pandas are imported lazily so that importing ``conveyor`` stays fast
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from conveyor.tasks.base import Task
+from conveyor.tasks.base import Task, wrong_data
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -18,6 +19,11 @@ if TYPE_CHECKING:
 @dataclass
 class DocumentBatch(Task[Any]):
     """Rows of documents; ``data`` is a ``pyarrow.Table`` or a ``pandas.DataFrame``."""
+
+    def check_data(self, data: Any) -> None:
+        if data is None or _is_table(data):
+            return
+        raise wrong_data(self, "a pyarrow Table or a pandas DataFrame", data)
 
     def to_pyarrow(self) -> pa.Table:
         import pyarrow as pa
@@ -59,3 +65,12 @@ class DocumentBatch(Task[Any]):
     def has_attribute(self, name: str) -> bool:
         """Declared-input check: a task attribute or a column of the data."""
         return hasattr(self, name) or name in self.columns
+
+
+def _is_table(data: Any) -> bool:
+    """A pyarrow Table or pandas DataFrame, without importing either: an object of one
+    exists only once its module is loaded."""
+    pa, pd = sys.modules.get("pyarrow"), sys.modules.get("pandas")
+    return (pa is not None and isinstance(data, pa.Table)) or (
+        pd is not None and isinstance(data, pd.DataFrame)
+    )

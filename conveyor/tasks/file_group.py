@@ -6,7 +6,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from conveyor.tasks.base import Task
+from conveyor.tasks.base import Task, wrong_data
 
 
 @dataclass
@@ -15,6 +15,11 @@ class FileGroupTask(Task[list[str]]):
 
     data: list[str] = field(default_factory=list)
     reader_config: dict[str, Any] = field(default_factory=dict)
+
+    def check_data(self, data: Any) -> None:
+        if isinstance(data, (list, tuple)) and all(isinstance(p, str) for p in data):
+            return
+        raise wrong_data(self, "a list of paths (str)", data)
 
     @property
     def key(self) -> tuple[str, ...]:

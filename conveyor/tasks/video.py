@@ -23,7 +23,7 @@ import uuid
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from conveyor.tasks.base import Task
+from conveyor.tasks.base import Task, wrong_data
 
 if TYPE_CHECKING:  # the driver lists and resumes videos without loading NumPy (0.2 s)
     import numpy as np
@@ -295,6 +295,10 @@ class VideoTask(Task[Video]):
     """The task every video stage takes and returns; ``data`` is the ``Video``."""
 
     data: Video = None  # type: ignore[assignment]
+
+    def check_data(self, data: Any) -> None:
+        if data is not None and not isinstance(data, Video):
+            raise wrong_data(self, "a conveyor.tasks.Video", data)
 
     @property
     def video(self) -> Video:

@@ -1,0 +1,299 @@
+"""How a NeMo Curator-style stage runs on Conveyor's engine: an adapter stage per stage.
+
+The adapter is an ordinary Conveyor ``ProcessingStage``. It reads the Curator stage's
+sizing methods and spec dicts once, when the pipeline is built (``adapt``), and calls the
+stage's hooks with NeMo Curator's arguments while the run goes. What each spec key means
+here is in ``XENNA_KEYS`` and ``RAY_KEYS``: honoured, ignored with a warning saying why, or
+an error. A key NeMo Curator does not know either is an error (a typo would otherwise be
+dropped).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from conveyor.cluster import NodeInfo as _NodeInfo
+from conveyor.cluster import WorkerInfo
+from conveyor.curator.backends.base import NodeInfo, WorkerMetadata
+from conveyor.curator.stages.base import CompositeStage, ProcessingStage
+from conveyor.curator.stages.resources import as_resources
+from conveyor.stage import CompositeStage as _CompositeStage
+from conveyor.stage import ProcessingStage as _ProcessingStage
+from conveyor.stage import declared_names
+
+#: ``xenna_stage_spec()`` keys: ``None`` where honoured, else why it has no effect here
+XENNA_KEYS: dict[str, str | None] = {
+    "num_workers_per_node": None,
+    "slots_per_actor": "a worker holds one message, two where the round trip would show: "
+    "the engine decides",
+    "num_run_attempts_python": "attempts are the executor's (XennaExecutor keeps 3)",
+    "ignore_failures": "failures are the run's: XennaExecutor(config={'ignore_failures': ...})",
+    "num_setup_attempts_python": "a worker whose setup fails stops the run with its error",
+    "reset_workers_on_failure": "a failed batch leaves its worker running; a dead worker is "
+    "replaced",
+    "worker_max_lifetime_m": "workers live for the run",
+    "worker_restart_interval_m": "workers live for the run",
+    "max_setup_failure_percentage": "a worker whose setup fails stops the run with its error",
+}
+
+#: ``ray_stage_spec()`` keys, as ``XENNA_KEYS``; ``"error"`` where running would be wrong
+RAY_KEYS: dict[str, str | None] = {
+    "is_actor_stage": None,  # every worker is long-lived and set up once
+    "is_fanout_stage": None,  # outputs of a fan-out spread over workers anyway
+    "min_workers": "the autoscaler sizes the pool (num_workers() pins it)",
+    "max_workers": "the autoscaler sizes the pool (num_workers() pins it)",
+    "initial_workers": "the autoscaler sizes the pool (num_workers() pins it)",
+    "max_calls_per_worker": "workers live for the run",
+    "ray_remote_args": "workers get the stage's Resources; other Ray options are not passed",
+    "ray_num_cpus": "a worker reserves the stage's Resources(cpus=...) on every executor",
+    "is_raft_actor": "error",
+    "is_lsh_stage": "error",
+    "is_shuffle_stage": "error",
+}
+
+
+def adapt_all(
+    stages: Sequence[Any], nodes: Callable[[], int] = lambda: 1
+) -> list[_ProcessingStage[Any, Any]]:
+    """``stages`` with composites expanded and each Curator-style stage adapted; Conveyor's
+    own stages pass through. ``nodes`` is asked once, and only when a stage sizes itself
+    per node."""
+    counted: list[int] = []
+
+    def count() -> int:
+        if not counted:
+            counted.append(max(1, int(nodes())))
+        return counted[0]
+
+    return [adapt(s, count) for s in expand(stages)]
+
+
+def expand(stages: Sequence[Any]) -> list[Any]:
+    """Composites replaced by their sub-stages (Curator-style ones with their ``with_``
+    settings applied), recursively."""
+    flat: list[Any] = []
+    for stage in stages:
+        if isinstance(stage, type) and issubclass(stage, _ProcessingStage):
+            raise TypeError(f"got the class {stage.__name__}; pass an instance: {stage.__name__}()")
+        if isinstance(stage, CompositeStage):
+            flat += expand(stage.decompose_and_apply_with())
+        elif isinstance(stage, _CompositeStage):
+            flat += expand(stage.decompose())
+        elif isinstance(stage, _ProcessingStage):
+            flat.append(stage)
+        else:
+            raise TypeError(f"expected a ProcessingStage, got {stage!r}")
+    return flat
+
+
+def adapt(stage: Any, nodes: Callable[[], int] = lambda: 1) -> _ProcessingStage[Any, Any]:
+    """One stage as the engine runs it (see the module docstring)."""
+    if not isinstance(stage, ProcessingStage):
+        return stage  # a Conveyor stage
+    _legacy_attributes(stage)
+    name = stage.name
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"stage {type(stage).__name__}: name must be a non-empty string")
+    if stage.runtime_env:
+        raise ValueError(
+            f"stage {name!r}: runtime_env (a Ray environment per stage) is not supported: "
+            "install the stage's packages where the workers run"
+        )
+    batch = stage.batch_size
+    if batch is None:
+        batch = 1  # NeMo Curator: "the executor decides"; one task per call here
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise ValueError(f"stage {name!r}: batch_size must be None or an int >= 1, got {batch!r}")
+    xenna = {**_spec(stage, "xenna_stage_spec"), **(stage._with_xenna_stage_spec or {})}
+    ray = {**_spec(stage, "ray_stage_spec"), **(stage._with_ray_stage_spec or {})}
+    if "num_workers" in xenna:
+        raise ValueError(
+            f"stage {name!r}: num_workers belongs in the num_workers() method (or "
+            "with_(num_workers=...)), not in xenna_stage_spec"
+        )
+    _check_keys(name, "xenna_stage_spec", xenna, XENNA_KEYS)
+    _check_keys(name, "ray_stage_spec", ray, RAY_KEYS)
+    fixed = stage._with_num_workers
+    if fixed is None:
+        fixed = stage.num_workers()
+    per_node = stage._with_num_workers_per_node
+    if per_node is None:
+        per_node = stage.num_workers_per_node()
+    if per_node is None:
+        per_node = xenna.get("num_workers_per_node")
+    elif "num_workers_per_node" in xenna:
+        raise ValueError(
+            f"stage {name!r}: num_workers_per_node is set both by the method and in "
+            "xenna_stage_spec; keep one"
+        )
+    if fixed is not None and per_node is not None:
+        raise ValueError(
+            f"stage {name!r}: set num_workers or num_workers_per_node, not both "
+            f"(got {fixed!r} and {per_node!r})"
+        )
+    if fixed is not None and (isinstance(fixed, bool) or not isinstance(fixed, int) or fixed < 1):
+        raise ValueError(
+            f"stage {name!r}: num_workers() must be None or an int >= 1, got {fixed!r}"
+        )
+    if per_node is not None:
+        if (
+            isinstance(per_node, bool)
+            or not isinstance(per_node, (int, float))
+            or math.isnan(per_node)
+            or per_node <= 0
+        ):
+            raise ValueError(
+                f"stage {name!r}: num_workers_per_node must be None or a number > 0, got "
+                f"{per_node!r}"
+            )
+        fixed = max(1, math.ceil(per_node * nodes()))
+    node_setup = type(stage).setup_on_node is not ProcessingStage.setup_on_node
+    kind = _KINDS[(stage.supports_batch_processing(), node_setup)]
+    return kind(stage, name, as_resources(stage.resources, name), batch, fixed)
+
+
+def _legacy_attributes(stage: ProcessingStage[Any, Any]) -> None:
+    """NeMo Curator 1.0's ``_name``, ``_resources`` and ``_batch_size`` (its stages set the
+    underscored attributes then), where the plain ones are left at their defaults."""
+    for legacy, plain in (
+        ("_name", "name"),
+        ("_resources", "resources"),
+        ("_batch_size", "batch_size"),
+    ):
+        if not hasattr(stage, legacy):
+            continue
+        value = getattr(stage, plain)
+        if value is getattr(ProcessingStage, plain) or (
+            plain == "name" and value == type(stage).__name__
+        ):
+            setattr(stage, plain, getattr(stage, legacy))
+
+
+def _spec(stage: ProcessingStage[Any, Any], method: str) -> dict[str, Any]:
+    value = getattr(stage, method)()
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise TypeError(f"stage {stage.name!r}: {method}() must return a dict, got {value!r}")
+    return {str(getattr(k, "value", k)): v for k, v in value.items()}  # enum keys too
+
+
+def _check_keys(name: str, method: str, spec: dict[str, Any], known: dict[str, str | None]) -> None:
+    for key, value in spec.items():
+        if key not in known:
+            raise ValueError(
+                f"stage {name!r}: {method}() key {key!r} is not one NeMo Curator knows "
+                f"(known: {', '.join(sorted(known))})"
+            )
+        why = known[key]
+        if why == "error":
+            if value:
+                raise ValueError(
+                    f"stage {name!r}: {method}() asks for {key}, which needs NeMo Curator's "
+                    "Ray actor pool internals (RAFT, shuffles) that Conveyor does not have"
+                )
+        elif why is not None:
+            warnings.warn(
+                f"stage {name!r}: {method}() key {key!r} has no effect here: {why}",
+                UserWarning,
+                stacklevel=4,
+            )
+
+
+def has_inputs(task: Any, spec: Any) -> bool:
+    """Whether ``task`` has every attribute and data column ``spec`` (``inputs()``) lists."""
+    if (
+        isinstance(spec, tuple)
+        and len(spec) == 2
+        and all(isinstance(p, (list, tuple)) for p in spec)
+    ):
+        attrs, columns = spec
+        found = set(getattr(task, "columns", ()) or ())
+        data = getattr(task, "data", None)
+        return all(hasattr(task, a) for a in attrs) and all(
+            c in found or hasattr(data, c) for c in columns
+        )
+    names = declared_names(spec) or set()
+    return all(hasattr(task, n) or n in (getattr(task, "columns", ()) or ()) for n in names)
+
+
+# -- the adapter stages --------------------------------------------------------------------
+class CuratorStage(_ProcessingStage[Any, Any]):
+    """A NeMo Curator-style stage as the engine runs it (``adapt`` makes these)."""
+
+    def __init__(
+        self,
+        stage: ProcessingStage[Any, Any],
+        name: str,
+        resources: Any,
+        batch_size: int,
+        num_workers: int | None,
+    ) -> None:
+        self.stage = stage
+        self.name = name
+        self.resources = resources
+        self.batch_size = batch_size
+        self.num_workers = num_workers
+        # Conveyor's own settings, where a Curator-style stage also sets them
+        self.timeout_s = stage.timeout_s
+        self.preload_modules = stage.preload_modules
+        self.max_threads = stage.max_threads
+
+    def setup(self, worker: WorkerInfo) -> None:
+        self.stage.setup(WorkerMetadata(worker.worker_id, worker))
+
+    def teardown(self) -> None:
+        self.stage.teardown()
+
+    def inputs(self) -> Any:
+        return self.stage.inputs()
+
+    def outputs(self) -> Any:
+        return self.stage.outputs()
+
+    def kind(self) -> str:
+        return f"{type(self.stage).__name__}, NeMo Curator-style"
+
+    def __repr__(self) -> str:
+        return f"<{self.kind()} {self.name!r}>"
+
+
+class _PerTask(CuratorStage):
+    def process(self, task: Any) -> Any:
+        self.stage._threads = self._threads
+        return self.stage.process(task)
+
+
+class _PerBatch(CuratorStage):
+    def process_batch(self, tasks: list[Any]) -> list[Any]:
+        self.stage._threads = self._threads
+        # NeMo Curator drops the ``None`` a batch gives for an input it filtered
+        return [t for t in self.stage.process_batch(tasks) or () if t is not None]
+
+
+class _NodeSetup:
+    stage: Any
+
+    def setup_on_node(self, node: _NodeInfo, worker: WorkerInfo) -> None:
+        self.stage.setup_on_node(NodeInfo(node.node_id), WorkerMetadata(worker.worker_id, worker))
+
+
+class _PerTaskNode(_NodeSetup, _PerTask):
+    pass
+
+
+class _PerBatchNode(_NodeSetup, _PerBatch):
+    pass
+
+
+#: (batches, node setup) -> the adapter class (the engine asks a stage's class what it
+#: overrides, so each combination is its own class)
+_KINDS: dict[tuple[bool, bool], type[CuratorStage]] = {
+    (False, False): _PerTask,
+    (True, False): _PerBatch,
+    (False, True): _PerTaskNode,
+    (True, True): _PerBatchNode,
+}

@@ -1,0 +1,5 @@
+"""NeMo Curator's ``nemo_curator.pipeline``."""
+
+from conveyor.curator.pipeline.pipeline import Pipeline
+
+__all__ = ["Pipeline"]

@@ -1,0 +1,462 @@
+"""NeMo Curator-style pipelines on Conveyor (``conveyor.curator``): the imports, the stage
+methods Curator users write, its task and pipeline constructors, the executors' settings,
+and the mistakes our own API now refuses instead of accepting silently."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import warnings
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from conveyor.backends.local import LocalBackend
+from conveyor.curator.backends.base import NodeInfo, StageFailures, WorkerMetadata
+from conveyor.curator.backends.xenna import XennaExecutor
+from conveyor.curator.pipeline import Pipeline
+from conveyor.curator.stages.base import CompositeStage, ProcessingStage
+from conveyor.curator.stages.function_definitions import processing_stage
+from conveyor.curator.stages.resources import Resources
+from conveyor.curator.tasks import DocumentBatch, EmptyTask, FileGroupTask, Task
+
+
+def batch(i: int, rows: int = 3) -> DocumentBatch:
+    return DocumentBatch(f"b{i}", "ds", pd.DataFrame({"n": [i * 10 + r for r in range(rows)]}))
+
+
+class AddOne(ProcessingStage[DocumentBatch, DocumentBatch]):
+    name = "add_one"
+    resources = Resources(cpus=0.5)
+
+    def process(self, task: DocumentBatch) -> DocumentBatch:
+        df = task.to_pandas().copy()
+        df["n"] += 1
+        return DocumentBatch(task.task_id, task.dataset_name, df, task._metadata)
+
+
+def run(stages: list[Any], tasks: list[Any], **config: Any) -> list[Any]:
+    return Pipeline("t", stages=stages).run(XennaExecutor(config or None), tasks)
+
+
+# -- the imports a port changes --------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("module", "names"),
+    [
+        ("conveyor.curator.stages.base", ["ProcessingStage", "CompositeStage"]),
+        ("conveyor.curator.stages.core", ["ProcessingStage", "CompositeStage"]),
+        ("conveyor.curator.stages.resources", ["Resources"]),
+        ("conveyor.curator.stages.function_definitions", ["processing_stage"]),
+        ("conveyor.curator.stages", ["ProcessingStage", "Resources", "processing_stage"]),
+        ("conveyor.curator.tasks", ["Task", "DocumentBatch", "FileGroupTask", "EmptyTask"]),
+        ("conveyor.curator.tasks", ["VideoTask"]),
+        ("conveyor.curator.pipeline", ["Pipeline"]),
+        ("conveyor.curator.pipeline.pipeline", ["Pipeline"]),
+        ("conveyor.curator.backends.xenna", ["XennaExecutor"]),
+        ("conveyor.curator.backends.xenna.executor", ["XennaExecutor"]),
+        ("conveyor.curator.backends.ray_data", ["RayDataExecutor"]),
+        ("conveyor.curator.backends.ray_actor_pool", ["RayActorPoolExecutor"]),
+        ("conveyor.curator.backends.base", ["BaseExecutor", "NodeInfo", "WorkerMetadata"]),
+    ],
+)
+def test_nemo_curator_module_paths(module: str, names: list[str]) -> None:
+    found = importlib.import_module(module)
+    for name in names:
+        assert getattr(found, name) is not None
+
+
+# -- Resources -----------------------------------------------------------------------------
+def test_resources_take_curators_order_and_video_fields() -> None:
+    r = Resources(2, 10)  # cpus, gpu_memory_gb
+    assert (r.cpus, r.gpu_memory_gb, r.gpus) == (2, 10, 0.0)
+    assert Resources(cpus=1, gpus=0.25).native() == __import__("conveyor").Resources(1, 0.25)
+    whole = Resources(entire_gpu=True, nvdecs=2, nvencs=1)
+    assert whole.native().gpus == 1.0 and (whole.nvdecs, whole.nvencs) == (2, 1)
+    assert Resources(nvdecs=3).requires_gpu is False  # engines alone reserve no GPU share
+    with pytest.raises(ValueError, match="entire_gpu=True reserves one whole GPU"):
+        Resources(gpus=0.5, entire_gpu=True)
+    with pytest.raises(ValueError, match="nvdecs must be a number >= 0"):
+        Resources(nvdecs=-1)
+    with pytest.raises(ValueError, match="either gpus or gpu_memory_gb"):
+        Resources(gpus=0.5, gpu_memory_gb=4)
+
+
+# -- tasks ---------------------------------------------------------------------------------
+def test_tasks_take_curators_order_and_are_conveyors() -> None:
+    import conveyor.tasks as ours
+
+    df = pd.DataFrame({"text": ["a b"]})
+    task = DocumentBatch("id-1", "ds", df, {"k": 1})
+    assert (task.task_id, task.dataset_name, task._metadata) == ("id-1", "ds", {"k": 1})
+    assert task.data is df and task.num_items == 1
+    assert isinstance(task, ours.DocumentBatch) and isinstance(task, Task)
+    task._metadata["more"] = 2
+    assert task.metadata == {"k": 1, "more": 2}
+    assert task._stage_perf is task.stage_perf
+    files = FileGroupTask("f", "ds", ["a.jsonl"], reader_config={"lines": True})
+    assert files.data == ["a.jsonl"] and files.reader_config == {"lines": True}
+    assert EmptyTask().num_items == 0
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: DocumentBatch("id", "ds", "not a table"), r"DocumentBatch\.data must be a"),
+        (lambda: DocumentBatch("id", 7, None), r"DocumentBatch\.dataset_name must be a str"),
+        (lambda: FileGroupTask("id", "ds", "one.jsonl"), r"FileGroupTask\.data must be a list"),
+        (lambda: DocumentBatch("id", "ds", None, ["x"]), r"metadata must be a dict"),
+    ],
+)
+def test_curator_tasks_name_the_field_a_wrong_argument_lands_in(make: Any, message: str) -> None:
+    with pytest.raises(TypeError, match=message) as caught:
+        make()
+    assert "NeMo Curator's order" in str(caught.value)
+
+
+def test_our_tasks_refuse_curators_positional_order() -> None:
+    import conveyor.tasks as ours
+
+    with pytest.raises(TypeError, match=r"DocumentBatch\.data must be a pyarrow Table") as e:
+        ours.DocumentBatch("id", "ds", pd.DataFrame({"a": [1]}))
+    assert "conveyor.curator.tasks.DocumentBatch" in str(e.value)
+    with pytest.raises(TypeError, match=r"FileGroupTask\.data must be a list of paths"):
+        ours.FileGroupTask("a.jsonl")
+    with pytest.raises(TypeError, match=r"VideoTask\.data must be a conveyor\.tasks\.Video"):
+        ours.VideoTask("id")
+
+
+# -- pipelines -----------------------------------------------------------------------------
+def test_pipeline_takes_curators_order_and_runs_on_xenna_by_default() -> None:
+    pipeline = Pipeline("p", "adds one", [AddOne()], config={"kept": True})
+    assert pipeline.add_stage(AddOne().with_(name="again")) is pipeline
+    out = pipeline.run(initial_tasks=[batch(0), batch(1)])
+    assert sorted(n for t in out for n in t.to_pandas()["n"]) == [2, 3, 4, 12, 13, 14]
+    assert "AddOne, NeMo Curator-style" in pipeline.describe()
+
+
+def test_pipeline_constructors_refuse_the_other_order() -> None:
+    from conveyor import Pipeline as Ours
+
+    with pytest.raises(TypeError, match=r"description must be a string.*pass stages="):
+        Pipeline("p", [AddOne()])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="stages must be a list of stages, got 'text'"):
+        Ours("p", "text")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="pass an instance"):
+        Pipeline("p").add_stage(AddOne)
+    with pytest.raises(ValueError, match="checkpoint_path is not supported"):
+        Pipeline("p", stages=[AddOne()]).run(checkpoint_path="/tmp/x")
+    with pytest.raises(TypeError, match=r"takes a conveyor\.curator executor"):
+        Pipeline("p", stages=[AddOne()]).run(object())
+
+
+def test_our_executors_refuse_a_settings_dict_for_a_backend() -> None:
+    from conveyor.executors.batch import BatchExecutor
+    from conveyor.executors.streaming import StreamingExecutor
+
+    for kind in (StreamingExecutor, BatchExecutor):
+        with pytest.raises(TypeError, match=r"the first argument is the backend.*XennaExecutor"):
+            kind({"execution_mode": "streaming"})  # type: ignore[arg-type]
+
+
+# -- stage methods Curator users write ---------------------------------------------------------
+class Sized(ProcessingStage[Any, Any]):
+    name = "sized"
+
+    def __init__(self, fixed: Any = None, per_node: Any = None, xenna: Any = None) -> None:
+        self.fixed, self.per_node, self.xenna = fixed, per_node, xenna or {}
+
+    def num_workers(self) -> Any:
+        return self.fixed
+
+    def num_workers_per_node(self) -> Any:
+        return self.per_node
+
+    def xenna_stage_spec(self) -> dict[str, Any]:
+        return self.xenna
+
+    def process(self, task: Any) -> Any:
+        return task
+
+
+def test_sizing_methods_pin_the_pool() -> None:
+    from conveyor.curator.adapter import adapt
+
+    assert adapt(Sized()).num_workers is None
+    assert adapt(Sized(fixed=3)).num_workers == 3
+    assert adapt(Sized(per_node=1.5), lambda: 3).num_workers == 5  # ceil(1.5 x 3 nodes)
+    assert adapt(Sized(xenna={"num_workers_per_node": 2}), lambda: 2).num_workers == 4
+    assert adapt(Sized().with_(num_workers=2)).num_workers == 2  # with_ wins
+    assert adapt(Sized(fixed=1).with_(num_workers=4)).num_workers == 4
+
+
+@pytest.mark.parametrize(
+    ("stage", "message"),
+    [
+        (Sized(fixed=2, per_node=1), "set num_workers or num_workers_per_node, not both"),
+        (Sized(fixed=0), r"num_workers\(\) must be None or an int >= 1"),
+        (Sized(per_node=-1), "num_workers_per_node must be None or a number > 0"),
+        (Sized(xenna={"num_workers": 2}), "belongs in the num_workers"),
+        (Sized(xenna={"slots_per_actr": 2}), "'slots_per_actr' is not one NeMo Curator knows"),
+        (
+            Sized(per_node=1, xenna={"num_workers_per_node": 1}),
+            "set both by the method and in xenna_stage_spec",
+        ),
+        (Sized().with_(ray_stage_spec={"is_raft_actor": True}), "RAFT, shuffles"),
+        (Sized().with_(runtime_env={"pip": ["x"]}), "runtime_env .* is not supported"),
+        (Sized().with_(batch_size=0), "batch_size must be None or an int >= 1"),
+    ],
+)
+def test_stage_settings_that_cannot_run_are_errors(stage: Any, message: str) -> None:
+    from conveyor.curator.adapter import adapt
+
+    with pytest.raises(ValueError, match=message):
+        adapt(stage)
+
+
+def test_spec_keys_without_an_effect_here_warn_naming_the_key() -> None:
+    from conveyor.curator.adapter import adapt
+
+    with pytest.warns(UserWarning, match="'slots_per_actor' has no effect here"):
+        adapt(Sized(xenna={"slots_per_actor": 2}))
+    with pytest.warns(UserWarning, match="'max_calls_per_worker' has no effect here"):
+        adapt(Sized().with_(ray_stage_spec={"max_calls_per_worker": 5, "is_actor_stage": True}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        adapt(Sized().with_(ray_stage_spec={"is_fanout_stage": True}))  # honoured: no warning
+
+
+class Hooks(ProcessingStage[DocumentBatch, DocumentBatch]):
+    """Records what its hooks receive in the task's metadata."""
+
+    name = "hooks"
+    resources = Resources(cpus=0.5)
+    batch_size = 2
+
+    def setup_on_node(self, node_info: Any = None, worker_metadata: Any = None) -> None:
+        self.node = (type(node_info).__name__, type(worker_metadata).__name__)
+
+    def setup(self, worker_metadata: Any = None) -> None:
+        self.worker = (type(worker_metadata).__name__, worker_metadata.worker_id)
+
+    def inputs(self) -> tuple[list[str], list[str]]:
+        return ["data"], ["n"]
+
+    def process_batch(self, tasks: list[DocumentBatch]) -> list[DocumentBatch | None]:
+        out: list[DocumentBatch | None] = []
+        for task in tasks:
+            assert self.validate_input(task)
+            task._metadata.update(node=self.node, worker=self.worker)
+            out.append(task if task.num_items else None)  # an empty batch is dropped
+        return out
+
+
+def test_hooks_get_curators_arguments_and_batches_drop_none() -> None:
+    tasks = [batch(0), batch(1, rows=0), batch(2)]
+    out = run([Hooks()], tasks)
+    assert len(out) == 2
+    for task in out:
+        assert task._metadata["node"] == ("NodeInfo", "WorkerMetadata")
+        kind, worker_id = task._metadata["worker"]
+        assert kind == "WorkerMetadata" and worker_id.startswith("hooks")
+
+
+def test_declared_inputs_in_curators_form_are_checked_at_build() -> None:
+    from conveyor.errors import PipelineBuildError
+
+    class Makes(AddOne):
+        def outputs(self) -> tuple[list[str], list[str]]:
+            return ["data"], ["other"]
+
+    with pytest.raises(PipelineBuildError, match="'hooks' needs n"):
+        Pipeline("p", stages=[Makes(), Hooks()]).describe()
+
+
+def test_function_stage_passes_metadata_on_and_checks_its_function() -> None:
+    @processing_stage(name="double", resources={"cpus": 0.5}, batch_size=1)
+    def double(task: DocumentBatch) -> DocumentBatch:
+        return DocumentBatch(task.task_id, task.dataset_name, task.to_pandas() * 2)
+
+    assert double.name == "double" and double.resources.cpus == 0.5
+    source = batch(1)
+    source._metadata["origin"] = "jsonl"
+    (out,) = run([double], [source])
+    assert out._metadata["origin"] == "jsonl" and list(out.to_pandas()["n"]) == [20, 22, 24]
+    with pytest.raises(TypeError, match="exactly one positional argument"):
+        processing_stage(name="two")(lambda a, b: a)
+    with pytest.raises(TypeError, match="name must be a non-empty string"):
+        processing_stage(name="")
+
+
+class Twice(CompositeStage[DocumentBatch, DocumentBatch]):
+    name = "twice"
+
+    def decompose(self) -> list[ProcessingStage[Any, Any]]:
+        return [AddOne(), AddOne().with_(name="add_again")]
+
+
+def test_composites_expand_and_take_per_sub_stage_settings() -> None:
+    pipeline = Pipeline("p", stages=[Twice().with_({"add_again": {"num_workers": 1}})])
+    assert [s.name for s in pipeline.build()] == ["add_one", "add_again"]
+    assert "workers: 1 (pinned)" in pipeline.describe()
+    (out,) = pipeline.run(initial_tasks=[batch(0, rows=1)])
+    assert list(out.to_pandas()["n"]) == [2]
+    with pytest.raises(ValueError, match="'nope', which are not among its sub-stages"):
+        Pipeline("p", stages=[Twice().with_({"nope": {"num_workers": 1}})]).build()
+
+
+# -- the executors' settings ---------------------------------------------------------------
+class Fails(ProcessingStage[DocumentBatch, DocumentBatch]):
+    name = "fails"
+    resources = Resources(cpus=0.5)
+
+    def process(self, task: DocumentBatch) -> DocumentBatch:
+        if task.to_pandas()["n"].iloc[0] == 10:
+            raise ValueError("bad batch")
+        return task
+
+
+def test_ignore_failures_off_raises_after_the_run_with_its_outputs() -> None:
+    with pytest.raises(StageFailures, match=r"1 input.*'fails'.*bad batch") as caught:
+        run([Fails()], [batch(0), batch(1), batch(2)])
+    assert len(caught.value.result.outputs) == 2
+    out = run([Fails()], [batch(0), batch(1), batch(2)], ignore_failures=True)
+    assert len(out) == 2
+
+
+def test_xenna_settings_map_onto_ours() -> None:
+    ex = XennaExecutor(
+        {
+            "execution_mode": "batch",
+            "autoscale_interval_s": 5,
+            "max_workers_per_stage": 2,
+            "cpu_allocation_percentage": 0.5,
+            "logging_interval": 0.5,
+        }
+    )
+    ours = ex.conveyor_executor()
+    assert type(ours).__name__ == "BatchExecutor"
+    assert ours.config.autoscale_interval_s == 5.0
+    assert ours.config.autoscale.max_workers_per_stage == 2
+    from conveyor.backends.devices import detect_cpus
+
+    assert ours.backend.num_cpus == pytest.approx(max(0.1, 0.5 * detect_cpus()))
+    default = XennaExecutor().conveyor_executor()
+    assert type(default).__name__ == "StreamingExecutor"
+    assert default.config.autoscale_interval_s == 1.0
+
+
+@pytest.mark.parametrize(
+    ("config", "kwargs", "message"),
+    [
+        ({"executon_mode": "batch"}, {}, "'executon_mode' have no meaning here"),
+        ({"execution_mode": "stream"}, {}, "must be 'streaming' or 'batch'"),
+        ({"cpu_allocation_percentage": 1.5}, {}, r"must be a number > 0 and <= 1"),
+        ({"cpu_allocation_percentage": 0.5}, {"backend": "b"}, "set its CPUs there"),
+        ({"ignore_failures": "no"}, {}, "must be True or False"),
+        ({"max_workers_per_stage": 0}, {}, "must be an int >= 1"),
+        ({"logging_interval": 0}, {}, "must be a number > 0"),
+        (None, {"ignore_head_node": True}, "ignore_head_node=True is not supported"),
+    ],
+)
+def test_xenna_settings_that_cannot_be_honoured_are_errors(
+    config: Any, kwargs: dict[str, Any], message: str
+) -> None:
+    with pytest.raises((ValueError, TypeError), match=message):
+        XennaExecutor(config, **kwargs)
+
+
+def test_a_settings_dict_is_not_taken_for_a_backend() -> None:
+    with pytest.raises(TypeError, match="takes a dict of settings"):
+        XennaExecutor(["execution_mode"])  # type: ignore[arg-type]
+
+
+def test_the_status_table_is_logged_every_logging_interval(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="conveyor.curator")
+    executor = XennaExecutor({"logging_interval": 0.05}, backend=LocalBackend(num_cpus=2))
+
+    class Slow(AddOne):
+        def process(self, task: DocumentBatch) -> DocumentBatch:
+            import time
+
+            time.sleep(0.1)
+            return super().process(task)
+
+    Pipeline("logged", stages=[Slow()]).run(executor, [batch(i) for i in range(4)])
+    tables = [r.getMessage() for r in caplog.records if "Slow:" in r.getMessage()]
+    assert tables and "workers" in tables[0] and "done" in tables[0]
+    assert any("finished in" in r.getMessage() for r in caplog.records)
+
+
+def test_the_ray_executors_warn_that_they_are_experimental() -> None:
+    from conveyor.curator.backends.ray_actor_pool import RayActorPoolExecutor
+    from conveyor.curator.backends.ray_data import RayDataExecutor
+
+    with pytest.warns(UserWarning, match="RayDataExecutor is experimental"):
+        RayDataExecutor()
+    with pytest.warns(UserWarning, match="RayActorPoolExecutor is experimental"):
+        RayActorPoolExecutor({"resource_wait_timeout_s": 30})
+    with pytest.raises(ValueError, match=r"reserved_cpus.*must be 0"):
+        RayActorPoolExecutor({"reserved_cpus": 1})
+    with pytest.raises(ValueError, match=r"runtime_env.*not supported"):
+        RayActorPoolExecutor({"runtime_env": {"pip": ["x"]}})
+    with pytest.warns(UserWarning) as caught:
+        RayActorPoolExecutor({"resource_wait_interval_s": 1})
+    assert any("resource_wait_interval_s'] has no effect" in str(w.message) for w in caught)
+    with pytest.raises(ValueError, match="config key\\(s\\) 'execution_mode'"):
+        RayDataExecutor({"execution_mode": "batch"})
+
+
+def test_worker_metadata_and_node_info_are_curators_shapes() -> None:
+    assert WorkerMetadata("w1").worker_id == "w1" and NodeInfo("n").node_id == "n"
+
+
+def test_curators_methods_on_our_own_stage_are_an_error_not_ignored() -> None:
+    from conveyor import Pipeline as Ours
+    from conveyor import ProcessingStage as OurStage
+    from conveyor.errors import PipelineBuildError
+
+    class Method(OurStage[Any, Any]):
+        def num_workers(self) -> int:  # type: ignore[override]
+            return 2
+
+        def process(self, task: Any) -> Any:
+            return task
+
+    class Spec(OurStage[Any, Any]):
+        def xenna_stage_spec(self) -> dict[str, Any]:
+            return {"num_workers_per_node": 1}
+
+        def process(self, task: Any) -> Any:
+            return task
+
+    with pytest.raises(
+        PipelineBuildError, match=r"has a num_workers\(\) method.*conveyor\.curator"
+    ):
+        Ours("p", [Method()]).build()
+    with pytest.raises(PipelineBuildError, match=r"defines xenna_stage_spec\(\)"):
+        Ours("p", [Spec()]).build()
+    with pytest.raises(PipelineBuildError, match=r"has a num_workers\(\) method"):
+        Ours("p", [AddOne()]).build()  # a Curator-style stage in our own Pipeline
+
+
+def test_curator_1_0_underscored_attributes_and_spec_key_enums() -> None:
+    from conveyor.curator.adapter import adapt
+    from conveyor.curator.backends.utils import RayStageSpecKeys
+
+    class Old(ProcessingStage[Any, Any]):
+        _name = "old_style"
+        _resources = Resources(cpus=0.5)
+        _batch_size = 4
+
+        def ray_stage_spec(self) -> dict[str, Any]:
+            return {RayStageSpecKeys.IS_ACTOR_STAGE: True}
+
+        def process(self, task: Any) -> Any:
+            return task
+
+    stage = adapt(Old())
+    assert (stage.name, stage.resources.cpus, stage.batch_size) == ("old_style", 0.5, 4)
+    assert batch(0).get_columns() == ["n"]
