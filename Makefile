@@ -6,10 +6,15 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test install lint bench bench-video bench-video-user bench-peers bench-shots clean
 
+# The overlay-text filter uses only the text detection model (an ONNX file) inside
+# rapidocr-onnxruntime, never its code: --no-deps keeps its dependencies out (OpenCV's GUI
+# build among them, whose cv2 would replace opencv-python-headless's and needs libGL), and
+# the model does not care which Python reads it
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev,ray,video,s3,text,metrics]'
+	$(PY) -m pip install --quiet --no-deps --ignore-requires-python 'rapidocr-onnxruntime>=1.4'
 	touch $(STAMP)
 
 install: $(STAMP)

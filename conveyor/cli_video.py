@@ -153,6 +153,22 @@ def video(
     nsfw_threshold: Annotated[
         float, typer.Option(min=0.0, max=1.0, help="Safety: reject at this NSFW probability.")
     ] = 0.8,
+    overlay_text: Annotated[
+        bool,
+        typer.Option(
+            "--overlay-text/--no-overlay-text",
+            help="Burnt-in text filter (subtitles, titles, tickers): a text detector.",
+        ),
+    ] = False,
+    overlay_text_threshold: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="Overlay text: reject when a frame has more than this fraction of its area "
+            "in text.",
+        ),
+    ] = 0.02,
     aesthetic_model: Annotated[
         Path | None, typer.Option(help="Aesthetic scorer (CLIP directory + head, or TorchScript).")
     ] = None,
@@ -221,8 +237,8 @@ def video(
     report: REPORT = True,
 ) -> None:
     """Curate videos: split into clips (shots or fixed stride), transcode to H.264, filter
-    (motion, quality, safety, aesthetics), embed, tag, caption, and write clips, metas and
-    embeddings to OUTPUT. Re-running the same command on the same OUTPUT resumes."""
+    (motion, quality, safety, overlay text, aesthetics), embed, tag, caption, and write clips,
+    metas and embeddings to OUTPUT. Re-running the same command on the same OUTPUT resumes."""
     settings = dict(locals())  # the options as given, recorded with the run's event log
     from rich.console import Console
 
@@ -280,6 +296,8 @@ def video(
             quality=quality,
             nsfw=nsfw,
             nsfw_threshold=nsfw_threshold,
+            overlay_text=overlay_text,
+            overlay_text_threshold=overlay_text_threshold,
             aesthetic_model=str(aesthetic_model) if aesthetic_model else None,
             aesthetic_threshold=aesthetic_threshold,
             score_only=score_only,

@@ -48,6 +48,7 @@ OUTPUT_OPTIONS = (
     "max_len_mode", "crop_s", "shot_threshold", "encoder", "preset", "crf", "max_height",
     "motion", "motion_threshold", "motion_patch_threshold", "motion_source", "quality", "nsfw",
     "nsfw_threshold", "aesthetic_model", "aesthetic_threshold", "score_only", "embed",
+    "overlay_text", "overlay_text_threshold",
     "embed_model", "tags", "caption_model", "text_embed", "write_filtered",
 )  # fmt: skip
 
@@ -89,6 +90,10 @@ class VideoConfig:
     nsfw_threshold: float = 0.8
     aesthetic_model: str | None = None
     aesthetic_threshold: float = 3.5
+    #: burnt-in text: filter clips where the most text-covered sampled frame has more than
+    #: this fraction of its area in detected text boxes
+    overlay_text: bool = False
+    overlay_text_threshold: float = 0.02
     score_only: bool = False
     embed: bool = True
     embed_model: str = "efficientnet-lite0"
@@ -152,6 +157,18 @@ class VideoConfig:
             problems.append(f"dedup_threshold must be in (0, 1], got {self.dedup_threshold}")
         if self.dedup and not self.embed:
             problems.append("dedup needs embeddings: drop --no-embed or --dedup")
+        if not 0 <= self.overlay_text_threshold <= 1:
+            problems.append(
+                "overlay_text_threshold must be in [0, 1] (a fraction of the frame's area), "
+                f"got {self.overlay_text_threshold}"
+            )
+        if self.overlay_text:
+            from conveyor.stages.video.overlay_text import packaged_model_path
+
+            try:
+                packaged_model_path()
+            except (ImportError, OSError) as exc:
+                problems.append(str(exc))
         if not 0 < self.gpu_share <= 1:
             problems.append(f"gpu_share must be in (0, 1], got {self.gpu_share}")
         for name in ("aesthetic_model", "caption_model"):
@@ -373,6 +390,12 @@ def _frame_consumers(
         from conveyor.stages.video.nsfw import NSFWFilter
 
         consumers.append(NSFWFilter(config.nsfw_threshold, score_only=config.score_only))
+    if config.overlay_text:
+        from conveyor.stages.video.overlay_text import OverlayTextFilter
+
+        consumers.append(
+            OverlayTextFilter(config.overlay_text_threshold, score_only=config.score_only)
+        )
     if config.aesthetic_model is not None:
         from conveyor.stages.video.aesthetic import AestheticFilter
 
@@ -424,6 +447,7 @@ def describe(config: VideoConfig) -> str:
             ("motion", config.motion),
             ("quality", config.quality),
             ("nsfw", config.nsfw),
+            ("overlay_text", config.overlay_text),
             ("aesthetic", config.aesthetic_model is not None),
         )
         if on

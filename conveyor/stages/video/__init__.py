@@ -30,6 +30,7 @@ _EXPORTS = {
     "SemanticDedup": "conveyor.stages.video.dedup",
     "TextEmbedder": "conveyor.stages.video.text_embed",
     "OutputLayout": "conveyor.stages.video.layout",
+    "OverlayTextFilter": "conveyor.stages.video.overlay_text",
     "ShotFrameDecoder": "conveyor.stages.video.shots",
     "ShotSplitter": "conveyor.stages.video.split",
     "ShotWindows": "conveyor.stages.video.shots",
@@ -60,6 +61,7 @@ __all__ = [
     "MotionFilter",
     "NSFWFilter",
     "OutputLayout",
+    "OverlayTextFilter",
     "QualityFilter",
     "SemanticDedup",
     "ShotFrameDecoder",
@@ -90,6 +92,7 @@ if TYPE_CHECKING:
     from conveyor.stages.video.layout import OutputLayout
     from conveyor.stages.video.motion import MotionFilter
     from conveyor.stages.video.nsfw import NSFWFilter
+    from conveyor.stages.video.overlay_text import OverlayTextFilter
     from conveyor.stages.video.quality import QualityFilter
     from conveyor.stages.video.reader import VideoListing, VideoProbe, VideoReader
     from conveyor.stages.video.shots import ShotFrameDecoder, ShotWindows, TransNetV2Detector
