@@ -173,6 +173,23 @@ def video(
         Path | None, typer.Option(help="Aesthetic scorer (CLIP directory + head, or TorchScript).")
     ] = None,
     aesthetic_threshold: Annotated[float, typer.Option(help="Aesthetic: least score kept.")] = 3.5,
+    video_type_model: Annotated[
+        Path | None,
+        typer.Option(help="Classify each clip's type zero-shot with this CLIP model directory."),
+    ] = None,
+    video_types: Annotated[
+        str | None,
+        typer.Option(
+            help="Video type: the labels, a comma list.",
+            show_default="natural footage,animation,screen recording,video game,slideshow",
+        ),
+    ] = None,
+    keep_types: Annotated[
+        str | None,
+        typer.Option(
+            help="Video type: keep only clips of these types (a comma list).", show_default="all"
+        ),
+    ] = None,
     score_only: Annotated[
         bool, typer.Option("--score-only", help="Score with every filter, filter nothing.")
     ] = False,
@@ -249,6 +266,7 @@ def video(
         clear_output,
         default_journal,
     )
+    from conveyor.stages.video.video_type import DEFAULT_VIDEO_TYPES
     from conveyor.storage import ObjectPath, location, normalize
 
     input, output = normalize(input), normalize(output)
@@ -300,6 +318,9 @@ def video(
             overlay_text_threshold=overlay_text_threshold,
             aesthetic_model=str(aesthetic_model) if aesthetic_model else None,
             aesthetic_threshold=aesthetic_threshold,
+            video_type_model=str(video_type_model) if video_type_model else None,
+            video_types=DEFAULT_VIDEO_TYPES if video_types is None else video_types,
+            keep_types=keep_types or (),
             score_only=score_only,
             embed=embed,
             embed_model=embed_model,

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 from conveyor.pipeline import Pipeline
 from conveyor.resources import Resources
 from conveyor.stage import ProcessingStage
+from conveyor.stages.video.video_type import DEFAULT_VIDEO_TYPES, split_labels
 
 if TYPE_CHECKING:
     from conveyor.executors.base import Executor
@@ -50,6 +51,7 @@ OUTPUT_OPTIONS = (
     "nsfw_threshold", "aesthetic_model", "aesthetic_threshold", "score_only", "embed",
     "overlay_text", "overlay_text_threshold",
     "embed_model", "tags", "caption_model", "text_embed", "write_filtered",
+    "video_type_model", "video_types", "keep_types",
 )  # fmt: skip
 
 
@@ -94,6 +96,12 @@ class VideoConfig:
     #: this fraction of its area in detected text boxes
     overlay_text: bool = False
     overlay_text_threshold: float = 0.02
+    #: zero-shot video type with this CLIP model directory, among ``video_types``; clips whose
+    #: type is not in ``keep_types`` are filtered (empty: all kept). Labels: a sequence or a
+    #: comma list
+    video_type_model: str | None = None
+    video_types: Sequence[str] = DEFAULT_VIDEO_TYPES
+    keep_types: Sequence[str] = ()
     score_only: bool = False
     embed: bool = True
     embed_model: str = "efficientnet-lite0"
@@ -175,6 +183,7 @@ class VideoConfig:
             path = getattr(self, name)
             if path is not None and not Path(path).expanduser().exists():
                 problems.append(f"{name.replace('_', ' ')} path {path!r} does not exist")
+        problems += self._video_type_problems()
         if (
             self.embed_model != "efficientnet-lite0"
             and not Path(self.embed_model).expanduser().exists()
@@ -182,6 +191,19 @@ class VideoConfig:
             problems.append(f"embed model path {self.embed_model!r} does not exist")
         if problems:
             raise ValueError("; ".join(problems))
+
+    def _video_type_problems(self) -> list[str]:
+        for name in ("video_types", "keep_types"):
+            labels = getattr(self, name)
+            labels = split_labels(labels) if isinstance(labels, str) else tuple(labels)
+            setattr(self, name, labels)
+        if self.video_type_model is None:
+            needs = "keep types need a video type model (--video-type-model)"
+            return [needs] if self.keep_types else []
+        from conveyor.stages.video.video_type import label_problems, model_problem
+
+        problem = model_problem(self.video_type_model)
+        return [problem] if problem else label_problems(self.video_types, self.keep_types)
 
     @property
     def use_gpus(self) -> bool:
@@ -299,6 +321,7 @@ def gpu_shares(config: VideoConfig, nvenc: bool) -> tuple[float, float]:
             config.splitter == "shots" and config.shot_detector == "transnetv2",
             nvenc,
             config.aesthetic_model is not None,
+            config.video_type_model is not None,
             config.embed,
             config.tags and not tags_from_embedder(config),
             config.embeds_text,
@@ -404,6 +427,16 @@ def _frame_consumers(
                 config.aesthetic_model, config.aesthetic_threshold, score_only=config.score_only
             ).with_(resources=model_resources)
         )
+    if config.video_type_model is not None:
+        from conveyor.stages.video.video_type import VideoTypeClassifier
+
+        classifier = VideoTypeClassifier(
+            config.video_type_model,
+            config.video_types,
+            config.keep_types,
+            score_only=config.score_only,
+        )
+        consumers.append(classifier.with_(resources=model_resources))
     embedder = None
     if config.embed:
         from conveyor.stages.video.embed import ClipEmbedder
@@ -454,6 +487,9 @@ def describe(config: VideoConfig) -> str:
     ]
     if filters:
         parts.append(("scored by " if config.score_only else "filtered by ") + "/".join(filters))
+    if config.video_type_model is not None:
+        kept = f", keeping {'/'.join(config.keep_types)}" if config.keep_types else ""
+        parts.append(f"video types ({len(config.video_types)}{kept})")
     if config.embed:
         parts.append(f"embeddings ({Path(config.embed_model).name})")
     if config.tags:

@@ -132,6 +132,9 @@ class Clip:
     tags: list[tuple[str, float]] = field(default_factory=list)
     #: model name -> caption
     captions: dict[str, str] = field(default_factory=dict)
+    #: zero-shot video type (``VideoTypeClassifier``): ``{"label": best label, "scores":
+    #: {label: probability}}``, else ``None``
+    video_type: dict[str, Any] | None = None
     #: frames decoded once for the models downstream: sampling rate (fps) -> N x H x W x 3
     #: uint8 RGB; dropped by the last stage that needs them
     frames: dict[float, np.ndarray] = field(default_factory=dict, repr=False)

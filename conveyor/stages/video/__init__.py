@@ -40,6 +40,7 @@ _EXPORTS = {
     "VideoProbe": "conveyor.stages.video.reader",
     "VideoReader": "conveyor.stages.video.reader",
     "VideoStage": "conveyor.stages.video.base",
+    "VideoTypeClassifier": "conveyor.stages.video.video_type",
 }
 
 __all__ = [
@@ -74,6 +75,7 @@ __all__ = [
     "VideoProbe",
     "VideoReader",
     "VideoStage",
+    "VideoTypeClassifier",
 ]
 
 if TYPE_CHECKING:
@@ -100,6 +102,7 @@ if TYPE_CHECKING:
     from conveyor.stages.video.tags import ImageNetTagger
     from conveyor.stages.video.text_embed import TextEmbedder
     from conveyor.stages.video.transcode import ClipTranscoder
+    from conveyor.stages.video.video_type import VideoTypeClassifier
     from conveyor.stages.video.writer import ClipWriter
 
 __getattr__ = lazy_getattr("conveyor.stages.video", _EXPORTS, globals())

@@ -19,8 +19,6 @@ a clip) or the ``"mean"`` of its frames' scores; it is filtered as ``"aesthetic"
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +28,9 @@ from conveyor.resources import Resources
 from conveyor.stages.video.base import ELASTIC_THREADS, FrameConsumer, TorchStage
 from conveyor.stages.video.models import (
     check_model_path,
+    clip_image_embeds,
     frame_batches,
+    load_clip,
     load_torch_module,
     to_tensor,
 )
@@ -100,61 +100,26 @@ def load_head(path: Path, device: str) -> Any:
     return torch.nn.Sequential(*modules).eval().to(device)
 
 
-@contextlib.contextmanager
-def _quiet_transformers() -> Iterator[None]:
-    """Loading only the vision tower of a full CLIP checkpoint leaves the text weights
-    unused, which transformers reports at length: keep that (and progress bars) quiet."""
-    from transformers.utils import logging as hf_logging
-
-    verbosity = hf_logging.get_verbosity()
-    bars = hf_logging.is_progress_bar_enabled()
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        hf_logging.set_verbosity(verbosity)
-        if bars:
-            hf_logging.enable_progress_bar()
-
-
 class _ClipScorer:
     """CLIP image embeddings, L2-normalised, through the aesthetic head."""
 
     def __init__(self, directory: Path, device: str) -> None:
         import torch
-        from transformers import AutoConfig, AutoImageProcessor, CLIPVisionModelWithProjection
 
         head = load_head(find_head(directory), device)
         head_features = next(m for m in head if isinstance(m, torch.nn.Linear)).in_features
-        config = AutoConfig.from_pretrained(str(directory))
-        with _quiet_transformers():
-            if config.model_type == "clip":
-                vision = config.vision_config
-                vision.projection_dim = config.projection_dim  # only the top level has it
-                model = CLIPVisionModelWithProjection.from_pretrained(str(directory), config=vision)
-            elif config.model_type == "clip_vision_model":
-                model = CLIPVisionModelWithProjection.from_pretrained(str(directory))
-            else:
-                raise ValueError(
-                    f"{directory} holds a {config.model_type!r} model: the aesthetic head "
-                    "needs a CLIP model (CLIPModel or CLIPVisionModelWithProjection)"
-                )
-        dim = model.config.projection_dim
+        self.model, self.processor = load_clip(directory, device, "the aesthetic head")
+        dim = self.model.config.projection_dim
         if dim != head_features:
             raise ValueError(
                 f"the aesthetic head takes {head_features} features but the CLIP model "
                 f"in {directory} embeds images in {dim}"
             )
-        self.model = model.eval().to(device)
-        self.processor = AutoImageProcessor.from_pretrained(str(directory))
         self.head = head
         self.device = device
 
     def __call__(self, frames: list[np.ndarray]) -> Any:
-        inputs = self.processor(images=frames, return_tensors="pt").to(self.device)
-        embeds = self.model(**inputs).image_embeds.float()
-        embeds = embeds / embeds.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+        embeds = clip_image_embeds(self.model, self.processor, frames, self.device)
         return self.head(embeds).reshape(len(frames))
 
 

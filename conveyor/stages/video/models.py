@@ -17,7 +17,9 @@ anything runs.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -213,6 +215,70 @@ def load_torch_module(path: str | os.PathLike[str], device: str) -> Any:
     if not isinstance(module, torch.nn.Module):
         raise TypeError(f"{path} holds a {type(module).__name__}, not a torch module")
     return module.eval()
+
+
+@contextlib.contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """Loading only one tower of a full CLIP checkpoint leaves the other's weights unused,
+    which transformers reports at length: keep that (and progress bars) quiet."""
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+def load_clip(directory: Path, device: str, what: str, *, text: bool = False) -> tuple[Any, Any]:
+    """A user's CLIP model (``save_pretrained``) in eval mode on ``device``, and its image
+    processor. Without ``text``: the vision tower and its projection
+    (``CLIPVisionModelWithProjection``), from a full ``CLIPModel`` checkpoint or a vision-only
+    one. With ``text``: the whole ``CLIPModel`` (text tower, projections, logit scale), which
+    only a full checkpoint has. ``what`` names the stage in errors."""
+    from transformers import (
+        AutoConfig,
+        AutoImageProcessor,
+        CLIPModel,
+        CLIPVisionModelWithProjection,
+    )
+
+    config = AutoConfig.from_pretrained(str(directory))
+    with quiet_transformers():
+        if config.model_type == "clip" and text:
+            model = CLIPModel.from_pretrained(str(directory))
+        elif config.model_type == "clip":
+            vision = config.vision_config
+            vision.projection_dim = config.projection_dim  # only the top level has it
+            model = CLIPVisionModelWithProjection.from_pretrained(str(directory), config=vision)
+        elif config.model_type == "clip_vision_model" and not text:
+            model = CLIPVisionModelWithProjection.from_pretrained(str(directory))
+        else:
+            needs = "CLIPModel" if text else "CLIPModel or CLIPVisionModelWithProjection"
+            raise ValueError(
+                f"{directory} holds a {config.model_type!r} model: {what} needs a CLIP "
+                f"model ({needs})"
+            )
+    processor = AutoImageProcessor.from_pretrained(str(directory))
+    return model.eval().to(device), processor
+
+
+def clip_image_embeds(model: Any, processor: Any, frames: Any, device: str) -> Any:
+    """L2-normalised CLIP image embeddings (float ``N x D`` on ``device``) of frames
+    (H x W x 3 uint8 RGB) through a ``load_clip`` model and processor."""
+    inputs = processor(images=list(frames), return_tensors="pt").to(device)
+    if hasattr(model, "get_image_features"):  # a whole CLIPModel
+        out = model.get_image_features(**inputs)
+        embeds = getattr(out, "pooler_output", out)  # an output object from transformers 5
+    else:
+        embeds = model(**inputs).image_embeds
+    embeds = embeds.float()
+    return embeds / embeds.norm(dim=-1, keepdim=True).clamp_min(1e-12)
 
 
 def _load_hf(path: Path, device: str, trust_remote_code: bool) -> FrameEncoder:

@@ -55,6 +55,7 @@ def clip_meta(clip: Clip, video: Video, location: str | None) -> dict[str, Any]:
         "errors": dict(clip.errors),
         "tags": [{"label": label, "score": score} for label, score in clip.tags],
         "captions": dict(clip.captions),
+        "video_type": clip.video_type,
         "has_embedding": clip.embedding is not None,
         "duplicate_of": clip.duplicate_of,
         # whose motion vectors scored it: the source's, or the encoded clip's (a source

@@ -71,6 +71,18 @@ class Media:
         )
         return VideoTask(data=video, dataset_name="test")
 
+    @staticmethod
+    def run_frames(stage: Any, frame_sets: Sequence[Any], rate: float = 1.0) -> list[Clip]:
+        """``stage`` run on one task whose clips (3 s each, one after another, at 12 fps) hold
+        ``frame_sets`` as their frames at ``rate``; returns the clips."""
+        clips = [
+            Clip(f"c{i}", "v.mp4", (3.0 * i, 3.0 * i + 3), (36 * i, 36 * i + 36), frames={rate: f})
+            for i, f in enumerate(frame_sets)
+        ]
+        task = VideoTask(data=Video("v.mp4", "v.mp4", clips=clips))
+        stage.process(task)
+        return task.data.clips
+
     def standard(self) -> SyntheticVideo:
         """The workhorse: 4 s at 160x120, 12 fps, a pan then moving shapes (48 frames)."""
         return self.video(
@@ -100,6 +112,19 @@ def transcoded_standard(media: Media) -> tuple[SyntheticVideo, VideoTask]:
     list(Media.ready(ClipTranscoder(encoder="libx264", preset="ultrafast")).process(task))
     assert all(clip.encoded for clip in task.data.clips)
     return source, task
+
+
+def pattern_frames() -> list[Any]:
+    """Three clips' frames (1 per second, short side 224) of different patterns."""
+    import numpy as np
+
+    from conveyor.samples.video import render_frames
+
+    out = []
+    for kind, seed in (("pan", 1), ("shapes", 2), ("rings", 3)):
+        rendered = list(render_frames([Segment(kind, 3.0, seed)], 298, 224, 12))
+        out.append(np.stack([rendered[6 + 12 * k] for k in range(3)]))
+    return out
 
 
 def tiny_clip_config(projection_dim: int, patch_size: int = 8) -> Any:

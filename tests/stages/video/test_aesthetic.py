@@ -10,11 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from conveyor.samples.video import Segment, render_frames
 from conveyor.stages.video.aesthetic import AestheticFilter
-from conveyor.tasks.video import Clip, Video, VideoTask
+from conveyor.tasks.video import Clip
 
-from .conftest import Media, save_clip_processor, tiny_clip_config
+from .conftest import Media, pattern_frames, save_clip_processor, tiny_clip_config
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*torch.jit.*is deprecated:DeprecationWarning")
 
@@ -57,22 +56,11 @@ def clip_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def frames() -> list[np.ndarray]:
-    """Three clips' frames (1 per second, short side 224) of different patterns."""
-    out = []
-    for kind, seed in (("pan", 1), ("shapes", 2), ("rings", 3)):
-        rendered = list(render_frames([Segment(kind, 3.0, seed)], 298, 224, 12))
-        out.append(np.stack([rendered[6 + 12 * k] for k in range(3)]))
-    return out
+    return pattern_frames()
 
 
 def run(stage: AestheticFilter, frame_sets: list[np.ndarray]) -> list[Clip]:
-    clips = [
-        Clip(f"c{i}", "v.mp4", (i * 3.0, i * 3.0 + 3.0), (i * 36, i * 36 + 36), frames={RATE: f})
-        for i, f in enumerate(frame_sets)
-    ]
-    task = VideoTask(data=Video("v.mp4", "v.mp4", clips=clips))
-    stage.process(task)
-    return task.data.clips
+    return Media.run_frames(stage, frame_sets, RATE)
 
 
 def test_a_constant_head_keeps_above_the_threshold_and_filters_below(
