@@ -43,6 +43,12 @@ class EncoderChoice(StrEnum):
     h264_nvenc = "h264_nvenc"
 
 
+class DecoderChoice(StrEnum):
+    auto = "auto"
+    cpu = "cpu"
+    nvdec = "nvdec"
+
+
 class MotionSourceChoice(StrEnum):
     source = "source"
     clip = "clip"
@@ -124,6 +130,14 @@ def video(
             help="H.264 encoder (auto: NVENC where the GPU has it, else libx264).",
         ),
     ] = EncoderChoice.auto,
+    decoder: Annotated[
+        DecoderChoice,
+        typer.Option(
+            case_sensitive=False,
+            help="Where sources are decoded (auto: the GPU's NVDEC where a worker has a GPU; "
+            "a video NVDEC cannot take is decoded on the CPU, with the reason in its record).",
+        ),
+    ] = DecoderChoice.auto,
     preset: Annotated[str, typer.Option(help="libx264 preset.")] = "veryfast",
     crf: Annotated[
         int, typer.Option(min=0, max=51, help="libx264 quality (lower is better).")
@@ -304,6 +318,7 @@ def video(
             crop_s=crop,
             shot_threshold=shot_threshold,
             encoder=encoder.value,
+            decoder=decoder.value,
             preset=preset,
             crf=crf,
             max_height=max_height,
@@ -336,6 +351,11 @@ def video(
         local = backend is BackendChoice.local and executor is not VideoExecutor.ray_data
         if config.encoder == "h264_nvenc" and local:
             _check_nvenc()
+        if config.decoder == "nvdec" and local and not config.use_gpus:
+            raise ValueError(
+                "--decoder nvdec: this machine has no GPU (NVDEC is an NVIDIA GPU's video "
+                "decoder): use --decoder auto or cpu, or declare GPUs with --gpus"
+            )
         if overwrite:
             clear_output(config.output)
         check_resume(config)

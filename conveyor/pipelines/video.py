@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 from conveyor.pipeline import Pipeline
 from conveyor.resources import Resources
 from conveyor.stage import ProcessingStage
+from conveyor.stages.video.decode import DECODERS
 from conveyor.stages.video.video_type import DEFAULT_VIDEO_TYPES, split_labels
 
 if TYPE_CHECKING:
@@ -77,6 +78,8 @@ class VideoConfig:
     detection_window_s: float = 5.0
     clips_per_chunk: int = 2
     encoder: str = "auto"
+    #: where sources are decoded: auto (the GPU's NVDEC where a worker has a GPU), cpu, nvdec
+    decoder: str = "auto"
     preset: str = "veryfast"
     crf: int = 23
     max_height: int | None = None
@@ -129,6 +132,8 @@ class VideoConfig:
             problems.append(
                 f"detector must be one of {', '.join(DETECTORS)}, got {self.detector!r}"
             )
+        if self.decoder not in DECODERS:
+            problems.append(f"decoder must be one of {', '.join(DECODERS)}, got {self.decoder!r}")
         if self.shot_threshold is not None and self.detector in SHOT_THRESHOLD_RANGES:
             low, high = SHOT_THRESHOLD_RANGES[self.detector]
             if not low < self.shot_threshold < high:
@@ -251,7 +256,10 @@ def build_video_pipeline(config: VideoConfig) -> Pipeline:
 
     gpus = config.use_gpus
     nvenc = gpus and _nvenc_expected(config.encoder)
-    small, captioner = gpu_shares(config, nvenc) if gpus else (0.0, 0.0)
+    # the transcoder takes a GPU share for its NVENC, or for its NVDEC (every NVIDIA
+    # data-centre GPU has one)
+    video_engines = nvenc or (gpus and config.decoder != "cpu")
+    small, captioner = gpu_shares(config, video_engines) if gpus else (0.0, 0.0)
     model_resources = Resources(cpus=1, gpus=small) if gpus else Resources(cpus=1)
     stages: list[ProcessingStage[Any, Any]] = [
         VideoReader(config.input, config.output, limit=config.limit)
@@ -285,8 +293,9 @@ def build_video_pipeline(config: VideoConfig) -> Pipeline:
         max_height=config.max_height,
         frame_rates={c.frame_rate for c in consumers},
         motion_patch=motion.patch if motion is not None and from_source else None,
+        decoder=config.decoder,
     )
-    if nvenc:
+    if video_engines:
         transcoder = transcoder.with_(resources=Resources(cpus=1, gpus=small))
     stages.append(transcoder)
     if motion is not None:
@@ -308,11 +317,12 @@ CAPTIONER_GPU_SHARE = 0.5
 
 
 def gpu_shares(config: VideoConfig, nvenc: bool) -> tuple[float, float]:
-    """The GPU share each small GPU stage's worker asks for, and the captioner's.
+    """The GPU share each small GPU stage's worker asks for, and the captioner's; ``nvenc``:
+    the transcoder takes one (for NVENC or NVDEC).
 
     Streaming runs every stage at once, so one worker of each GPU stage must fit on one GPU
     together (a one-GPU machine is the commonest GPU machine): the captioner takes half a GPU
-    and the other GPU stages (shot detector, NVENC transcoder, aesthetic, embedder, a tagger
+    and the other GPU stages (shot detector, NVENC/NVDEC transcoder, aesthetic, embedder, a tagger
     that runs its own network, text embedder) split what is left, each at most
     ``config.gpu_share``. The autoscaler then adds workers where a GPU has room left.
     """
@@ -474,6 +484,8 @@ def describe(config: VideoConfig) -> str:
     else:
         split = f"{config.shot_detector} shots, clips {config.min_clip_s:g}-{config.max_clip_s:g} s"
     parts = [split, f"H.264 ({config.encoder}, {config.preset}, crf {config.crf})"]
+    if config.decoder != "auto":
+        parts.append(f"decoded on {'NVDEC' if config.decoder == 'nvdec' else 'the CPU'}")
     filters = [
         name
         for name, on in (

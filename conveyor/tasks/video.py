@@ -237,6 +237,10 @@ class Video:
     #: packets of the source the decoder refused while this chunk's clips were cut: frames
     #: missing from them (the writer adds them up in the video's record)
     damaged_packets: int = 0
+    #: what decoded this part's clips: ``"nvdec"`` or ``"cpu"`` (``None``: no decode), and
+    #: where NVDEC was asked for and could not take the video, why (the writer records both)
+    decoder: str | None = None
+    decoder_fallback: str | None = None
     #: size and modification time of the source when listed: a changed file is redone
     source_size: int = 0
     source_mtime: float = 0.0

@@ -447,8 +447,13 @@ def test_one_worker_of_every_gpu_stage_fits_on_one_gpu(tmp_path: Path) -> None:
     shots = gpu_load(VideoConfig(str(tmp_path), "o", gpus=True))
     assert sorted(shots) == ["ClipEmbedder", "ClipTranscoder", "TransNetV2Detector"]
     assert sum(shots.values()) <= 1.0
-    cpu_encoder = gpu_load(VideoConfig(str(tmp_path), "o", gpus=True, encoder="libx264"))
+    cpu_encoder = gpu_load(
+        VideoConfig(str(tmp_path), "o", gpus=True, encoder="libx264", decoder="cpu")
+    )
     assert "ClipTranscoder" not in cpu_encoder and set(cpu_encoder.values()) == {0.25}
+    # x264 on the CPU, but the source decoded on the GPU's NVDEC: a share all the same
+    nvdec = gpu_load(VideoConfig(str(tmp_path), "o", gpus=True, encoder="libx264"))
+    assert "ClipTranscoder" in nvdec and sum(nvdec.values()) <= 1.0
     assert gpu_load(VideoConfig(str(tmp_path), "o", gpus=False)) == {}
     # the tagger runs its own network where the embedder runs another
     other = tmp_path / "embedder.pt"
@@ -465,7 +470,7 @@ def test_one_worker_of_every_gpu_stage_fits_on_one_gpu(tmp_path: Path) -> None:
     assert gpu_shares(VideoConfig(str(tmp_path), "o", gpu_share=0.1), nvenc=True) == (0.1, 0.0)
 
 
-def test_a_gpu_without_video_encoders_lends_the_transcoder_no_share(
+def test_a_gpu_without_video_encoders_lends_the_transcoder_a_share_only_to_decode(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from conveyor.backends import devices
@@ -473,12 +478,14 @@ def test_a_gpu_without_video_encoders_lends_the_transcoder_no_share(
 
     monkeypatch.setattr(devices, "detect_gpus", lambda: devices.GpuInventory(("0",), 141.0))
     monkeypatch.setattr(transcode, "nvenc_works", lambda: False)  # an A100, H100 or H200
-    config = VideoConfig(str(tmp_path), "o", gpus=True)
-    assert "ClipTranscoder" not in gpu_load(config)
-    transcoder = next(s for s in build_video_pipeline(config).stages if s.name == "ClipTranscoder")
-    assert transcoder.encoder == "libx264"
-    monkeypatch.setattr(transcode, "nvenc_works", lambda: True)
+    on_cpu = VideoConfig(str(tmp_path), "o", gpus=True, decoder="cpu")
+    assert "ClipTranscoder" not in gpu_load(on_cpu)
+    config = VideoConfig(str(tmp_path), "o", gpus=True)  # decoder auto: NVDEC decodes
     assert "ClipTranscoder" in gpu_load(config)
+    transcoder = next(s for s in build_video_pipeline(config).stages if s.name == "ClipTranscoder")
+    assert transcoder.encoder == "libx264" and transcoder.decoder == "auto"
+    monkeypatch.setattr(transcode, "nvenc_works", lambda: True)
+    assert "ClipTranscoder" in gpu_load(on_cpu)
 
 
 def test_the_gpu_pipeline_runs_on_one_gpu(inputs: Path, tmp_path: Path) -> None:
@@ -489,6 +496,25 @@ def test_the_gpu_pipeline_runs_on_one_gpu(inputs: Path, tmp_path: Path) -> None:
     report = run_video(config, StreamingExecutor(LocalBackend(num_cpus=2, num_gpus=1)))
     assert report.result.completed and report.summary["clips"]["kept"] > 0
     check_layout(out)
+    # the transcoder asked NVDEC (decoder auto on a GPU worker); no driver takes it here, so
+    # each video was decoded on the CPU, and its record says why
+    ok = [r for r in records(out).values() if r["status"] == "ok"]
+    assert ok and all(r["decoders"] == ["cpu"] for r in ok)
+    assert all("cuvid" in r["decoder_fallback"] for r in ok)
+
+
+def test_decoder_nvdec_on_declared_gpus_decodes_each_video_on_the_cpu_saying_why(
+    inputs: Path, tmp_path: Path
+) -> None:
+    from conveyor.stages.video.decode import nvdec_works
+
+    if nvdec_works():
+        pytest.skip("NVDEC works here: the videos are decoded on it")
+    out = tmp_path / "out"
+    run_fixed(inputs, out, "3", "--no-quality", "--decoder", "nvdec", "--gpus", "1")
+    ok = [r for r in records(out).values() if r["status"] == "ok"]
+    assert len(ok) == 2 and all(r["decoders"] == ["cpu"] for r in ok)
+    assert all("h264_cuvid does not open" in r["decoder_fallback"] for r in ok)
 
 
 @pytest.mark.parametrize(
@@ -657,6 +683,8 @@ def test_videos_too_short_for_a_clip_are_counted_and_say_why(inputs: Path, tmp_p
             "shot_threshold for histogram must be in (0, 1)",
         ),
         (["video", "{input}", "out", "--detector", "sparkles"], "sparkles"),
+        (["video", "{input}", "out", "--decoder", "nvdec", "--gpus", "0"], "--decoder nvdec"),
+        (["video", "{input}", "out", "--decoder", "gpu"], "gpu"),
     ],
 )
 def test_command_usage_errors_exit_2(

@@ -126,6 +126,95 @@ def open_video(path: Any, threads: int = 1, motion_vectors: bool = False) -> tup
     return container, stream
 
 
+# -- NVDEC ------------------------------------------------------------------------------
+#: where decoding happens: ``auto`` (NVDEC where the worker has a GPU that takes the video),
+#: ``cpu``, or ``nvdec``
+DECODERS = ("auto", "cpu", "nvdec")
+
+#: FFmpeg's software decoder -> its NVDEC decoder (FFmpeg's ``*_cuvid``)
+CUVID = {
+    "h264": "h264_cuvid",
+    "hevc": "hevc_cuvid",
+    "av1": "av1_cuvid",
+    "vp9": "vp9_cuvid",
+    "vp8": "vp8_cuvid",
+    "mpeg1video": "mpeg1_cuvid",
+    "mpeg2video": "mpeg2_cuvid",
+    "mpeg4": "mpeg4_cuvid",
+    "vc1": "vc1_cuvid",
+    "mjpeg": "mjpeg_cuvid",
+}
+
+#: pixel formats NVDEC decodes (4:2:0 at 8, 10 and 12 bits; 4:4:4 and 4:2:2 it does not)
+_NVDEC_PIX_FMTS = ("yuv420p", "yuvj420p", "nv12", "yuv420p10le", "p010le", "yuv420p12le")
+
+
+@dataclass
+class DecodeNote:
+    """How a decode ran: ``decoder`` (``"nvdec"`` or ``"cpu"``) and, where NVDEC was asked
+    for and could not take the video, ``fallback``: why it was decoded on the CPU."""
+
+    decoder: str = "cpu"
+    fallback: str | None = None
+
+
+def nvdec_decoder(stream: Any) -> Any:
+    """An opened NVDEC decoder for ``stream`` (its ``decode(packet)`` gives frames in system
+    memory, NV12 or P010); ``NvdecUnavailable`` says why NVDEC cannot take this video: a
+    codec without an NVDEC decoder, a pixel format it does not decode, a build of FFmpeg
+    without it, or no GPU driver."""
+    import av
+
+    context = stream.codec_context
+    name = CUVID.get(context.name)
+    if name is None:
+        raise NvdecUnavailable(f"NVDEC has no decoder for {context.name}")
+    if name not in av.codecs_available:
+        raise NvdecUnavailable(f"this FFmpeg has no {name}")
+    pix_fmt = context.pix_fmt
+    if pix_fmt is not None and pix_fmt not in _NVDEC_PIX_FMTS:
+        raise NvdecUnavailable(f"NVDEC does not decode {pix_fmt}")
+    try:
+        decoder = av.CodecContext.create(name, "r")
+        if context.extradata:
+            decoder.extradata = context.extradata
+        decoder.width, decoder.height = context.width, context.height
+        decoder.open()
+    except Exception as exc:  # noqa: BLE001 - any failure: the CPU decodes this video
+        raise NvdecUnavailable(f"{name} does not open: {describe_ffmpeg(exc)}") from None
+    return decoder
+
+
+_NVDEC: bool | None = None
+
+
+def nvdec_works() -> bool:
+    """Whether NVDEC opens here (once per process): the decoder is built in and a driver
+    takes it."""
+    global _NVDEC
+    if _NVDEC is None:
+        import av
+
+        try:
+            decoder = av.CodecContext.create("h264_cuvid", "r")
+            decoder.width, decoder.height = 256, 256
+            decoder.open()
+            _NVDEC = True
+        except Exception:  # noqa: BLE001 - any failure means: not usable here
+            _NVDEC = False
+    return _NVDEC
+
+
+class NvdecUnavailable(Exception):
+    """NVDEC cannot decode this video (the message says why); the CPU does instead."""
+
+
+def describe_ffmpeg(exc: BaseException) -> str:
+    """One line for an FFmpeg error."""
+    text = " ".join(str(exc).split())
+    return text[:200] or type(exc).__name__
+
+
 # -- probing ---------------------------------------------------------------------------
 def _open_reason(exc: BaseException, logs: list[tuple[int, str, str]]) -> str:
     text = " ".join(str(m) for _, _, m in logs) + " " + str(exc)
@@ -607,6 +696,7 @@ def decode_range(
     deinterlace: bool = False,
     damage: Damage | None = None,
     motion_vectors: bool = False,
+    nvdec: DecodeNote | None = None,
 ) -> Iterator[tuple[float, Any]]:
     """``(seconds, av.VideoFrame)`` for every frame in ``[start_s, end_s)``, from one seek.
 
@@ -617,7 +707,9 @@ def decode_range(
     Damaged packets are skipped; a range mostly damaged fails, unless ``any_damage``: then
     it gives what decodes. With ``deinterlace``, an interlaced source's frames come out
     whole (``deinterlaced``). ``damage`` counts the packets skipped. ``motion_vectors``:
-    frames carry the codec's motion vectors (``open_video``).
+    frames carry the codec's motion vectors (``open_video``). ``nvdec``: decode on the
+    GPU's NVDEC where it takes the video (no motion vectors then), and say in the note
+    which decoder ran and why the CPU did where NVDEC could not.
     """
     with contextlib.ExitStack() as stack:
         source = _source(path, stack)
@@ -627,6 +719,13 @@ def decode_range(
             with _capture():
                 container, stream = open_video(source, threads, motion_vectors)
             with container:
+                decode = None
+                if nvdec is not None:
+                    try:
+                        decode = nvdec_decoder(stream).decode
+                        nvdec.decoder, nvdec.fallback = "nvdec", None
+                    except NvdecUnavailable as exc:
+                        nvdec.decoder, nvdec.fallback = "cpu", str(exc)
                 done = yield from _decode_open(
                     container,
                     stream,
@@ -636,6 +735,7 @@ def decode_range(
                     deinterlace and metadata.interlaced,
                     fresh,
                     damage,
+                    decode,
                 )
             if done:
                 return
@@ -650,6 +750,7 @@ def _decode_open(
     deinterlace: bool = False,
     fresh: bool = False,
     damage: Damage | None = None,
+    decode: Any = None,
 ) -> Generator[tuple[float, Any], None, bool]:
     """``decode_range``'s work once the container is open: False where the range is to be
     read from the start of the file opened anew (``fresh``, read without seeking)."""
@@ -669,7 +770,7 @@ def _decode_open(
             except av.FFmpegError:
                 continue
         frames = _decode_from(
-            container, stream, start_pts, time_base, metadata.fps, any_damage, damage
+            container, stream, start_pts, time_base, metadata.fps, any_damage, damage, decode
         )
         if deinterlace:  # before the range is cut, so the filter sees each frame's neighbours
             frames = deinterlaced(frames)
@@ -694,7 +795,11 @@ def _decode_open(
 
 
 def _past_damage(
-    container: Any, stream: Any, any_damage: bool = False, damage: Damage | None = None
+    container: Any,
+    stream: Any,
+    any_damage: bool = False,
+    damage: Damage | None = None,
+    decode: Any = None,
 ) -> Iterator[Any]:
     """The stream's frames, skipping packets the decoder refuses as damaged, as FFmpeg's
     own tools do (a few flipped bits in a long file cost a moment of it, with the decoder
@@ -707,7 +812,7 @@ def _past_damage(
     for packet in container.demux(stream):
         packets += 1
         try:
-            frames = packet.decode()
+            frames = packet.decode() if decode is None else decode(packet)
         except av.InvalidDataError:
             damaged += 1
             if damage is not None:
@@ -726,10 +831,13 @@ def _decode_from(
     fps: float,
     any_damage: bool = False,
     damage: Damage | None = None,
+    decode: Any = None,
 ) -> Iterator[tuple[float, Any]]:
-    """Decoded frames with their seconds; frames without a timestamp follow the last one."""
+    """Decoded frames with their seconds; frames without a timestamp follow the last one.
+    ``decode``: a packet's frames from another decoder than the stream's (NVDEC)."""
     last: float | None = None
-    for stamp, frame in trusted_stamps(_past_damage(container, stream, any_damage, damage)):
+    frames = _past_damage(container, stream, any_damage, damage, decode)
+    for stamp, frame in trusted_stamps(frames):
         if stamp is None:
             t = 0.0 if last is None else last + 1 / fps
         else:

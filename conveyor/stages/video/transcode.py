@@ -23,7 +23,7 @@ import numpy as np
 
 from conveyor.resources import Resources
 from conveyor.stages.video.base import ELASTIC_THREADS, VideoStage, describe_error, input_errors
-from conveyor.stages.video.decode import Damage, decode_range
+from conveyor.stages.video.decode import DECODERS, Damage, DecodeNote, decode_range
 from conveyor.stages.video.frames import FrameSampler, model_size
 from conveyor.stages.video.motion import FrameMotion, MotionGrid, MotionTally
 from conveyor.tasks.video import Clip, Video, VideoMetadata, VideoTask
@@ -170,6 +170,12 @@ class ClipTranscoder(VideoStage):
     ``short_side``: ``FrameSampler``) and, with ``motion_patch``, the source's motion vectors
     summed up for the ``MotionFilter`` (``MotionScores``, ``source="source"``).
 
+    ``decoder``: ``"auto"`` decodes on the GPU's NVDEC where the worker has a GPU, ``"nvdec"``
+    asks for it (a worker without a GPU fails its setup), ``"cpu"`` never uses it. A video
+    NVDEC cannot take (codec, pixel format, no driver) is decoded on the CPU, with the
+    reason in its record (``Video.decoder_fallback``); NVDEC exports no motion vectors, so
+    a ``MotionFilter`` then scores the clip from its own.
+
     ``process`` is a generator: each clip of the chunk leaves as part ``k`` of ``n`` of it
     (``Video.part_of``; ``k`` is the clip's place in the chunk), in the order the clips are
     finished, which the source and the chunk decide: every attempt at a chunk sends the same
@@ -190,6 +196,7 @@ class ClipTranscoder(VideoStage):
         frame_rates: Iterable[float] = (),
         short_side: int = 224,
         motion_patch: int | None = None,
+        decoder: str = "auto",
     ) -> None:
         if encoder not in ENCODERS:
             raise ValueError(f"encoder must be one of {', '.join(ENCODERS)}, got {encoder!r}")
@@ -212,11 +219,23 @@ class ClipTranscoder(VideoStage):
         self.deinterlace = deinterlace
         self.short_side = short_side
         self.motion_patch = motion_patch
+        if decoder not in DECODERS:
+            raise ValueError(f"decoder must be one of {', '.join(DECODERS)}, got {decoder!r}")
+        self.decoder = decoder
         self._codec = "libx264"
+        self._nvdec = False
 
     def setup(self, worker: Any) -> None:
         sweep_scratch(_scratch_dir())
-        self._codec = self._choose(bool(worker.gpu_ids))
+        has_gpu = bool(worker.gpu_ids)
+        self._codec = self._choose(has_gpu)
+        if self.decoder == "nvdec" and not has_gpu:
+            raise RuntimeError(
+                "decoder='nvdec' needs a GPU on the worker: give the stage a GPU share "
+                "(Resources(gpus=...)), or decode with 'auto' or 'cpu'"
+            )
+        # NVDEC where the worker has a GPU; each video it cannot take is decoded on the CPU
+        self._nvdec = self.decoder == "nvdec" or (self.decoder == "auto" and has_gpu)
 
     def _choose(self, has_gpu: bool) -> str:
         if self.encoder == "libx264" or (self.encoder == "auto" and not has_gpu):
@@ -241,22 +260,25 @@ class ClipTranscoder(VideoStage):
         if video.failed or not video.clips:
             yield task
             return
-        parts = _Parts(task)
+        parts = _Parts(task, self._nvdec)
         active = [clip for clip in video.clips if clip.active]
         for clip in video.clips:
             if not clip.active:
                 yield parts.of(clip)
         if active:
-            for clip in self._each_clip(active, video, parts.damage):
+            parts.decoding = True
+            for clip in self._each_clip(active, video, parts.damage, parts.note):
                 yield parts.of(clip)
 
-    def _each_clip(self, clips: list[Clip], video: Video, damage: Damage) -> Iterator[Clip]:
+    def _each_clip(
+        self, clips: list[Clip], video: Video, damage: Damage, nvdec: DecodeNote | None = None
+    ) -> Iterator[Clip]:
         """Every clip of ``clips`` once, encoded or failed, as soon as it is finished."""
         import av
 
         sent: set[str] = set()
         try:
-            for clip in self._transcode(clips, video, damage):
+            for clip in self._transcode(clips, video, damage, nvdec):
                 sent.add(clip.clip_id)
                 yield clip
         except av.InvalidDataError as exc:
@@ -268,16 +290,19 @@ class ClipTranscoder(VideoStage):
             # so that the damage fails only the clips it is in
             for clip in clips:
                 if clip.clip_id not in sent:
-                    yield from self._each_clip([clip], video, damage)
+                    yield from self._each_clip([clip], video, damage, nvdec)
         except input_errors() as exc:  # the source cannot be read: the rest fail with it
             for clip in clips:
                 if clip.clip_id not in sent:
                     clip.fail(self.name, describe_error(exc))
                     yield clip
 
-    def _transcode(self, clips: list[Clip], video: Video, damage: Damage) -> Iterator[Clip]:
+    def _transcode(
+        self, clips: list[Clip], video: Video, damage: Damage, nvdec: DecodeNote | None = None
+    ) -> Iterator[Clip]:
         """Encode ``clips`` from one decoding pass over their stretch of the source; yields
-        each as its encoder closes (or as it fails for want of frames)."""
+        each as its encoder closes (or as it fails for want of frames). ``nvdec``: decode on
+        NVDEC where it takes the source (``decode_range``)."""
         meta = video.metadata
         assert meta is not None
         cut = _Cut(self, meta)
@@ -296,6 +321,7 @@ class ClipTranscoder(VideoStage):
             deinterlace=self.deinterlace,
             damage=damage,
             motion_vectors=cut.grid is not None,
+            nvdec=nvdec,
         )
         try:
             with contextlib.closing(frames):
@@ -344,17 +370,23 @@ class _Parts:
     damaged since the part before it, so that the chunk's count is added up exactly once
     (the last part leaves once the decode is over)."""
 
-    def __init__(self, task: VideoTask) -> None:
+    def __init__(self, task: VideoTask, nvdec: bool = False) -> None:
         self.task = task
         self.place = {id(clip): k for k, clip in enumerate(task.data.clips)}
         self.damage = Damage()
         self._reported = 0
+        #: how the decode runs, once it has started (``None``: the CPU decodes, as asked)
+        self.note: DecodeNote | None = DecodeNote() if nvdec else None
+        self.decoding = False
 
     def of(self, clip: Clip) -> VideoTask:
         video = self.task.data
         part = video.part_of(self.place[id(clip)], len(video.clips), [clip])
         part.damaged_packets += self.damage.packets - self._reported
         self._reported = self.damage.packets
+        if self.decoding:
+            note = self.note or DecodeNote()
+            part.decoder, part.decoder_fallback = note.decoder, note.fallback
         task = self.task
         return VideoTask(data=part, dataset_name=task.dataset_name, metadata=dict(task.metadata))
 

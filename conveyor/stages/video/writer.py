@@ -234,6 +234,8 @@ def _chunk_record(video: Video, made: list[Clip]) -> dict[str, Any]:
         "video_errors": dict(video.errors),
         "transitions": [list(t) for t in video.transitions],
         "damaged_packets": video.damaged_packets,
+        "decoder": video.decoder,
+        "decoder_fallback": video.decoder_fallback,
     }
 
 
@@ -270,6 +272,12 @@ def _video_record(
         # packets the decoder refused while the clips were cut: those clips lack frames
         # (a damaged stretch too large to decode fails its clips instead: clip_errors)
         "damaged_packets": sum(c.get("damaged_packets", 0) for c in chunks),
+        # what decoded the clips (the GPU's NVDEC, or the CPU), and why the CPU did where
+        # NVDEC was asked for and could not take the video
+        "decoders": sorted({c["decoder"] for c in chunks if c.get("decoder")}),
+        "decoder_fallback": next(
+            (c["decoder_fallback"] for c in chunks if c.get("decoder_fallback")), None
+        ),
         # shot boundaries the detector found: frames (inclusive; a hard cut before frame c is
         # [c, c - 1]) and the time of each boundary's middle
         "transitions": [list(t) for t in transitions],

@@ -173,6 +173,70 @@ def test_the_encoder_follows_the_worker(
     assert nvenc._codec == "h264_nvenc" and nvenc._options()["cq"] == "19"
 
 
+def test_the_decoder_follows_the_worker_and_falls_back_per_video(media: Media) -> None:
+    """NVDEC where the worker has a GPU: here no driver takes it (a declared GPU), so each
+    part says the CPU decoded it and why, and every clip is made all the same."""
+    from conveyor.stages.video.decode import nvdec_works
+
+    if nvdec_works():
+        pytest.skip("NVDEC works here: test_nvdec_decodes_where_it_works covers it")
+    with pytest.raises(ValueError, match="decoder must be one of auto, cpu, nvdec"):
+        ClipTranscoder(decoder="gpu")
+    with pytest.raises(RuntimeError, match="decoder='nvdec' needs a GPU on the worker"):
+        ClipTranscoder(decoder="nvdec").setup(WorkerInfo("w", "ClipTranscoder", "n"))
+    source = noise_video(media, ".mp4")
+    gpu = WorkerInfo("w", "ClipTranscoder", "n", gpu_ids=(0,))
+    for decoder, worker, fallback in (
+        ("auto", gpu, True),
+        ("nvdec", gpu, True),
+        ("auto", WorkerInfo("w", "ClipTranscoder", "n"), False),
+        ("cpu", gpu, False),
+    ):
+        task = media.task(source.path, media.metadata(source.path), SPANS)
+        stage = ClipTranscoder(encoder="libx264", preset="ultrafast", decoder=decoder)
+        stage.setup(worker)
+        parts = list(stage.process(task))
+        assert_parts(parts, task)
+        for part in parts:
+            assert part.data.decoder == "cpu"
+            if fallback:
+                assert "h264_cuvid" in (part.data.decoder_fallback or "")
+            else:
+                assert part.data.decoder_fallback is None
+        for clip in task.data.clips:
+            assert_good_clip(clip, (160, 120))
+
+
+def test_nvdec_takes_only_what_it_decodes() -> None:
+    from types import SimpleNamespace
+
+    from conveyor.stages.video.decode import NvdecUnavailable, nvdec_decoder
+
+    def stream(codec: str, pix_fmt: str = "yuv420p") -> Any:
+        context = SimpleNamespace(name=codec, pix_fmt=pix_fmt, extradata=None, width=64, height=48)
+        return SimpleNamespace(codec_context=context)
+
+    with pytest.raises(NvdecUnavailable, match="NVDEC has no decoder for ffv1"):
+        nvdec_decoder(stream("ffv1"))
+    with pytest.raises(NvdecUnavailable, match="NVDEC does not decode yuv444p"):
+        nvdec_decoder(stream("h264", "yuv444p"))
+
+
+def test_nvdec_decodes_where_it_works(media: Media) -> None:
+    from conveyor.stages.video.decode import nvdec_works
+
+    if not nvdec_works():
+        pytest.skip("no NVDEC here (it needs an NVIDIA GPU and its driver)")
+    source = noise_video(media, ".mp4")
+    task = media.task(source.path, media.metadata(source.path), SPANS)
+    stage = ClipTranscoder(encoder="libx264", preset="ultrafast", decoder="nvdec")
+    stage.setup(WorkerInfo("w", "ClipTranscoder", "n", gpu_ids=(0,)))
+    parts = list(stage.process(task))
+    assert all(p.data.decoder == "nvdec" and p.data.decoder_fallback is None for p in parts)
+    for clip in task.data.clips:
+        assert_good_clip(clip, (160, 120))
+
+
 # -- transcoding ----------------------------------------------------------------------------
 @pytest.mark.parametrize("suffix", sorted(CONTAINERS))
 def test_clips_of_every_container_are_h264_with_the_right_frames(media: Media, suffix: str) -> None:
