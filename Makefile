@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install lint bench bench-video bench-video-user bench-peers bench-shots clean
+.PHONY: demo test install lint bench bench-video bench-video-user bench-peers bench-shots bench-curator clean
 
 # The overlay-text filter uses only the text detection model (an ONNX file) inside
 # rapidocr-onnxruntime, never its code: --no-deps keeps its dependencies out (OpenCV's GUI
@@ -74,6 +74,21 @@ bench-peers: $(STAMP)
 bench-shots: $(STAMP)
 	$(PY) -m pip install --quiet imageio-ffmpeg
 	$(PY) benchmarks/shots.py
+
+# NeMo Curator 1.4.0 itself, side by side with conveyor.curator (benchmarks/curator.py --peer):
+# installed apart, in .venv/peers-curator, never by `make test`, and put on the path of its
+# benchmark process only. Its wheel and Cosmos-Xenna 0.2.0 without their declared dependencies
+# (Ray, torch, pandas and pyarrow are the venv's; datasets, openai, hydra, jieba... are not
+# on the path the benchmark uses), plus the small packages that path imports
+CURATOR_PEERS := $(VENV)/peers-curator
+$(CURATOR_PEERS)/.installed: $(STAMP)
+	rm -rf $(CURATOR_PEERS)
+	$(PY) -m pip install --quiet --no-deps --target $(CURATOR_PEERS) nemo-curator==1.4.0 \
+		cosmos-xenna==0.2.0 loguru==0.7.3 obstore==0.12.1 tabulate==0.10.0 portpicker==1.6.0
+	touch $@
+
+bench-curator: $(CURATOR_PEERS)/.installed
+	$(PY) benchmarks/curator.py --peer --files 80 --rows 8000 --repeats 2
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
