@@ -30,12 +30,12 @@ test: $(STAMP)
 		&& { apt-get install -y -qq chromium >/dev/null 2>&1 \
 		|| { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }; } \
 		|| echo "chromium not installed: the report's browser tests will skip"; }
-	$(VENV)/bin/ruff check conveyor tests benchmarks
+	$(VENV)/bin/ruff check conveyor tests benchmarks examples
 	$(PY) -m pytest -q
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check conveyor tests benchmarks
-	$(VENV)/bin/ruff format --check conveyor tests benchmarks
+	$(VENV)/bin/ruff check conveyor tests benchmarks examples
+	$(VENV)/bin/ruff format --check conveyor tests benchmarks examples
 
 bench: $(STAMP)
 	$(PY) benchmarks/unbalanced3.py --mode sleep

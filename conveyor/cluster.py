@@ -17,6 +17,10 @@ class NodeInfo:
     #: host memory the engine's workers may take on this node, in bytes (``None``: unknown,
     #: no limit); the autoscaler and placement count each worker's measured peak against it
     memory_bytes: int | None = None
+    #: video decoder and encoder units (NVDEC, NVENC) of each of its GPUs (``None``: unknown,
+    #: not a limit); ``Resources(nvdecs=, nvencs=)`` are placed against them
+    nvdecs_per_gpu: float | None = None
+    nvencs_per_gpu: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,15 +23,23 @@ class Resources:
     - ``memory_gb``: host memory one worker needs at its peak (its model, buffers, activations).
       A floor: the engine measures what workers really take and counts the larger figure
       against the nodes' memory, so a stage declared too low still cannot exhaust a machine.
+    - ``nvdecs``, ``nvencs``: video decoder and encoder units (NVDEC, NVENC) of one GPU the
+      worker keeps busy, fractions allowed (two workers of ``nvdecs=0.5`` share a unit). The
+      worker lands on a GPU with that many units free (the node's count per GPU: declared,
+      or known from the GPU's model), so no GPU's units are oversubscribed; with
+      ``gpus=0`` it gets the device without a share of its compute. A worker of whole GPUs
+      holds their units whole.
     """
 
     cpus: float = 1.0
     gpus: float = 0.0
     gpu_memory_gb: float = 0.0
     memory_gb: float = 0.0
+    nvdecs: float = 0.0
+    nvencs: float = 0.0
 
     def __post_init__(self) -> None:
-        for field in ("cpus", "gpus", "gpu_memory_gb", "memory_gb"):
+        for field in ("cpus", "gpus", "gpu_memory_gb", "memory_gb", "nvdecs", "nvencs"):
             value = getattr(self, field)
             if not isinstance(value, (int, float)) or isinstance(value, bool):
                 raise TypeError(f"Resources.{field} must be a number, got {value!r}")
@@ -53,6 +61,11 @@ class Resources:
     @property
     def requires_gpu(self) -> bool:
         return self.gpus > 0 or self.gpu_memory_gb > 0
+
+    @property
+    def video_engines(self) -> bool:
+        """Whether the worker asks for NVDEC or NVENC units (and so for a GPU device)."""
+        return self.nvdecs > 0 or self.nvencs > 0
 
     @property
     def whole_gpus(self) -> int:
@@ -87,6 +100,9 @@ class Resources:
             parts.append(f"gpu_memory_gb={self.gpu_memory_gb:g}")
         if self.memory_gb:
             parts.append(f"memory_gb={self.memory_gb:g}")
+        for name in ("nvdecs", "nvencs"):
+            if getattr(self, name):
+                parts.append(f"{name}={getattr(self, name):g}")
         return ", ".join(parts)
 
     @property

@@ -98,6 +98,10 @@ class LocalBackend:
     memory of one GPU, used to turn ``Resources(gpu_memory_gb=...)`` into a fraction; it is
     read from NVML when not given.
 
+    ``nvdecs_per_gpu``/``nvencs_per_gpu``: video decoder and encoder units of each GPU, which
+    ``Resources(nvdecs=, nvencs=)`` are placed against; known from the GPU's model when not
+    given (``devices.VIDEO_ENGINES``), else no limit. Declared values win, as for GPUs.
+
     ``memory_gb`` is the host memory the run may take, workers and queued payloads together;
     it defaults to what the machine (or its cgroup) has available when the backend is made.
     What is left after the payload budget is the node's memory for workers: the autoscaler
@@ -111,6 +115,9 @@ class LocalBackend:
         memory_budget_bytes: int | None = None,
         gpu_memory_gb: float | None = None,
         memory_gb: float | None = None,
+        *,
+        nvdecs_per_gpu: float | None = None,
+        nvencs_per_gpu: float | None = None,
     ) -> None:
         for label, value in (
             ("num_cpus", num_cpus),
@@ -120,6 +127,12 @@ class LocalBackend:
         ):
             if value is not None and value <= 0:
                 raise ValueError(f"LocalBackend: {label} must be > 0, got {value!r}")
+        for label, value in (
+            ("nvdecs_per_gpu", nvdecs_per_gpu),
+            ("nvencs_per_gpu", nvencs_per_gpu),
+        ):
+            if value is not None and not value >= 0:
+                raise ValueError(f"LocalBackend: {label} must be >= 0, got {value!r}")
         if num_gpus is not None and (num_gpus < 0 or int(num_gpus) != num_gpus):
             raise ValueError(
                 f"LocalBackend: num_gpus must be a whole number >= 0, got {num_gpus!r}"
@@ -133,6 +146,9 @@ class LocalBackend:
             physical.append(str(len(physical)))
         self.gpu_ids = physical[:count]
         self.gpu_memory_gb = gpu_memory_gb if gpu_memory_gb is not None else inventory.memory_gb
+        known_decs, known_encs = inventory.video_engines
+        self.nvdecs_per_gpu = nvdecs_per_gpu if nvdecs_per_gpu is not None else known_decs
+        self.nvencs_per_gpu = nvencs_per_gpu if nvencs_per_gpu is not None else known_encs
         total = psutil.virtual_memory().total
         self.memory_budget_bytes = int(memory_budget_bytes or min(total // 8, 512 << 20))
         if memory_gb is None:
@@ -164,6 +180,8 @@ class LocalBackend:
                 len(self.gpu_ids),
                 self.gpu_memory_gb,
                 memory_bytes=self.worker_memory_bytes,
+                nvdecs_per_gpu=self.nvdecs_per_gpu,
+                nvencs_per_gpu=self.nvencs_per_gpu,
             )
         ]
 

@@ -667,6 +667,10 @@ class RayBackend:
     into a fraction when a node's GPU cannot be read (NVML, probed once per node).
     ``schedule_timeout_s`` bounds how long a worker may wait for Ray to grant its resources
     (other work on the cluster can hold them) before the run stops with a clear error.
+    ``nvdecs_per_gpu``/``nvencs_per_gpu``: video decoder and encoder units of each GPU of the
+    cluster, which ``Resources(nvdecs=, nvencs=)`` are placed against (not given: no limit).
+    A worker that asks only for them gets a sliver of a GPU from Ray (0.0001), so that the
+    device is visible to it.
 
     What Ray shows. Each worker is an actor of class ``<stage>Worker`` named after its worker
     id, ``<stage>-<n>`` (the dashboard's Class and Name columns, ``ray list actors``, the
@@ -696,6 +700,8 @@ class RayBackend:
         node_ip_address: str | None = None,
         schedule_timeout_s: float = 300.0,
         init_kwargs: dict[str, Any] | None = None,
+        nvdecs_per_gpu: float | None = None,
+        nvencs_per_gpu: float | None = None,
     ) -> None:
         for label, value in (
             ("memory_budget_bytes", memory_budget_bytes),
@@ -705,6 +711,13 @@ class RayBackend:
         ):
             if value is not None and not value > 0:
                 raise ValueError(f"RayBackend: {label} must be > 0, got {value!r}")
+        for label, value in (
+            ("nvdecs_per_gpu", nvdecs_per_gpu),
+            ("nvencs_per_gpu", nvencs_per_gpu),
+        ):
+            if value is not None and not value >= 0:
+                raise ValueError(f"RayBackend: {label} must be >= 0, got {value!r}")
+        self.engines_per_gpu = (nvdecs_per_gpu, nvencs_per_gpu)
         self.connection = RayConnection(
             address, num_cpus, num_gpus, object_store_memory, node_ip_address, init_kwargs or {}
         )
@@ -781,7 +794,16 @@ class RayBackend:
                 )
             )
         memory = self._gpu_memory([n for n in result if n.gpus])
-        return [dataclasses.replace(n, gpu_memory_gb=memory.get(n.node_id)) for n in result]
+        decs, encs = self.engines_per_gpu
+        return [
+            dataclasses.replace(
+                n,
+                gpu_memory_gb=memory.get(n.node_id),
+                nvdecs_per_gpu=decs if n.gpus else None,
+                nvencs_per_gpu=encs if n.gpus else None,
+            )
+            for n in result
+        ]
 
     def _gpu_memory(self, nodes: list[NodeInfo]) -> dict[str, float | None]:
         """GPU memory per GPU node: declared, else read on the node once (cached per process)."""
@@ -847,7 +869,7 @@ class RayBackend:
         res = stage.resources
         if res.gpus >= 1:
             gpus = float(res.whole_gpus)
-        elif res.requires_gpu:
+        elif res.requires_gpu or res.video_engines:
             gpus = round(placement.gpu_fraction, 4) or 0.0001
         else:
             gpus = 0.0

@@ -137,6 +137,9 @@ class SimNode:
     joins_at: float = 0.0
     leaves_at: float | None = None
     memory_gb: float | None = None  # host memory for workers (None: not a limit)
+    #: NVDEC and NVENC units of each GPU (None: not a limit)
+    nvdecs_per_gpu: float | None = None
+    nvencs_per_gpu: float | None = None
 
     def present(self, now: float) -> bool:
         return self.joins_at <= now and (self.leaves_at is None or now < self.leaves_at)
@@ -295,6 +298,8 @@ class SimulatedBackend:
                 n.gpu_memory_gb,
                 address=f"sim:{n.node_id}",
                 memory_bytes=None if n.memory_gb is None else int(n.memory_gb * 2**30),
+                nvdecs_per_gpu=n.nvdecs_per_gpu,
+                nvencs_per_gpu=n.nvencs_per_gpu,
             )
             for n in self.sim_nodes
             if n.present(now)

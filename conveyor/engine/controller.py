@@ -1358,6 +1358,8 @@ class Controller:
                         if stage.memory_known or res.memory_gb
                         else None
                     ),
+                    nvdecs=res.nvdecs,
+                    nvencs=res.nvencs,
                 )
             )
         return obs
@@ -1445,7 +1447,7 @@ class Controller:
         for stage in self.stages:
             stage.meter.roll()
         obs = self._observations()
-        budget = Budget(cpus, gpus, self.ledger.total_memory())
+        budget = Budget(cpus, gpus, self.ledger.total_memory(), *self.ledger.engine_totals())
         if self.base_budget is not None and not self.config.stage_at_a_time:
             for index, (rate, o) in enumerate(zip(stage_rates(obs), obs, strict=True)):
                 up = obs[index - 1] if index else None

@@ -111,6 +111,8 @@ class ResourcesSpec:
     gpus: float = 0.0
     gpu_memory_gb: float = 0.0
     memory_gb: float = 0.0
+    nvdecs: float = 0.0
+    nvencs: float = 0.0
 
     def build(self) -> Resources:
         return Resources(
@@ -118,6 +120,8 @@ class ResourcesSpec:
             gpus=self.gpus,
             gpu_memory_gb=self.gpu_memory_gb,
             memory_gb=self.memory_gb,
+            nvdecs=self.nvdecs,
+            nvencs=self.nvencs,
         )
 
 
@@ -153,6 +157,10 @@ class ClusterGroup:
     leaves_at: float | None = None
     #: host memory of one node for workers (``None``: not a limit)
     memory_gb: float | None = None
+    #: video decoder and encoder units of each GPU (``None``: not a limit): an H100 has 7
+    #: NVDEC and no NVENC, an L40S 3 of each
+    nvdecs_per_gpu: float | None = None
+    nvencs_per_gpu: float | None = None
 
     def nodes(self) -> list[SimNode]:
         return [
@@ -164,6 +172,8 @@ class ClusterGroup:
                 joins_at=self.joins_at,
                 leaves_at=self.leaves_at,
                 memory_gb=self.memory_gb,
+                nvdecs_per_gpu=self.nvdecs_per_gpu,
+                nvencs_per_gpu=self.nvencs_per_gpu,
             )
             for i in range(self.count)
         ]
@@ -483,6 +493,10 @@ def _check(s: Scenario, origin: str) -> None:
             value = getattr(group, label)
             if value is not None and value <= 0:
                 raise fail(f"{at}.{label}", f"must be > 0, got {value:g}")
+        for label in ("nvdecs_per_gpu", "nvencs_per_gpu"):
+            value = getattr(group, label)
+            if value is not None and value < 0:
+                raise fail(f"{at}.{label}", f"must be >= 0, got {value:g}")
         if group.joins_at < 0:
             raise fail(f"{at}.joins_at", f"must be >= 0, got {group.joins_at:g}")
         if group.leaves_at is not None and group.leaves_at <= group.joins_at:
@@ -573,6 +587,12 @@ def _check_fits(s: Scenario, res: Resources, at: str, stage: str, fail: Any) -> 
             continue
         if res.gpu_memory_gb and (
             not group.gpu_memory_gb or res.gpu_memory_gb > group.gpu_memory_gb
+        ):
+            continue
+        if res.video_engines and (
+            group.gpus == 0
+            or res.nvdecs > (math.inf if group.nvdecs_per_gpu is None else group.nvdecs_per_gpu)
+            or res.nvencs > (math.inf if group.nvencs_per_gpu is None else group.nvencs_per_gpu)
         ):
             continue
         return

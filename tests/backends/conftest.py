@@ -57,3 +57,13 @@ def ray_cluster() -> Iterator[object]:
             ray.shutdown()
         cluster.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def address(ray_cluster: object) -> Iterator[str]:
+    """The session cluster's address, with this process connected to it."""
+    from conveyor.backends.ray import RayConnection
+
+    where = ray_cluster.address  # type: ignore[attr-defined]
+    RayConnection(where).connect()
+    yield where

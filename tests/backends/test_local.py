@@ -68,6 +68,36 @@ def test_cpu_workers_see_no_gpu(tmp_path: Path) -> None:
     assert {env for env, _ in result.outputs} == {""}
 
 
+class Decode(ProcessingStage[int, int]):
+    """Holds one NVDEC unit and no GPU compute; notes the device it sees."""
+
+    resources = Resources(cpus=0.1, nvdecs=1)
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+
+    def setup(self, worker: WorkerInfo) -> None:
+        devices = os.environ["CUDA_VISIBLE_DEVICES"]
+        (self.out / worker.worker_id).write_text(f"{devices}|{worker.gpu_ids}")
+
+    def process(self, task: int) -> int:
+        time.sleep(0.05)
+        return task
+
+
+def test_declared_decoders_bound_the_workers_on_each_gpu(tmp_path: Path) -> None:
+    """Two GPUs of 2 NVDEC units each: a busy decoding stage grows to 4 workers, two per
+    device, however many CPUs it could use; each sees its device."""
+    backend = LocalBackend(num_cpus=8, num_gpus=2, nvdecs_per_gpu=2, nvencs_per_gpu=0)
+    assert backend.nodes()[0].nvdecs_per_gpu == 2
+    result = Pipeline("p", [Decode(tmp_path)]).run(StreamingExecutor(backend), range(200))
+    assert sorted(result.outputs) == list(range(200))
+    assert result.stats["Decode"].peak_workers == 4
+    assert {line.split("|")[0] for line in _env_lines(tmp_path)} <= {"0", "1"}  # a device each
+    with pytest.raises(ValueError, match="nvdecs_per_gpu must be >= 0"):
+        LocalBackend(nvdecs_per_gpu=-1)
+
+
 def test_gpu_memory_becomes_a_fraction_of_the_placed_gpu(tmp_path: Path) -> None:
     stage = RecordEnv(tmp_path, Resources(cpus=0.1, gpu_memory_gb=20), workers=4)
     backend = LocalBackend(num_cpus=2, num_gpus=1, gpu_memory_gb=80)
@@ -221,10 +251,14 @@ def test_memory_for_workers_is_the_limit_less_the_payload_budget() -> None:
 def test_cuda_visible_devices_restricts_detection(monkeypatch: pytest.MonkeyPatch) -> None:
     from conveyor.backends import devices
 
-    monkeypatch.setattr(devices, "_nvml", lambda: (["0", "1", "2", "3"], 80.0))
+    monkeypatch.setattr(devices, "_nvml", lambda: (["0", "1", "2", "3"], 80.0, "NVIDIA L4"))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
     backend = LocalBackend(num_cpus=1)
     assert backend.gpu_ids == ["2", "3"] and backend.gpu_memory_gb == 80.0
+    # an L4's video engines, known from its model; declared values win
+    assert (backend.nvdecs_per_gpu, backend.nvencs_per_gpu) == (4, 2)
+    declared = LocalBackend(num_cpus=1, nvdecs_per_gpu=1)
+    assert (declared.nvdecs_per_gpu, declared.nvencs_per_gpu) == (1, 2)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     assert LocalBackend(num_cpus=1).gpu_ids == []
 

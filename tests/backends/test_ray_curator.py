@@ -5,7 +5,7 @@ fake GPUs; XennaExecutor runs them in ``tests/curator/test_examples.py``."""
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,19 +13,11 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from conveyor.backends.ray import RayConnection  # noqa: E402
 from conveyor.curator.backends.ray_actor_pool import RayActorPoolExecutor  # noqa: E402
 from conveyor.curator.backends.ray_data import RayDataExecutor  # noqa: E402
-from tests.backends.ray_cluster import LocalRayCluster  # noqa: E402
 from tests.curator.examples import check_seeds, check_text, check_video, example  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
-
-
-@pytest.fixture
-def address(ray_cluster: LocalRayCluster) -> Iterator[str]:
-    RayConnection(ray_cluster.address).connect()
-    yield ray_cluster.address
 
 
 def executors(address: str) -> dict[str, Callable[[], Any]]:

@@ -73,10 +73,12 @@ def test_resources_take_curators_order_and_video_fields() -> None:
     assert Resources(cpus=1, gpus=0.25).native() == __import__("conveyor").Resources(1, 0.25)
     whole = Resources(entire_gpu=True, nvdecs=2, nvencs=1)
     assert whole.native().gpus == 1.0 and (whole.nvdecs, whole.nvencs) == (2, 1)
-    assert Resources(nvdecs=3).requires_gpu is False  # engines alone reserve no GPU share
+    engines = Resources(nvdecs=3, nvencs=0.5).native()  # Conveyor's own resources
+    assert (engines.nvdecs, engines.nvencs, engines.gpus) == (3, 0.5, 0.0)
+    assert engines.video_engines and not engines.requires_gpu  # a device, no compute share
     with pytest.raises(ValueError, match="entire_gpu=True reserves one whole GPU"):
         Resources(gpus=0.5, entire_gpu=True)
-    with pytest.raises(ValueError, match="nvdecs must be a number >= 0"):
+    with pytest.raises(ValueError, match=r"Resources\.nvdecs must be >= 0"):
         Resources(nvdecs=-1)
     with pytest.raises(ValueError, match="either gpus or gpu_memory_gb"):
         Resources(gpus=0.5, gpu_memory_gb=4)

@@ -289,3 +289,16 @@ def test_gpu_measured_video_pipeline_gives_the_cpus_to_decoding_and_encoding() -
     assert report.source_tasks_per_s is not None
     assert report.source_tasks_per_s >= 0.9 * cpus / cpu_s_per_video
     assert report.stage("ClipTranscoder").busy_after_warmup >= 0.95
+
+
+def test_video_engines_bound_the_encoders_to_the_gpus_that_have_them() -> None:
+    """``video_engines``: NVENC only on the two L40S nodes (4 GPUs x 3 units each), none on
+    the H100s: the encoding bottleneck grows to the 24 units and never past them (the H100s,
+    with no unit, take none of them); decoders ask NVDEC, which every GPU has."""
+    sim = run("video_engines")
+    stages = {s.name: s for s in sim.report.stages}
+    encode = stages["encode_nvenc"]
+    assert encode.peak_workers == 24
+    assert encode.busy_after_warmup is not None and encode.busy_after_warmup > 0.95
+    assert max(n for _, n in encode.live) <= 24
+    assert encode.failed == 0 and encode.tasks_in > 0

@@ -30,6 +30,7 @@ SHIPPED = [
     "video9_multinode",
     "video_curation_gpu_measured",
     "video_curation_measured",
+    "video_engines",
     "xy_20x_32gpu",
     "xy_20x_64gpu",
     "xy_20x_8gpu",

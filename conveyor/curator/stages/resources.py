@@ -4,19 +4,17 @@ Curator 1.x took ``Resources(cpus, gpu_memory_gb, gpus, nvdecs, nvencs, entire_g
 Conveyor's own order is ``(cpus, gpus, gpu_memory_gb, memory_gb)``. This class takes
 Curator's (positionally too) and *is* a ``conveyor.Resources``, so the engine reads it as is.
 
-How the video fields map until hardware codec units are resources of their own
-(docs/curator.md): ``entire_gpu=True`` reserves one whole GPU (with its decoder and encoder
-units, which is what Curator meant by it); ``nvdecs``/``nvencs`` are kept and readable but
-do not yet limit placement, so a stage that decodes on the GPU must also ask for its share of
-the GPU (``gpus=``), as Curator 1.4 itself asks (``gpus = 1 / streams per GPU``).
-``gpu_memory_gb`` becomes a GPU fraction where the worker is placed (Curator turns it into a
-fraction on the driver, from GPU 0), so a cluster of different GPUs is sized per node.
+How the video fields map: ``nvdecs``/``nvencs`` are Conveyor's own resources (video
+decoder and encoder units of a GPU, placed so that no GPU's units are oversubscribed);
+``entire_gpu=True`` reserves one whole GPU, with its decoder and encoder units, which is
+what NeMo Curator meant by it. ``gpu_memory_gb`` becomes a GPU fraction where the worker is
+placed (Curator turns it into a fraction on the driver, from GPU 0), so a cluster of
+different GPUs is sized per node.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any
 
 from conveyor.resources import Resources as _Resources
@@ -26,8 +24,6 @@ from conveyor.resources import Resources as _Resources
 class Resources(_Resources):
     """Per-worker request in NeMo Curator's terms (see the module docstring)."""
 
-    nvdecs: float = 0.0
-    nvencs: float = 0.0
     entire_gpu: bool = False
 
     def __init__(
@@ -40,14 +36,6 @@ class Resources(_Resources):
         entire_gpu: bool = False,
         memory_gb: float = 0.0,
     ) -> None:
-        for label, value in (("nvdecs", nvdecs), ("nvencs", nvencs)):
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, (int, float))
-                or math.isnan(value)
-                or value < 0
-            ):
-                raise ValueError(f"Resources.{label} must be a number >= 0, got {value!r}")
         if not isinstance(entire_gpu, bool):
             raise TypeError(f"Resources.entire_gpu must be True or False, got {entire_gpu!r}")
         if entire_gpu:
@@ -76,7 +64,9 @@ class Resources(_Resources):
 
     def native(self) -> _Resources:
         """The same request as a plain ``conveyor.Resources`` (what the engine schedules)."""
-        return _Resources(self.cpus, self.gpus, self.gpu_memory_gb, self.memory_gb)
+        return _Resources(
+            self.cpus, self.gpus, self.gpu_memory_gb, self.memory_gb, self.nvdecs, self.nvencs
+        )
 
 
 def as_resources(value: Any, stage: str) -> _Resources:

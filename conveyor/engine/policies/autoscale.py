@@ -82,6 +82,9 @@ class StageObservation:
     #: host memory one worker takes at its peak: the larger of what the stage declares and
     #: what its workers have measured (``None``: nothing declared, no worker reported yet)
     memory_bytes: float | None = 0.0
+    #: NVDEC and NVENC units one worker holds (``Resources.nvdecs``/``nvencs``)
+    nvdecs: float = 0.0
+    nvencs: float = 0.0
 
     @property
     def finished(self) -> bool:
@@ -94,6 +97,20 @@ class Budget:
     gpus: float
     #: host memory all workers together may take (``None``: unknown, not a limit)
     memory_bytes: float | None = None
+    #: NVDEC and NVENC units of all GPUs (``None``: unknown, not a limit)
+    nvdecs: float | None = None
+    nvencs: float | None = None
+
+    def engines_left(
+        self, stages: Sequence[StageObservation], counts: Sequence[int]
+    ) -> list[float]:
+        """NVDEC and NVENC units left with ``counts`` workers per stage (infinite where
+        unknown)."""
+        left = []
+        for total, name in ((self.nvdecs, "nvdecs"), (self.nvencs, "nvencs")):
+            used = sum(n * getattr(s, name) for n, s in zip(counts, stages, strict=True))
+            left.append(math.inf if total is None else total - used)
+        return left
 
     def memory_room(self, stages: Sequence[StageObservation], counts: Sequence[int]) -> float:
         """Memory left with ``counts`` workers per stage (infinite without a limit)."""
@@ -283,8 +300,9 @@ def plan(
     cpus = budget.cpus - sum(n * s.cpus for n, s in zip(target, stages, strict=True))
     gpus = budget.gpus - sum(n * s.gpus for n, s in zip(target, stages, strict=True))
     # every stage's first worker is kept whatever it weighs (without it the stream stalls);
-    # the workers beyond it must fit the memory that is left
+    # the workers beyond it must fit the memory and the video engines that are left
     memory = budget.memory_room(stages, target)
+    decoders, encoders = budget.engines_left(stages, target)
     # CPUs are shared by time once the cost of every stage with work is known. A stage that
     # has seen no input yet uses no CPU and is left out until it has some; but while one
     # with work waits for its first measurement, each worker holds its reservation (the
@@ -315,13 +333,21 @@ def plan(
             break  # bound by the CPUs: another worker would only wait for one
         room = extra if share else cpus
         weight = s.memory_bytes or 0.0
-        if s.cpus > room + 1e-9 or s.gpus > gpus + 1e-9 or weight > memory:
+        if (
+            s.cpus > room + 1e-9
+            or s.gpus > gpus + 1e-9
+            or weight > memory
+            or s.nvdecs > decoders + 1e-9
+            or s.nvencs > encoders + 1e-9
+        ):
             break  # the bottleneck cannot grow: adding elsewhere would not raise throughput
         wanted[i] += 1
         cpus -= s.cpus
         extra -= s.cpus
         gpus -= s.gpus
         memory -= weight
+        decoders -= s.nvdecs
+        encoders -= s.nvencs
         heapq.heappush(heap, (wanted[i] / weights[i], i))
     target = [
         min(w, g) if a else t for w, g, a, t in zip(wanted, grow, active, target, strict=True)

@@ -25,10 +25,16 @@ class NodeFree:
     total_cpus: float = 0.0
     #: host memory left for workers in bytes (``None``: unknown, not a limit)
     memory: float | None = None
+    #: NVDEC and NVENC units left on each device (``None``: unknown, not a limit), and how
+    #: many each device has
+    nvdec_free: list[float] | None = None
+    nvenc_free: list[float] | None = None
+    engines_per_gpu: tuple[float | None, float | None] = (None, None)
     group: tuple[object, ...] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def of(cls, node: NodeInfo) -> NodeFree:
+        decs, encs = node.nvdecs_per_gpu, node.nvencs_per_gpu
         return cls(
             node.node_id,
             node.cpus,
@@ -36,10 +42,33 @@ class NodeFree:
             node.gpu_memory_gb,
             node.cpus,
             None if node.memory_bytes is None else float(node.memory_bytes),
+            None if decs is None else [float(decs)] * node.gpus,
+            None if encs is None else [float(encs)] * node.gpus,
+            (decs, encs),
         )
 
     def fits_memory(self, resources: Resources) -> bool:
         return self.memory is None or resources.memory_bytes <= self.memory + _EPS
+
+    def engines_fit(self, device: int, resources: Resources) -> bool:
+        """Whether ``device`` has the NVDEC and NVENC units ``resources`` asks for free."""
+        for free, want in (
+            (self.nvdec_free, resources.nvdecs),
+            (self.nvenc_free, resources.nvencs),
+        ):
+            if want > 0 and free is not None and free[device] + _EPS < want:
+                return False
+        return True
+
+    def engines_untouched(self, device: int) -> bool:
+        """No worker holds any of ``device``'s NVDEC or NVENC units."""
+        return all(
+            free is None or free[device] >= total - _EPS
+            for free, total in zip(
+                (self.nvdec_free, self.nvenc_free), self.engines_per_gpu, strict=True
+            )
+            if total is not None
+        )
 
 
 def gpu_share(resources: Resources, node: NodeFree) -> float:
@@ -97,6 +126,7 @@ def _rank(
     """The best choice for ``choose``, its key, and the runner-up's key (lower is better)."""
     whole = resources.gpus >= 1
     fractional = not whole and resources.requires_gpu
+    engines_only = not whole and not fractional and resources.video_engines
     need = resources.whole_gpus
     cpus = resources.cpus
     best_key: _Key | None = None
@@ -108,7 +138,12 @@ def _rank(
         if not overcommit_memory and not node.fits_memory(resources):
             continue
         if whole:
-            free = [i for i, f in enumerate(node.gpu_free) if f >= 1.0 - _EPS]
+            # a worker of whole GPUs holds their decoder and encoder units too
+            free = [
+                i
+                for i, f in enumerate(node.gpu_free)
+                if f >= 1.0 - _EPS and node.engines_untouched(i) and node.engines_fit(i, resources)
+            ]
             if len(free) < need:
                 continue
             key = (float(len(free)), 0.0, -node.cpus)
@@ -118,7 +153,11 @@ def _rank(
                 share = gpu_share(resources, node)
             except ValueError:
                 continue
-            fits = [(f, i) for i, f in enumerate(node.gpu_free) if f + _EPS >= share]
+            fits = [
+                (f, i)
+                for i, f in enumerate(node.gpu_free)
+                if f + _EPS >= share and node.engines_fit(i, resources)
+            ]
             if not fits:
                 continue
             left, device = min(fits)
@@ -127,6 +166,19 @@ def _rank(
             untouched = sum(1 for f in node.gpu_free if f >= 1.0 - _EPS)
             key = (left - share, float(untouched), -node.cpus)
             choice = (node, (device,), share)
+        elif engines_only:
+            # the device without a share of its compute: best fit on its decoder units
+            # (then encoder units), so that GPUs with many free stay free for large asks
+            room = [
+                (_engine_room(node, i, resources), i)
+                for i in range(len(node.gpu_free))
+                if node.engines_fit(i, resources)
+            ]
+            if not room:
+                continue
+            left, device = min(room)
+            key = (left, 0.0, -node.cpus)
+            choice = (node, (device,), 0.0)
         else:
             usable = node.cpus - gpu_cpu_reserve * sum(node.gpu_free)
             if not overcommit_cpus and usable + _EPS < cpus:
@@ -141,14 +193,30 @@ def _rank(
     return best, best_key, second_key
 
 
+def _engine_room(node: NodeFree, device: int, resources: Resources) -> float:
+    """Decoder and encoder units ``device`` would have left (unknown counts as plenty)."""
+    left = 0.0
+    for free, want in ((node.nvdec_free, resources.nvdecs), (node.nvenc_free, resources.nvencs)):
+        left += 1e6 if free is None else free[device] - want
+    return left
+
+
 def _state(node: NodeFree) -> tuple[object, ...]:
     """Nodes in the same state are interchangeable for placement (shares to 1e-6)."""
-    return (
-        int(node.cpus * 1e6 + 0.5),
-        tuple(sorted([int(f * 1e6 + 0.5) for f in node.gpu_free])),
-        node.gpu_memory_gb,
-        node.memory,
+
+    def micro(values: list[float] | None) -> tuple[int, ...] | None:
+        return None if values is None else tuple(int(v * 1e6 + 0.5) for v in values)
+
+    devices = sorted(
+        zip(
+            micro(node.gpu_free) or (),
+            micro(node.nvdec_free) or [None] * len(node.gpu_free),
+            micro(node.nvenc_free) or [None] * len(node.gpu_free),
+            strict=True,
+        ),
+        key=repr,
     )
+    return (int(node.cpus * 1e6 + 0.5), tuple(devices), node.gpu_memory_gb, node.memory)
 
 
 @dataclass
@@ -208,6 +276,20 @@ class Ledger:
         gpus = float(sum(len(n.gpu_free) for n in self.nodes.values()))
         return cpus, gpus
 
+    def engine_totals(self) -> tuple[float | None, float | None]:
+        """NVDEC and NVENC units of all GPUs (``None``: some GPU's count is unknown)."""
+        found: list[float | None] = []
+        for index in (0, 1):
+            total: float | None = 0.0
+            for node in self.nodes.values():
+                per_gpu = node.engines_per_gpu[index]
+                if node.gpu_free and per_gpu is None:
+                    total = None
+                    break
+                total += (per_gpu or 0.0) * len(node.gpu_free)  # type: ignore[operator]
+            found.append(total)
+        return found[0], found[1]
+
     def total_memory(self) -> float | None:
         """Host memory of all nodes for workers (``None`` if any node's is unknown)."""
         total = 0.0
@@ -260,6 +342,16 @@ class Ledger:
         share = placement.gpu_fraction if fractional else 1.0
         for device in placement.gpu_ids:
             node.gpu_free[device] += sign * share
+        for free, want, per_gpu in (
+            (node.nvdec_free, resources.nvdecs, node.engines_per_gpu[0]),
+            (node.nvenc_free, resources.nvencs, node.engines_per_gpu[1]),
+        ):
+            if free is None:
+                continue
+            for device in placement.gpu_ids:
+                # whole GPUs hold all their units; a share of one, the units it asked for
+                held = want if fractional else (per_gpu or 0.0)
+                free[device] += sign * held
 
     def allocate(
         self, worker_id: str, resources: Resources, overcommit_cpus: bool = False

@@ -631,3 +631,17 @@ def test_a_stage_of_unknown_memory_adds_no_worker_until_one_reports() -> None:
     assert memory_plan(unknown, 64) == [1, 1]
     # without a limit, nothing to wait for
     assert memory_plan(unknown, None) == [1, 4]
+
+
+def test_video_engines_bound_a_stage_like_any_resource() -> None:
+    # one H100: 7 NVDEC units, no NVENC; a decoding bottleneck grows to 7 workers, no more
+    decode = cpu_stage("decode", 1.0, nvdecs=1.0)
+    budget = Budget(cpus=64, gpus=1, nvdecs=7, nvencs=0)
+    assert plan([decode], budget, EAGER, 0.0, AutoscaleState()) == [7]
+    # unknown counts are no limit; a stage that asks none is not bounded by them
+    assert plan([decode], Budget(cpus=64, gpus=1), EAGER, 0.0, AutoscaleState()) == [64]
+    assert plan([cpu_stage("cpu", 1.0)], budget, EAGER, 0.0, AutoscaleState()) == [64]
+    # an encoder-bound stage on a GPU without NVENC keeps its one worker (placement says
+    # it fits nowhere) and grows no further
+    encode = cpu_stage("encode", 1.0, nvencs=1.0)
+    assert plan([encode], budget, EAGER, 0.0, AutoscaleState()) == [1]

@@ -472,3 +472,61 @@ def test_an_avoided_twin_is_passed_over_for_its_group_mate() -> None:
     ledger = Ledger.of([node("n0", cpus=4), node("n1", cpus=4)])
     placed = ledger.allocate_many(["a"], Resources(cpus=1), avoid=frozenset({"n0"}))
     assert [p.node_id for p in placed] == ["n1"]
+
+
+# -- video engines (NVDEC, NVENC) ----------------------------------------------------------
+def engine_node(node_id: str, gpus: int, nvdecs: float | None, nvencs: float | None) -> NodeInfo:
+    return NodeInfo(node_id, 64, gpus, 80.0, nvdecs_per_gpu=nvdecs, nvencs_per_gpu=nvencs)
+
+
+def test_no_gpus_decoders_are_oversubscribed() -> None:
+    """An H100 has 7 NVDEC units and no NVENC: 14 workers of one decoder unit fill two of
+    them, whatever compute share they ask; the 15th fits nowhere, and nothing asks NVENC."""
+    ledger = Ledger.of([engine_node("h100", gpus=2, nvdecs=7, nvencs=0)])
+    decode = Resources(cpus=1, gpus=0.05, nvdecs=1)
+    placed = [place(ledger, decode) for _ in range(15)]
+    assert all(p is not None for p in placed[:14]) and placed[14] is None
+    assert sorted(p.gpu_ids[0] for p in placed[:14] if p) == [0] * 7 + [1] * 7
+    assert ledger.nodes["h100"].nvdec_free == [0.0, 0.0]
+    assert place(ledger, Resources(cpus=1, nvencs=1)) is None  # no encoder on an H100
+    assert ledger.engine_totals() == (14.0, 0.0)
+
+
+def test_engine_only_workers_get_a_device_and_no_compute_share() -> None:
+    ledger = Ledger.of([engine_node("l40s", gpus=1, nvdecs=3, nvencs=3)])
+    encode = Resources(cpus=1, nvencs=1.5)
+    first, second = place(ledger, encode), place(ledger, encode)
+    assert first == WorkerPlacement("l40s", (0,), 0.0) and second is not None
+    assert ledger.nodes["l40s"].gpu_free == [1.0]  # the compute is left to the models
+    assert place(ledger, encode) is None  # 3 NVENC units: two workers of 1.5
+    assert place(ledger, Resources(cpus=1, gpus=1)) is None  # its units are taken
+    ledger.release(next(iter(ledger.held)))
+    assert place(ledger, encode) is not None
+
+
+def test_whole_gpu_workers_hold_their_units() -> None:
+    ledger = Ledger.of([engine_node("n", gpus=2, nvdecs=4, nvencs=2)])
+    whole = place(ledger, Resources(cpus=1, gpus=1))
+    assert whole is not None
+    held = whole.gpu_ids[0]
+    assert ledger.nodes["n"].nvdec_free[held] == 0.0  # type: ignore[index]
+    decode = place(ledger, Resources(cpus=1, nvdecs=4))
+    assert decode is not None and decode.gpu_ids[0] != held
+    assert place(ledger, Resources(cpus=1, gpus=1)) is None  # the other GPU's units are held
+
+
+def test_unknown_engine_counts_are_no_limit() -> None:
+    ledger = Ledger.of([node("n", gpus=1)])
+    assert all(place(ledger, Resources(cpus=0.1, nvdecs=2)) for _ in range(20))
+    assert ledger.engine_totals() == (None, None)
+    cpu_only = Ledger.of([node("c")])
+    assert cpu_only.engine_totals() == (0.0, 0.0)
+    assert place(cpu_only, Resources(cpus=1, nvdecs=1)) is None  # engines live on GPUs
+
+
+def test_engine_asks_are_validated() -> None:
+    with pytest.raises(ValueError, match=r"Resources\.nvdecs must be >= 0"):
+        Resources(nvdecs=-1)
+    with pytest.raises(TypeError, match=r"Resources\.nvencs must be a number"):
+        Resources(nvencs="1")  # type: ignore[arg-type]
+    assert Resources(cpus=1, nvdecs=0.5).describe() == "cpus=1, nvdecs=0.5"
