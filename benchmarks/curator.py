@@ -13,11 +13,9 @@ NeMo Curator is a peer installed apart (``make bench-curator``: ``pip install --
 
 * The same source: ``examples/curator/text_pipeline.py`` is the template. Each side's copy is
   written out as a module whose ``from conveyor.curator.<module> import ...`` lines name the
-  side's package (``RENAMED``: a module NeMo Curator names otherwise), with the edits the
-  example needs to run on NeMo Curator 1.4.0 made for both sides (``PORTABLE``: task
-  constructors by keyword, a ``process`` beside ``process_batch``, ``super().__init__()`` in
-  the composite). Both sides run that module's ``build(workdir)`` over the same input, on
-  the module's own ``XennaExecutor`` in streaming mode.
+  side's package, and nothing else changes (``PORTABLE``, ``RENAMED``: empty since the
+  example is written to run on both). Both sides run that module's ``build(workdir)`` over
+  the same input, on the module's own ``XennaExecutor`` in streaming mode.
 * Resources: both declare 4 CPUs (the machine may have fewer) and 1 fake GPU. Cosmos-Xenna's
   streaming mode wants a worker for every stage at once (4 CPUs here) and refuses fewer;
   NeMo Curator gets ``cpu_allocation_percentage=1.0`` so that all 4 count (its 0.95 leaves
@@ -72,55 +70,14 @@ PEER_PATH = ROOT / ".venv" / "peers-curator"
 SIDES = ("curator", "conveyor")
 #: the package each side's copy of the example imports from
 PACKAGES = {"curator": "nemo_curator", "conveyor": "conveyor.curator"}
-#: modules of ``conveyor.curator`` that NeMo Curator 1.4.0 names otherwise
-RENAMED = {"curator": {"stages.function_definitions": "stages.function_decorators"}}
-#: What the example needs to run on NeMo Curator 1.4.0, applied to both sides (each must
-#: match exactly once):
-#: - its task constructors, by keyword. It passes ``task_id`` first, as NeMo Curator 1.0 did;
-#:   in 1.4.0 ``task_id`` is no constructor argument (the framework sets it) and the order is
-#:   ``(dataset_name, data, _stage_perf, _metadata)``, so the positional calls fill the wrong
-#:   fields there (``FileGroupTask``'s check raises ``TypeError: Invalid data type``);
-#: - a ``process`` for the scorer, which defines ``process_batch`` only: NeMo Curator's
-#:   ``process`` is abstract (``TypeError: Can't instantiate abstract class QualityScorer``);
-#: - ``super().__init__()`` in the composite reader's ``__init__``: NeMo Curator's
-#:   ``CompositeStage.__init__`` makes the list ``with_`` fills, which the pipeline's build
-#:   reads (``AttributeError: 'JsonlReader' object has no attribute '_with_operations'``).
-PORTABLE = [
-    (
-        '    name = "jsonl_reader_composite"\n\n'
-        "    def __init__(self, path: str, files_per_partition: int = 1) -> None:\n",
-        '    name = "jsonl_reader_composite"\n\n'
-        "    def __init__(self, path: str, files_per_partition: int = 1) -> None:\n"
-        "        super().__init__()\n",
-    ),
-    (
-        "    def process_batch(self, tasks: list[DocumentBatch]) -> list[DocumentBatch]:\n",
-        "    def process(self, task: DocumentBatch) -> DocumentBatch:\n"
-        "        return self.process_batch([task])[0]\n\n"
-        "    def process_batch(self, tasks: list[DocumentBatch]) -> list[DocumentBatch]:\n",
-    ),
-    (
-        'FileGroupTask(f"files-{i}", "jsonl", files[i : i + n], reader_config={"lines": True})',
-        'FileGroupTask(dataset_name="jsonl", data=files[i : i + n], reader_config={"lines": True})',
-    ),
-    (
-        'DocumentBatch(task.task_id, task.dataset_name, df, {"source_files": task.data})',
-        "DocumentBatch(dataset_name=task.dataset_name, data=df, "
-        '_metadata={"source_files": task.data})',
-    ),
-    (
-        "DocumentBatch(task.task_id, task.dataset_name, kept.reset_index(drop=True))",
-        "DocumentBatch(dataset_name=task.dataset_name, data=kept.reset_index(drop=True))",
-    ),
-    (
-        "DocumentBatch(task.task_id, task.dataset_name, df, task._metadata)",
-        "DocumentBatch(dataset_name=task.dataset_name, data=df, _metadata=task._metadata)",
-    ),
-    (
-        "FileGroupTask(task.task_id, task.dataset_name, [final])",
-        "FileGroupTask(dataset_name=task.dataset_name, data=[final])",
-    ),
-]
+#: The example's source runs on NeMo Curator 1.4.0 as it is, its imports aside: keyword task
+#: constructors (1.4.0 takes no ``task_id`` and orders ``dataset_name, data, _stage_perf,
+#: _metadata``), a ``process`` next to ``process_batch`` (abstract there), ``super().__init__()``
+#: in the composite (it makes what ``with_`` fills), GPUs read as ``allocation.gpus[i].index``
+#: and ``stages.function_decorators`` (1.4.0's module name). ``conveyor.curator`` takes those
+#: forms, and NeMo Curator 1.0's too.
+PORTABLE: list[tuple[str, str]] = []
+RENAMED: dict[str, dict[str, str]] = {}
 #: Edits for one side only. Cosmos-Xenna 0.2.0 counts a node's GPUs with NVML (capped by
 #: Ray's count), so a Ray head's declared GPUs are none to it where there is no GPU: on
 #: NeMo Curator the scorer asks for no GPU (its other resources are the example's).

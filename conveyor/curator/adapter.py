@@ -17,7 +17,7 @@ from typing import Any
 
 from conveyor.cluster import NodeInfo as _NodeInfo
 from conveyor.cluster import WorkerInfo
-from conveyor.curator.backends.base import NodeInfo, WorkerMetadata
+from conveyor.curator.backends.base import NodeInfo, WorkerMetadata, WorkerResources
 from conveyor.curator.stages.base import CompositeStage, ProcessingStage
 from conveyor.curator.stages.resources import as_resources
 from conveyor.stage import CompositeStage as _CompositeStage
@@ -243,7 +243,11 @@ class CuratorStage(_ProcessingStage[Any, Any]):
         self.max_threads = stage.max_threads
 
     def setup(self, worker: WorkerInfo) -> None:
-        self.stage.setup(WorkerMetadata(worker.worker_id, worker))
+        self.stage.setup(self.metadata(worker))
+
+    def metadata(self, worker: WorkerInfo) -> WorkerMetadata:
+        """What NeMo Curator passes a stage's hooks about its worker."""
+        return WorkerMetadata(worker.worker_id, WorkerResources.of(worker, self.resources.cpus))
 
     def teardown(self) -> None:
         self.stage.teardown()
@@ -278,7 +282,7 @@ class _NodeSetup:
     stage: Any
 
     def setup_on_node(self, node: _NodeInfo, worker: WorkerInfo) -> None:
-        self.stage.setup_on_node(NodeInfo(node.node_id), WorkerMetadata(worker.worker_id, worker))
+        self.stage.setup_on_node(NodeInfo(node.node_id), self.metadata(worker))  # type: ignore[attr-defined]
 
 
 class _PerTaskNode(_NodeSetup, _PerTask):

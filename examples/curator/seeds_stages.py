@@ -15,7 +15,7 @@ import pandas as pd
 from conveyor.curator.backends.xenna import XennaExecutor
 from conveyor.curator.pipeline import Pipeline
 from conveyor.curator.stages.core import ProcessingStage
-from conveyor.curator.stages.function_definitions import processing_stage
+from conveyor.curator.stages.function_decorators import processing_stage
 from conveyor.curator.stages.resources import Resources
 from conveyor.curator.tasks import DocumentBatch
 
@@ -30,7 +30,7 @@ class TokenizerStage(ProcessingStage[DocumentBatch, DocumentBatch]):
     def process(self, task: DocumentBatch) -> DocumentBatch:
         df = task.to_pandas().copy()
         df["tokens"] = df["text"].str.split().map(len)
-        return DocumentBatch(task.task_id, task.dataset_name, df, task._metadata)
+        return DocumentBatch(dataset_name=task.dataset_name, data=df, _metadata=task._metadata)
 
     def outputs(self) -> tuple[list[str], list[str]]:
         return ["data"], ["text", "tokens"]
@@ -55,22 +55,21 @@ class ModelStage(ProcessingStage[DocumentBatch, DocumentBatch]):
         df = task.to_pandas().copy()
         df["score"] = df["tokens"] * self.weight
         df["worker"] = self.worker
-        return DocumentBatch(task.task_id, task.dataset_name, df, task._metadata)
+        return DocumentBatch(dataset_name=task.dataset_name, data=df, _metadata=task._metadata)
 
 
 @processing_stage(name="custom_filter", resources=Resources(cpus=1))
 def custom_filter_stage(task: DocumentBatch) -> DocumentBatch:
     df = task.to_pandas()
-    return DocumentBatch(task.task_id, task.dataset_name, df[df["tokens"] >= 3])
+    return DocumentBatch(dataset_name=task.dataset_name, data=df[df["tokens"] >= 3])
 
 
 def documents(batches: int = 8, rows: int = 50) -> list[DocumentBatch]:
     words = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog"]
     return [
         DocumentBatch(
-            f"batch-{b}",
-            "seeds",
-            pd.DataFrame({"text": [" ".join(words[: 1 + (b + r) % 9]) for r in range(rows)]}),
+            dataset_name="seeds",
+            data=pd.DataFrame({"text": [" ".join(words[: 1 + (b + r) % 9]) for r in range(rows)]}),
         )
         for b in range(batches)
     ]

@@ -1,5 +1,6 @@
 """A text pipeline in NeMo Curator's style: JSONL in, a word-count filter, a scoring stage
-on a quarter GPU, Parquet out.
+on a quarter GPU, Parquet out. Its source runs on NeMo Curator 1.4 with ``nemo_curator`` in
+its import lines (``benchmarks/curator.py --peer`` runs it on both).
 
 ``python examples/curator/text_pipeline.py WORKDIR`` writes sample JSONL files under
 ``WORKDIR/input`` and the kept documents under ``WORKDIR/output``.
@@ -18,7 +19,7 @@ import pandas as pd
 from conveyor.curator.backends.xenna import XennaExecutor
 from conveyor.curator.pipeline import Pipeline
 from conveyor.curator.stages.base import CompositeStage, ProcessingStage
-from conveyor.curator.stages.function_definitions import processing_stage
+from conveyor.curator.stages.function_decorators import processing_stage
 from conveyor.curator.stages.resources import Resources
 from conveyor.curator.tasks import DocumentBatch, EmptyTask, FileGroupTask
 
@@ -39,8 +40,9 @@ class FilePartitioningStage(ProcessingStage[EmptyTask, FileGroupTask]):
     def process(self, task: EmptyTask) -> list[FileGroupTask]:
         files = sorted(str(p) for p in Path(self.path).glob("*.jsonl"))
         n = self.files_per_partition
+        config = {"lines": True}
         return [
-            FileGroupTask(f"files-{i}", "jsonl", files[i : i + n], reader_config={"lines": True})
+            FileGroupTask(dataset_name="jsonl", data=files[i : i + n], reader_config=config)
             for i in range(0, len(files), n)
         ]
 
@@ -52,7 +54,9 @@ class JsonlReaderStage(ProcessingStage[FileGroupTask, DocumentBatch]):
     def process(self, task: FileGroupTask) -> DocumentBatch:
         frames = [pd.read_json(path, **task.reader_config) for path in task.data]
         df = pd.concat(frames, ignore_index=True)
-        return DocumentBatch(task.task_id, task.dataset_name, df, {"source_files": task.data})
+        return DocumentBatch(
+            dataset_name=task.dataset_name, data=df, _metadata={"source_files": task.data}
+        )
 
     def outputs(self) -> tuple[list[str], list[str]]:
         return ["data"], ["id", "text"]
@@ -64,6 +68,7 @@ class JsonlReader(CompositeStage[EmptyTask, DocumentBatch]):
     name = "jsonl_reader_composite"
 
     def __init__(self, path: str, files_per_partition: int = 1) -> None:
+        super().__init__()
         self.path = path
         self.files_per_partition = files_per_partition
 
@@ -77,7 +82,7 @@ def word_count_filter(task: DocumentBatch) -> DocumentBatch | None:
     kept = df[df["text"].str.split().map(len).between(5, 200)]
     if kept.empty:
         return None  # nothing left of this batch
-    return DocumentBatch(task.task_id, task.dataset_name, kept.reset_index(drop=True))
+    return DocumentBatch(dataset_name=task.dataset_name, data=kept.reset_index(drop=True))
 
 
 class QualityScorer(ProcessingStage[DocumentBatch, DocumentBatch]):
@@ -89,7 +94,10 @@ class QualityScorer(ProcessingStage[DocumentBatch, DocumentBatch]):
 
     def setup(self, worker_metadata: Any = None) -> None:
         allocation = getattr(worker_metadata, "allocation", None)
-        self.gpus = tuple(getattr(allocation, "gpu_ids", ()))
+        self.gpus = tuple(gpu.index for gpu in getattr(allocation, "gpus", ()))
+
+    def process(self, task: DocumentBatch) -> DocumentBatch:
+        return self.process_batch([task])[0]
 
     def process_batch(self, tasks: list[DocumentBatch]) -> list[DocumentBatch]:
         out = []
@@ -98,7 +106,9 @@ class QualityScorer(ProcessingStage[DocumentBatch, DocumentBatch]):
             words = df["text"].str.split()
             df["quality"] = words.map(lambda w: sum(map(len, w)) / max(1, len(w)))
             df["gpu"] = ",".join(map(str, self.gpus))
-            out.append(DocumentBatch(task.task_id, task.dataset_name, df, task._metadata))
+            out.append(
+                DocumentBatch(dataset_name=task.dataset_name, data=df, _metadata=task._metadata)
+            )
         return out
 
 
@@ -118,7 +128,7 @@ class ParquetWriter(ProcessingStage[DocumentBatch, FileGroupTask]):
         temp = final + ".tmp"
         task.to_pandas().to_parquet(temp, index=False)
         os.replace(temp, final)  # a retry writes the same file again
-        return FileGroupTask(task.task_id, task.dataset_name, [final])
+        return FileGroupTask(dataset_name=task.dataset_name, data=[final])
 
 
 def write_inputs(folder: Path, files: int = 6, rows: int = 40) -> Path:

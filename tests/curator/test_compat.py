@@ -48,6 +48,8 @@ def run(stages: list[Any], tasks: list[Any], **config: Any) -> list[Any]:
         ("conveyor.curator.stages.core", ["ProcessingStage", "CompositeStage"]),
         ("conveyor.curator.stages.resources", ["Resources"]),
         ("conveyor.curator.stages.function_definitions", ["processing_stage"]),
+        ("conveyor.curator.stages.function_decorators", ["processing_stage"]),
+        ("conveyor.curator.backends.base", ["WorkerResources", "GpuAllocation"]),
         ("conveyor.curator.stages", ["ProcessingStage", "Resources", "processing_stage"]),
         ("conveyor.curator.tasks", ["Task", "DocumentBatch", "FileGroupTask", "EmptyTask"]),
         ("conveyor.curator.tasks", ["VideoTask"]),
@@ -99,21 +101,34 @@ def test_tasks_take_curators_order_and_are_conveyors() -> None:
     files = FileGroupTask("f", "ds", ["a.jsonl"], reader_config={"lines": True})
     assert files.data == ["a.jsonl"] and files.reader_config == {"lines": True}
     assert EmptyTask().num_items == 0
+    # NeMo Curator 1.4's order (no task_id: the framework sets it), and 1.0's tail
+    newer = DocumentBatch("ds", df, [], {"k": 2})
+    assert (newer.dataset_name, newer.data is df, newer._metadata) == ("ds", True, {"k": 2})
+    assert FileGroupTask("ds", ["b.jsonl"]).data == ["b.jsonl"] and FileGroupTask().data == []
+    older = DocumentBatch("id", "ds", df, [], {"k": 3})  # 1.0: _stage_perf, then _metadata
+    assert (older.task_id, older._metadata) == ("id", {"k": 3})
+    with pytest.raises(TypeError, match="metadata given twice"):
+        DocumentBatch("id", "ds", df, {"a": 1}, metadata={"b": 2})
 
 
 @pytest.mark.parametrize(
     ("make", "message"),
     [
         (lambda: DocumentBatch("id", "ds", "not a table"), r"DocumentBatch\.data must be a"),
-        (lambda: DocumentBatch("id", 7, None), r"DocumentBatch\.dataset_name must be a str"),
+        (
+            lambda: DocumentBatch(task_id="id", dataset_name=7),
+            r"DocumentBatch\.dataset_name must be a str",
+        ),
         (lambda: FileGroupTask("id", "ds", "one.jsonl"), r"FileGroupTask\.data must be a list"),
-        (lambda: DocumentBatch("id", "ds", None, ["x"]), r"metadata must be a dict"),
+        (lambda: DocumentBatch(task_id="id", _metadata=["x"]), r"metadata must be a dict"),
+        (lambda: DocumentBatch("id", "ds", None, 5), r"_stage_perf \(a list\) and _metadata"),
+        (lambda: DocumentBatch("ds", 42), r"DocumentBatch\.data must be a"),
     ],
 )
 def test_curator_tasks_name_the_field_a_wrong_argument_lands_in(make: Any, message: str) -> None:
     with pytest.raises(TypeError, match=message) as caught:
         make()
-    assert "NeMo Curator's order" in str(caught.value)
+    assert "NeMo Curator" in str(caught.value)
 
 
 def test_our_tasks_refuse_curators_positional_order() -> None:
@@ -240,6 +255,9 @@ class Hooks(ProcessingStage[DocumentBatch, DocumentBatch]):
 
     def setup(self, worker_metadata: Any = None) -> None:
         self.worker = (type(worker_metadata).__name__, worker_metadata.worker_id)
+        allocation = worker_metadata.allocation  # Cosmos-Xenna's shape, Conveyor's fields
+        assert allocation.cpus == 0.5 and allocation.gpus == ()
+        assert allocation.node == allocation.node_id and allocation.gpu_ids == ()
 
     def inputs(self) -> tuple[list[str], list[str]]:
         return ["data"], ["n"]
@@ -462,3 +480,14 @@ def test_curator_1_0_underscored_attributes_and_spec_key_enums() -> None:
     stage = adapt(Old())
     assert (stage.name, stage.resources.cpus, stage.batch_size) == ("old_style", 0.5, 4)
     assert batch(0).get_columns() == ["n"]
+
+
+def test_the_allocation_has_cosmos_xennas_shape() -> None:
+    from conveyor.cluster import WorkerInfo
+    from conveyor.curator.backends.base import GpuAllocation, WorkerResources
+
+    shared = WorkerResources.of(WorkerInfo("w", "s", "n", (1,), 0.25), cpus=2.0)
+    assert shared.gpus == (GpuAllocation(1, 0.25),) and (shared.node, shared.cpus) == ("n", 2.0)
+    assert shared.gpu_ids == (1,) and shared.worker_id == "w"  # Conveyor's, read through
+    whole = WorkerResources.of(WorkerInfo("w", "s", "n", (0, 1), 1.0), cpus=1.0)
+    assert [g.used_fraction for g in whole.gpus] == [1.0, 1.0]

@@ -25,9 +25,42 @@ class NodeInfo:
 
 
 @dataclass(frozen=True)
+class GpuAllocation:
+    """One GPU a worker holds: its index on the node and the share of it."""
+
+    index: int
+    used_fraction: float
+
+
+@dataclass(frozen=True)
+class WorkerResources:
+    """What a worker holds, in the shape NeMo Curator's stages read from
+    ``worker_metadata.allocation`` (Cosmos-Xenna's): ``node``, ``cpus`` and ``gpus`` (one
+    ``GpuAllocation`` per device). Conveyor's ``WorkerInfo`` is ``info``, and its fields
+    (``gpu_ids``, ``gpu_fraction``, ``node_id``, ``worker_id``) read through, so a
+    Conveyor stage wrapped in a NeMo Curator-style one can be set up with it."""
+
+    node: str
+    cpus: float
+    gpus: tuple[GpuAllocation, ...]
+    info: Any
+
+    @classmethod
+    def of(cls, worker: Any, cpus: float) -> WorkerResources:
+        share = worker.gpu_fraction if len(worker.gpu_ids) == 1 else 1.0
+        gpus = tuple(GpuAllocation(int(i), share or 1.0) for i in worker.gpu_ids)
+        return cls(worker.node_id, cpus, gpus, worker)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "info":  # not set yet (a copy being made)
+            raise AttributeError(name)
+        return getattr(self.info, name)
+
+
+@dataclass(frozen=True)
 class WorkerMetadata:
-    """The worker a ``setup`` (or ``setup_on_node``) call runs in; ``allocation`` is
-    Conveyor's ``WorkerInfo`` (node, GPU ids, GPU fraction)."""
+    """The worker a ``setup`` (or ``setup_on_node``) call runs in; ``allocation`` is a
+    ``WorkerResources``."""
 
     worker_id: str = ""
     allocation: Any = None

@@ -25,29 +25,22 @@ __all__ = ["DocumentBatch", "EmptyTask", "FileGroupTask", "StagePerf", "Task", "
 
 
 class Task(_Task[T]):
-    """Base of NeMo Curator-style tasks (see the module docstring)."""
+    """Base of NeMo Curator-style tasks (see the module docstring).
 
-    def __init__(
-        self,
-        task_id: str = "",
-        dataset_name: str = "",
-        data: Any = None,
-        _metadata: dict[str, Any] | None = None,
-        _stage_perf: list[Any] | None = None,
-        *,
-        metadata: dict[str, Any] | None = None,
-        stage_perf: list[Any] | None = None,
-    ) -> None:
-        # Conveyor's own field names too: ``dataclasses.replace`` and copies pass those
-        if _metadata is not None and metadata is not None:
-            raise TypeError(f"{type(self).__name__}: give _metadata or metadata, not both")
-        if _stage_perf is not None and stage_perf is not None:
-            raise TypeError(f"{type(self).__name__}: give _stage_perf or stage_perf, not both")
-        self.data = data
-        self.dataset_name = dataset_name
-        self.metadata = _first(_metadata, metadata, {})
-        self.task_id = task_id
-        self.stage_perf = _first(_stage_perf, stage_perf, [])
+    Positional arguments are read in either of NeMo Curator's orders: 1.0's ``(task_id,
+    dataset_name, data, ...)`` and 1.4's ``(dataset_name, data, ...)`` (where ``task_id`` is
+    set by the framework), told apart by the type of the second (a ``str`` there is the
+    dataset's name). After ``data`` come ``_stage_perf`` (a list) and ``_metadata`` (a dict)
+    in either order. Keywords are NeMo Curator's names or Conveyor's.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        fields = _parse(type(self).__name__, args, kwargs)
+        self.data = fields.get("data")
+        self.dataset_name = fields.get("dataset_name", "")
+        self.metadata = fields.get("metadata", {})
+        self.task_id = fields.get("task_id", "")
+        self.stage_perf = fields.get("stage_perf", [])
         self.__post_init__()
 
     @property
@@ -68,7 +61,10 @@ class Task(_Task[T]):
 
     @classmethod
     def _order_hint(cls) -> str:
-        return " (NeMo Curator's order: task_id, dataset_name, data, _metadata, _stage_perf)"
+        return (
+            " (NeMo Curator's orders: task_id, dataset_name, data (1.0), or dataset_name, "
+            "data (1.4); then _stage_perf, _metadata)"
+        )
 
     def add_stage_perf(self, perf: Any) -> None:
         self.stage_perf.append(perf)
@@ -79,8 +75,50 @@ class Task(_Task[T]):
         return True
 
 
-def _first(*values: Any) -> Any:
-    return next(v for v in values if v is not None)
+#: keyword -> field (NeMo Curator's underscored names and Conveyor's own)
+_KEYWORDS = {
+    "task_id": "task_id",
+    "dataset_name": "dataset_name",
+    "data": "data",
+    "_metadata": "metadata",
+    "metadata": "metadata",
+    "_stage_perf": "stage_perf",
+    "stage_perf": "stage_perf",
+}
+
+
+def _parse(cls: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The fields a NeMo Curator-style constructor call gives (see ``Task``)."""
+    fields: dict[str, Any] = {}
+
+    def put(name: str, value: Any) -> None:
+        if name in fields:
+            raise TypeError(f"{cls}: {name} given twice")
+        fields[name] = value
+
+    rest = list(args)
+    curator_1_4 = len(rest) >= 2 and isinstance(rest[0], str) and not isinstance(rest[1], str)
+    order = ["dataset_name", "data"] if curator_1_4 else ["task_id", "dataset_name", "data"]
+    for name in order:
+        if rest:
+            put(name, rest.pop(0))
+    for value in rest:
+        if isinstance(value, dict):
+            put("metadata", value)
+        elif isinstance(value, list):
+            put("stage_perf", value)
+        else:
+            raise TypeError(
+                f"{cls}: after data come _stage_perf (a list) and _metadata (a dict), got "
+                f"{type(value).__name__} {value!r:.60} (NeMo Curator's orders: task_id, "
+                "dataset_name, data (1.0), or dataset_name, data (1.4))"
+            )
+    for key, value in kwargs.items():
+        if key not in _KEYWORDS:
+            raise TypeError(f"{cls}() got an unexpected keyword argument {key!r}")
+        if value is not None:
+            put(_KEYWORDS[key], value)
+    return fields
 
 
 class DocumentBatch(Task[Any], _DocumentBatch):
@@ -91,32 +129,19 @@ class DocumentBatch(Task[Any], _DocumentBatch):
 
 
 class FileGroupTask(Task[list[str]], _FileGroupTask):
-    """Paths read together; ``reader_config`` holds the reader's options."""
+    """Paths read together; ``reader_config`` (a keyword) holds the reader's options."""
 
-    def __init__(
-        self,
-        task_id: str = "",
-        dataset_name: str = "",
-        data: list[str] | None = None,
-        _metadata: dict[str, Any] | None = None,
-        _stage_perf: list[Any] | None = None,
-        *,
-        reader_config: dict[str, Any] | None = None,
-        metadata: dict[str, Any] | None = None,
-        stage_perf: list[Any] | None = None,
-    ) -> None:
+    def __init__(self, *args: Any, reader_config: dict[str, Any] | None = None, **kwargs: Any):
         if reader_config is not None and not isinstance(reader_config, dict):
             raise TypeError(f"FileGroupTask.reader_config must be a dict, got {reader_config!r}")
         self.reader_config = reader_config or {}
-        super().__init__(
-            task_id,
-            dataset_name,
-            [] if data is None else data,
-            _metadata,
-            _stage_perf,
-            metadata=metadata,
-            stage_perf=stage_perf,
-        )
+        if (
+            len(args) < 3
+            and "data" not in kwargs
+            and not (len(args) == 2 and not isinstance(args[1], str))
+        ):
+            kwargs["data"] = []  # no paths given: an empty group
+        super().__init__(*args, **kwargs)
 
 
 class EmptyTask(Task[None], _ConveyorEmptyTask):
