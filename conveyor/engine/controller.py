@@ -388,9 +388,16 @@ class Controller:
         missing = [s.spec.name for s in self.stages if s.target > 0 and not s.pool.live_count]
         if missing:
             cpus, gpus = self.ledger.totals()
+            units = ""
+            if any(s.spec.resources.video_engines for s in self.stages):
+                decoders, encoders = self.ledger.engine_totals()
+                units = "".join(
+                    f", {n:g} {kind} units" if n is not None else f", {kind} units unknown"
+                    for kind, n in (("NVDEC", decoders), ("NVENC", encoders))
+                )
             raise BackendError(
                 f"no node can host a worker of stage(s) {', '.join(missing)} next to one worker "
-                f"of every other stage; the cluster has {cpus:g} CPUs and {gpus:g} GPUs "
+                f"of every other stage; the cluster has {cpus:g} CPUs and {gpus:g} GPUs{units} "
                 "(streaming runs all stages at once; BatchExecutor runs one at a time)"
             )
 

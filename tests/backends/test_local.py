@@ -98,6 +98,18 @@ def test_declared_decoders_bound_the_workers_on_each_gpu(tmp_path: Path) -> None
         LocalBackend(nvdecs_per_gpu=-1)
 
 
+def test_a_stage_asking_for_units_no_gpu_has_is_a_clear_error() -> None:
+    class Encode(ProcessingStage[int, int]):
+        resources = Resources(cpus=0.5, nvencs=1)
+
+        def process(self, task: int) -> int:
+            return task
+
+    backend = LocalBackend(num_cpus=2, num_gpus=1, nvdecs_per_gpu=7, nvencs_per_gpu=0)
+    with pytest.raises(BackendError, match=r"no node can host a worker of stage.*0 NVENC units"):
+        Pipeline("p", [Encode()]).run(StreamingExecutor(backend), range(3))
+
+
 def test_gpu_memory_becomes_a_fraction_of_the_placed_gpu(tmp_path: Path) -> None:
     stage = RecordEnv(tmp_path, Resources(cpus=0.1, gpu_memory_gb=20), workers=4)
     backend = LocalBackend(num_cpus=2, num_gpus=1, gpu_memory_gb=80)
