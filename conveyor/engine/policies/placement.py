@@ -204,19 +204,18 @@ def _engine_room(node: NodeFree, device: int, resources: Resources) -> float:
 def _state(node: NodeFree) -> tuple[object, ...]:
     """Nodes in the same state are interchangeable for placement (shares to 1e-6)."""
 
-    def micro(values: list[float] | None) -> tuple[int, ...] | None:
-        return None if values is None else tuple(int(v * 1e6 + 0.5) for v in values)
+    def micro(values: list[float]) -> list[int]:
+        return [int(v * 1e6 + 0.5) for v in values]
 
-    devices = sorted(
-        zip(
-            micro(node.gpu_free) or (),
-            micro(node.nvdec_free) or [None] * len(node.gpu_free),
-            micro(node.nvenc_free) or [None] * len(node.gpu_free),
-            strict=True,
-        ),
-        key=repr,
-    )
-    return (int(node.cpus * 1e6 + 0.5), tuple(devices), node.gpu_memory_gb, node.memory)
+    if node.nvdec_free is None and node.nvenc_free is None:
+        devices: tuple[object, ...] = tuple(sorted(micro(node.gpu_free)))
+    else:  # each device's compute share with its units: they travel together
+        units = [
+            micro(free) if free is not None else [-1] * len(node.gpu_free)
+            for free in (node.nvdec_free, node.nvenc_free)
+        ]
+        devices = tuple(sorted(zip(micro(node.gpu_free), *units, strict=True)))
+    return (int(node.cpus * 1e6 + 0.5), devices, node.gpu_memory_gb, node.memory)
 
 
 @dataclass
