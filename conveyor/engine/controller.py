@@ -1395,7 +1395,7 @@ class Controller:
             resources = self._worker_resources(stage)
             for worker in stage.pool.live():
                 held = self.ledger.held.get(worker.worker_id)
-                if held is not None and held[0] != resources:
+                if held is not None and held[0] is not resources and held[0] != resources:
                     self.ledger.resize(worker.worker_id, resources)
 
     def _refresh_nodes(self) -> None:

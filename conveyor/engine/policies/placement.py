@@ -229,6 +229,9 @@ class Ledger:
 
     nodes: dict[str, NodeFree] = field(default_factory=dict)
     held: dict[str, tuple[Resources, WorkerPlacement]] = field(default_factory=dict)
+    #: what ``held`` adds up to (``reserved``), kept as workers come and go: summing
+    #: thousands of workers at every decision cost more than the decision
+    _held_totals: list[float] = field(default_factory=lambda: [0.0, 0.0], repr=False)
     gpu_cpu_reserve: float = 0.0
     #: CPUs are time-shared (``AutoscaleConfig.share_cpus``): any worker may exceed a node's
     #: free CPUs, and CPU-only workers go where the most are free
@@ -314,16 +317,32 @@ class Ledger:
             self._apply(node, old, placement, +1)
             self._apply(node, resources, placement, -1)
             self._group(node)
-        self.held[worker_id] = (resources, placement)
+        self._hold(worker_id, resources, placement)
 
     def reserved(self) -> tuple[float, float]:
         """CPUs and GPUs (fractions summed) the placed workers hold."""
-        cpus = gpus = 0.0
-        for resources, placement in self.held.values():
-            cpus += resources.cpus
-            fractional = len(placement.gpu_ids) == 1 and resources.gpus < 1
-            gpus += placement.gpu_fraction if fractional else len(placement.gpu_ids)
-        return cpus, gpus
+        cpus, gpus = self._held_totals
+        return max(0.0, cpus), max(0.0, gpus)
+
+    def _hold(self, worker_id: str, resources: Resources, placement: WorkerPlacement) -> None:
+        """Book ``worker_id`` as holding ``resources`` at ``placement`` (instead of what it
+        held before)."""
+        self._unhold(worker_id)
+        self.held[worker_id] = (resources, placement)
+        self._count(resources, placement, +1)
+
+    def _unhold(self, worker_id: str) -> tuple[Resources, WorkerPlacement] | None:
+        held = self.held.pop(worker_id, None)
+        if held is not None:
+            self._count(*held, -1)
+        return held
+
+    def _count(self, resources: Resources, placement: WorkerPlacement, sign: int) -> None:
+        fractional = len(placement.gpu_ids) == 1 and resources.gpus < 1
+        self._held_totals[0] += sign * resources.cpus
+        self._held_totals[1] += sign * (
+            placement.gpu_fraction if fractional else len(placement.gpu_ids)
+        )
 
     def _move(
         self, node: NodeFree, resources: Resources, placement: WorkerPlacement, sign: int
@@ -416,13 +435,13 @@ class Ledger:
             node, devices, share = choice
             placement = WorkerPlacement(node.node_id, devices, share)
             self._move(node, resources, placement, -1)
-            self.held[worker_id] = (resources, placement)
+            self._hold(worker_id, resources, placement)
             placed.append(placement)
             last = node
         return placed
 
     def release(self, worker_id: str) -> None:
-        held = self.held.pop(worker_id, None)
+        held = self._unhold(worker_id)
         if held is None:
             return
         resources, placement = held

@@ -530,3 +530,29 @@ def test_engine_asks_are_validated() -> None:
     with pytest.raises(TypeError, match=r"Resources\.nvencs must be a number"):
         Resources(nvencs="1")  # type: ignore[arg-type]
     assert Resources(cpus=1, nvdecs=0.5).describe() == "cpus=1, nvdecs=0.5"
+
+
+def test_reserved_totals_follow_every_allocation_resize_and_release() -> None:
+    """``reserved`` is kept as workers come and go; it must equal the sum over ``held``."""
+
+    def summed(ledger: Ledger) -> tuple[float, float]:
+        cpus = gpus = 0.0
+        for resources, placement in ledger.held.values():
+            cpus += resources.cpus
+            fractional = len(placement.gpu_ids) == 1 and resources.gpus < 1
+            gpus += placement.gpu_fraction if fractional else len(placement.gpu_ids)
+        return cpus, gpus
+
+    ledger = Ledger.of([node("a", cpus=32, gpus=4), node("b", cpus=16)])
+    shapes = [Resources(cpus=1, gpus=0.25), Resources(cpus=2, gpus=1), Resources(cpus=0.5)]
+    ids = [f"r{i}" for i in range(12)]
+    for i, worker in enumerate(ids):
+        ledger.allocate(worker, shapes[i % 3])
+    ledger.resize(ids[2], Resources(cpus=0.5, memory_gb=1))
+    for worker in ids[::3]:
+        ledger.release(worker)
+    ledger.release("never-placed")
+    assert ledger.reserved() == pytest.approx(summed(ledger))
+    for worker in ids:
+        ledger.release(worker)
+    assert ledger.reserved() == (0.0, 0.0)
