@@ -321,34 +321,47 @@ def plan(
     wanted = list(target)
     heap = [(wanted[i] / weights[i], i) for i in range(len(stages)) if active[i]]
     heapq.heapify(heap)
+    # A stage keeps the workers coming while it stays the slowest (what a pop of the heap
+    # would give again): the same steps as one push and pop per worker, without the heap's
+    # cost at thousands of workers a decision
     while heap:
         pace, i = heapq.heappop(heap)
         s = stages[i]
         if s.pinned is not None:
             break  # a pinned bottleneck: more workers elsewhere would not raise throughput
         limit = caps[i] if s.task_time_s is None else grow[i]
-        if wanted[i] >= limit:
-            continue  # no more work for it to take: the next stage may still need help
-        if pace >= pace_cap:
-            break  # bound by the CPUs: another worker would only wait for one
-        room = extra if share else cpus
         weight = s.memory_bytes or 0.0
-        if (
-            s.cpus > room + 1e-9
-            or s.gpus > gpus + 1e-9
-            or weight > memory
-            or s.nvdecs > decoders + 1e-9
-            or s.nvencs > encoders + 1e-9
-        ):
-            break  # the bottleneck cannot grow: adding elsewhere would not raise throughput
-        wanted[i] += 1
-        cpus -= s.cpus
-        extra -= s.cpus
-        gpus -= s.gpus
-        memory -= weight
-        decoders -= s.nvdecs
-        encoders -= s.nvencs
-        heapq.heappush(heap, (wanted[i] / weights[i], i))
+        need_cpus, need_gpus, need_decs, need_encs = s.cpus, s.gpus, s.nvdecs, s.nvencs
+        stop = False
+        while True:
+            if wanted[i] >= limit:
+                break  # no more work for it to take: the next stage may still need help
+            if pace >= pace_cap:
+                stop = True  # bound by the CPUs: another worker would only wait for one
+                break
+            room = extra if share else cpus
+            if (
+                need_cpus > room + 1e-9
+                or need_gpus > gpus + 1e-9
+                or weight > memory
+                or need_decs > decoders + 1e-9
+                or need_encs > encoders + 1e-9
+            ):
+                stop = True  # the bottleneck cannot grow: more elsewhere would not help
+                break
+            wanted[i] += 1
+            cpus -= need_cpus
+            extra -= need_cpus
+            gpus -= need_gpus
+            memory -= weight
+            decoders -= need_decs
+            encoders -= need_encs
+            pace = wanted[i] / weights[i]
+            if heap and (pace, i) > heap[0]:
+                heapq.heappush(heap, (pace, i))
+                break
+        if stop:
+            break
     target = [
         min(w, g) if a else t for w, g, a, t in zip(wanted, grow, active, target, strict=True)
     ]
