@@ -274,7 +274,6 @@ def video(
     from rich.console import Console
 
     from conveyor.pipelines.video import (
-        ConfigMismatch,
         VideoConfig,
         check_resume,
         clear_output,
@@ -359,9 +358,7 @@ def video(
         if overwrite:
             clear_output(config.output)
         check_resume(config)
-    except (ValueError, OSError, ImportError) as exc:
-        if isinstance(exc, ConfigMismatch):
-            raise _fail(str(exc)) from None
+    except (ValueError, OSError, ImportError) as exc:  # a ConfigMismatch among them
         raise _fail(str(exc)) from None
     console = Console()
     if journal is None and executor is not VideoExecutor.ray_data:
