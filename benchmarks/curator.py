@@ -57,7 +57,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -83,7 +82,6 @@ RENAMED: dict[str, dict[str, str]] = {}
 #: NeMo Curator the scorer asks for no GPU (its other resources are the example's).
 SIDE_EDITS = {"curator": [("Resources(cpus=1, gpus=0.25)", "Resources(cpus=1, gpus=0)")]}
 MODULE = "curator_text_pipeline"
-SAMPLE_S = 0.2
 PR_SET_CHILD_SUBREAPER = 36
 MIB = 1 << 20
 
@@ -274,45 +272,6 @@ def side_main(args: argparse.Namespace) -> None:
 
 
 # -- both sides, measured from here ------------------------------------------------------------
-class TreeWatch:
-    """This process's descendants, every ``SAMPLE_S``: each one's CPU seconds as last seen,
-    and the peak of their summed RSS. (With ``become_subreaper``, a descendant whose parent
-    exits stays one, handed to this process.)"""
-
-    def __init__(self) -> None:
-        import psutil
-
-        self.psutil = psutil
-        self.me = psutil.Process()
-        self.cpu: dict[int, float] = {}
-        self.peak_rss = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    def sample(self) -> None:
-        psutil = self.psutil
-        rss = 0
-        with contextlib.suppress(psutil.Error):
-            for proc in self.me.children(recursive=True):
-                with contextlib.suppress(psutil.Error), proc.oneshot():
-                    times = proc.cpu_times()
-                    self.cpu[proc.pid] = times.user + times.system
-                    rss += proc.memory_info().rss
-        self.peak_rss = max(self.peak_rss, rss)
-
-    def _loop(self) -> None:
-        while not self._stop.wait(SAMPLE_S):
-            self.sample()
-
-    def __enter__(self) -> TreeWatch:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
 def end_descendants(grace_s: float, names: list[str] | None = None) -> int:
     """How many descendants of this process still run (their names appended to ``names``);
     they get ``grace_s`` to end, then are killed by pid, and all are waited for, zombies
@@ -380,7 +339,12 @@ def measure(side: str, work: Path, args: argparse.Namespace) -> dict[str, Any]:
         "--result", str(result), "--cpus", str(args.cpus), "--gpus", str(args.gpus),
     ]  # fmt: skip
     log = side_dir / "log.txt"
-    with open(log, "a") as sink, TreeWatch() as watch:
+    import psutil
+    from video_user import TreeWatch  # imported here: a side's process never loads it
+
+    # this process's descendants (with ``become_subreaper``, one whose parent exits is
+    # handed to this process and stays one)
+    with open(log, "a") as sink, TreeWatch(psutil.Process(), include_root=False) as watch:
         cpu_before = children_cpu_s()
         begun = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, env=env)

@@ -141,10 +141,12 @@ class Run:
 
 class TreeWatch:
     """Samples the process tree under ``root``: each process's CPU as last seen, and the
-    peak of the tree's summed RSS."""
+    peak of the tree's summed RSS; ``include_root=False``: its descendants only (a
+    measuring process watching what it started)."""
 
-    def __init__(self, root: psutil.Process) -> None:
+    def __init__(self, root: psutil.Process, include_root: bool = True) -> None:
         self.root = root
+        self.include_root = include_root
         self.cpu: dict[int, float] = {}
         self.peak_rss = 0
         self._stop = threading.Event()
@@ -153,7 +155,8 @@ class TreeWatch:
     def sample(self) -> None:
         rss = 0
         with contextlib.suppress(psutil.Error):
-            for proc in [self.root, *self.root.children(recursive=True)]:
+            tree = self.root.children(recursive=True)
+            for proc in [self.root, *tree] if self.include_root else tree:
                 with contextlib.suppress(psutil.Error), proc.oneshot():
                     times = proc.cpu_times()
                     self.cpu[proc.pid] = times.user + times.system
