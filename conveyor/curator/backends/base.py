@@ -89,8 +89,13 @@ class BaseExecutor:
             )
         if not isinstance(ignore_head_node, bool):
             raise TypeError(f"ignore_head_node must be True or False, got {ignore_head_node!r}")
+        if ignore_head_node:
+            raise ValueError(
+                f"{type(self).__name__}: ignore_head_node=True is not supported (work goes to "
+                "every node that has resources: give the head node none, or run the driver "
+                "off the cluster)"
+            )
         self.config: dict[str, Any] = {**self.defaults, **(config or {})}
-        self.ignore_head_node = ignore_head_node
         self.ignore_failures = _flag(self.config.get("ignore_failures", False), "ignore_failures")
 
     def conveyor_executor(self) -> Executor:

@@ -50,11 +50,6 @@ class RayActorPoolExecutor(BaseExecutor):
         num_gpus: int | None = None,
     ) -> None:
         super().__init__(config, ignore_head_node)
-        if ignore_head_node:
-            raise ValueError(
-                "RayActorPoolExecutor: ignore_head_node=True is not supported (give the head "
-                "node no resources instead)"
-            )
         config = self.config
         if config["runtime_env"]:
             raise ValueError(

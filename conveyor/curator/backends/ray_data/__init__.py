@@ -29,11 +29,6 @@ class RayDataExecutor(BaseExecutor):
         num_gpus: int | None = None,
     ) -> None:
         super().__init__(config, ignore_head_node)
-        if ignore_head_node:
-            raise ValueError(
-                "RayDataExecutor: ignore_head_node=True is not supported: Ray Data places "
-                "work on every node (give the head node no resources instead)"
-            )
         experimental("RayDataExecutor")
         self.address, self.num_cpus, self.num_gpus = address, num_cpus, num_gpus
 

@@ -49,11 +49,6 @@ class XennaExecutor(BaseExecutor):
         backend: Any = None,
     ) -> None:
         super().__init__(config, ignore_head_node)
-        if ignore_head_node:
-            raise ValueError(
-                "XennaExecutor: ignore_head_node=True is not supported (nor by NeMo Curator's "
-                "Xenna executor): run the driver off the cluster, or give its node no resources"
-            )
         config = self.config
         mode = config["execution_mode"]
         if mode not in ("streaming", "batch"):
