@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from conveyor.stages.video.base import InputError
+from conveyor.stages.video.base import InputError, describe_error
 from conveyor.storage import READ_BLOCK, ObjectPath, is_url, location, printable
 from conveyor.storage import size as file_size
 from conveyor.tasks.video import VideoMetadata
@@ -181,7 +181,7 @@ def nvdec_decoder(stream: Any) -> Any:
         decoder.width, decoder.height = context.width, context.height
         decoder.open()
     except Exception as exc:  # noqa: BLE001 - any failure: the CPU decodes this video
-        raise NvdecUnavailable(f"{name} does not open: {describe_ffmpeg(exc)}") from None
+        raise NvdecUnavailable(f"{name} does not open: {describe_error(exc)}") from None
     return decoder
 
 
@@ -207,12 +207,6 @@ def nvdec_works() -> bool:
 
 class NvdecUnavailable(Exception):
     """NVDEC cannot decode this video (the message says why); the CPU does instead."""
-
-
-def describe_ffmpeg(exc: BaseException) -> str:
-    """One line for an FFmpeg error."""
-    text = " ".join(str(exc).split())
-    return text[:200] or type(exc).__name__
 
 
 # -- probing ---------------------------------------------------------------------------
