@@ -789,8 +789,8 @@ def targets(runs: list[Run], scores: dict[str, dict[str, Score]]) -> None:
 
 def as_json(run: Run, by: dict[str, Score] | None) -> dict[str, Any]:
     out: dict[str, Any] = {
-        "wall_s": round(run.wall_s, 3),
-        "cpu_s": round(run.cpu_s, 3),
+        "wall_s": run.wall_s,  # exact: --from-json prints the same tables again
+        "cpu_s": run.cpu_s,
         "skipped": run.skipped,
         "failed": run.failed,
         "note": run.note,
