@@ -28,8 +28,6 @@ from conveyor.stages.video.text_embed import clip_text
 from conveyor.storage import ObjectPath, StoragePath
 from conveyor.tasks.video import ERROR_FILTER, Clip, Video, VideoTask
 
-EMBEDDING_COLUMNS = ("clip_id", "embedding")
-
 #: the reason recorded for a readable video that gave no clip
 NO_CLIPS = "too short: the video, or each of its shots once cropped, is under --min-clip"
 
@@ -85,6 +83,10 @@ def _embedding_table(clips: list[Clip], attribute: str, with_text: bool = False)
     dim = vectors.shape[1]
     values = pa.array(vectors.reshape(-1), type=pa.float32())
     columns: dict[str, Any] = {"clip_id": pa.array([c.clip_id for c in rows], type=pa.string())}
+    # the semantic dedup's keep rule (the earliest clip of the earliest video is kept) reads
+    # these, so that it never opens a meta
+    columns["source_video"] = pa.array([c.source_video for c in rows], type=pa.string())
+    columns["start_s"] = pa.array([float(c.span[0]) for c in rows], type=pa.float64())
     if with_text:
         columns["text"] = pa.array([clip_text(c) for c in rows], type=pa.string())
     columns["embedding"] = pa.ListArray.from_arrays(

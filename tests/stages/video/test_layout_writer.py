@@ -407,7 +407,7 @@ def test_text_embeddings_are_gathered_too(tmp_path: Path) -> None:
     writer.process(chunk("v.mp4", 1, [second], last=True))
     writer.process(chunk("v.mp4", 0, [first]))
     table = pq.read_table(OutputLayout(tmp_path).text_embedding_path(video_id("v.mp4")))
-    assert table.column_names == ["clip_id", "text", "embedding"]
+    assert table.column_names == ["clip_id", "source_video", "start_s", "text", "embedding"]
     assert table.column("clip_id").to_pylist() == [first.clip_id, second.clip_id]
     assert table.column("text").to_pylist() == ["a dog runs", "dog, cat"]
     assert table.column("embedding").to_pylist()[1] == [0.25] * 4
