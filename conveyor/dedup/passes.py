@@ -1,0 +1,456 @@
+"""The semantic dedup's passes, each an ordinary ``ProcessingStage``.
+
+::
+
+    WORK/sample/chunk-000000.npy             pass 1: each chunk's sampled embeddings
+    WORK/centroids.npy, WORK/buckets.npy     pass 1: k-means centroids, each cluster's bucket
+    WORK/assign/bucket-00000/chunk-000000.parquet
+                                             pass 2: a chunk's items of one bucket (id, pos,
+                                             cluster, order columns, unit embedding)
+    WORK/marks/task-000000.parquet           pass 3: duplicates found by one task
+    OUTPUT/duplicates.parquet                pass 4: id, duplicate_of, similarity
+
+Every file is written atomically (``conveyor.storage``), so a retried task rewrites its own
+files and WORK may be a bucket URL as well as a folder. An item's ``pos`` is its place in the
+input (file index, row): the keep order's last key, and how a task finds an item again.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from conveyor.dedup.plan import Chunk, Columns, CompareTask, SemanticDedupError, buckets
+from conveyor.dedup.similarity import BestEarlier, best_earlier_within, normalise
+from conveyor.resources import Resources
+from conveyor.stage import ProcessingStage
+from conveyor.storage import StoragePath, atomic_write, location
+
+#: faiss k-means iterations (its default is 25; 20 moves the centroids well under 1%)
+KMEANS_ITERATIONS = 20
+
+
+@dataclass(frozen=True)
+class Sampled:
+    chunk: int
+    items: int
+    sampled: int
+    #: rows with no embedding (null or empty): never compared, never marked
+    skipped: int
+
+
+@dataclass(frozen=True)
+class Trained:
+    clusters: int
+    dim: int
+    sample: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Assigned:
+    chunk: int
+    #: items per cluster
+    counts: np.ndarray
+
+
+@dataclass(frozen=True)
+class Compared:
+    task: int
+    items: int
+    duplicates: int
+
+
+# -- reading and writing -----------------------------------------------------------------------
+def read_chunk(chunk: Chunk, names: list[str]) -> Any:
+    import pyarrow.parquet as pq
+
+    from conveyor.storage import open_input
+
+    with open_input(chunk.path) as raw:
+        return pq.ParquetFile(raw).read_row_groups(list(chunk.row_groups), columns=names)
+
+
+def embeddings(table: Any, column: str, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """(float32 rows, indices of the table's rows they are): rows whose embedding is null or
+    empty are left out; a length unlike the others' is an error naming ``where``."""
+    import pyarrow as pa
+
+    array = table.column(column).combine_chunks()
+    if isinstance(array, pa.ExtensionArray):
+        array = array.storage
+    valid = ~np.asarray(array.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+    if pa.types.is_fixed_size_list(array.type):
+        dim = array.type.list_size
+        start = array.offset * dim
+        flat = array.values.slice(start, len(array) * dim).to_numpy(zero_copy_only=False)
+        matrix = np.asarray(flat, dtype=np.float32).reshape(len(array), dim)
+        keep = np.flatnonzero(valid) if dim else np.zeros(0, np.int64)
+        return matrix[keep], keep
+    offsets = array.offsets.to_numpy()
+    lengths = np.diff(offsets)
+    keep = np.flatnonzero(valid & (lengths > 0))
+    if not len(keep):
+        return np.zeros((0, 0), np.float32), keep
+    dim = int(lengths[keep[0]])
+    odd = keep[lengths[keep] != dim]
+    if len(odd):
+        raise SemanticDedupError(
+            f"{where}: column {column!r} holds embeddings of {dim} and of "
+            f"{int(lengths[odd[0]])} numbers (row {int(odd[0])}); they must all have one length"
+        )
+    values = array.values.to_numpy(zero_copy_only=False)
+    take = (offsets[keep][:, None] + np.arange(dim)[None, :]).reshape(-1)
+    return np.asarray(values[take], dtype=np.float32).reshape(len(keep), dim), keep
+
+
+def _save_npy(path: StoragePath, array: np.ndarray) -> None:
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    with atomic_write(path) as out:
+        out.write(buffer.getvalue())
+
+
+def _load_npy(path: StoragePath) -> np.ndarray:
+    return np.load(io.BytesIO(path.read_bytes()))
+
+
+def _write_table(path: StoragePath, table: Any) -> None:
+    import pyarrow.parquet as pq
+
+    with atomic_write(path) as out:
+        pq.write_table(table, out, compression="none")
+
+
+def _read_table(path: StoragePath, columns: list[str] | None = None) -> Any:
+    import pyarrow.parquet as pq
+
+    with path.open("rb") as raw:
+        return pq.read_table(raw, columns=columns)
+
+
+def _files(folder: StoragePath, pattern: str) -> list[StoragePath]:
+    return sorted(folder.glob(pattern)) if folder.exists() else []
+
+
+def _faiss(threads: int) -> Any:
+    try:
+        import faiss
+    except ImportError:
+        raise SemanticDedupError(
+            "semantic dedup needs faiss: pip install faiss-cpu (or conveyor[dedup])"
+        ) from None
+
+    faiss.omp_set_num_threads(max(1, threads))
+    return faiss
+
+
+# -- pass 1: sample and train ------------------------------------------------------------------
+class SampleEmbeddings(ProcessingStage[Chunk, Sampled]):
+    """Each chunk's share of the k-means sample (a fixed fraction, drawn with a seed per chunk,
+    so a retry draws the same rows)."""
+
+    resources = Resources(cpus=1.0)
+
+    def __init__(self, work: str, columns: Columns, fraction: float, seed: int) -> None:
+        self.work = work
+        self.columns = columns
+        self.fraction = fraction
+        self.seed = seed
+
+    def process(self, chunk: Chunk) -> Sampled:
+        table = read_chunk(chunk, [self.columns.embedding])
+        vectors, kept = embeddings(table, self.columns.embedding, chunk.path)
+        draw = np.random.default_rng([self.seed, chunk.index]).random(len(vectors))
+        sample = normalise(vectors[draw < self.fraction])
+        _save_npy(location(self.work) / "sample" / f"chunk-{chunk.index:06d}.npy", sample)
+        return Sampled(chunk.index, len(kept), len(sample), chunk.rows - len(kept))
+
+
+class TrainCentroids(ProcessingStage[Any, Trained]):
+    """k-means (faiss, spherical) on the sample; each cluster's size estimated from it, and
+    the clusters packed into buckets of about ``partition_rows`` items for pass 2's files.
+
+    One worker, and every core the run can spare for it (it is the only stage running)."""
+
+    resources = Resources(cpus=1.0)
+    num_workers = 1
+    max_threads = 256
+
+    def __init__(
+        self, work: str, clusters: int, items: int, partition_rows: int, seed: int
+    ) -> None:
+        self.work = work
+        self.clusters = clusters
+        self.items = items
+        self.partition_rows = partition_rows
+        self.seed = seed
+
+    def process(self, task: Any) -> Trained:
+        started = time.perf_counter()
+        work = location(self.work)
+        parts = [_load_npy(p) for p in _files(work / "sample", "chunk-*.npy")]
+        parts = [p for p in parts if p.size]
+        if not parts:
+            raise SemanticDedupError("no item has an embedding: nothing to cluster")
+        dims = {p.shape[1] for p in parts}
+        if len(dims) > 1:
+            raise SemanticDedupError(
+                f"the inputs' embeddings have different lengths ({sorted(dims)}); they must "
+                "all have one"
+            )
+        sample = np.concatenate(parts)
+        clusters = max(1, min(self.clusters, len(sample)))
+        dim = sample.shape[1]
+        faiss = _faiss(self.threads)
+        if clusters == 1:
+            centroids = normalise(sample.mean(axis=0, keepdims=True))
+        else:
+            kmeans = faiss.Kmeans(
+                dim,
+                clusters,
+                niter=KMEANS_ITERATIONS,
+                seed=self.seed,
+                spherical=True,
+                max_points_per_centroid=max(256, len(sample) // clusters + 1),
+            )
+            kmeans.train(sample)
+            centroids = normalise(kmeans.centroids)
+        index = faiss.IndexFlatIP(dim)
+        index.add(centroids)
+        _, nearest = index.search(sample, 1)
+        estimated = np.bincount(nearest[:, 0], minlength=clusters) * (self.items / len(sample))
+        _save_npy(work / "centroids.npy", centroids)
+        bucket_of = np.asarray(buckets(estimated.tolist(), self.partition_rows), np.int32)
+        _save_npy(work / "buckets.npy", bucket_of)
+        return Trained(clusters, dim, len(sample), time.perf_counter() - started)
+
+
+# -- pass 2: assign ----------------------------------------------------------------------------
+class AssignClusters(ProcessingStage[Chunk, Assigned]):
+    """Every item of a chunk to its nearest centroid, written to its cluster's bucket (one
+    file per bucket the chunk has items of, sorted by cluster), with its unit embedding."""
+
+    resources = Resources(cpus=1.0)
+
+    def __init__(self, work: str, columns: Columns) -> None:
+        self.work = work
+        self.columns = columns
+        self._index: Any = None
+        self._buckets: np.ndarray | None = None
+
+    def setup(self, worker: Any) -> None:
+        work = location(self.work)
+        centroids = _load_npy(work / "centroids.npy")
+        self._buckets = _load_npy(work / "buckets.npy")
+        faiss = _faiss(1)
+        self._index = faiss.IndexFlatIP(centroids.shape[1])
+        self._index.add(centroids)
+
+    def process(self, chunk: Chunk) -> Assigned:
+        import pyarrow as pa
+
+        if self._index is None:
+            self.setup(None)
+        assert self._buckets is not None
+        table = read_chunk(chunk, self.columns.read)
+        vectors, kept = embeddings(table, self.columns.embedding, chunk.path)
+        clusters = len(self._buckets)
+        if not len(kept):
+            return Assigned(chunk.index, np.zeros(clusters, np.int64))
+        if vectors.shape[1] != self._index.d:
+            raise SemanticDedupError(
+                f"{chunk.path}: embeddings of {vectors.shape[1]} numbers, the others' have "
+                f"{self._index.d}"
+            )
+        _faiss(self.threads)
+        vectors = normalise(vectors)
+        _, nearest = self._index.search(vectors, 1)
+        cluster = nearest[:, 0].astype(np.int32)
+        order = np.argsort(cluster, kind="stable")
+        cluster, rows = cluster[order], kept[order]
+        dim = vectors.shape[1]
+        out = table.select([self.columns.id, *self.columns.order_by]).take(pa.array(rows))
+        out = out.append_column("pos", pa.array((chunk.file_index << 32) + chunk.first_row + rows))
+        out = out.append_column("cluster", pa.array(cluster))
+        flat = pa.array(vectors[order].reshape(-1))
+        out = out.append_column("embedding", pa.FixedSizeListArray.from_arrays(flat, dim))
+        bucket = self._buckets[cluster]
+        edges = np.flatnonzero(np.diff(bucket)) + 1
+        work = location(self.work) / "assign"
+        for a, b in zip(np.r_[0, edges], np.r_[edges, len(bucket)], strict=True):
+            name = f"bucket-{int(bucket[a]):05d}/chunk-{chunk.index:06d}.parquet"
+            _write_table(work / name, out.slice(int(a), int(b - a)))
+        return Assigned(chunk.index, np.bincount(cluster, minlength=clusters).astype(np.int64))
+
+
+# -- pass 3: compare ---------------------------------------------------------------------------
+def ranks(table: Any, order_by: tuple[str, ...]) -> np.ndarray:
+    """Each row's place in the keep order: ``order_by`` ascending (nulls last), then input
+    position."""
+    import pyarrow.compute as pc
+
+    keys = [(name, "ascending", "at_end") for name in (*order_by, "pos")]
+    order = pc.sort_indices(table, sort_keys=keys).to_numpy()
+    rank = np.empty(len(order), np.int64)
+    rank[order] = np.arange(len(order))
+    return rank
+
+
+class CompareClusters(ProcessingStage[CompareTask, Compared]):
+    """Pass 3: within each cluster of the task, every item against the items before it in
+    the keep order; one marks file per task."""
+
+    resources = Resources(cpus=1.0)
+
+    def __init__(self, work: str, columns: Columns, threshold: float) -> None:
+        self.work = work
+        self.columns = columns
+        self.threshold = threshold
+
+    def process(self, task: CompareTask) -> Compared:
+        files = _files(location(self.work) / "assign" / f"bucket-{task.bucket:05d}", "*.parquet")
+        if task.parts == 1:
+            found, items = self._whole(files, task)
+        else:
+            found, items = self._part(files, task)
+        marks = location(self.work) / "marks" / f"task-{task.index:06d}.parquet"
+        _write_table(marks, found)
+        return Compared(task.index, items, found.num_rows)
+
+    def _read(self, files: list[StoragePath], clusters: tuple[int, ...], names: list[str]) -> Any:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        wanted = pa.array(clusters, pa.int32())
+        parts = []
+        for path in files:
+            table = _read_table(path, [*names, "cluster"])
+            parts.append(table.filter(pc.is_in(table.column("cluster"), value_set=wanted)))
+        return pa.concat_tables(parts) if parts else None
+
+    def _marks(self, ids: Any, matches: Any, similarity: np.ndarray) -> Any:
+        import pyarrow as pa
+
+        return pa.table(
+            {"id": ids, "duplicate_of": matches, "similarity": pa.array(similarity, pa.float32())}
+        )
+
+    def _empty(self, id_type: Any) -> Any:
+        import pyarrow as pa
+
+        return self._marks(pa.array([], id_type), pa.array([], id_type), np.zeros(0, np.float32))
+
+    def _whole(self, files: list[StoragePath], task: CompareTask) -> tuple[Any, int]:
+        import pyarrow as pa
+
+        names = [self.columns.id, *self.columns.order_by, "pos", "embedding"]
+        table = self._read(files, task.clusters, names)
+        if table is None or not table.num_rows:
+            raise SemanticDedupError(f"pass 3 task {task.index}: bucket {task.bucket} is empty")
+        table = table.combine_chunks()
+        clusters = table.column("cluster").to_numpy()
+        found = []
+        for cluster in task.clusters:
+            rows = np.flatnonzero(clusters == cluster)
+            if len(rows) < 2:
+                continue
+            part = table.take(pa.array(rows))
+            dim = part.schema.field("embedding").type.list_size
+            vectors = part.column("embedding").combine_chunks().values.to_numpy()
+            vectors = vectors.reshape(len(rows), dim)
+            rank = ranks(part, self.columns.order_by)
+            q, m, s = best_earlier_within(vectors, rank, self.threshold)
+            if len(q):
+                ids = part.column(self.columns.id)
+                found.append(self._marks(ids.take(pa.array(q)), ids.take(pa.array(m)), s))
+        id_type = table.schema.field(self.columns.id).type
+        return (pa.concat_tables(found) if found else self._empty(id_type)), table.num_rows
+
+    def _part(self, files: list[StoragePath], task: CompareTask) -> tuple[Any, int]:
+        """One part of a cluster too big for one task: its items whose rank is ``part`` modulo
+        ``parts`` against every item of the cluster, read one file at a time."""
+        import pyarrow as pa
+
+        (cluster,) = task.clusters
+        keys = self._read(files, task.clusters, [*self.columns.order_by, "pos"])
+        if keys is None or not keys.num_rows:
+            raise SemanticDedupError(f"pass 3 task {task.index}: cluster {cluster} is empty")
+        pos = keys.column("pos").to_numpy()
+        rank = ranks(keys, self.columns.order_by)
+        by_pos = np.argsort(pos)
+        sorted_pos, sorted_rank = pos[by_pos], rank[by_pos]
+        del keys, pos, rank
+
+        def rank_of(p: np.ndarray) -> np.ndarray:
+            return sorted_rank[np.searchsorted(sorted_pos, p)]
+
+        names = [self.columns.id, "pos", "embedding"]
+        mine_ids, mine_vectors, mine_ranks = [], [], []
+        id_type = None
+        for path in files:
+            table = self._read([path], task.clusters, names)
+            id_type = table.schema.field(self.columns.id).type
+            r = rank_of(table.column("pos").to_numpy())
+            take = np.flatnonzero(r % task.parts == task.part)
+            if len(take):
+                part = table.take(pa.array(take))
+                mine_ids.append(part.column(self.columns.id))
+                mine_vectors.append(_unit_rows(part))
+                mine_ranks.append(r[take])
+        if not mine_ids:
+            return self._empty(id_type), 0
+        best = BestEarlier(np.concatenate(mine_vectors), np.concatenate(mine_ranks))
+        other_ids = []
+        for path in files:
+            table = self._read([path], task.clusters, names)
+            best.feed(_unit_rows(table), rank_of(table.column("pos").to_numpy()))
+            other_ids.append(table.column(self.columns.id))
+        q, m, s = best.duplicates(self.threshold)
+        if not len(q):
+            return self._empty(id_type), len(best.queries)
+        mine = pa.chunked_array([c for ids in mine_ids for c in ids.chunks], id_type)
+        others = pa.chunked_array([c for ids in other_ids for c in ids.chunks], id_type)
+        return self._marks(mine.take(pa.array(q)), others.take(pa.array(m)), s), len(best.queries)
+
+
+def _unit_rows(table: Any) -> np.ndarray:
+    column = table.column("embedding").combine_chunks()
+    dim = column.type.list_size
+    return column.values.to_numpy().reshape(len(column), dim)
+
+
+# -- pass 4: write -----------------------------------------------------------------------------
+class WriteDuplicates(ProcessingStage[Any, int]):
+    """Every task's marks into ``OUTPUT/duplicates.parquet``, one marks file at a time."""
+
+    resources = Resources(cpus=1.0)
+    num_workers = 1
+
+    def __init__(self, work: str, output: str, id_type: Any) -> None:
+        self.work = work
+        self.output = output
+        self.id_type = id_type
+
+    def process(self, task: Any) -> int:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        schema = pa.schema(
+            [("id", self.id_type), ("duplicate_of", self.id_type), ("similarity", pa.float32())]
+        )
+        rows = 0
+        with (
+            atomic_write(location(self.output) / "duplicates.parquet") as out,
+            pq.ParquetWriter(out, schema) as writer,
+        ):
+            for path in _files(location(self.work) / "marks", "task-*.parquet"):
+                table = _read_table(path).cast(schema)
+                if table.num_rows:
+                    writer.write_table(table)
+                    rows += table.num_rows
+        return rows

@@ -1,0 +1,234 @@
+"""The semantic dedup's plan: what to read, in what pieces, and how many clusters.
+
+Only this runs on the driver, and it reads no embedding: the inputs' listing and their
+Parquet footers (row counts, schema), from which it cuts the input into chunks of row groups
+(pass 1 and 2 tasks), and, once pass 2 has counted each cluster, the pass 3 tasks: whole
+clusters packed up to ``partition_rows`` per task, a cluster larger than that split by its
+items into as many tasks as it needs. Every worker's memory is bounded by those sizes, never
+by the number of items.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from conveyor.errors import ConveyorError
+
+#: rows of one pass 1/2 task (a chunk of whole row groups; a larger row group is one chunk)
+CHUNK_ROWS = 65_536
+#: rows one pass 3 task holds at once (50,000 x 1,280 float32 = 256 MB)
+PARTITION_ROWS = 50_000
+#: items per cluster when ``n_clusters`` is not given (see docs/dedup.md for recall vs k)
+ITEMS_PER_CLUSTER = 10_000
+#: k-means sample: this many items per centroid (faiss warns under 39), at least MIN_SAMPLE
+SAMPLE_PER_CLUSTER = 64
+MIN_SAMPLE = 20_000
+
+
+class SemanticDedupError(ConveyorError):
+    """A semantic dedup input or option that cannot be used, or a pass that failed."""
+
+
+@dataclass(frozen=True)
+class InputFile:
+    """One Parquet input: its place in the listing (the default keep order) and row groups."""
+
+    path: str
+    index: int
+    row_groups: tuple[int, ...]
+    #: the arrow type of its id column
+    id_type: Any = None
+
+    @property
+    def rows(self) -> int:
+        return sum(self.row_groups)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Consecutive row groups of one input file: the unit of passes 1 and 2."""
+
+    index: int
+    path: str
+    file_index: int
+    #: indices of the file's row groups
+    row_groups: tuple[int, ...]
+    #: the file's row number of the chunk's first row
+    first_row: int
+    rows: int
+
+
+@dataclass(frozen=True)
+class CompareTask:
+    """Pass 3's unit: clusters of one bucket, or one part (``part`` of ``parts``) of a big
+    cluster's items."""
+
+    index: int
+    bucket: int
+    clusters: tuple[int, ...]
+    rows: int
+    part: int = 0
+    parts: int = 1
+
+
+@dataclass(frozen=True)
+class Columns:
+    """The input's column names: the id, the embedding and the keep order's."""
+
+    id: str
+    embedding: str
+    order_by: tuple[str, ...] = ()
+
+    @property
+    def read(self) -> list[str]:
+        return [self.id, self.embedding, *self.order_by]
+
+
+def _footer(path: str) -> tuple[tuple[int, ...], Any]:
+    import pyarrow.parquet as pq
+
+    from conveyor.storage import open_input
+
+    try:
+        with open_input(path) as raw:
+            meta = pq.ParquetFile(raw).metadata
+    except (OSError, ValueError) as error:  # pyarrow's ArrowInvalid is a ValueError
+        reason = f"INPUT {path!r} is not a readable Parquet file: {error}"
+        raise SemanticDedupError(reason) from None
+    groups = tuple(meta.row_group(i).num_rows for i in range(meta.num_row_groups))
+    return groups, meta.schema.to_arrow_schema()
+
+
+def check_schema(path: str, schema: Any, columns: Columns) -> None:
+    """``SemanticDedupError`` naming ``path`` unless it has the columns, with an embedding
+    column that is a list of numbers."""
+    import pyarrow as pa
+
+    missing = [c for c in columns.read if c not in schema.names]
+    if missing:
+        raise SemanticDedupError(
+            f"INPUT {path!r} has no column {', '.join(map(repr, missing))} (it has "
+            f"{', '.join(schema.names)}); name yours with id_column=, embedding_column=, order_by="
+        )
+    kind = schema.field(columns.embedding).type
+    listy = pa.types.is_list(kind) or pa.types.is_large_list(kind)
+    if not (listy or pa.types.is_fixed_size_list(kind)) or not (
+        pa.types.is_floating(kind.value_type) or pa.types.is_integer(kind.value_type)
+    ):
+        raise SemanticDedupError(
+            f"INPUT {path!r}: column {columns.embedding!r} is {kind}, expected a list of numbers"
+        )
+
+
+def scan(
+    inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    columns: Columns,
+    exclude: Sequence[str] = (),
+    threads: int = 16,
+) -> list[InputFile]:
+    """The Parquet files of ``inputs`` (files, folders, globs, URLs) with their row groups,
+    every one checked for the columns (footers read by ``threads`` threads: on a bucket the
+    plan waits on requests, not on a CPU)."""
+    from conveyor.stages.text.readers import InputError, list_inputs
+
+    try:
+        listing = list_inputs(inputs, exclude=exclude)
+    except InputError as error:
+        raise SemanticDedupError(str(error)) from None
+    others = [f.path for f in listing.files if f.kind != "parquet"]
+    if others:
+        raise SemanticDedupError(
+            f"INPUT {others[0]!r} is not Parquet (semantic dedup reads Parquet files of "
+            f"({columns.id}, {columns.embedding}))"
+        )
+    paths = [f.path for f in listing.files if f.size > 0]
+    with ThreadPoolExecutor(max(1, min(threads, len(paths)))) as pool:
+        footers = list(pool.map(_footer, paths))
+    files: list[InputFile] = []
+    for index, (path, (groups, schema)) in enumerate(zip(paths, footers, strict=True)):
+        check_schema(path, schema, columns)
+        id_type = schema.field(columns.id).type
+        if files and id_type != files[0].id_type:
+            raise SemanticDedupError(
+                f"INPUT {path!r}: column {columns.id!r} is {id_type}, in {files[0].path!r} "
+                f"it is {files[0].id_type}; the ids must have one type"
+            )
+        files.append(InputFile(path, index, groups, id_type))
+    return files
+
+
+def chunks(files: Sequence[InputFile], chunk_rows: int = CHUNK_ROWS) -> list[Chunk]:
+    """Whole row groups packed up to ``chunk_rows`` per chunk, never across files."""
+    out: list[Chunk] = []
+    for f in files:
+        groups: list[int] = []
+        start = held = 0
+        for group, rows in enumerate(f.row_groups):
+            if groups and held + rows > chunk_rows:
+                out.append(Chunk(len(out), f.path, f.index, tuple(groups), start, held))
+                start, held, groups = start + held, 0, []
+            groups.append(group)
+            held += rows
+        if held:
+            out.append(Chunk(len(out), f.path, f.index, tuple(groups), start, held))
+    return out
+
+
+def default_clusters(items: int) -> int:
+    return max(1, math.ceil(items / ITEMS_PER_CLUSTER))
+
+
+def sample_size(items: int, clusters: int) -> int:
+    return min(items, max(SAMPLE_PER_CLUSTER * clusters, MIN_SAMPLE))
+
+
+def buckets(estimated: Sequence[float], partition_rows: int) -> list[int]:
+    """Each cluster's bucket: clusters packed in order up to ``partition_rows`` estimated
+    items per bucket (one cluster larger than that has a bucket of its own)."""
+    out: list[int] = []
+    bucket, held = 0, 0.0
+    for size in estimated:
+        if held and held + size > partition_rows:
+            bucket, held = bucket + 1, 0.0
+        out.append(bucket)
+        held += size
+    return out
+
+
+def compare_tasks(
+    counts: Sequence[int], bucket_of: Sequence[int], partition_rows: int
+) -> list[CompareTask]:
+    """Pass 3's tasks from the clusters' real sizes: each bucket's clusters packed up to
+    ``partition_rows`` (the buckets were packed by estimates), a bigger cluster in parts."""
+    by_bucket: dict[int, list[int]] = {}
+    for cluster, bucket in enumerate(bucket_of):
+        if counts[cluster] > 1:  # a cluster of one item has no pair
+            by_bucket.setdefault(bucket, []).append(cluster)
+    tasks: list[CompareTask] = []
+
+    def add(bucket: int, clusters: list[int], rows: int, part: int = 0, parts: int = 1) -> None:
+        tasks.append(CompareTask(len(tasks), bucket, tuple(clusters), rows, part, parts))
+
+    for bucket, clusters in sorted(by_bucket.items()):
+        packed: list[int] = []
+        held = 0
+        for cluster in clusters:
+            size = counts[cluster]
+            if size > partition_rows:
+                parts = math.ceil(size / partition_rows)
+                for part in range(parts):
+                    add(bucket, [cluster], size, part, parts)
+                continue
+            if packed and held + size > partition_rows:
+                add(bucket, packed, held)
+                packed, held = [], 0
+            packed.append(cluster)
+            held += size
+        if packed:
+            add(bucket, packed, held)
+    return tasks

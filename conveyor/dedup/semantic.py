@@ -1,0 +1,227 @@
+"""Semantic deduplication of any Parquet of (id, embedding), as four passes on the engine.
+
+``semantic_dedup`` marks an item as a duplicate when an item before it in the keep order
+(``order_by`` columns, then input order: files as listed, rows as stored) has cosine
+similarity at least ``threshold`` with it. Comparing every pair is quadratic, so, as in
+SemDeDup, items are compared only within their k-means cluster; the pairs a cluster boundary
+separates are the recall it costs (docs/dedup.md measures it against all pairs).
+
+1. sample: each chunk of the input draws its share of a k-means sample; one worker trains
+   the centroids with faiss and packs the clusters into buckets of ~``partition_rows``;
+2. assign: each chunk's items go to their nearest centroid, spilled to their bucket's files;
+3. compare: each task loads whole clusters (up to ``partition_rows`` items), or one part of a
+   larger cluster, and finds every item's most similar earlier item;
+4. write: the marks become ``OUTPUT/duplicates.parquet`` (``id``, ``duplicate_of``,
+   ``similarity``: one row per removed item); ``OUTPUT/dedup.json`` has the counts and settings.
+
+Each pass is an ordinary ``Pipeline`` run by ``executor`` (local or Ray, streaming or
+batch); the driver only plans (lists files, reads Parquet footers, sums cluster sizes), and
+every worker holds at most a chunk or a partition, never the whole input.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from conveyor.dedup.plan import (
+    CHUNK_ROWS,
+    PARTITION_ROWS,
+    Columns,
+    SemanticDedupError,
+    chunks,
+    compare_tasks,
+    default_clusters,
+    sample_size,
+    scan,
+)
+from conveyor.pipeline import Pipeline
+from conveyor.storage import atomic_write, is_url, location, remove_tree
+
+if TYPE_CHECKING:
+    from conveyor.executors.base import Executor
+    from conveyor.result import RunResult
+
+REPORT = "dedup.json"
+DUPLICATES = "duplicates.parquet"
+WORK = ".conveyor/semdedup"
+
+
+@dataclass(frozen=True)
+class SemanticDedupResult:
+    """What ``semantic_dedup`` found and where it wrote it."""
+
+    items: int
+    duplicates: int
+    clusters: int
+    threshold: float
+    #: rows with a null or empty embedding: never compared, never marked
+    skipped: int
+    duplicates_path: str
+    report_path: str
+    wall_s: float
+    #: seconds of each pass
+    passes: dict[str, float] = field(default_factory=dict)
+
+
+def _absolute(path: str | os.PathLike[str]) -> str:
+    text = os.fspath(path)
+    return text if is_url(text) else os.path.abspath(text)
+
+
+def _inputs(
+    inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+) -> list[str]:
+    if isinstance(inputs, (str, os.PathLike)):
+        return [_absolute(inputs)]
+    return [_absolute(i) for i in inputs]
+
+
+def _check(threshold: float, n_clusters: int | None, partition_rows: int, chunk_rows: int) -> None:
+    if not 0 < threshold <= 1:
+        raise ValueError(f"threshold must be in (0, 1], got {threshold}")
+    if n_clusters is not None and (isinstance(n_clusters, bool) or n_clusters < 1):
+        raise ValueError(f"n_clusters must be a positive number or None, got {n_clusters!r}")
+    if partition_rows < 2:
+        raise ValueError(f"partition_rows must be at least 2, got {partition_rows}")
+    if chunk_rows < 1:
+        raise ValueError(f"chunk_rows must be at least 1, got {chunk_rows}")
+
+
+def _run(pipeline: Pipeline, executor: Executor | None, tasks: list[Any]) -> RunResult:
+    result = pipeline.run(executor, tasks)
+    if result.failures:
+        first = result.failures[0]
+        more = f" (and {len(result.failures) - 1} more)" if len(result.failures) > 1 else ""
+        raise SemanticDedupError(f"semantic dedup {pipeline.name}: {first.message}{more}")
+    if not result.completed:
+        raise SemanticDedupError(f"semantic dedup {pipeline.name} stopped before the end")
+    return result
+
+
+def semantic_dedup(
+    inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    output: str | os.PathLike[str],
+    *,
+    id_column: str = "id",
+    embedding_column: str = "embedding",
+    threshold: float = 0.95,
+    n_clusters: int | None = None,
+    executor: Executor | None = None,
+    order_by: str | Sequence[str] = (),
+    partition_rows: int = PARTITION_ROWS,
+    chunk_rows: int = CHUNK_ROWS,
+    seed: int = 0,
+) -> SemanticDedupResult:
+    """Find the near-duplicates among the (id, embedding) rows of ``inputs`` (Parquet files,
+    folders, globs or URLs) and write ``output/duplicates.parquet`` and ``output/dedup.json``.
+
+    ``n_clusters`` defaults to one cluster per 10,000 items; fewer clusters find more pairs
+    and cost more. ``order_by`` names columns that decide which item of a near-duplicate set
+    is kept (the first, ascending; ties and the default: input order).
+    ``executor`` runs the four passes (default: the streaming executor, local backend).
+    """
+    import pyarrow as pa
+
+    started = time.perf_counter()
+    _check(threshold, n_clusters, partition_rows, chunk_rows)
+    order = (order_by,) if isinstance(order_by, str) else tuple(order_by)
+    columns = Columns(id_column, embedding_column, order)
+    out = _absolute(output)
+    root = location(out)
+    work = str(root / WORK)
+    remove_tree(work)
+    files = scan(_inputs(inputs), columns, exclude=[out])
+    plan = chunks(files, chunk_rows)
+    items = sum(c.rows for c in plan)
+    clusters = n_clusters or default_clusters(items)
+    id_type = files[0].id_type if files else pa.string()
+    passes: dict[str, float] = {}
+    skipped = duplicates = 0
+    trained_clusters = 0
+    if items:
+        from conveyor.dedup.passes import (
+            AssignClusters,
+            CompareClusters,
+            SampleEmbeddings,
+            TrainCentroids,
+        )
+
+        t0 = time.perf_counter()
+        fraction = sample_size(items, clusters) / items
+        sampled = _run(
+            Pipeline("semdedup-sample", [SampleEmbeddings(work, columns, fraction, seed)]),
+            executor,
+            plan,
+        ).outputs
+        skipped = sum(s.skipped for s in sampled)
+        if items - skipped:
+            trained = _run(
+                Pipeline(
+                    "semdedup-train",
+                    [TrainCentroids(work, clusters, items - skipped, partition_rows, seed)],
+                ),
+                executor,
+                ["train"],
+            ).outputs[0]
+            trained_clusters = trained.clusters
+            passes["train"] = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            assigned = _run(
+                Pipeline("semdedup-assign", [AssignClusters(work, columns)]), executor, plan
+            ).outputs
+            counts = np.sum([a.counts for a in assigned], axis=0)
+            passes["assign"] = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            bucket_of = np.load(_local_copy(root / WORK / "buckets.npy"))
+            tasks = compare_tasks(counts.tolist(), bucket_of.tolist(), partition_rows)
+            compared = _run(
+                Pipeline("semdedup-compare", [CompareClusters(work, columns, threshold)]),
+                executor,
+                tasks,
+            ).outputs
+            duplicates = sum(c.duplicates for c in compared)
+            passes["compare"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    from conveyor.dedup.passes import WriteDuplicates
+
+    _run(Pipeline("semdedup-write", [WriteDuplicates(work, out, id_type)]), executor, ["write"])
+    passes["write"] = time.perf_counter() - t0
+    result = SemanticDedupResult(
+        items=items - skipped,
+        duplicates=duplicates,
+        clusters=trained_clusters,
+        threshold=threshold,
+        skipped=skipped,
+        duplicates_path=str(root / DUPLICATES),
+        report_path=str(root / REPORT),
+        wall_s=time.perf_counter() - started,
+        passes={k: round(v, 3) for k, v in passes.items()},
+    )
+    report = {
+        **asdict(result),
+        "inputs": len(files),
+        "id_column": id_column,
+        "embedding_column": embedding_column,
+        "order_by": list(order),
+        "n_clusters": n_clusters,
+        "partition_rows": partition_rows,
+        "chunk_rows": chunk_rows,
+        "seed": seed,
+    }
+    with atomic_write(root / REPORT) as f:
+        f.write((json.dumps(report, indent=1) + "\n").encode())
+    remove_tree(work)
+    return result
+
+
+def _local_copy(path: Any) -> Any:
+    import io
+
+    return io.BytesIO(path.read_bytes())

@@ -1,0 +1,258 @@
+"""Semantic dedup as passes on the engine: the plan, the keep rule, planted duplicates against
+all pairs, big clusters in parts, the keep order, bad inputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from conveyor.dedup import SemanticDedupError, semantic_dedup
+from conveyor.dedup.plan import (
+    Chunk,
+    CompareTask,
+    InputFile,
+    buckets,
+    chunks,
+    compare_tasks,
+)
+from conveyor.dedup.similarity import BestEarlier, best_earlier_within, normalise
+from conveyor.executors.batch import BatchExecutor
+
+
+def planted(
+    n: int, dim: int = 32, centers: int = 20, share: float = 0.1, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` items around ``centers`` topics plus ``share * n`` near-copies of random items,
+    shuffled: (vectors, ids)."""
+    rng = np.random.default_rng(seed)
+    topics = rng.normal(size=(centers, dim)).astype(np.float32)
+    base = topics[rng.integers(0, centers, n)] + rng.normal(scale=0.6, size=(n, dim))
+    copies = base[rng.integers(0, n, int(n * share))]
+    copies = copies + rng.normal(scale=0.03, size=copies.shape)
+    vectors = np.concatenate([base, copies]).astype(np.float32)
+    order = rng.permutation(len(vectors))
+    return vectors[order], np.arange(len(vectors))[order]
+
+
+def write(folder: Path, vectors: np.ndarray, ids: list | np.ndarray, files: int = 3, **extra):
+    folder.mkdir(parents=True, exist_ok=True)
+    for i, part in enumerate(np.array_split(np.arange(len(vectors)), files)):
+        flat = pa.array(vectors[part].reshape(-1))
+        columns = {
+            "id": pa.array([ids[j] for j in part]),
+            "embedding": pa.FixedSizeListArray.from_arrays(flat, vectors.shape[1]),
+        }
+        columns.update({k: pa.array([v[j] for j in part]) for k, v in extra.items()})
+        pq.write_table(pa.table(columns), folder / f"part-{i}.parquet", row_group_size=700)
+
+
+def all_pairs(vectors: np.ndarray, threshold: float) -> set[int]:
+    """Rows marked by the keep rule over every pair (input order)."""
+    found, _, _ = best_earlier_within(normalise(vectors), np.arange(len(vectors)), threshold)
+    return set(found.tolist())
+
+
+def marked(output: Path) -> pa.Table:
+    return pq.read_table(output / "duplicates.parquet")
+
+
+# -- the plan ----------------------------------------------------------------------------------
+def test_chunks_pack_whole_row_groups_per_file() -> None:
+    files = [InputFile("a", 0, (3, 3, 3)), InputFile("b", 1, (10,)), InputFile("c", 2, ())]
+    assert chunks(files, chunk_rows=6) == [
+        Chunk(0, "a", 0, (0, 1), 0, 6),
+        Chunk(1, "a", 0, (2,), 6, 3),
+        Chunk(2, "b", 1, (0,), 0, 10),  # a row group larger than a chunk is one chunk
+    ]
+
+
+def test_buckets_pack_clusters_by_estimated_size() -> None:
+    assert buckets([4, 4, 4, 20, 1], partition_rows=10) == [0, 0, 1, 2, 3]
+
+
+def test_compare_tasks_pack_real_sizes_and_split_big_clusters() -> None:
+    counts = [4, 1, 5, 25, 3, 0]
+    tasks = compare_tasks(counts, [0, 0, 0, 1, 2, 2], partition_rows=10)
+    assert tasks == [
+        CompareTask(0, 0, (0, 2), 9),  # cluster 1 has one item: no pair, no task
+        CompareTask(1, 1, (3,), 25, 0, 3),
+        CompareTask(2, 1, (3,), 25, 1, 3),
+        CompareTask(3, 1, (3,), 25, 2, 3),
+        CompareTask(4, 2, (4,), 3),
+    ]
+
+
+# -- the keep rule -----------------------------------------------------------------------------
+def test_each_item_points_at_its_most_similar_earlier_item() -> None:
+    vectors = normalise(np.array([[1, 0], [1, 0.05], [1, 0.02], [0, 1]], np.float32))
+    found, match, sims = best_earlier_within(vectors, np.arange(4), 0.99)
+    assert found.tolist() == [1, 2] and match.tolist() == [0, 0]
+    assert np.all(sims >= 0.99)
+    # the same rows in another order: the earliest in rank is kept whatever the row order
+    found, match, _ = best_earlier_within(vectors[::-1].copy(), np.arange(4)[::-1].copy(), 0.99)
+    assert sorted(zip(found.tolist(), match.tolist(), strict=True)) == [(1, 3), (2, 3)]
+
+
+def test_a_cluster_fed_in_parts_gives_what_it_gives_whole() -> None:
+    vectors, _ = planted(600, seed=3)
+    vectors = normalise(vectors)
+    ranks = np.random.default_rng(1).permutation(len(vectors))
+    whole = dict(zip(*best_earlier_within(vectors, ranks, 0.9)[:2], strict=True))
+    best = BestEarlier(vectors, ranks)
+    for part in np.array_split(np.arange(len(vectors)), 7):
+        best.feed(vectors[part], ranks[part])
+    q, m, s = best.duplicates(0.9)
+    assert dict(zip(q.tolist(), m.tolist(), strict=True)) == {
+        int(k): int(v) for k, v in whole.items()
+    }
+    assert np.all(s >= np.float32(0.9))
+
+
+# -- end to end --------------------------------------------------------------------------------
+def test_planted_duplicates_found_against_all_pairs(tmp_path: Path) -> None:
+    vectors, ids = planted(4_000)
+    write(tmp_path / "in", vectors, [f"v{i}" for i in ids])
+    result = semantic_dedup(tmp_path / "in", tmp_path / "out", threshold=0.95, n_clusters=6)
+    truth = {f"v{ids[i]}" for i in all_pairs(vectors, 0.95)}
+    table = marked(tmp_path / "out")
+    ours = set(table.column("id").to_pylist())
+    assert len(truth) >= 350 and result.duplicates == len(ours) == table.num_rows
+    assert ours <= truth  # precision 1.0: every mark is a real pair above the threshold
+    assert len(ours & truth) / len(truth) >= 0.95
+    assert all(s >= np.float32(0.95) for s in table.column("similarity").to_pylist())
+    # duplicate_of always points earlier in input order (files as listed, rows as stored)
+    place = {f"v{i}": n for n, i in enumerate(ids)}
+    for row in table.to_pylist():
+        assert place[row["duplicate_of"]] < place[row["id"]]
+    report = json.loads((tmp_path / "out" / "dedup.json").read_text())
+    assert report["items"] == len(vectors) and report["duplicates"] == len(ours)
+    assert report["clusters"] == 6 and report["threshold"] == 0.95
+    assert set(report["passes"]) == {"train", "assign", "compare", "write"}
+    assert not (tmp_path / "out" / ".conveyor" / "semdedup").exists()  # work removed
+
+
+def test_big_clusters_split_in_parts_mark_the_same(tmp_path: Path) -> None:
+    vectors, ids = planted(2_500, centers=3, seed=5)
+    write(tmp_path / "in", vectors, ids.tolist())
+    semantic_dedup(tmp_path / "in", tmp_path / "whole", n_clusters=2, threshold=0.9)
+    semantic_dedup(
+        tmp_path / "in",
+        tmp_path / "parts",
+        n_clusters=2,
+        threshold=0.9,
+        partition_rows=400,  # every cluster in 4+ parts
+        chunk_rows=900,
+        executor=BatchExecutor(),
+    )
+    whole, parts = marked(tmp_path / "whole"), marked(tmp_path / "parts")
+    assert parts.schema.field("id").type == pa.int64()
+    pairs = {r["id"]: (r["duplicate_of"], r["similarity"]) for r in whole.to_pylist()}
+    assert pairs.keys() == set(parts.column("id").to_pylist())
+    for row in parts.to_pylist():
+        assert row["duplicate_of"] == pairs[row["id"]][0]
+        assert row["similarity"] == pytest.approx(pairs[row["id"]][1], abs=1e-5)
+
+
+def test_order_by_keeps_the_earliest_by_its_columns(tmp_path: Path) -> None:
+    a = np.array([1.0, 0.0, 0.0], np.float32)
+    vectors = np.stack([a, a + 0.01, a + 0.02, np.array([0, 1, 0], np.float32)])
+    ids = ["late", "early", "middle", "other"]
+    write(tmp_path / "in", vectors, ids, files=1, when=[3.0, 1.0, 2.0, 0.0])
+    semantic_dedup(tmp_path / "in", tmp_path / "out", threshold=0.99, order_by="when")
+    rows = {r["id"]: r["duplicate_of"] for r in marked(tmp_path / "out").to_pylist()}
+    assert rows == {"middle": "early", "late": "early"}
+
+
+def test_items_without_an_embedding_are_skipped_and_counted(tmp_path: Path) -> None:
+    table = pa.table(
+        {
+            "id": ["a", "b", "c", "d"],
+            "embedding": pa.array([[1.0, 0.0], None, [], [1.0, 0.001]], pa.list_(pa.float64())),
+        }
+    )
+    (tmp_path / "in").mkdir()
+    pq.write_table(table, tmp_path / "in" / "x.parquet")
+    result = semantic_dedup(tmp_path / "in", tmp_path / "out", threshold=0.99)
+    assert (result.items, result.skipped, result.duplicates) == (2, 2, 1)
+    assert marked(tmp_path / "out").to_pylist()[0]["duplicate_of"] == "a"
+
+
+def test_no_rows_gives_an_empty_table(tmp_path: Path) -> None:
+    (tmp_path / "in").mkdir()
+    empty = pa.table(
+        {"id": pa.array([], pa.string()), "embedding": pa.array([], pa.list_(pa.float32()))}
+    )
+    pq.write_table(empty, tmp_path / "in" / "x.parquet")
+    result = semantic_dedup(tmp_path / "in", tmp_path / "out")
+    assert (result.items, result.duplicates) == (0, 0)
+    assert marked(tmp_path / "out").num_rows == 0
+
+
+# -- bad input ---------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("table", "kwargs", "message"),
+    [
+        (pa.table({"key": ["a"], "embedding": [[1.0]]}), {}, "has no column 'id'"),
+        (pa.table({"id": ["a"], "embedding": ["x"]}), {}, "expected a list of numbers"),
+        (pa.table({"id": ["a"], "vec": [[1.0]]}), {"order_by": "when"}, "'embedding', 'when'"),
+        (
+            pa.table({"id": ["a", "b"], "embedding": [[1.0, 0.0], [1.0]]}),
+            {},
+            "embeddings of 2 and of 1 numbers",
+        ),
+    ],
+)
+def test_bad_input_names_the_file_and_what_is_wrong(
+    tmp_path: Path, table: pa.Table, kwargs: dict, message: str
+) -> None:
+    (tmp_path / "in").mkdir()
+    pq.write_table(table, tmp_path / "in" / "bad.parquet")
+    with pytest.raises(SemanticDedupError, match=message) as error:
+        semantic_dedup(tmp_path / "in", tmp_path / "out", **kwargs)
+    assert "bad.parquet" in str(error.value)
+
+
+def test_ids_of_two_types_and_files_that_are_not_parquet(tmp_path: Path) -> None:
+    write(tmp_path / "in", np.eye(4, dtype=np.float32), ["a", "b", "c", "d"], files=1)
+    pq.write_table(
+        pa.table({"id": [1], "embedding": [[1.0, 0, 0, 0]]}), tmp_path / "in" / "z.parquet"
+    )
+    with pytest.raises(SemanticDedupError, match="the ids must have one type"):
+        semantic_dedup(tmp_path / "in", tmp_path / "out")
+    (tmp_path / "in" / "notes.jsonl").write_text("{}\n")
+    with pytest.raises(SemanticDedupError, match=r"notes\.jsonl' is not Parquet"):
+        semantic_dedup(tmp_path / "in", tmp_path / "out")
+    (tmp_path / "broken.parquet").write_bytes(b"PAR1 not really")
+    with pytest.raises(SemanticDedupError, match=r"broken\.parquet' is not a readable Parquet"):
+        semantic_dedup(tmp_path / "broken.parquet", tmp_path / "out")
+    with pytest.raises(SemanticDedupError, match="does not exist"):
+        semantic_dedup(tmp_path / "missing", tmp_path / "out")
+
+
+def test_embeddings_of_different_lengths_across_files(tmp_path: Path) -> None:
+    (tmp_path / "in").mkdir()
+    pq.write_table(
+        pa.table({"id": ["a"], "embedding": [[1.0, 0.0]]}), tmp_path / "in" / "a.parquet"
+    )
+    pq.write_table(pa.table({"id": ["b"], "embedding": [[1.0]]}), tmp_path / "in" / "b.parquet")
+    with pytest.raises(SemanticDedupError, match=r"different lengths \(\[1, 2\]\)"):
+        semantic_dedup(tmp_path / "in", tmp_path / "out")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"threshold": 0}, "threshold must be in"),
+        ({"n_clusters": 0}, "n_clusters must be"),
+        ({"partition_rows": 1}, "partition_rows must be"),
+        ({"chunk_rows": 0}, "chunk_rows must be"),
+    ],
+)
+def test_bad_options(tmp_path: Path, kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        semantic_dedup(tmp_path, tmp_path / "out", **kwargs)
