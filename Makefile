@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install lint bench bench-video bench-video-user bench-peers bench-shots bench-curator clean
+.PHONY: demo test install lint bench bench-video bench-video-user bench-peers bench-shots bench-curator bench-semdedup clean
 
 # The overlay-text filter uses only the text detection model (an ONNX file) inside
 # rapidocr-onnxruntime, never its code: --no-deps keeps its dependencies out (OpenCV's GUI
@@ -89,6 +89,12 @@ $(CURATOR_PEERS)/.installed: $(STAMP)
 
 bench-curator: $(CURATOR_PEERS)/.installed
 	$(PY) benchmarks/curator.py --peer --files 80 --rows 8000 --repeats 2
+
+# Semantic dedup on 1M and 5M synthetic 1,280-d embeddings against one process holding them
+# all, recall against all pairs on 200,000, and 1M on a 2-node loopback Ray cluster (about
+# 30 GB of disk under /tmp for the data, as much again while it runs; about an hour)
+bench-semdedup: $(STAMP)
+	$(PY) benchmarks/semdedup.py --ray --json docs/data/semdedup_$$(date +%F).json
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

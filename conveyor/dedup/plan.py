@@ -131,22 +131,28 @@ def scan(
     exclude: Sequence[str] = (),
     threads: int = 16,
 ) -> list[InputFile]:
-    """The Parquet files of ``inputs`` (files, folders, globs, URLs) with their row groups,
-    every one checked for the columns (footers read by ``threads`` threads: on a bucket the
-    plan waits on requests, not on a CPU)."""
+    """The Parquet files of ``inputs`` (files, folders, globs, URLs; a folder's other files
+    are left out) with their row groups, every one checked for the columns (footers read by
+    ``threads`` threads: on a bucket the plan waits on requests, not on a CPU)."""
     from conveyor.stages.text.readers import InputError, list_inputs
 
-    try:
-        listing = list_inputs(inputs, exclude=exclude)
-    except InputError as error:
-        raise SemanticDedupError(str(error)) from None
-    others = [f.path for f in listing.files if f.kind != "parquet"]
-    if others:
-        raise SemanticDedupError(
-            f"INPUT {others[0]!r} is not Parquet (semantic dedup reads Parquet files of "
-            f"({columns.id}, {columns.embedding}))"
-        )
-    paths = [f.path for f in listing.files if f.size > 0]
+    paths: list[str] = []
+    for one in [inputs] if isinstance(inputs, (str, os.PathLike)) else inputs:
+        try:
+            listing = list_inputs(one, exclude=exclude)
+        except InputError as error:
+            raise SemanticDedupError(str(error)) from None
+        found = [f.path for f in listing.files if f.kind == "parquet"]
+        named = [f.path for f in listing.files if f.path == os.fspath(one)]
+        if named and not found:
+            raise SemanticDedupError(
+                f"INPUT {named[0]!r} is not Parquet (semantic dedup reads Parquet files of "
+                f"({columns.id}, {columns.embedding}))"
+            )
+        if not found:
+            raise SemanticDedupError(f"INPUT {os.fspath(one)!r} has no Parquet file")
+        # a folder's other files (notes, a recipe) are not the data: left out
+        paths += [f.path for f in listing.files if f.kind == "parquet" and f.size > 0]
     with ThreadPoolExecutor(max(1, min(threads, len(paths)))) as pool:
         footers = list(pool.map(_footer, paths))
     files: list[InputFile] = []

@@ -414,3 +414,22 @@ def test_video_user_quick(
                 assert sum(1 for _ in container.decode(stream)) == meta["frames"]
         assert f"[user {case}] targets (judged on the medians)" in out
     assert "first clip, ours / plain" in out and "wall speed-up, ours vs plain" in out
+
+
+def test_semdedup_tiny(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Ours and the one-process baseline on 3,000 items, the quality case on 1,000: both
+    find the planted copies, ours with precision 1.0."""
+    bench = load("semdedup", monkeypatch)
+    saved = tmp_path / "semdedup.json"
+    args = ["--sizes", "3000", "--dim", "16", "--quality", "1000", "--clusters", "2"]
+    figures = bench.main([*args, "--data", str(tmp_path / "data"), "--json", str(saved)])
+    (row,) = figures["growth"]
+    assert row["ours"]["duplicates"] > 200 and row["baseline"]["duplicates"] > 200
+    assert row["ours"]["peak_rss_mb"] > 0 and row["ours"]["cpu_s"] > 0
+    (run,) = figures["quality"]["runs"]
+    assert run["precision"] == 1.0 and run["recall"] >= 0.9
+    out = capsys.readouterr().out
+    assert "growth (16-d float32" in out and "quality on 1,000 items" in out
+    assert json.loads(saved.read_text())["growth"][0]["n"] == 3000

@@ -224,9 +224,13 @@ def test_ids_of_two_types_and_files_that_are_not_parquet(tmp_path: Path) -> None
     )
     with pytest.raises(SemanticDedupError, match="the ids must have one type"):
         semantic_dedup(tmp_path / "in", tmp_path / "out")
-    (tmp_path / "in" / "notes.jsonl").write_text("{}\n")
+    (tmp_path / "notes.jsonl").write_text("{}\n")
     with pytest.raises(SemanticDedupError, match=r"notes\.jsonl' is not Parquet"):
-        semantic_dedup(tmp_path / "in", tmp_path / "out")
+        semantic_dedup(tmp_path / "notes.jsonl", tmp_path / "out")
+    (tmp_path / "text").mkdir()
+    (tmp_path / "text" / "a.jsonl").write_text("{}\n")
+    with pytest.raises(SemanticDedupError, match=r"text' has no Parquet file"):
+        semantic_dedup(tmp_path / "text", tmp_path / "out")
     (tmp_path / "broken.parquet").write_bytes(b"PAR1 not really")
     with pytest.raises(SemanticDedupError, match=r"broken\.parquet' is not a readable Parquet"):
         semantic_dedup(tmp_path / "broken.parquet", tmp_path / "out")
