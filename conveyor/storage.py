@@ -271,6 +271,37 @@ class ObjectPath:
             entries.append(FileEntry(relative, self / relative, int(info["size"]), mtime(info)))
         return sorted(entries, key=lambda e: e.relative)
 
+    def iter_find(self, page: int | None = None) -> Iterator[FileEntry]:
+        """``find`` as a stream: on S3, one listing page (``page`` keys, 1,000 by default)
+        at a time, so that a caller works on the first files while a prefix of millions is
+        still being listed (S3 lists keys in UTF-8 byte order, which is the order of their
+        text); other stores list everything first."""
+        fs, key = self.filesystem()
+        if self.protocol not in ("s3", "s3a") or not callable(getattr(fs, "call_s3", None)):
+            yield from self.find()
+            return
+        bucket, _, prefix = key.partition("/")
+        start = f"{prefix}/" if prefix else ""
+        request = {"Bucket": bucket, "Prefix": start, **getattr(fs, "req_kw", {})}
+        if page is not None:
+            request["MaxKeys"] = page
+        while True:
+            try:
+                with explained(self.url):
+                    page = fs.call_s3("list_objects_v2", **request)
+            except FileNotFoundError:
+                return  # as find: nothing there
+            for item in page.get("Contents", ()):
+                name = item["Key"]
+                if name.endswith("/"):  # a folder's marker object
+                    continue
+                relative = name[len(start) :]
+                yield FileEntry(relative, self / relative, int(item["Size"]), mtime(item))
+            token = page.get("NextContinuationToken")
+            if not page.get("IsTruncated") or not token:
+                return
+            request["ContinuationToken"] = token
+
     def remove_tree(self) -> None:
         """Delete every object under this prefix (nothing there is fine)."""
         fs, key = self.filesystem()

@@ -182,6 +182,37 @@ def test_s3_round_trip_and_listing(bucket: str) -> None:
         assert stream.readline() == b'{"a": 1}\n'
 
 
+def test_s3_listing_streams_page_by_page_in_find_order(
+    bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fs = fsspec.filesystem("s3")
+    names = ["b.mp4", "a/x.mp4", "a.mp4", "a-b/y.mp4", "é.mp4", "sub/z.mp4"]
+    for name in names:
+        fs.pipe_file(f"{bucket[5:]}/in/{name}", b"xx")
+    fs.call_s3("put_object", Bucket=bucket[5:], Key="in/sub/", Body=b"")  # a folder's marker
+    fs.pipe_file(f"{bucket[5:]}/in2/beside.mp4", b"x")  # shares the prefix's text, not its folder
+    root = ObjectPath(bucket) / "in"
+    calls: list[dict[str, object]] = []
+    call_s3 = fs.call_s3
+
+    def counted(method: str, **request: object) -> object:
+        calls.append(request)
+        return call_s3(method, **request)
+
+    monkeypatch.setattr(fs, "call_s3", counted)
+    stream = root.iter_find(page=2)
+    first = next(stream)
+    assert len(calls) == 1  # the first entry comes with the first page
+    rest = list(stream)
+    assert [(e.relative, e.size, e.mtime) for e in [first, *rest]] == [
+        (e.relative, e.size, e.mtime) for e in root.find() if e.relative != "sub/"
+    ]  # find takes the marker for an empty file
+    assert [e.relative for e in [first, *rest]] == sorted(names)
+    assert len(calls) == 4 and all(c["MaxKeys"] == 2 for c in calls)
+    assert list((ObjectPath(bucket) / "missing").iter_find()) == []
+    assert list(ObjectPath("s3://no-such-bucket-x/in").iter_find()) == []
+
+
 def test_s3_a_failed_write_leaves_no_object_and_crash_temporaries_are_ignored(
     bucket: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

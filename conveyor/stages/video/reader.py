@@ -3,17 +3,20 @@ one.
 
 ``VideoReader`` is a composite: ``VideoListing`` (one worker) turns the run's seed task into
 one ``VideoTask`` per video to do, skipping videos an earlier run into the same output
-finished, and ``VideoProbe`` fills each one's metadata. A file that is empty, truncated, not a
+finished (or, as ``run_video`` runs it, each source the driver lists as the run goes,
+``VideoSources``), and ``VideoProbe`` fills each one's metadata. A file that is empty, truncated, not a
 video, has no video stream or cannot be decoded fails there, with the reason, and goes on to
 the writer as a failed video; every other video goes on.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
 import os
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -60,14 +63,19 @@ VIDEO_EXTENSIONS: tuple[str, ...] = (
 InputSpec = str | os.PathLike[str] | ObjectPath | Sequence[str | os.PathLike[str] | ObjectPath]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class VideoSource:
-    """One input file: where it is, its path relative to the input root, and its stamp."""
+    """One input file: where it is, its path relative to the input root, and its stamp.
+
+    ``reset``: an earlier run may have left files of this video in the output (an outdated
+    record, or staging), which the listing stage removes before the video is done again.
+    """
 
     path: str
     relative_path: str
     size: int
     mtime: float
+    reset: bool = True
 
     @property
     def key(self) -> tuple[str, int, str]:
@@ -130,88 +138,135 @@ def list_videos(
     limit: int | None = None,
 ) -> list[VideoSource]:
     """Every video under ``inputs`` (paths or URLs), sorted by relative path, at most ``limit``
-    of them.
+    of them: ``iter_videos`` as a list."""
+    return list(iter_videos(inputs, extensions=extensions, exclude=exclude, limit=limit))
 
-    Directories are searched recursively for ``extensions`` (any case), skipping hidden
-    files and directories and the ``exclude`` directories (the output, when it lies inside
-    the input). Linked folders are followed (datasets are often assembled from links to
-    other disks), each real folder once, so a link back up the tree is no loop. A file named
-    explicitly is taken whatever its extension: probing decides. A name that is not valid
-    UTF-8 is read from where it is but known by its ``printable`` form (ids, records).
+
+def iter_videos(
+    inputs: InputSpec,
+    *,
+    extensions: Sequence[str] = VIDEO_EXTENSIONS,
+    exclude: Sequence[str | os.PathLike[str] | ObjectPath] = (),
+    limit: int | None = None,
+) -> Iterator[VideoSource]:
+    """Every video under ``inputs`` (paths or URLs) in relative path order, found as it is
+    consumed, at most ``limit`` of them; a missing input is a ``FileNotFoundError`` now.
+
+    A folder is read one directory at a time, each sorted with a subfolder's name taken as
+    ``name/``, which gives the order of the whole relative paths without listing them all
+    first; a prefix on S3 streams page by page (``ObjectPath.iter_find``). Directories are
+    searched recursively for ``extensions`` (any case), skipping hidden files and
+    directories and the ``exclude`` directories (the output, when it lies inside the input).
+    Linked folders are followed (datasets are often assembled from links to other disks),
+    each real folder once, so a link back up the tree is no loop. A file named explicitly is
+    taken whatever its extension: probing decides. A name that is not valid UTF-8 is read
+    from where it is but known by its ``printable`` form (ids, records).
     """
     check_inputs(inputs)
     root = input_root(inputs)
+    wanted = tuple(e.lower() for e in extensions)
+    streams: list[Iterator[VideoSource]]
     if isinstance(root, ObjectPath):
-        return _list_objects(inputs, root, extensions, exclude, limit)
-    wanted = tuple(e.lower() for e in extensions)
-    skip = {os.path.realpath(Path(e).expanduser()) for e in exclude if not is_url(e)}
-    found: dict[str, Path] = {}
-    seen: set[str] = set()
-    for path in _as_list(inputs):
-        assert isinstance(path, Path)
-        if path.is_dir():
-            for folder, dirs, files in os.walk(path, followlinks=True):
-                here = Path(folder)
-                real = os.path.realpath(folder)
-                if real in seen or real in skip:
-                    dirs[:] = []
+        skip_prefixes = [f"{ObjectPath(str(e))}/" for e in exclude if is_url(e)]
+        streams = [
+            _object_videos(path, root, wanted, skip_prefixes)
+            for path in _as_list(inputs)
+            if isinstance(path, ObjectPath)
+        ]
+    else:
+        skip = {os.path.realpath(Path(e).expanduser()) for e in exclude if not is_url(e)}
+        seen: set[str] = set()  # real folders walked, shared by the inputs
+        streams = [
+            _local_videos(path, root, wanted, skip, seen)
+            for path in _as_list(inputs)
+            if isinstance(path, Path)
+        ]
+    merged = streams[0] if len(streams) == 1 else _merged(streams)
+    return itertools.islice(merged, limit)
+
+
+def _merged(streams: list[Iterator[VideoSource]]) -> Iterator[VideoSource]:
+    """Sorted streams as one, each relative path once (inputs may overlap)."""
+    last = None
+    for source in heapq.merge(*streams, key=lambda s: s.relative_path):
+        if source.relative_path != last:
+            last = source.relative_path
+            yield source
+
+
+def _local_videos(
+    path: Path, root: Path, wanted: tuple[str, ...], skip: set[str], seen: set[str]
+) -> Iterator[VideoSource]:
+    relative = printable(str(path.relative_to(root)))
+    if not path.is_dir():
+        yield _local_source(str(path), relative)
+        return
+    yield from _walk(str(path), "" if relative == "." else f"{relative}/", wanted, skip, seen)
+
+
+def _walk(
+    folder: str, prefix: str, wanted: tuple[str, ...], skip: set[str], seen: set[str]
+) -> Iterator[VideoSource]:
+    """The videos under ``folder`` in relative path order; a subfolder's entries are listed
+    only when the walk reaches it."""
+    real = os.path.realpath(folder)
+    if real in seen or real in skip:
+        return
+    seen.add(real)
+    names = []  # a subfolder's name ends with "/", so sorting puts it where its files go
+    try:
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                name = entry.name
+                if name.startswith("."):
                     continue
-                seen.add(real)
-                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-                for name in files:
-                    if not name.startswith(".") and name.lower().endswith(wanted):
-                        full = here / name
-                        found.setdefault(printable(str(full.relative_to(root))), full)
-        else:
-            found.setdefault(printable(str(path.relative_to(root))), path)
-    sources = []
-    for relative in sorted(found):
-        full = found[relative]
-        try:
-            stat = full.stat()
-        except OSError:
-            stat = None  # vanished or unreadable: probing says why
-        sources.append(
-            VideoSource(
-                str(full), relative, stat.st_size if stat else 0, stat.st_mtime if stat else 0.0
+                try:
+                    is_dir = entry.is_dir()  # through links
+                except OSError:
+                    is_dir = False
+                if is_dir:
+                    names.append(name + "/")
+                elif name.lower().endswith(wanted):
+                    names.append(name)
+    except OSError:
+        return  # unreadable: skipped, as os.walk does
+    names.sort(key=printable)
+    for name in names:
+        if name.endswith("/"):
+            yield from _walk(
+                os.path.join(folder, name[:-1]), prefix + printable(name), wanted, skip, seen
             )
-        )
-        if limit is not None and len(sources) >= limit:
-            break
-    return sources
+        else:
+            yield _local_source(os.path.join(folder, name), prefix + printable(name))
 
 
-def _list_objects(
-    inputs: InputSpec,
-    root: ObjectPath,
-    extensions: Sequence[str],
-    exclude: Sequence[str | os.PathLike[str] | ObjectPath],
-    limit: int | None,
-) -> list[VideoSource]:
-    """``list_videos`` under URLs: one listing per input prefix, with each object's size and
-    modification time from the listing itself (no request per video)."""
-    wanted = tuple(e.lower() for e in extensions)
-    skip = [f"{ObjectPath(str(e))}/" for e in exclude if is_url(e)]
-    found: dict[str, VideoSource] = {}
-    for path in _as_list(inputs):
-        assert isinstance(path, ObjectPath)
-        entries = path.find()
-        if not entries:  # a file (a prefix with nothing under it was refused by check_inputs)
-            info = path.info()
-            relative = str(path)[len(str(root)) + 1 :]
-            found.setdefault(relative, VideoSource(str(path), relative, info["size"], mtime(info)))
+def _local_source(path: str, relative: str) -> VideoSource:
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return VideoSource(path, relative, 0, 0.0)  # vanished or unreadable: probing says why
+    return VideoSource(path, relative, stat.st_size, stat.st_mtime)
+
+
+def _object_videos(
+    path: ObjectPath, root: ObjectPath, wanted: tuple[str, ...], skip_prefixes: list[str]
+) -> Iterator[VideoSource]:
+    """The videos under one input URL, with each object's size and modification time from
+    the listing itself (no request per video)."""
+    base = len(str(root)) + 1
+    listed = False
+    for entry in path.iter_find():
+        listed = True
+        full = str(entry.path)
+        parts = entry.relative.split("/")
+        if any(p.startswith(".") for p in parts) or not parts[-1].lower().endswith(wanted):
             continue
-        for entry in entries:
-            full = str(entry.path)
-            parts = entry.relative.split("/")
-            if any(p.startswith(".") for p in parts) or not parts[-1].lower().endswith(wanted):
-                continue
-            if any(full.startswith(prefix) for prefix in skip):
-                continue
-            relative = full[len(str(root)) + 1 :]
-            found.setdefault(relative, VideoSource(full, relative, entry.size, entry.mtime))
-    sources = [found[relative] for relative in sorted(found)]
-    return sources[:limit] if limit is not None else sources
+        if any(full.startswith(prefix) for prefix in skip_prefixes):
+            continue
+        yield VideoSource(full, full[base:], entry.size, entry.mtime)
+    if not listed:  # a file (a prefix with nothing under it was refused by check_inputs)
+        info = path.info()
+        yield VideoSource(str(path), str(path)[base:], info["size"], mtime(info))
 
 
 def pending_videos(
@@ -224,14 +279,129 @@ def pending_videos(
     return [s for s in sources if not same_source(records[s.relative_path], s.size, s.mtime)]
 
 
+#: sources listed before their records are read together (on a store: concurrently); the
+#: first video waits for this many to be listed, which on a disk takes a millisecond
+RESUME_BATCH = 64
+
+
+class VideoSources:
+    """The videos of ``inputs`` still to do in ``output``, listed as the run consumes them.
+
+    Iterating lists the inputs (``iter_videos``) and checks each batch of ``RESUME_BATCH``
+    sources against the output's records, yielding only those an earlier run did not
+    finish, each marked whether it needs ``reset``. So a run starts on its first videos
+    while a folder or bucket of millions is still being listed, and holds only what the
+    engine has admitted and the batch being checked. ``found``, ``complete`` and ``pending``
+    count as it goes; ``on_source(source, record)`` is told of every listed source with its
+    record (``None`` where there is none), and ``keep`` keeps the listed and the pending
+    sources in ``listed`` and ``to_do`` (for a summary that needs them all).
+    """
+
+    def __init__(
+        self,
+        inputs: InputSpec,
+        output: str | os.PathLike[str] | ObjectPath | None,
+        *,
+        extensions: Sequence[str] = VIDEO_EXTENSIONS,
+        limit: int | None = None,
+        batch: int = RESUME_BATCH,
+        keep: bool = False,
+        on_source: Callable[[VideoSource, dict[str, Any] | None], None] | None = None,
+    ) -> None:
+        if limit is not None and limit < 1:
+            raise ValueError(f"limit must be >= 1, got {limit}")
+        exclude = [] if output is None else [output]
+        self._listing = iter_videos(inputs, extensions=extensions, exclude=exclude, limit=limit)
+        self.output = output
+        self.batch = max(1, batch)
+        self.on_source = on_source
+        self.found = self.complete = self.pending = 0
+        self.keep = keep
+        self.listed: list[VideoSource] = []
+        self.to_do: list[VideoSource] = []
+        self.exhausted = False
+        self._peeked: list[VideoSource] = []
+        self._staged: set[str] | None = None
+        self._stream: Iterator[VideoSource] | None = None
+
+    def empty(self) -> bool:
+        """Whether the inputs hold no video at all (lists up to the first one)."""
+        if not self._peeked and not self.exhausted and self._stream is None:
+            first = next(self._listing, None)
+            if first is None:
+                self.exhausted = True
+            else:
+                self._peeked.append(first)
+        return not self._peeked and self.exhausted
+
+    def __iter__(self) -> Iterator[VideoSource]:
+        if self._stream is not None:
+            raise RuntimeError("VideoSources is iterated once (it lists as it goes)")
+        self._stream = self._batches(itertools.chain(self._peeked, self._listing))
+        self._peeked = []
+        return self._stream
+
+    def drain(self) -> None:
+        """List, check and count what the run did not take (a run stopped early), so that
+        the counts cover every video."""
+        for _ in self._stream if self._stream is not None else self:
+            pass
+
+    def _batches(self, listing: Iterator[VideoSource]) -> Iterator[VideoSource]:
+        while batch := list(itertools.islice(listing, self.batch)):
+            yield from self._check(batch)
+        self.exhausted = True
+
+    def _check(self, batch: list[VideoSource]) -> Iterator[VideoSource]:
+        """The sources of ``batch`` an earlier run did not finish, in order."""
+        self.found += len(batch)
+        if self.keep:
+            self.listed += batch
+        if self.output is None:
+            records: dict[str, dict[str, Any] | None] = {}
+        else:
+            layout = OutputLayout(self.output)
+            records = layout.read_records([s.relative_path for s in batch])
+            if self._staged is None:
+                self._staged = _staged_videos(layout)
+        for source in batch:
+            record = records.get(source.relative_path)
+            if self.on_source is not None:
+                self.on_source(source, record)
+            if same_source(record, source.size, source.mtime):
+                self.complete += 1
+                continue
+            staged = self._staged is not None and video_id(source.relative_path) in self._staged
+            reset = self.output is not None and (record is not None or staged)
+            if reset != source.reset:
+                source = replace(source, reset=reset)
+            self.pending += 1
+            if self.keep:
+                self.to_do.append(source)
+            yield source
+
+
+def _staged_videos(layout: OutputLayout) -> set[str]:
+    """Ids of the videos an earlier run had begun writing (their staging): one listing,
+    taken before this run writes any, and as small as that run's work in flight."""
+    staging = layout.staging
+    if isinstance(staging, ObjectPath):
+        return {e.relative.split("/", 1)[0] for e in staging.find()}
+    try:
+        return {entry.name for entry in os.scandir(staging)}
+    except OSError:
+        return set()
+
+
 class VideoListing(ProcessingStage[Task[Any] | VideoSource, VideoTask]):
     """The run's seed task -> one ``VideoTask`` per video still to do (a single worker).
 
     With ``output`` set it resumes: videos whose outputs are complete (from the same file:
     same size and modification time) are skipped, and what an unfinished one left behind
     is removed before it is done again, so every clip ends up written exactly once. Given
-    ``VideoSource`` tasks instead (a run with a journal lists in the driver), it makes one
-    ``VideoTask`` of each, cleaning up after an earlier attempt the same way.
+    ``VideoSource`` tasks instead (``run_video`` lists in the driver, ``VideoSources``), it
+    makes one ``VideoTask`` of each, cleaning up first after an earlier attempt where the
+    source says one may have left files (``VideoSource.reset``).
     """
 
     resources = Resources(cpus=0.25)
@@ -263,7 +433,7 @@ class VideoListing(ProcessingStage[Task[Any] | VideoSource, VideoTask]):
 
     def process(self, task: Task[Any] | VideoSource) -> list[VideoTask]:
         if isinstance(task, VideoSource):
-            if self.output is not None:
+            if self.output is not None and task.reset:
                 OutputLayout(self.output).reset(task.relative_path)
             return [_video_task(task, "")]
         sources = list_videos(

@@ -9,18 +9,22 @@ from pathlib import Path
 import pytest
 
 from conveyor.samples.video import write_bad_file
+from conveyor.stages.video import reader
 from conveyor.stages.video.layout import OutputLayout
 from conveyor.stages.video.reader import (
     VideoListing,
     VideoProbe,
     VideoReader,
+    VideoSource,
+    VideoSources,
     check_inputs,
     input_root,
+    iter_videos,
     list_videos,
     pending_videos,
 )
 from conveyor.tasks.base import Task
-from conveyor.tasks.video import Video, VideoTask
+from conveyor.tasks.video import Video, VideoTask, video_id
 
 from .conftest import Media
 
@@ -149,6 +153,55 @@ def test_a_path_named_twice_is_listed_once(tree: Path) -> None:
     assert relatives(list_videos([tree / "b.mp4", tree / "b.mp4", tree])).count("b.mp4") == 1
 
 
+def test_the_walk_gives_the_order_of_the_whole_relative_paths(tmp_path: Path) -> None:
+    """One directory at a time, yet the order of sorting every relative path: a folder
+    sorts as ``name/`` ("a.mp4" < "a/..." < "a-b/..." would be wrong: '-' < '.' < '/')."""
+    names = [
+        "a.mp4", "a/x.mp4", "a-b/y.mp4", "ab.mp4", "a b/z.mp4", "A/q.mp4", "é.mp4",
+        "a/a/deep.mp4", "a/a.mp4", "z/a-b.mp4", "z/a/b.mp4", "z/a.b.mp4", "0/1.mp4",
+    ]  # fmt: skip
+    touch(tmp_path, *names)
+    assert relatives(list_videos(tmp_path)) == sorted(names)
+
+
+def test_the_listing_reads_a_folder_only_when_the_walk_reaches_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    touch(tmp_path, "a/1.mp4", "b/2.mp4", "c/3.mp4", "c/d/4.mp4")
+    opened: list[str] = []
+    scandir = os.scandir
+
+    def recorded(path: str) -> object:
+        opened.append(os.path.relpath(path, tmp_path))
+        return scandir(path)
+
+    monkeypatch.setattr(reader.os, "scandir", recorded)
+    stream = iter_videos(tmp_path)
+    assert opened == []  # nothing is listed before it is asked for
+    assert next(stream).relative_path == "a/1.mp4"
+    assert opened == [".", "a"]
+    assert [s.relative_path for s in stream] == ["b/2.mp4", "c/3.mp4", "c/d/4.mp4"]
+    assert opened == [".", "a", "b", "c", "c/d"]
+
+
+def test_a_missing_input_is_refused_before_the_stream_is_read(tree: Path) -> None:
+    with pytest.raises(FileNotFoundError, match=r"nope\.mp4"):
+        iter_videos([tree, tree / "nope.mp4"])
+
+
+def test_an_unreadable_folder_is_skipped(tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    scandir = os.scandir
+
+    def refusing(path: str) -> object:
+        if path.endswith("deeper"):
+            raise PermissionError(13, "Permission denied", path)
+        return scandir(path)
+
+    monkeypatch.setattr(reader.os, "scandir", refusing)
+    assert "sub/deeper/d.WebM" not in relatives(list_videos(tree))
+    assert "sub/e.avi" in relatives(list_videos(tree))
+
+
 def test_input_root_of_a_directory_is_itself(tree: Path) -> None:
     assert input_root(tree) == tree
     assert input_root(str(tree / "sub")) == tree / "sub"
@@ -169,6 +222,92 @@ def test_missing_inputs_are_named(tree: Path) -> None:
 def test_listing_validates_its_limit(tree: Path) -> None:
     with pytest.raises(ValueError, match="limit"):
         VideoListing(tree, limit=0)
+
+
+# -- the run's sources, listed as they are taken --------------------------------------------
+def test_sources_yield_what_is_left_to_do_and_say_what_needs_a_reset(
+    tree: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    layout = OutputLayout(out)
+    complete(layout, tree, "b.mp4")  # done from this very file: skipped
+    complete(layout, tree, "sub/c.mkv", mtime=1.0)  # from an older file: redone, reset
+    (layout.staging_dir(video_id("sub/e.avi")) / "intent-0.json").parent.mkdir(parents=True)
+    told: list[tuple[str, bool]] = []
+    sources = VideoSources(
+        tree, out, keep=True, on_source=lambda s, r: told.append((s.relative_path, r is None))
+    )
+    assert not sources.empty()
+    todo = list(sources)
+    assert [(s.relative_path, s.reset) for s in todo] == [
+        ("a.MOV", False),
+        ("out/clips/h.mp4", False),  # the tree's own "out", not the output
+        ("sub/c.mkv", True),  # an outdated record
+        ("sub/deeper/d.WebM", False),
+        ("sub/e.avi", True),  # an earlier run had begun writing it
+    ]
+    assert (sources.found, sources.complete, sources.pending) == (6, 1, 5)
+    assert [s.relative_path for s in sources.listed] == [t[0] for t in told]
+    assert sources.to_do == todo and sources.exhausted
+    assert ("b.mp4", False) in told and ("a.MOV", True) in told
+
+
+def test_sources_read_the_records_a_batch_at_a_time_as_the_run_takes_them(
+    tree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    batches: list[list[str]] = []
+    read_records = OutputLayout.read_records
+
+    def recorded(self: OutputLayout, paths: list[str]) -> dict[str, object]:
+        batches.append(list(paths))
+        return read_records(self, paths)
+
+    monkeypatch.setattr(OutputLayout, "read_records", recorded)
+    sources = VideoSources(tree, tmp_path / "out", batch=2, limit=5)
+    stream = iter(sources)
+    assert next(stream).relative_path == "a.MOV"
+    assert batches == [["a.MOV", "b.mp4"]] and sources.found == 2
+    assert len(list(stream)) == 4
+    assert [len(b) for b in batches] == [2, 2, 1] and sources.found == sources.pending == 5
+
+
+def test_sources_without_videos_are_empty_and_are_iterated_once(tmp_path: Path) -> None:
+    (tmp_path / "in").mkdir()
+    touch(tmp_path, "in/notes.txt")
+    sources = VideoSources(tmp_path / "in", tmp_path / "out")
+    assert sources.empty() and list(sources) == []
+    again = VideoSources(tmp_path / "in", None)
+    list(again)
+    with pytest.raises(RuntimeError, match="once"):
+        iter(again)
+    with pytest.raises(ValueError, match="limit"):
+        VideoSources(tmp_path / "in", None, limit=0)
+    with pytest.raises(FileNotFoundError, match="nope"):
+        VideoSources(tmp_path / "nope", None)
+
+
+def test_draining_counts_what_a_stopped_run_did_not_take(tree: Path, tmp_path: Path) -> None:
+    sources = VideoSources(tree, tmp_path / "out", batch=2)
+    stream = iter(sources)
+    next(stream)
+    sources.drain()
+    assert sources.exhausted and sources.found == sources.pending == 6
+    untouched = VideoSources(tree, tmp_path / "out")
+    untouched.drain()
+    assert untouched.found == 6
+
+
+def test_a_source_not_marked_for_reset_is_not_reset(
+    tree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reset: list[str] = []
+    monkeypatch.setattr(OutputLayout, "reset", lambda self, rel: reset.append(rel) or 0)
+    listing = VideoListing(tree, tmp_path / "out")
+    fresh = VideoSource(str(tree / "b.mp4"), "b.mp4", 6, 1.0, reset=False)
+    again = VideoSource(str(tree / "a.MOV"), "a.MOV", 6, 1.0)
+    tasks = listing.process(fresh) + listing.process(again)
+    assert [t.data.relative_path for t in tasks] == ["b.mp4", "a.MOV"]
+    assert reset == ["a.MOV"]
 
 
 # -- the listing stage -------------------------------------------------------------------
