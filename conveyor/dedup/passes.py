@@ -274,7 +274,7 @@ class AssignClusters(ProcessingStage[Chunk, Assigned]):
         order = np.argsort(cluster, kind="stable")
         cluster, rows = cluster[order], kept[order]
         dim = vectors.shape[1]
-        out = table.select([self.columns.id, *self.columns.order_by]).take(pa.array(rows))
+        out = table.select(self.columns.carried).take(pa.array(rows))
         out = out.append_column("pos", pa.array((chunk.file_index << 32) + chunk.first_row + rows))
         out = out.append_column("cluster", pa.array(cluster))
         flat = pa.array(vectors[order].reshape(-1))
@@ -348,7 +348,7 @@ class CompareClusters(ProcessingStage[CompareTask, Compared]):
     def _whole(self, files: list[StoragePath], task: CompareTask) -> tuple[Any, int]:
         import pyarrow as pa
 
-        names = [self.columns.id, *self.columns.order_by, "pos", "embedding"]
+        names = [*self.columns.carried, "pos", "embedding"]
         table = self._read(files, task.clusters, names)
         if table is None or not table.num_rows:
             raise SemanticDedupError(f"pass 3 task {task.index}: bucket {task.bucket} is empty")

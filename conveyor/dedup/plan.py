@@ -85,8 +85,13 @@ class Columns:
     order_by: tuple[str, ...] = ()
 
     @property
+    def carried(self) -> list[str]:
+        """The id and the keep order's columns, each once (the order may name the id)."""
+        return list(dict.fromkeys((self.id, *self.order_by)))
+
+    @property
     def read(self) -> list[str]:
-        return [self.id, self.embedding, *self.order_by]
+        return list(dict.fromkeys((self.id, self.embedding, *self.order_by)))
 
 
 def _footer(path: str) -> tuple[tuple[int, ...], Any]:

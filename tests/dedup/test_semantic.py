@@ -168,6 +168,21 @@ def test_order_by_keeps_the_earliest_by_its_columns(tmp_path: Path) -> None:
     assert rows == {"middle": "early", "late": "early"}
 
 
+def test_order_by_may_name_the_id_column(tmp_path: Path) -> None:
+    """Ids that say the keep order (a pipeline's document ids) order it themselves, whatever
+    order the files list the rows in, whole clusters or in parts."""
+    a = np.array([1.0, 0.0, 0.0], np.float32)
+    vectors = np.stack([a, a + 0.01, a + 0.02, np.array([0, 1, 0], np.float32)])
+    write(tmp_path / "in", vectors, [30, 10, 20, 0], files=2)
+    for partition_rows in (50_000, 2):  # the second splits the cluster in parts
+        out = tmp_path / f"out-{partition_rows}"
+        semantic_dedup(
+            tmp_path / "in", out, threshold=0.99, order_by="id", partition_rows=partition_rows
+        )
+        rows = {r["id"]: r["duplicate_of"] for r in marked(out).to_pylist()}
+        assert rows == {20: 10, 30: 10}
+
+
 def test_items_without_an_embedding_are_skipped_and_counted(tmp_path: Path) -> None:
     table = pa.table(
         {
