@@ -277,7 +277,6 @@ class Controller:
         self.roots: dict[str, _Root] = {}
         self.merges: dict[str, _Merge] = {}
         self.skipped = 0
-        self.keys_seen: set[str] = set()
         self.final_bytes = 0
         self.failures: list[FailureRecord] = []
         self.batches: dict[int, _Batch] = {}
@@ -482,11 +481,12 @@ class Controller:
                 label = str(self.admitted)
             else:
                 key = source_key(task, self.journal_key)
-                if key in self.journal.finished or key in self.keys_seen:
+                label = key_label(key)
+                # a source given twice is running (its root is live) or finished: the journal
+                # already holds every key, so none is kept a second time for this
+                if key in self.journal.finished or label in self.roots:
                     self.skipped += 1  # finished by an earlier run (or given twice)
                     continue
-                self.keys_seen.add(key)
-                label = key_label(key)
             if isinstance(task, Task):
                 task.task_id = label
             self.admitted += 1
