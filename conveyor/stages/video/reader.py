@@ -4,9 +4,9 @@ one.
 ``VideoReader`` is a composite: ``VideoListing`` (one worker) turns the run's seed task into
 one ``VideoTask`` per video to do, skipping videos an earlier run into the same output
 finished (or, as ``run_video`` runs it, each source the driver lists as the run goes,
-``VideoSources``), and ``VideoProbe`` fills each one's metadata. A file that is empty, truncated, not a
-video, has no video stream or cannot be decoded fails there, with the reason, and goes on to
-the writer as a failed video; every other video goes on.
+``VideoSources``), and ``VideoProbe`` fills each one's metadata. A file that is empty,
+truncated, not a video, has no video stream or cannot be decoded fails there, with the
+reason, and goes on to the writer as a failed video; every other video goes on.
 """
 
 from __future__ import annotations
@@ -292,9 +292,10 @@ class VideoSources:
     finish, each marked whether it needs ``reset``. So a run starts on its first videos
     while a folder or bucket of millions is still being listed, and holds only what the
     engine has admitted and the batch being checked. ``found``, ``complete`` and ``pending``
-    count as it goes; ``on_source(source, record)`` is told of every listed source with its
-    record (``None`` where there is none), and ``keep`` keeps the listed and the pending
-    sources in ``listed`` and ``to_do`` (for a summary that needs them all).
+    count as it goes; ``on_complete(source, record)`` is told of each video complete before
+    the run, with the record just read (a summary folds it in instead of reading it again),
+    and ``keep`` keeps the listed and the pending sources in ``listed`` and ``to_do`` (for a
+    summary that needs them all).
     """
 
     def __init__(
@@ -306,7 +307,7 @@ class VideoSources:
         limit: int | None = None,
         batch: int = RESUME_BATCH,
         keep: bool = False,
-        on_source: Callable[[VideoSource, dict[str, Any] | None], None] | None = None,
+        on_complete: Callable[[VideoSource, dict[str, Any]], None] | None = None,
     ) -> None:
         if limit is not None and limit < 1:
             raise ValueError(f"limit must be >= 1, got {limit}")
@@ -314,7 +315,7 @@ class VideoSources:
         self._listing = iter_videos(inputs, extensions=extensions, exclude=exclude, limit=limit)
         self.output = output
         self.batch = max(1, batch)
-        self.on_source = on_source
+        self.on_complete = on_complete
         self.found = self.complete = self.pending = 0
         self.keep = keep
         self.listed: list[VideoSource] = []
@@ -366,10 +367,10 @@ class VideoSources:
                 self._staged = _staged_videos(layout)
         for source in batch:
             record = records.get(source.relative_path)
-            if self.on_source is not None:
-                self.on_source(source, record)
-            if same_source(record, source.size, source.mtime):
+            if record is not None and same_source(record, source.size, source.mtime):
                 self.complete += 1
+                if self.on_complete is not None:
+                    self.on_complete(source, record)
                 continue
             staged = self._staged is not None and video_id(source.relative_path) in self._staged
             reset = self.output is not None and (record is not None or staged)
