@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install lint bench bench-video bench-video-user bench-peers bench-shots bench-curator bench-semdedup clean
+.PHONY: demo test install lint bench bench-video bench-video-user bench-video-many bench-peers bench-shots bench-curator bench-semdedup clean
 
 # The overlay-text filter uses only the text detection model (an ONNX file) inside
 # rapidocr-onnxruntime, never its code: --no-deps keeps its dependencies out (OpenCV's GUI
@@ -57,6 +57,13 @@ bench-video: $(STAMP)
 # 2,000 small videos, shots (ours only); three repeats, alternating
 bench-video-user: $(STAMP)
 	$(PY) benchmarks/video.py --user --repeats 3
+
+# Many small videos (issue 29): 2,000 and 20,000 generated 2 s videos through `conveyor video`
+# (fixed split, no models): the driver's CPU per video and peak memory at both sizes and their
+# ratio, the journal's size, the resume time with 95% done, the summary time (about 30 min
+# on 2 cores; --quick: 200 and 2,000)
+bench-video-many: $(STAMP)
+	$(PY) benchmarks/video_many.py --sizes 2000,20000
 
 # Peers (Cosmos-Xenna; tqdm is a dependency it does not declare; datatrove for the text
 # benchmark, with the fastText and xxhash builds it needs kept apart in .venv/peers) are installed here only,

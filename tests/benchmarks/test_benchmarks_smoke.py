@@ -433,3 +433,37 @@ def test_semdedup_tiny(
     out = capsys.readouterr().out
     assert "growth (16-d float32" in out and "quality on 1,000 items" in out
     assert json.loads(saved.read_text())["growth"][0]["n"] == 3000
+
+
+def test_video_many_quick(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Two tiny sizes, each run as the command (full, partial, resumed): the driver's own
+    figures, the journal, the summary time and the ratios are reported."""
+    bench = load("video_many", monkeypatch)
+    saved = tmp_path / "many.json"
+    figures = bench.main(
+        ["--sizes", "3,6", "--cache", str(tmp_path / "cache"), "--json", str(saved)]
+    )
+    out = capsys.readouterr().out
+    assert [s["videos"] for s in figures["sizes"]] == [3, 6]
+    for size in figures["sizes"]:
+        n = size["videos"]
+        full, partial, resume = size["full"], size["partial"], size["resume"]
+        assert full["exit"] == partial["exit"] == resume["exit"] == 0
+        assert full["videos"]["ok"] == resume["videos"]["ok"] == n
+        assert partial["videos"]["in"] == n - 1
+        assert resume["videos"]["skipped_as_complete"] == n - 1
+        assert resume["videos"]["done_this_run"] == 1
+        assert 0 < full["driver_cpu_s"] < full["tree_cpu_s"]
+        assert 0 < full["run_cpu_s"] < full["driver_cpu_s"]
+        assert full["driver_peak_rss"] >= full["rss_at_run"] > 0
+        assert full["journal_bytes"] > 0 and full["summary_s"] is not None
+        assert 0 < full["first_clip_s"] <= full["wall_s"]
+    assert set(figures["ratios"]) == {
+        "driver_cpu_ms_per_video",
+        "run_cpu_ms_per_video",
+        "driver_peak_rss",
+    }
+    assert "6 videos over 3" in out and "driver peak RSS" in out
+    assert json.loads(saved.read_text())["sizes"][1]["videos"] == 6
