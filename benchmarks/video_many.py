@@ -19,8 +19,9 @@ the hosts and workers are its descendants, so ``RUSAGE_SELF`` never counts them,
 (not sampled: nothing is missed at the end). The same figures are also taken at the entry and
 exit of ``run_video`` (listing, resume checks, the engine's loop, the summary), which leaves
 out the start-up every run pays once (imports, the backend's start): the per-video figure that
-says whether the bookkeeping grows with the count. The whole tree's CPU (``RUSAGE_CHILDREN``
-around the subprocess) is printed beside, for scale.
+says whether the bookkeeping grows with the count; and around ``build_summary`` (its CPU, and
+the peak RSS before it), to tell the run's bookkeeping from the summary's. The whole tree's
+CPU (``RUSAGE_CHILDREN`` around the subprocess) is printed beside, for scale.
 
 Also per size: the first clip on disk (polled from the start: does the first video start
 before a long listing ends?), the journal's size (``OUT/.conveyor/journal``), and the summary
@@ -64,6 +65,7 @@ def _self_usage() -> dict[str, float]:
     return {
         "cpu_s": usage.ru_utime + usage.ru_stime,
         "rss": float(psutil.Process().memory_info().rss),
+        "peak_rss": usage.ru_maxrss * 1024.0,  # so far (KiB on Linux)
         "t": time.time(),
     }
 
@@ -71,19 +73,27 @@ def _self_usage() -> dict[str, float]:
 def driver_main(stats: Path, command: list[str]) -> int:
     """Run ``conveyor COMMAND`` in this process; write this process's own usage to ``stats``."""
     import conveyor.pipelines.video as video_pipeline
+    import conveyor.pipelines.video_summary as video_summary
     from conveyor.cli import app
 
     marks: dict[str, Any] = {}
-    run_video = video_pipeline.run_video
 
-    def measured(*args: Any, **kwargs: Any) -> Any:  # the CLI imports it when it runs
-        marks["run_in"] = _self_usage()
-        try:
-            return run_video(*args, **kwargs)
-        finally:
-            marks["run_out"] = _self_usage()
+    def marked(module: Any, name: str, mark: str) -> None:
+        """``module.name`` noting this process's usage when called and when it returns
+        (the CLI and ``run_video`` import them when they run)."""
+        function = getattr(module, name)
 
-    video_pipeline.run_video = measured  # type: ignore[assignment]
+        def measured(*args: Any, **kwargs: Any) -> Any:
+            marks[f"{mark}_in"] = _self_usage()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                marks[f"{mark}_out"] = _self_usage()
+
+        setattr(module, name, measured)
+
+    marked(video_pipeline, "run_video", "run")
+    marked(video_summary, "build_summary", "summary")
     code: int | str | None = 0
     try:
         app(args=command, prog_name="conveyor")
@@ -129,6 +139,7 @@ def measure(args: list[str], output: Path, log: Path) -> dict[str, Any]:
         first = wall
     driver = json.loads(stats.read_text()) if stats.exists() else {}
     run_in, run_out = driver.get("run_in"), driver.get("run_out")
+    summary_in, summary_out = driver.get("summary_in"), driver.get("summary_out")
     summary = _read_json(output / "summary.json")
     return {
         "exit": proc.returncode,
@@ -139,6 +150,11 @@ def measure(args: list[str], output: Path, log: Path) -> dict[str, Any]:
         "driver_peak_rss": driver.get("peak_rss"),
         "run_cpu_s": run_out["cpu_s"] - run_in["cpu_s"] if run_in and run_out else None,
         "rss_at_run": run_in["rss"] if run_in else None,
+        # the summary: its CPU, and the driver's peak before it began
+        "summary_cpu_s": (
+            summary_out["cpu_s"] - summary_in["cpu_s"] if summary_in and summary_out else None
+        ),
+        "peak_rss_before_summary": summary_in["peak_rss"] if summary_in else None,
         "videos": (summary or {}).get("videos", {}),
         "log": str(log),
     }
@@ -236,9 +252,11 @@ ROWS: list[tuple[str, str, str]] = [
     ("driver peak RSS MB", "d.driver_peak_rss", "mb"),
     ("  RSS at run_video's start MB", "full.rss_at_run", "mb"),
     ("  growth during the run, bytes per video", "d.rss_growth_per_video", ",.0f"),
+    ("  peak before the summary MB", "full.peak_rss_before_summary", "mb"),
     ("journal bytes", "full.journal_bytes", ",d"),
     ("journal bytes per video", "d.journal_bytes_per_video", ".1f"),
     ("summary s (last record -> summary.json)", "full.summary_s", ".2f"),
+    ("  of it building the summary, driver CPU s", "full.summary_cpu_s", ".2f"),
     ("resume s (rerun with 95% done)", "d.resume_s", ".2f"),
     ("  resumed run: driver CPU s", "d.resume_driver_cpu_s", ".2f"),
 ]
