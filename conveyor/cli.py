@@ -12,6 +12,7 @@ import typer
 
 import conveyor
 from conveyor.cli_common import METRICS_PORT, REPORT, close_monitors, report_path, run_monitors
+from conveyor.cli_dedup import dedup
 from conveyor.cli_report import report as report_command
 from conveyor.cli_text import text
 from conveyor.cli_video import video
@@ -159,6 +160,7 @@ def _print_report_path(monitors: list[object], label: str = "report:") -> None:
 app.command()(video)
 app.command(name="report")(report_command)
 app.command()(text)
+app.command()(dedup)
 
 
 @app.command()

@@ -53,6 +53,10 @@ DUPLICATES = "duplicates.parquet"
 WORK = ".conveyor/semdedup"
 
 
+class PassFailed(SemanticDedupError):
+    """A task of a pass failed (its message says which and why)."""
+
+
 @dataclass(frozen=True)
 class SemanticDedupResult:
     """What ``semantic_dedup`` found and where it wrote it."""
@@ -94,14 +98,16 @@ def _check(threshold: float, n_clusters: int | None, partition_rows: int, chunk_
         raise ValueError(f"chunk_rows must be at least 1, got {chunk_rows}")
 
 
-def _run(pipeline: Pipeline, executor: Executor | None, tasks: list[Any]) -> RunResult:
+def run_pass(pipeline: Pipeline, executor: Executor | None, tasks: list[Any]) -> RunResult:
+    """Run one pass to the end; ``SemanticDedupError`` with the first failure if any task
+    failed (a dedup with a hole in it would keep duplicates silently)."""
     result = pipeline.run(executor, tasks)
     if result.failures:
         first = result.failures[0]
         more = f" (and {len(result.failures) - 1} more)" if len(result.failures) > 1 else ""
-        raise SemanticDedupError(f"semantic dedup {pipeline.name}: {first.message}{more}")
+        raise PassFailed(f"semantic dedup {pipeline.name}: {first.message}{more}")
     if not result.completed:
-        raise SemanticDedupError(f"semantic dedup {pipeline.name} stopped before the end")
+        raise PassFailed(f"semantic dedup {pipeline.name} stopped before the end")
     return result
 
 
@@ -137,7 +143,9 @@ def semantic_dedup(
     root = location(out)
     work = str(root / WORK)
     remove_tree(work)
-    files = scan(_inputs(inputs), columns, exclude=[out])
+    # the output may hold the input (a video output's embeddings/): only what the dedup
+    # writes is left out (its work folder is hidden, which a listing skips)
+    files = scan(_inputs(inputs), columns, exclude=[str(root / DUPLICATES)])
     plan = chunks(files, chunk_rows)
     items = sum(c.rows for c in plan)
     clusters = n_clusters or default_clusters(items)
@@ -155,14 +163,14 @@ def semantic_dedup(
 
         t0 = time.perf_counter()
         fraction = sample_size(items, clusters) / items
-        sampled = _run(
+        sampled = run_pass(
             Pipeline("semdedup-sample", [SampleEmbeddings(work, columns, fraction, seed)]),
             executor,
             plan,
         ).outputs
         skipped = sum(s.skipped for s in sampled)
         if items - skipped:
-            trained = _run(
+            trained = run_pass(
                 Pipeline(
                     "semdedup-train",
                     [TrainCentroids(work, clusters, items - skipped, partition_rows, seed)],
@@ -173,7 +181,7 @@ def semantic_dedup(
             trained_clusters = trained.clusters
             passes["train"] = time.perf_counter() - t0
             t0 = time.perf_counter()
-            assigned = _run(
+            assigned = run_pass(
                 Pipeline("semdedup-assign", [AssignClusters(work, columns)]), executor, plan
             ).outputs
             counts = np.sum([a.counts for a in assigned], axis=0)
@@ -181,7 +189,7 @@ def semantic_dedup(
             t0 = time.perf_counter()
             bucket_of = np.load(_local_copy(root / WORK / "buckets.npy"))
             tasks = compare_tasks(counts.tolist(), bucket_of.tolist(), partition_rows)
-            compared = _run(
+            compared = run_pass(
                 Pipeline("semdedup-compare", [CompareClusters(work, columns, threshold)]),
                 executor,
                 tasks,
@@ -191,7 +199,7 @@ def semantic_dedup(
     t0 = time.perf_counter()
     from conveyor.dedup.passes import WriteDuplicates
 
-    _run(Pipeline("semdedup-write", [WriteDuplicates(work, out, id_type)]), executor, ["write"])
+    run_pass(Pipeline("semdedup-write", [WriteDuplicates(work, out, id_type)]), executor, ["write"])
     passes["write"] = time.perf_counter() - t0
     result = SemanticDedupResult(
         items=items - skipped,

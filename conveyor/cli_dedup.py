@@ -1,0 +1,113 @@
+"""``conveyor dedup``: semantic deduplication of any Parquet of (id, embedding).
+
+It only turns options into ``semantic_dedup``'s arguments and an executor; the passes run on
+the engine like any pipeline's, with the same backends.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated
+
+import typer
+
+from conveyor.cli_common import MEMORY_GB, BackendChoice, Machine, fail
+
+
+class DedupExecutor(StrEnum):
+    streaming = "streaming"
+    batch = "batch"
+
+
+def dedup(
+    inputs: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="INPUT... OUTPUT",
+            help="Parquet files, folders, globs or URLs of (id, embedding), then the output "
+            "folder (duplicates.parquet and dedup.json are written there).",
+            show_default=False,
+        ),
+    ],
+    id_column: Annotated[str, typer.Option(help="The column of item ids.")] = "id",
+    embedding_column: Annotated[
+        str, typer.Option(help="The column of embeddings (a list of numbers per row).")
+    ] = "embedding",
+    threshold: Annotated[
+        float,
+        typer.Option(help="Cosine similarity at or above which an item duplicates an earlier one."),
+    ] = 0.95,
+    clusters: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="k-means clusters (fewer find more pairs and cost more).",
+            show_default="one per 10,000 items",
+        ),
+    ] = None,
+    order_by: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A column deciding which item of a near-duplicate set is kept: the smallest "
+            "(repeat the option for ties).",
+            show_default="input order",
+        ),
+    ] = None,
+    executor: Annotated[
+        DedupExecutor, typer.Option(case_sensitive=False, help="How stages are scheduled.")
+    ] = DedupExecutor.streaming,
+    backend: Annotated[
+        BackendChoice, typer.Option(case_sensitive=False, help="Where workers run.")
+    ] = BackendChoice.local,
+    address: Annotated[
+        str | None, typer.Option(help="Ray cluster address (--backend ray).")
+    ] = None,
+    cpus: Annotated[
+        float | None, typer.Option(min=0.5, help="CPUs to use.", show_default="all")
+    ] = None,
+    memory_gb: MEMORY_GB = None,
+) -> None:
+    """Find near-duplicate items by the cosine similarity of their embeddings (k-means, then
+    every pair within a cluster) and write OUTPUT/duplicates.parquet (id, duplicate_of,
+    similarity: one row per item to remove) and OUTPUT/dedup.json. Of each near-duplicate set
+    the first item (by --order-by, then input order) is kept."""
+    from conveyor.dedup.plan import SemanticDedupError
+    from conveyor.dedup.semantic import PassFailed, semantic_dedup
+    from conveyor.errors import ConveyorError
+    from conveyor.executors import BatchExecutor, StreamingExecutor
+    from conveyor.storage import normalize
+
+    if len(inputs) < 2:
+        raise fail("give INPUT... and OUTPUT")
+    if not 0 < threshold <= 1:
+        raise fail(f"--threshold must be in (0, 1], got {threshold}")
+    if address is not None and backend is BackendChoice.local:
+        raise fail("--address needs --backend ray")
+    *sources, output = [normalize(i) for i in inputs]
+    cls = BatchExecutor if executor is DedupExecutor.batch else StreamingExecutor
+    try:
+        engine = cls(Machine(cpus, 0, memory_gb).backend(backend, address))
+    except (ImportError, ValueError, ConveyorError) as exc:
+        raise fail(str(exc), 2 if isinstance(exc, ValueError) else 1) from None
+    try:
+        result = semantic_dedup(
+            sources,
+            output,
+            id_column=id_column,
+            embedding_column=embedding_column,
+            threshold=threshold,
+            n_clusters=clusters,
+            executor=engine,
+            order_by=tuple(order_by or ()),
+        )
+    except PassFailed as exc:
+        raise fail(str(exc), 1) from None
+    except SemanticDedupError as exc:
+        raise fail(str(exc)) from None
+    passes = ", ".join(f"{name} {s:.1f} s" for name, s in result.passes.items())
+    skipped = f" ({result.skipped:,} without an embedding left out)" if result.skipped else ""
+    typer.echo(
+        f"{result.items:,} items{skipped}, {result.clusters:,} clusters: {result.duplicates:,} "
+        f"duplicates at >= {threshold:g} in {result.wall_s:.1f} s ({passes})\n"
+        f"  {result.duplicates_path}\n  {result.report_path}"
+    )
