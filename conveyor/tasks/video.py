@@ -244,6 +244,10 @@ class Video:
     #: size and modification time of the source when listed: a changed file is redone
     source_size: int = 0
     source_mtime: float = 0.0
+    #: the video's record (``videos/<path>.json``), set by the writer on the task whose
+    #: writing completed the video: what comes after the writer (the shard writer, the
+    #: run's summary) learns of a finished video from it, without reading the record back
+    record: dict[str, Any] | None = field(default=None, repr=False)
 
     @property
     def video_id(self) -> str:

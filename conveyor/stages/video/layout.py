@@ -4,21 +4,29 @@
 
     OUT/clips/<clip_id>.mp4              kept clips
     OUT/filtered_clips/<clip_id>.mp4     filtered clips (only with write_filtered)
-    OUT/metas/<clip_id>.json             one per clip made, kept or filtered
+    OUT/metadata/<video_id>.parquet      the clip table: one row per clip made, kept or
+                                         filtered (``conveyor.stages.video.table``)
+    OUT/metas/<clip_id>.json             the same, a file per clip (only with meta_json)
     OUT/embeddings/<video_id>.parquet    clip_id, embedding: one row per kept clip
     OUT/text_embeddings/<video_id>.parquet  clip_id, text, embedding (when text is embedded)
     OUT/videos/<relative path>.json      the video: metadata, clip ids, errors (a name too
                                          long for the disk ends in ~<hash>.json)
+    OUT/shards/shard-NNNNNN.tar          kept clips as WebDataset shards (only with shards),
+    OUT/shards/shard-NNNNNN.json         each with its index (``conveyor.stages.video.shards``)
     OUT/summary.json                     the run's totals
-    OUT/.conveyor/                       work in progress (temporary files, staging)
+    OUT/.conveyor/                       work in progress (temporary files, staging, the
+                                         shard being filled)
 
 ``OUT`` is a directory or a URL (``s3://bucket/out``; ``conveyor.storage``). Every file is
 written under ``.conveyor/tmp`` and renamed into place (on an object store: uploaded whole,
 which the store publishes at once), so a reader never sees half a file. A video is *complete*
 once its ``videos/<relative path>.json`` exists: that record is written last, after every
-clip, meta and embedding of the video. Before a video's first
+clip, meta, clip-table row and embedding of the video. Before a video's first
 file is written its clip ids are logged in staging (``intent``), so a run killed half-way can
-remove exactly what the unfinished video left behind before doing it again.
+remove exactly what the unfinished video left behind before doing it again. A shard is filled
+under ``.conveyor/shards`` from complete videos only and renamed into ``shards/`` once full,
+after its index; ``conveyor.stages.video.shards`` says how a resumed run keeps every clip in
+one shard.
 """
 
 from __future__ import annotations
@@ -56,13 +64,17 @@ class OutputLayout:
         self.clips = self.root / "clips"
         self.filtered_clips = self.root / "filtered_clips"
         self.metas = self.root / "metas"
+        self.metadata = self.root / "metadata"
         self.embeddings = self.root / "embeddings"
         self.text_embeddings = self.root / "text_embeddings"
         self.videos = self.root / "videos"
+        self.shards = self.root / "shards"
         self.summary = self.root / "summary.json"
         self.internal = self.root / INTERNAL
         self.tmp = self.internal / "tmp"
         self.staging = self.internal / "staging"
+        #: the shard being filled (``shards``), apart from ``tmp``, which a run sweeps
+        self.open_shard = self.internal / "shards"
         self.config = self.internal / "config.json"
 
     # -- paths ----------------------------------------------------------------------------
@@ -71,6 +83,9 @@ class OutputLayout:
 
     def meta_path(self, clip_id: str) -> StoragePath:
         return self.metas / f"{clip_id}.json"
+
+    def clip_table_path(self, vid: str) -> StoragePath:
+        return self.metadata / f"{vid}.parquet"
 
     def embedding_path(self, vid: str) -> StoragePath:
         return self.embeddings / f"{vid}.parquet"
@@ -219,6 +234,7 @@ class OutputLayout:
             for path in (self.clip_path(cid), self.clip_path(cid, False), self.meta_path(cid)):
                 removed += _unlink(path)
         for path in (
+            self.clip_table_path(vid),
             self.embedding_path(vid),
             self.text_embedding_path(vid),
             self.video_record(relative_path),

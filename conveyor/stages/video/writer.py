@@ -2,12 +2,14 @@
 
 The writer takes chunks, and parts of chunks (``Video.part`` of ``Video.parts``: the
 transcoder sends each clip on as it is encoded), in any order. For each it logs the clip ids
-it is about to write (the intent), writes the clips, their metas and its embedding rows,
-then its record, all in staging, named by chunk and part. When every part of every chunk of
-a video is recorded, the video is finalised: its embeddings are gathered into
+it is about to write (the intent), writes the clips (and, with ``meta_json``, their metas),
+then its clip-table and embedding rows and its record, all in staging, named by chunk and
+part. When every part of every chunk of a video is recorded, the video is finalised: its clip
+table and embeddings are gathered into ``metadata/<video_id>.parquet`` and
 ``embeddings/<video_id>.parquet`` in clip order, its record is written to
 ``videos/<relative path>.json`` (that file's existence is what "complete" means to the next
-run) and its staging is removed. What a chunk says once (transitions, errors, damaged
+run; the task that completed the video carries it on as ``Video.record``) and its staging
+is removed. What a chunk says once (transitions, errors, damaged
 packets) rides on one of its parts, so adding the records up counts it once. Two workers
 finishing a video's last parts at once both finalise it, writing identical files: harmless,
 and no lock is needed. A video that arrives whole in one task (every short video) has
@@ -24,6 +26,7 @@ from typing import Any
 from conveyor.resources import Resources
 from conveyor.stage import ProcessingStage
 from conveyor.stages.video.layout import OutputLayout
+from conveyor.stages.video.table import clip_table
 from conveyor.stages.video.text_embed import clip_text
 from conveyor.storage import ObjectPath, StoragePath
 from conveyor.tasks.video import ERROR_FILTER, Clip, Video, VideoTask
@@ -33,7 +36,7 @@ NO_CLIPS = "too short: the video, or each of its shots once cropped, is under --
 
 
 def clip_meta(clip: Clip, video: Video, location: str | None) -> dict[str, Any]:
-    """The ``metas/<clip_id>.json`` record of a clip."""
+    """The ``metas/<clip_id>.json`` record of a clip (a row of its video's clip table)."""
     meta = video.metadata
     return {
         "clip_id": clip.clip_id,
@@ -100,17 +103,23 @@ class ClipWriter(ProcessingStage[VideoTask, VideoTask]):
     videos.
 
     Kept clips go to ``clips/``, filtered ones to ``filtered_clips/`` only with
-    ``write_filtered``; every clip made gets a meta. Returns the chunk without its bytes,
+    ``write_filtered``; every clip made gets a row in its video's clip table and, with
+    ``meta_json``, a ``metas/<clip_id>.json`` too. Returns the chunk without its bytes,
     frames and vectors, so what reaches the driver stays small.
     """
 
     resources = Resources(cpus=0.25)
 
     def __init__(
-        self, output: str | os.PathLike[str] | ObjectPath, *, write_filtered: bool = False
+        self,
+        output: str | os.PathLike[str] | ObjectPath,
+        *,
+        write_filtered: bool = False,
+        meta_json: bool = True,
     ) -> None:
         self.output = str(output)
         self.write_filtered = write_filtered
+        self.meta_json = meta_json
         self._layout: OutputLayout | None = None
 
     def process(self, task: VideoTask) -> VideoTask:
@@ -124,6 +133,7 @@ class ClipWriter(ProcessingStage[VideoTask, VideoTask]):
         # the staging folder is made by the first write into it
         layout.write_json(intent, {"clip_ids": [c.clip_id for c in video.clips]})
         made = [c for c in video.clips if c.encoded is not None]  # the writer needs bytes
+        metas = []
         for clip in made:
             location = None
             if clip.kept:
@@ -132,52 +142,62 @@ class ClipWriter(ProcessingStage[VideoTask, VideoTask]):
                 location = f"filtered_clips/{clip.clip_id}.mp4"
             if location is not None:
                 layout.write_bytes(layout.root / location, clip.encoded or b"")
-            layout.write_json(layout.meta_path(clip.clip_id), clip_meta(clip, video, location))
+            metas.append(clip_meta(clip, video, location))
+            if self.meta_json:
+                layout.write_json(layout.meta_path(clip.clip_id), metas[-1])
+        clips = clip_table(video.video_id, metas) if metas else None
         kept = [c for c in made if c.kept]
         table = _embedding_table(kept, "embedding")
         texts = _embedding_table(kept, "text_embedding", with_text=True)
         record = _chunk_record(video, made)
         if video.whole:
             # the whole video in one task (every short video): nothing to gather from staging
-            self._finalise(video, layout, [record], table, texts)
+            video.record = self._finalise(video, layout, [record], clips, table, texts)
             layout.remove_staging(staging, [intent])
             return _stripped(task)
-        if table is not None:
-            layout.write_parquet(staging / f"embed-{name}.parquet", table)
-        if texts is not None:
-            layout.write_parquet(staging / f"text-{name}.parquet", texts)
+        for staged, prefix in ((clips, "clips"), (table, "embed"), (texts, "text")):
+            if staged is not None:
+                layout.write_parquet(staging / f"{prefix}-{name}.parquet", staged)
         layout.write_json(staging / f"chunk-{name}.json", record)
-        self._finalise_if_complete(video, layout, staging)
+        video.record = self._finalise_if_complete(video, layout, staging)
         return _stripped(task)
 
     def _finalise_if_complete(
         self, video: Video, layout: OutputLayout, staging: StoragePath
-    ) -> None:
+    ) -> dict[str, Any] | None:
+        """The video's record if this call finalised it (``None``: not complete yet, or
+        being finalised by another worker)."""
         try:
             records = [json.loads(p.read_bytes()) for p in sorted(staging.glob("chunk-*.json"))]
         except (FileNotFoundError, ValueError):
-            return  # another worker is finalising this video right now
+            return None  # another worker is finalising this video right now
         if not _complete(records):
-            return
+            return None
         try:
-            embeddings = _concat(layout, sorted(staging.glob("embed-*.parquet")))
-            texts = _concat(layout, sorted(staging.glob("text-*.parquet")))
+            clips, embeddings, texts = (
+                _concat(layout, sorted(staging.glob(f"{prefix}-*.parquet")))
+                for prefix in ("clips", "embed", "text")
+            )
         except FileNotFoundError:
-            return  # finalised meanwhile by another worker
-        self._finalise(video, layout, records, embeddings, texts)
+            return None  # finalised meanwhile by another worker
+        record = self._finalise(video, layout, records, clips, embeddings, texts)
         layout.remove_tree(staging)
+        return record
 
     @staticmethod
     def _finalise(
         video: Video,
         layout: OutputLayout,
         records: list[dict[str, Any]],
+        clips: Any,
         embeddings: Any,
         texts: Any,
-    ) -> None:
-        """Write a complete video's embeddings and, last, its record."""
+    ) -> dict[str, Any]:
+        """Write a complete video's clip table and embeddings and, last, its record (which
+        is returned)."""
         vid = video.video_id
         for table, path in (
+            (clips, layout.clip_table_path(vid)),
             (embeddings, layout.embedding_path(vid)),
             (texts, layout.text_embedding_path(vid)),
         ):
@@ -185,10 +205,9 @@ class ClipWriter(ProcessingStage[VideoTask, VideoTask]):
                 layout.write_parquet(path, table)
             else:
                 path.unlink(missing_ok=True)
-        layout.write_json(
-            layout.video_record(video.relative_path),
-            _video_record(video, records, embeddings is not None and embeddings.num_rows > 0),
-        )
+        record = _video_record(video, records, embeddings is not None and embeddings.num_rows > 0)
+        layout.write_json(layout.video_record(video.relative_path), record)
+        return record
 
 
 def _complete(records: list[dict[str, Any]]) -> bool:

@@ -180,6 +180,7 @@ def test_reset_removes_a_finished_video_found_through_its_record(tmp_path: Path)
         f"filtered_clips/{filtered.clip_id}.mp4",
         f"metas/{kept.clip_id}.json",
         f"metas/{filtered.clip_id}.json",
+        f"metadata/{vid}.parquet",
         f"embeddings/{vid}.parquet",
         f"text_embeddings/{vid}.parquet",
         "videos/v.mp4.json",
@@ -227,6 +228,7 @@ def test_a_chunk_is_staged_with_its_intent_first(tmp_path: Path) -> None:
     staging = layout.staging_dir(video_id("v.mp4"))
     assert sorted(p.name for p in staging.iterdir()) == [
         "chunk-000000-000000.json",
+        "clips-000000-000000.parquet",
         "embed-000000-000000.parquet",
         "intent-000000-000000.json",
     ]
