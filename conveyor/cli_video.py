@@ -423,19 +423,19 @@ def _run(
     from conveyor.monitor import LiveView
     from conveyor.pipelines.video import build_video_pipeline, run_video
     from conveyor.pipelines.video_summary import input_failures, print_summary
-    from conveyor.stages.video.reader import VIDEO_EXTENSIONS, list_videos, pending_videos
+    from conveyor.stages.video.reader import VIDEO_EXTENSIONS, VideoSources
     from conveyor.storage import is_url
 
     try:
-        sources = list_videos(config.input, exclude=[config.output], limit=config.limit)
-        pending = pending_videos(sources, config.output)
+        # listed as the run takes them: before it starts, only as far as the first video
+        sources = VideoSources(config.input, config.output, limit=config.limit, keep=True)
+        empty = sources.empty()
     except (OSError, ImportError, ValueError) as exc:  # a store refusing, unreachable, ...
         raise _fail(str(exc), 1) from None
-    if not sources:
+    if empty:
         wanted = " ".join(VIDEO_EXTENSIONS)
         raise _fail(f"no videos in {config.input} (looked for {wanted}, recursively)")
-    done_before = len(sources) - len(pending)
-    progress = _Progress()
+    progress = _Progress(sources)
     view = LiveView(console=console, live=None if live else False, extra=progress.line)
     # the event log and report go into OUTPUT (not into a bucket: they are written as it runs)
     run_dir = None if is_url(config.output) else Path(config.output)
@@ -447,13 +447,14 @@ def _run(
     pipeline = build_video_pipeline(config)
     on_ray = backend is BackendChoice.ray or kind is VideoExecutor.ray_data
     console.print(
-        f"[bold]conveyor video[/]: {len(sources)} video(s) in {config.input}"
-        + (f", {done_before} already complete in {config.output}" if done_before else "")
-        + f" -> {config.output}\n  {pipeline.description}\n"
+        f"[bold]conveyor video[/]: {config.input} -> {config.output} (videos are listed as "
+        f"the run goes)\n  {pipeline.description}\n"
         f"  {kind.value} executor, {'Ray' if on_ray else 'local'} backend"
     )
     try:
-        report = run_video(config, executor, on_output=progress.add, journal=journal)
+        report = run_video(
+            config, executor, on_output=progress.add, journal=journal, sources=sources
+        )
     except KeyboardInterrupt:
         view.close()
         console.print("[yellow]interrupted[/]: run the same command again to resume")
@@ -464,7 +465,7 @@ def _run(
     finally:
         view.close()
         close_monitors(extra)
-    add_input_failures(extra, input_failures(report.summary, pending))
+    add_input_failures(extra, input_failures(report.summary, sources.to_do))
     print_summary(report.summary, console)
     console.print(f"summary: {report.summary_path}")
     html = report_path(extra)
@@ -484,9 +485,10 @@ class _Watch:
 
 
 class _Progress:
-    """Clips written so far, for the live view's last line."""
+    """Videos listed and clips written so far, for the live view's last line."""
 
-    def __init__(self) -> None:
+    def __init__(self, sources: Any = None) -> None:
+        self.sources = sources
         self.videos = 0
         self.kept = 0
         self.made = 0
@@ -499,4 +501,13 @@ class _Progress:
             self.videos += 1
 
     def line(self) -> str:
-        return f"videos finished {self.videos:,} | clips made {self.made:,}, kept {self.kept:,}"
+        listed = ""
+        if self.sources is not None:
+            done = self.sources.complete
+            listed = f"videos listed {self.sources.found:,}" + (
+                f" ({done:,} complete before) | " if done else " | "
+            )
+        return (
+            f"{listed}videos finished {self.videos:,} | clips made {self.made:,}, "
+            f"kept {self.kept:,}"
+        )

@@ -27,6 +27,7 @@ from conveyor.stages.video.video_type import DEFAULT_VIDEO_TYPES, split_labels
 if TYPE_CHECKING:
     from conveyor.executors.base import Executor
     from conveyor.result import RunResult
+    from conveyor.stages.video.reader import VideoSources
     from conveyor.storage import StoragePath
 
 Splitter = Literal["fixed", "shots"]
@@ -603,42 +604,48 @@ def run_video(
     *,
     on_output: Callable[[Any], None] | None = None,
     journal: str | os.PathLike[str] | None = None,
+    sources: VideoSources | None = None,
 ) -> VideoRunReport:
     """Run the pipeline of ``config`` into ``config.output`` (resuming an earlier run),
     deduplicate when asked, and write ``summary.json``.
 
-    The output's records say which videos are done, on a disk or a bucket alike; with
-    ``journal`` (a local file, see ``default_journal``) the run also keeps the engine's
-    journal: each video is a source task, recorded once all its clips are written.
+    The videos are listed as the engine takes them (``VideoSources``, or ``sources`` when
+    given, not yet read: the command peeks at it for an empty input), so the first starts
+    while a folder or bucket of millions is still being listed, each checked against the
+    output's records as it comes, on a disk or a bucket alike. With ``journal`` (a local
+    file, see ``default_journal``) the run also keeps the engine's journal: each video is
+    a source task, recorded once all its clips are written.
     """
     from conveyor.pipelines.video_summary import build_summary
     from conveyor.stages.video.layout import OutputLayout
-    from conveyor.stages.video.reader import list_videos, pending_videos
+    from conveyor.stages.video.reader import VideoSources
 
     check_resume(config)
     layout = OutputLayout(config.output)
     layout.internal.mkdir(parents=True, exist_ok=True)
     layout.write_json(layout.config, config.fingerprint())
     pipeline = build_video_pipeline(config)
-    # the listing stage finds the same videos in the same order: its i-th task is pending[i]
-    sources = list_videos(config.input, exclude=[config.output], limit=config.limit)
-    pending = pending_videos(sources, config.output)
+    if sources is None:
+        sources = VideoSources(config.input, config.output, limit=config.limit)
+    sources.keep = True  # the summary reads the records of every listed video
+    layout.sweep_tmp()  # before any worker writes: only one run may use an output at once
     started = time.perf_counter()
-    if journal is None:
-        run = pipeline.stream(executor)
-    else:
-        layout.sweep_tmp()  # what the listing stage does when it lists
-        run = pipeline.stream(executor, pending, journal=journal)
+    # the listing stage makes each source its video task: without a journal the i-th one
+    # is labelled "i", with one after its key (``video_of_label``)
+    run = pipeline.stream(executor, sources, journal=journal)
     with run:
         for output in run:
             if on_output is not None:
                 on_output(output)
     result = run.result
+    sources.drain()  # a run stopped early: the summary still counts every video
     if config.dedup and result.completed:
         from conveyor.stages.video.dedup import deduplicate
 
         deduplicate(config.output, config.dedup_threshold)
     wall = time.perf_counter() - started
-    summary = build_summary(config, sources, pending, result, wall, pipeline.description or "")
+    summary = build_summary(
+        config, sources.listed, sources.to_do, result, wall, pipeline.description or ""
+    )
     layout.write_json(layout.summary, summary)
     return VideoRunReport(result, summary, layout.summary, wall)

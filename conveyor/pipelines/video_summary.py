@@ -20,17 +20,16 @@ if TYPE_CHECKING:
 
 
 def video_of_label(label: str, pending: Sequence[VideoSource]) -> str | None:
-    """The video a task label descends from: the listing stage made video ``i`` as ``0.i``;
-    with a journal each video is a source task, labelled after its key."""
+    """The video a task label descends from: each video is a source task of the run, the
+    ``i``-th labelled ``i`` (``pending[i]``), or with a journal after its key."""
     from conveyor.engine.journal import key_label, source_key
 
     root = label.split(".", 1)[0].split("*", 1)[0]
     if root.startswith("k"):
         return next((s.relative_path for s in pending if key_label(source_key(s)) == root), None)
-    parts = label.split(".")
-    if len(parts) < 2 or not parts[1].split("*")[0].isdigit():
+    if not root.isdigit():
         return None
-    index = int(parts[1].split("*")[0])
+    index = int(root)
     return pending[index].relative_path if index < len(pending) else None
 
 
