@@ -135,7 +135,10 @@ class OutputLayout:
         import pyarrow.parquet as pq
 
         if isinstance(path, Path):
-            return pq.read_table(path, columns=columns)
+            # opened here: pyarrow refuses a path that is not UTF-8 (an output named in
+            # Latin-1 bytes reaches Python with surrogates)
+            with open(path, "rb") as data:
+                return pq.read_table(data, columns=columns)
         import pyarrow as pa
 
         # one GET through fsspec (not pyarrow's own S3 client): these files are small

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import tarfile
 from pathlib import Path
@@ -94,6 +95,16 @@ def test_a_chunked_video_gathers_its_rows_in_clip_order(tmp_path: Path) -> None:
     # the task that completed the video carries its record on, and only that one
     assert [o.data.record is not None for o in outputs] == [False, False, True]
     assert outputs[2].data.record == layout.read_record(relative)
+
+
+def test_a_chunked_video_is_gathered_in_an_output_named_in_latin1_bytes(tmp_path: Path) -> None:
+    out = Path(os.fsdecode(os.fsencode(tmp_path) + b"/out\xe9"))  # pyarrow refuses the path
+    writer = ClipWriter(out)
+    writer.process(chunk("v.mp4", 0, [clip("v.mp4", 0, 10)]))
+    writer.process(chunk("v.mp4", 1, [clip("v.mp4", 10, 20)], last=True))
+    layout = OutputLayout(out)
+    assert layout.read_table(layout.clip_table_path(video_id("v.mp4"))).num_rows == 2
+    assert layout.read_table(layout.embedding_path(video_id("v.mp4"))).num_rows == 2
 
 
 def test_the_folder_reads_as_one_dataset_whatever_each_video_holds(tmp_path: Path) -> None:
