@@ -54,6 +54,11 @@ class MotionSourceChoice(StrEnum):
     clip = "clip"
 
 
+class ShardsChoice(StrEnum):
+    none = "none"
+    webdataset = "webdataset"
+
+
 class VideoExecutor(StrEnum):
     streaming = "streaming"
     batch = "batch"
@@ -233,6 +238,26 @@ def video(
     write_filtered: Annotated[
         bool, typer.Option("--write-filtered", help="Also write filtered clips.")
     ] = False,
+    meta_json: Annotated[
+        bool,
+        typer.Option(
+            "--meta-json/--no-meta-json",
+            help="Also write each clip's meta as metas/<clip_id>.json (the clip table, "
+            "metadata/<video_id>.parquet, is always written; at millions of clips, turn "
+            "this off).",
+        ),
+    ] = True,
+    shards: Annotated[
+        ShardsChoice,
+        typer.Option(
+            case_sensitive=False,
+            help="Also write the kept clips as WebDataset shards, shards/shard-NNNNNN.tar "
+            "(mp4, json meta, npy embedding per clip); a local OUTPUT only.",
+        ),
+    ] = ShardsChoice.none,
+    shard_mb: Annotated[
+        float, typer.Option("--shard-mb", help="Shards: the size each is filled to (MiB).")
+    ] = 1024.0,
     executor: Annotated[
         VideoExecutor, typer.Option(case_sensitive=False, help="How stages are scheduled.")
     ] = VideoExecutor.streaming,
@@ -344,6 +369,9 @@ def video(
             dedup=dedup,
             dedup_threshold=dedup_threshold,
             write_filtered=write_filtered,
+            meta_json=meta_json,
+            shards=shards.value,
+            shard_mb=shard_mb,
             limit=limit,
             gpus=None if gpus is None else gpus > 0,
         )

@@ -1,8 +1,9 @@
 """The video curation pipeline: a ``VideoConfig`` in, an ordinary ``Pipeline`` out.
 
 ``build_video_pipeline(config)`` assembles the stages (read, split, transcode with the models'
-frames and the motion vectors taken in the same decode, filter, embed, annotate, write);
-``run_video(config, executor)`` runs it, deduplicates when asked and writes ``summary.json``.
+frames and the motion vectors taken in the same decode, filter, embed, annotate, write, and
+fill WebDataset shards when asked); ``run_video(config, executor)`` runs it, deduplicates
+when asked, closes the last shard and writes ``summary.json``.
 The ``conveyor video`` command only parses options into a ``VideoConfig``: whatever it does,
 a script can do with the same objects.
 """
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
     from conveyor.storage import StoragePath
 
 Splitter = Literal["fixed", "shots"]
+Shards = Literal["none", "webdataset"]
+SHARD_FORMATS: tuple[str, ...] = get_args(Shards)
 Detector = Literal["auto", "transnetv2", "hybrid", "adaptive", "content", "histogram"]
 DETECTORS: tuple[str, ...] = get_args(Detector)
 #: each detector's threshold where ``shot_threshold`` gives none (TransNetV2: a probability;
@@ -53,7 +56,7 @@ OUTPUT_OPTIONS = (
     "nsfw_threshold", "aesthetic_model", "aesthetic_threshold", "score_only", "embed",
     "overlay_text", "overlay_text_threshold",
     "embed_model", "tags", "caption_model", "text_embed", "write_filtered",
-    "video_type_model", "video_types", "keep_types",
+    "video_type_model", "video_types", "keep_types", "meta_json",
 )  # fmt: skip
 
 
@@ -117,6 +120,16 @@ class VideoConfig:
     dedup: bool = False
     dedup_threshold: float = 0.95
     write_filtered: bool = False
+    #: also write each clip's meta as ``metas/<clip_id>.json`` beside the clip table
+    #: (``metadata/<video_id>.parquet``, always written). On by default: the metas are what
+    #: outputs have held from the start, and scripts, the demo and the benchmarks read them;
+    #: at millions of clips, turn them off (a file per clip is what a file system and a
+    #: bucket listing handle worst) and read the table
+    meta_json: bool = True
+    #: the kept clips also as WebDataset shards (``shards/shard-NNNNNN.tar``: mp4, json meta,
+    #: npy embedding per clip) of about ``shard_mb`` MiB each; a local output only
+    shards: Shards = "none"
+    shard_mb: float = 1024.0
     limit: int | None = None
     #: run models (and NVENC) on GPUs: None = when this machine has any
     gpus: bool | None = None
@@ -171,6 +184,7 @@ class VideoConfig:
             problems.append(f"dedup_threshold must be in (0, 1], got {self.dedup_threshold}")
         if self.dedup and not self.embed:
             problems.append("dedup needs embeddings: drop --no-embed or --dedup")
+        problems += self._shard_problems()
         if not 0 <= self.overlay_text_threshold <= 1:
             problems.append(
                 "overlay_text_threshold must be in [0, 1] (a fraction of the frame's area), "
@@ -197,6 +211,25 @@ class VideoConfig:
             problems.append(f"embed model path {self.embed_model!r} does not exist")
         if problems:
             raise ValueError("; ".join(problems))
+
+    def _shard_problems(self) -> list[str]:
+        from conveyor.storage import is_url
+
+        problems = []
+        if self.shards not in SHARD_FORMATS:
+            problems.append(
+                f"shards must be one of {', '.join(SHARD_FORMATS)}, got {self.shards!r}"
+            )
+        if isinstance(self.shard_mb, bool) or not (
+            isinstance(self.shard_mb, (int, float)) and 0 < self.shard_mb < math.inf
+        ):
+            problems.append(f"shard_mb must be a number of MiB > 0, got {self.shard_mb!r}")
+        if self.shards != "none" and is_url(self.output):
+            problems.append(
+                f"shards need a local output (a shard is filled by appending to a file), "
+                f"got {self.output}: write to a local or mounted folder, or drop --shards"
+            )
+        return problems
 
     def _video_type_problems(self) -> list[str]:
         for name in ("video_types", "keep_types"):
@@ -309,7 +342,13 @@ def build_video_pipeline(config: VideoConfig) -> Pipeline:
         from conveyor.stages.video.text_embed import TextEmbedder
 
         stages.append(TextEmbedder().with_(resources=model_resources))
-    stages.append(ClipWriter(config.output, write_filtered=config.write_filtered))
+    stages.append(
+        ClipWriter(config.output, write_filtered=config.write_filtered, meta_json=config.meta_json)
+    )
+    if config.shards == "webdataset":
+        from conveyor.stages.video.shards import ShardWriter
+
+        stages.append(ShardWriter(config.output, config.shard_mb))
     return Pipeline("video-curation", stages, description=config.description or describe(config))
 
 
@@ -511,6 +550,8 @@ def describe(config: VideoConfig) -> str:
         parts.append(f"captions ({Path(config.caption_model).name})")
     if config.dedup:
         parts.append(f"semantic dedup at {config.dedup_threshold:g}")
+    if config.shards != "none":
+        parts.append(f"WebDataset shards of {config.shard_mb:g} MiB")
     return "; ".join(parts)
 
 
@@ -538,11 +579,16 @@ def check_resume(config: VideoConfig) -> dict[str, Any] | None:
 
     Returns the earlier options (``None`` for a fresh output) or raises ``ConfigMismatch``
     naming the options that differ, or ``ValueError`` for an output that is a file (it
-    would fail only once the run had started, and with an errno).
+    would fail only once the run had started, and with an errno), or ``FileNotFoundError``
+    for shards that cannot be resumed (``check_shards``).
     """
     from conveyor.stages.video.layout import OutputLayout
 
     _check_output_place(config.output)
+    if config.shards != "none":
+        from conveyor.stages.video.shards import check_shards
+
+        check_shards(config.output)
     layout = OutputLayout(config.output)
     try:
         earlier = json.loads(layout.config.read_bytes())
@@ -580,8 +626,8 @@ def clear_output(output: str | os.PathLike[str]) -> None:
 
     layout = OutputLayout(output)
     for folder in (
-        layout.clips, layout.filtered_clips, layout.metas, layout.embeddings,
-        layout.text_embeddings, layout.videos, layout.internal,
+        layout.clips, layout.filtered_clips, layout.metas, layout.metadata, layout.embeddings,
+        layout.text_embeddings, layout.videos, layout.shards, layout.internal,
     ):  # fmt: skip
         layout.remove_tree(folder)
     layout.summary.unlink(missing_ok=True)
@@ -607,7 +653,7 @@ def run_video(
     sources: VideoSources | None = None,
 ) -> VideoRunReport:
     """Run the pipeline of ``config`` into ``config.output`` (resuming an earlier run),
-    deduplicate when asked, and write ``summary.json``.
+    deduplicate when asked, close the last shard, and write ``summary.json``.
 
     The videos are listed as the engine takes them (``VideoSources``, or ``sources`` when
     given, not yet read: the command peeks at it for an empty input), so the first starts
@@ -616,7 +662,7 @@ def run_video(
     file, see ``default_journal``) the run also keeps the engine's journal: each video is
     a source task, recorded once all its clips are written.
     """
-    from conveyor.pipelines.video_summary import build_summary
+    from conveyor.pipelines.video_summary import RunTally, build_summary
     from conveyor.stages.video.layout import OutputLayout
     from conveyor.stages.video.reader import VideoSources
 
@@ -625,9 +671,15 @@ def run_video(
     layout.internal.mkdir(parents=True, exist_ok=True)
     layout.write_json(layout.config, config.fingerprint())
     pipeline = build_video_pipeline(config)
+    if config.shards != "none":
+        from conveyor.stages.video.shards import finish_shards
     if sources is None:
         sources = VideoSources(config.input, config.output, limit=config.limit)
     sources.keep = True  # the summary reads the records of every listed video
+    # the records of the videos complete already go into the summary's tally as they are
+    # read to resume; each video finished now, as its record comes out of the pipeline
+    tally = RunTally()
+    sources.on_complete = tally.add_complete
     layout.sweep_tmp()  # before any worker writes: only one run may use an output at once
     started = time.perf_counter()
     # the listing stage makes each source its video task: without a journal the i-th one
@@ -635,6 +687,7 @@ def run_video(
     run = pipeline.stream(executor, sources, journal=journal)
     with run:
         for output in run:
+            tally.add_output(output)
             if on_output is not None:
                 on_output(output)
     result = run.result
@@ -643,9 +696,13 @@ def run_video(
         from conveyor.stages.video.dedup import deduplicate
 
         deduplicate(config.output, config.dedup_threshold)
+    relative_paths = [s.relative_path for s in sources.listed]
+    tally.read_missing(layout, relative_paths)
+    if config.shards != "none":
+        finish_shards(config.output, config.shard_mb, tally.complete(relative_paths))
     wall = time.perf_counter() - started
     summary = build_summary(
-        config, sources.listed, sources.to_do, result, wall, pipeline.description or ""
+        config, sources.listed, sources.to_do, result, wall, pipeline.description or "", tally
     )
     layout.write_json(layout.summary, summary)
     return VideoRunReport(result, summary, layout.summary, wall)

@@ -1,11 +1,19 @@
-"""``summary.json`` of a video run, built from what is on disk (so it covers resumed runs),
-and its human form for the terminal."""
+"""``summary.json`` of a video run, and its human form for the terminal.
+
+The summary covers every listed video, this run's and earlier runs' alike, from their
+records. None is read again at the end: ``RunTally`` folds in the records of the videos
+complete before the run (read anyway, to decide what to resume) and each record the writer
+hands on as a video completes (``Video.record``), so finishing a run costs the same for ten
+clips or ten million. Only a video no output told of (one the engine failed, or whose
+output a later stage failed) is looked up on disk.
+"""
 
 from __future__ import annotations
 
 import time
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from conveyor.stages.video.layout import OutputLayout
@@ -17,6 +25,90 @@ if TYPE_CHECKING:
     from conveyor.pipelines.video import VideoConfig
     from conveyor.result import FailureRecord, RunResult
     from conveyor.stages.video.reader import VideoSource
+    from conveyor.tasks.video import VideoTask
+
+
+@dataclass(frozen=True, slots=True)
+class VideoTotals:
+    """What the summary takes from one video's record (the record itself holds every clip
+    id: a run keeps these instead).
+
+    Attributes:
+        status: ``"ok"`` or ``"failed"``.
+        no_clips: readable, but too short for any clip.
+        damaged: its clips were cut past packets the decoder refused.
+        duration_s: the source's length.
+        made, kept, kept_seconds: its clips.
+        filtered: (filter, clips) in the record's order.
+        errors: (stage, reason) of the video's own failures.
+        clip_errors: (clip id, stage, reason) of its clips' failures.
+    """
+
+    status: str
+    no_clips: bool
+    damaged: bool
+    duration_s: float
+    made: int
+    kept: int
+    kept_seconds: float
+    filtered: tuple[tuple[str, int], ...]
+    errors: tuple[tuple[str, str], ...]
+    clip_errors: tuple[tuple[str, str, str], ...]
+
+    @classmethod
+    def of(cls, record: dict[str, Any]) -> VideoTotals:
+        meta = record.get("metadata") or {}
+        return cls(
+            status=record["status"],
+            no_clips=bool(record.get("no_clips")),
+            damaged=bool(record.get("damaged_packets")),
+            duration_s=float(meta.get("duration_s") or 0.0),
+            made=len(record["clips"]),
+            kept=len(record["kept"]),
+            kept_seconds=record.get("kept_seconds", 0.0),
+            filtered=tuple((name, len(ids)) for name, ids in record["filtered"].items()),
+            errors=tuple(record["errors"].items()),
+            clip_errors=tuple(
+                (e["clip_id"], e["stage"], e["reason"]) for e in record["clip_errors"]
+            ),
+        )
+
+
+class RunTally:
+    """The records of a run's videos, folded in as they come (``VideoTotals`` each)."""
+
+    def __init__(self) -> None:
+        self.videos: dict[str, VideoTotals] = {}
+        #: looked up on disk and found without a record
+        self._absent: set[str] = set()
+
+    def add(self, relative_path: str, record: dict[str, Any]) -> None:
+        self.videos[relative_path] = VideoTotals.of(record)
+        self._absent.discard(relative_path)
+
+    def add_complete(self, source: VideoSource, record: dict[str, Any]) -> None:
+        """A video complete before the run, with the record just read to tell
+        (``VideoSources``' ``on_complete``)."""
+        self.add(source.relative_path, record)
+
+    def add_output(self, task: VideoTask) -> None:
+        """A last-stage output: the record it carries, if its video completed with it."""
+        video = task.data
+        if video.record is not None:
+            self.add(video.relative_path, video.record)
+
+    def read_missing(self, layout: OutputLayout, relative_paths: Sequence[str]) -> None:
+        """Look up on disk the records of the videos no output told of."""
+        missing = [r for r in relative_paths if r not in self.videos and r not in self._absent]
+        for relative, record in layout.read_records(missing).items():
+            if record is None:
+                self._absent.add(relative)
+            else:
+                self.add(relative, record)
+
+    def complete(self, relative_paths: Sequence[str]) -> list[str]:
+        """Those of ``relative_paths`` whose video has a record."""
+        return [r for r in relative_paths if r in self.videos]
 
 
 def video_of_label(label: str, pending: Sequence[VideoSource]) -> str | None:
@@ -40,9 +132,14 @@ def build_summary(
     result: RunResult,
     wall_s: float,
     description: str,
+    tally: RunTally | None = None,
 ) -> dict[str, Any]:
-    """Totals over every listed video's record (this run's and earlier runs')."""
+    """Totals over every listed video's record (this run's and earlier runs'): those in
+    ``tally``, the others read from disk."""
     layout = OutputLayout(config.output)
+    if tally is None:
+        tally = RunTally()
+    tally.read_missing(layout, [s.relative_path for s in sources])
     done_now = {s.relative_path for s in pending}
     engine_failures = _engine_failures(result.failures, pending)
     videos = Counter()
@@ -51,10 +148,9 @@ def build_summary(
     seconds_in = seconds_now = kept_seconds = 0.0
     failures: list[dict[str, Any]] = []
     damaged: list[str] = []
-    records = layout.read_records([s.relative_path for s in sources])
     for source in sources:
-        record = records[source.relative_path]
-        if record is None:
+        totals = tally.videos.get(source.relative_path)
+        if totals is None:
             videos["incomplete"] += 1
             reasons = engine_failures.get(source.relative_path) or [
                 {
@@ -65,32 +161,30 @@ def build_summary(
             ]
             failures += [{"video": source.relative_path, **r} for r in reasons]
             continue
-        videos[record["status"]] += 1
-        videos["without_clips"] += bool(record.get("no_clips"))
-        if record.get("damaged_packets"):
+        videos[totals.status] += 1
+        videos["without_clips"] += totals.no_clips
+        if totals.damaged:
             damaged.append(source.relative_path)
-        meta = record.get("metadata") or {}
-        duration = float(meta.get("duration_s") or 0.0)
-        seconds_in += duration
+        seconds_in += totals.duration_s
         if source.relative_path in done_now:
-            seconds_now += duration
-        clips["made"] += len(record["clips"])
-        clips["kept"] += len(record["kept"])
-        kept_seconds += record.get("kept_seconds", 0.0)
-        for name, ids in record["filtered"].items():
-            filtered[name] += len(ids)
-        for stage, reason in record["errors"].items():
+            seconds_now += totals.duration_s
+        clips["made"] += totals.made
+        clips["kept"] += totals.kept
+        kept_seconds += totals.kept_seconds
+        for name, count in totals.filtered:
+            filtered[name] += count
+        for stage, reason in totals.errors:
             failures.append(
                 {"video": source.relative_path, "stage": stage, "reason": reason, "kind": "input"}
             )
-        for error in record["clip_errors"]:
+        for clip_id, stage, reason in totals.clip_errors:
             clips["failed"] += 1
             failures.append(
                 {
                     "video": source.relative_path,
-                    "clip_id": error["clip_id"],
-                    "stage": error["stage"],
-                    "reason": error["reason"],
+                    "clip_id": clip_id,
+                    "stage": stage,
+                    "reason": reason,
                     "kind": "input",
                 }
             )
