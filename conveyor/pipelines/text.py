@@ -2,13 +2,15 @@
 
 Pass 1 reads the input (``TextPartitioner`` -> ``TextReader``), applies the Gopher-style
 heuristic filters and fastText language identification (and the language filter), and with
-deduplication spills each kept document's keys (``DedupKeys``) and stages the kept rows as
-Parquet under ``OUTPUT/.conveyor/staging``; without it, it writes the output directly.
-``resolve_duplicates`` then finds the duplicates across the whole dataset, and pass 2 reads the
-staged rows, drops them (``DropDuplicates``) and writes the output. ``run_text`` runs both
-passes on any executor and backend, publishes the shards as ``OUTPUT/part-00000.parquet``...
-in input order, and writes ``OUTPUT/summary.json``. The ``conveyor text`` command only turns
-options into a ``TextConfig``: whatever it does, a script can do with the same objects.
+deduplication spills each kept document's keys (``DedupKeys``; semantic dedup: its MiniLM
+embedding, ``DedupEmbeddings``) and stages the kept rows as Parquet under
+``OUTPUT/.conveyor/staging``; without it, it writes the output directly.
+``resolve_duplicates`` (``resolve_semantic``) then finds the duplicates across the whole
+dataset, and pass 2 reads the staged rows, drops them (``DropDuplicates``) and writes the
+output. ``run_text`` runs both passes on any executor and backend, publishes the shards as
+``OUTPUT/part-00000.parquet``... in input order, and writes ``OUTPUT/summary.json``. The
+``conveyor text`` command only turns options into a ``TextConfig``: whatever it does, a script
+can do with the same objects.
 
 ::
 
@@ -16,7 +18,8 @@ options into a ``TextConfig``: whatever it does, a script can do with the same o
                                    language_score (or part-00000.jsonl ... with format="jsonl")
     OUT/summary.json               documents in / kept / filtered by rule and by language /
                                    removed as duplicates, malformed lines with file and line
-    OUT/.conveyor/                 work in progress (staging, dedup keys), removed at the end
+    OUT/.conveyor/                 work in progress (staging, dedup keys or embeddings),
+                                   removed at the end
 """
 
 from __future__ import annotations
@@ -39,14 +42,17 @@ if TYPE_CHECKING:
     from conveyor.stages.text.dedup import DedupResult, FuzzyDedupConfig
     from conveyor.stages.text.filters import Rule
     from conveyor.stages.text.readers import InputListing
+    from conveyor.stages.text.semantic import SemanticResult
     from conveyor.storage import StoragePath
 
 Format = Literal["parquet", "jsonl"]
-DedupMode = Literal["none", "exact", "fuzzy"]
+DedupMode = Literal["none", "exact", "fuzzy", "semantic"]
 INTERNAL = ".conveyor"
 SUMMARY = "summary.json"
 #: the fuzzy dedup options (``None``: FuzzyDedupConfig's default)
 FUZZY_OPTIONS = ("shingle_size", "num_perm", "bands", "rows", "threshold", "jaccard_check")
+#: the semantic dedup options (``None``: SEMANTIC_THRESHOLD, and semantic_dedup's clusters)
+SEMANTIC_OPTIONS = ("semantic_threshold", "semantic_clusters")
 
 
 @dataclass
@@ -87,6 +93,12 @@ class TextConfig:
     rows: int | None = None
     threshold: float | None = None
     jaccard_check: bool | None = None
+    #: semantic: the least cosine similarity of two documents' MiniLM embeddings that makes
+    #: the later one a duplicate (``None``: 0.95, see docs/text-dedup.md)
+    semantic_threshold: float | None = None
+    #: semantic: k-means clusters the documents are compared within (``None``: one per
+    #: 10,000 documents)
+    semantic_clusters: int | None = None
     dedup_partitions: int = 16
     #: only the first ``limit`` records (non-blank lines, Parquet rows) of the input
     limit: int | None = None
@@ -132,8 +144,10 @@ class TextConfig:
             )
         if self.format not in ("parquet", "jsonl"):
             problems.append(f"format must be 'parquet' or 'jsonl', got {self.format!r}")
-        if self.dedup not in ("none", "exact", "fuzzy"):
-            problems.append(f"dedup must be 'none', 'exact' or 'fuzzy', got {self.dedup!r}")
+        if self.dedup not in ("none", "exact", "fuzzy", "semantic"):
+            problems.append(
+                f"dedup must be 'none', 'exact', 'fuzzy' or 'semantic', got {self.dedup!r}"
+            )
         try:
             self.languages = parse_languages(self.languages or None)
         except ValueError as exc:
@@ -154,6 +168,7 @@ class TextConfig:
                 f"{', '.join(given)} set fuzzy deduplication, which needs dedup='fuzzy' "
                 f"(dedup is {self.dedup!r})"
             )
+        problems += self._semantic_problems()
         if not problems:
             try:
                 self.rules()
@@ -162,6 +177,40 @@ class TextConfig:
                 problems.append(str(exc))
         if problems:
             raise ValueError("; ".join(problems))
+
+    def _semantic_problems(self) -> list[str]:
+        given = [name for name in SEMANTIC_OPTIONS if getattr(self, name) is not None]
+        if given and self.dedup != "semantic":
+            return [
+                f"{', '.join(given)} set semantic deduplication, which needs dedup='semantic' "
+                f"(dedup is {self.dedup!r})"
+            ]
+        problems = []
+        threshold, clusters = self.semantic_threshold, self.semantic_clusters
+        if threshold is not None and (
+            isinstance(threshold, bool)
+            or not isinstance(threshold, (int, float))
+            or not 0 < threshold <= 1
+        ):
+            problems.append(f"semantic_threshold must be in (0, 1], got {threshold!r}")
+        if clusters is not None and (
+            isinstance(clusters, bool) or not isinstance(clusters, int) or clusters < 1
+        ):
+            problems.append(f"semantic_clusters must be an int >= 1, got {clusters!r}")
+        return problems
+
+    def semantic_options(self) -> dict[str, Any] | None:
+        """The semantic dedup settings (``None`` unless dedup is semantic; ``clusters``
+        ``None``: one per 10,000 documents)."""
+        if self.dedup != "semantic":
+            return None
+        from conveyor.stages.text.semantic import SEMANTIC_THRESHOLD
+
+        threshold = self.semantic_threshold
+        return {
+            "threshold": SEMANTIC_THRESHOLD if threshold is None else float(threshold),
+            "clusters": self.semantic_clusters,
+        }
 
     def _on(self, switch: bool | None) -> bool:
         return self.filters if switch is None else switch
@@ -229,6 +278,7 @@ class TextConfig:
             "language_threshold": self.language_threshold,
             "dedup": self.dedup,
             "fuzzy": None if fuzzy is None else _rule_values(fuzzy),
+            "semantic": self.semantic_options(),
             "limit": self.limit,
             "chunk_bytes": self.chunk_bytes,
         }
@@ -302,6 +352,7 @@ def build_text_pipelines(config: TextConfig) -> TextPipelines:
     from conveyor.stages.text.filters import HeuristicFilter
     from conveyor.stages.text.langid import LanguageIdentifier
     from conveyor.stages.text.readers import TextPartitioner, TextReader
+    from conveyor.stages.text.semantic import DedupEmbeddings
     from conveyor.stages.text.writers import ShardedWriter
 
     layout = TextLayout(config.output)
@@ -330,15 +381,18 @@ def build_text_pipelines(config: TextConfig) -> TextPipelines:
     if config.dedup == "none":
         stages.append(ShardedWriter(layout.ready, config.format, count_by=count_by))
         return TextPipelines(Pipeline("text-curation", stages, description=description))
-    stages.append(
-        DedupKeys(
-            layout.dedup,
-            config.dedup,
-            config.fuzzy_config(),
-            text_column=config.text_field,
-            partitions=config.dedup_partitions,
+    if config.dedup == "semantic":
+        stages.append(DedupEmbeddings(layout.dedup, text_column=config.text_field))
+    else:
+        stages.append(
+            DedupKeys(
+                layout.dedup,
+                config.dedup,
+                config.fuzzy_config(),
+                text_column=config.text_field,
+                partitions=config.dedup_partitions,
+            )
         )
-    )
     stages.append(
         ShardedWriter(layout.staging, "parquet", drop_columns=(), compression="zstd", count_by=None)
     )
@@ -385,11 +439,52 @@ def describe(config: TextConfig) -> str:
         )
     elif config.dedup == "exact":
         parts.append("exact dedup")
+    elif config.dedup == "semantic":
+        from conveyor.dedup.plan import ITEMS_PER_CLUSTER
+        from conveyor.stages.minilm import MAX_TOKENS
+
+        semantic = config.semantic_options()
+        assert semantic is not None
+        clusters = semantic["clusters"]
+        parts.append(
+            f"semantic dedup (MiniLM embeddings of the first {MAX_TOKENS} tokens, cosine >= "
+            f"{semantic['threshold']:g}, "
+            + (
+                f"1 cluster per {ITEMS_PER_CLUSTER:,} documents"
+                if clusters is None
+                else f"{clusters} cluster{'s' if clusters > 1 else ''}"
+            )
+            + ")"
+        )
     parts.append(f"write {config.format}")
     return "; ".join(parts)
 
 
 # -- running --------------------------------------------------------------------------------
+def _resolve(
+    config: TextConfig, layout: TextLayout, executor: Executor | None
+) -> DedupResult | SemanticResult:
+    """The duplicates among what pass 1 spilled, as ``layout.removed`` (semantic dedup runs
+    its passes on ``executor``, the run's own)."""
+    if config.dedup == "semantic":
+        from conveyor.stages.text.semantic import resolve_semantic
+
+        semantic = config.semantic_options()
+        assert semantic is not None
+        return resolve_semantic(
+            layout.dedup,
+            threshold=semantic["threshold"],
+            clusters=semantic["clusters"],
+            executor=executor,
+            out_path=layout.removed,
+        )
+    from conveyor.stages.text.dedup import resolve_duplicates
+
+    return resolve_duplicates(
+        layout.dedup, config.dedup, config.fuzzy_config(), out_path=layout.removed
+    )
+
+
 @dataclass
 class TextRunReport:
     """What ``run_text`` did: the passes' engine results and the summary it wrote."""
@@ -398,7 +493,7 @@ class TextRunReport:
     summary: dict[str, Any]
     summary_path: StoragePath
     files: list[str]
-    dedup: DedupResult | None
+    dedup: DedupResult | SemanticResult | None
     wall_s: float
 
     @property
@@ -442,7 +537,7 @@ def run_text(
     pipelines = build_text_pipelines(config)
     counts = TextCounts()
     results: list[RunResult] = []
-    dedup: DedupResult | None = None
+    dedup: DedupResult | SemanticResult | None = None
     files: list[str] = []
 
     def run_pass(pipeline: Pipeline, final: bool, label: str) -> RunResult:
@@ -459,15 +554,11 @@ def run_text(
     result = run_pass(pipelines.first, pipelines.second is None, "pass 1")
     passes = 1
     if result.completed and pipelines.second is not None and counts.staged_rows:
-        from conveyor.stages.text.dedup import resolve_duplicates
-
         if on_pass is not None:
             on_pass("dedup")
         t0 = time.perf_counter()
         layout.dedup.mkdir(parents=True, exist_ok=True)
-        dedup = resolve_duplicates(
-            layout.dedup, config.dedup, config.fuzzy_config(), out_path=layout.removed
-        )
+        dedup = _resolve(config, layout, executor)
         counts.dedup_s = time.perf_counter() - t0
         run_pass(pipelines.second, True, "pass 2")
         passes = 2

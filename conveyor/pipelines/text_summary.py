@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from conveyor.result import RunResult
     from conveyor.stages.text.dedup import DedupResult
     from conveyor.stages.text.readers import InputListing
+    from conveyor.stages.text.semantic import SemanticResult
 
 #: malformed lines listed in summary.json (all of them are counted)
 MAX_LISTED = 1000
@@ -92,11 +93,33 @@ def _failure(record: Any) -> dict[str, Any]:
     }
 
 
+def _dedup_counts(dedup: DedupResult | SemanticResult) -> dict[str, Any]:
+    """What the resolve step found: semantic dedup compares documents within clusters, and
+    has no candidate pairs or components to count."""
+    from conveyor.stages.text.semantic import SemanticResult
+
+    if isinstance(dedup, SemanticResult):
+        return {
+            "documents": dedup.documents,
+            "threshold": dedup.threshold,
+            "clusters": dedup.clusters,
+            "removed": dedup.removed,
+            "passes_s": dedup.passes,
+        }
+    return {
+        "documents": dedup.documents,
+        "candidate_pairs": dedup.candidate_pairs,
+        "duplicate_pairs": dedup.duplicate_pairs,
+        "components": dedup.components,
+        "removed": dedup.removed,
+    }
+
+
 def build_summary(
     config: TextConfig,
     listing: InputListing,
     counts: TextCounts,
-    dedup: DedupResult | None,
+    dedup: DedupResult | SemanticResult | None,
     results: list[RunResult],
     files: list[str],
     wall_s: float,
@@ -132,16 +155,8 @@ def build_summary(
     wall = max(wall_s, 1e-9)
     dedup_info: dict[str, Any] = {"mode": config.dedup}
     if dedup is not None:
-        dedup_info.update(
-            {
-                "documents": dedup.documents,
-                "candidate_pairs": dedup.candidate_pairs,
-                "duplicate_pairs": dedup.duplicate_pairs,
-                "components": dedup.components,
-                "removed": dedup.removed,
-                "resolve_s": round(counts.dedup_s, 3),
-            }
-        )
+        dedup_info.update(_dedup_counts(dedup))
+        dedup_info["resolve_s"] = round(counts.dedup_s, 3)
     elif config.dedup != "none":
         dedup_info.update({"documents": 0, "removed": 0})
     return {

@@ -1,6 +1,6 @@
 """Text curation stages: reading (JSONL, compressed JSONL, Parquet; directories and globs),
-Gopher-style heuristic filters, fastText language ID, exact and fuzzy dedup, annotation, and
-sharded Parquet/JSONL writers."""
+Gopher-style heuristic filters, fastText language ID, exact, fuzzy and semantic dedup,
+annotation, and sharded Parquet/JSONL writers."""
 
 from conveyor.stages.text.annotate import DocumentAnnotator, content_hash
 from conveyor.stages.text.dedup import (
@@ -44,6 +44,7 @@ from conveyor.stages.text.readers import (
     list_inputs,
     plan_reads,
 )
+from conveyor.stages.text.semantic import DedupEmbeddings, SemanticResult, resolve_semantic
 from conveyor.stages.text.writers import ShardedWriter, publish_shards, write_jsonl
 
 __all__ = [
@@ -53,6 +54,7 @@ __all__ = [
     "LID176_LANGUAGES",
     "REJECTED_BY",
     "REJECTED_BY_LANGUAGE",
+    "DedupEmbeddings",
     "DedupKeys",
     "DedupResult",
     "DocumentAnnotator",
@@ -72,6 +74,7 @@ __all__ = [
     "RepeatedLines",
     "Rule",
     "Segment",
+    "SemanticResult",
     "ShardedWriter",
     "SymbolToWordRatio",
     "TextPartitioner",
@@ -86,5 +89,6 @@ __all__ = [
     "plan_reads",
     "publish_shards",
     "resolve_duplicates",
+    "resolve_semantic",
     "write_jsonl",
 ]

@@ -389,12 +389,12 @@ def _texts(stage: str, task: DocumentBatch, table: pa.Table, column: str) -> lis
     return [value or "" for value in values.to_pylist()]
 
 
-def _batch_file_name(ids: Any) -> str:
+def _batch_file_name(ids: Any, suffix: str = ".arrow") -> str:
     """Deterministic in the batch's set of ids: a retry rewrites the same files."""
     import xxhash
 
     ordered = np.sort(ids)
-    return f"{int(ordered[0])}-{len(ordered)}-{xxhash.xxh3_64_hexdigest(ordered.tobytes())}.arrow"
+    return f"{int(ordered[0])}-{len(ordered)}-{xxhash.xxh3_64_hexdigest(ordered.tobytes())}{suffix}"
 
 
 # -- resolve -------------------------------------------------------------------------------
