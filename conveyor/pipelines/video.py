@@ -621,6 +621,7 @@ def _check_output_place(output: str | os.PathLike[str]) -> None:
 
 def clear_output(output: str | os.PathLike[str]) -> None:
     """Remove everything a video run writes under ``output`` (for ``--overwrite``)."""
+    from conveyor.stages.video.dedup import DUPLICATES
     from conveyor.stages.video.dedup import REPORT as DEDUP_REPORT
     from conveyor.stages.video.layout import OutputLayout
 
@@ -632,6 +633,7 @@ def clear_output(output: str | os.PathLike[str]) -> None:
         layout.remove_tree(folder)
     layout.summary.unlink(missing_ok=True)
     (layout.root / DEDUP_REPORT).unlink(missing_ok=True)
+    (layout.root / DUPLICATES).unlink(missing_ok=True)
 
 
 @dataclass
@@ -695,7 +697,7 @@ def run_video(
     if config.dedup and result.completed:
         from conveyor.stages.video.dedup import deduplicate
 
-        deduplicate(config.output, config.dedup_threshold)
+        deduplicate(config.output, config.dedup_threshold, executor=executor)
     relative_paths = [s.relative_path for s in sources.listed]
     tally.read_missing(layout, relative_paths)
     if config.shards != "none":

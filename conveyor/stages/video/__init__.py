@@ -27,7 +27,6 @@ _EXPORTS = {
     "MotionFilter": "conveyor.stages.video.motion",
     "NSFWFilter": "conveyor.stages.video.nsfw",
     "QualityFilter": "conveyor.stages.video.quality",
-    "SemanticDedup": "conveyor.stages.video.dedup",
     "TextEmbedder": "conveyor.stages.video.text_embed",
     "OutputLayout": "conveyor.stages.video.layout",
     "OverlayTextFilter": "conveyor.stages.video.overlay_text",
@@ -64,7 +63,6 @@ __all__ = [
     "OutputLayout",
     "OverlayTextFilter",
     "QualityFilter",
-    "SemanticDedup",
     "ShotFrameDecoder",
     "ShotSplitter",
     "ShotWindows",
@@ -88,7 +86,6 @@ if TYPE_CHECKING:
         HistogramDetector,
         HybridDetector,
     )
-    from conveyor.stages.video.dedup import SemanticDedup
     from conveyor.stages.video.embed import ClipEmbedder
     from conveyor.stages.video.frames import ClipFrameExtractor
     from conveyor.stages.video.layout import OutputLayout

@@ -1,17 +1,14 @@
-"""Semantic deduplication of kept clips: near-duplicates by cosine similarity of embeddings.
+"""Semantic deduplication of a video output's kept clips, on the engine.
 
-Runs over everything in ``OUTPUT/embeddings`` once the clips are written (it needs all of
-them, so it is a step after the streaming run, or a one-worker stage in a pipeline of its
-own). Clips whose embeddings are at least ``threshold`` similar are grouped (transitively);
-in each group the first clip (by source video and start time) is the one to keep, and every
-other one is marked ``duplicate_of`` it in its meta. Nothing is deleted: the marks let a user
-drop duplicates when reading the output. Up to ``exact_limit`` clips every pair is compared;
-above it, clips are first clustered with k-means and compared within clusters (pairs that
-land in different clusters are missed, as in SemDeDup).
-
-The result is also written to ``OUTPUT/dedup.json`` (threshold, counts, groups), and a later
-run over the same output recomputes it for all clips, old and new, clearing marks that no
-longer hold.
+``deduplicate`` runs ``conveyor.dedup.semantic_dedup`` over ``OUTPUT/embeddings`` (clip id,
+embedding, source video, start): a clip is a duplicate when an earlier clip (by source video,
+then start time) has cosine similarity at least ``threshold`` with it. Nothing is deleted:
+``OUTPUT/duplicates.parquet`` lists every duplicate with the clip it duplicates, and a pass of
+``MarkDuplicates`` tasks (groups of videos) writes ``duplicate_of`` into each clip's meta and
+its video's row of the clip table, clearing the marks an earlier run left that no longer
+hold. ``OUTPUT/dedup.json`` has the counts and, up to ``GROUPS_LISTED`` duplicates, the
+groups (each kept clip followed by the clips that duplicate it, directly or through another
+duplicate). A later run over the same output recomputes it for every clip, old and new.
 """
 
 from __future__ import annotations
@@ -19,140 +16,174 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from conveyor.resources import Resources
 from conveyor.stage import ProcessingStage
 from conveyor.stages.video.layout import OutputLayout
 from conveyor.storage import ObjectPath
 
+if TYPE_CHECKING:
+    from conveyor.executors.base import Executor
+
 REPORT = "dedup.json"
+DUPLICATES = "duplicates.parquet"
+#: dedup.json lists the groups up to this many duplicates (beyond: duplicates.parquet)
+GROUPS_LISTED = 10_000
+#: videos per MarkDuplicates task
+VIDEOS_PER_TASK = 64
 
 
 @dataclass
 class DedupResult:
     clips: int
     duplicates: int
-    groups: list[list[str]]
+    #: ``None`` when there are more than ``GROUPS_LISTED`` duplicates
+    groups: list[list[str]] | None
 
 
-def _load(layout: OutputLayout) -> tuple[list[str], np.ndarray]:
-    ids: list[str] = []
-    vectors: list[np.ndarray] = []
-    for path in sorted(layout.embeddings.glob("*.parquet")):
-        table = layout.read_table(path, columns=["clip_id", "embedding"])
-        if not table.num_rows:
-            continue
-        ids += table.column("clip_id").to_pylist()
-        flat = table.column("embedding").combine_chunks().flatten().to_numpy()
-        vectors.append(flat.reshape(table.num_rows, -1).astype(np.float32))
-    if not ids:
-        return [], np.zeros((0, 0), np.float32)
-    matrix = np.concatenate(vectors)
-    matrix /= np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-12)
-    return ids, matrix
+def _marks(path: Any) -> dict[str, str]:
+    """``id -> duplicate_of`` of a duplicates table (empty when there is none)."""
+    import pyarrow.parquet as pq
+
+    try:
+        with path.open("rb") as raw:
+            table = pq.read_table(raw, columns=["id", "duplicate_of"])
+    except (OSError, ValueError):
+        return {}
+    ids = table.column("id").to_pylist()
+    return dict(zip(ids, table.column("duplicate_of").to_pylist(), strict=True))
 
 
-def similar_pairs(matrix: np.ndarray, threshold: float, block: int = 2048) -> list[tuple[int, int]]:
-    """Index pairs ``i < j`` with cosine similarity >= ``threshold`` (rows L2-normalised)."""
-    pairs: list[tuple[int, int]] = []
-    n = len(matrix)
-    for start in range(0, n, block):
-        sims = matrix[start : start + block] @ matrix.T
-        rows, cols = np.nonzero(sims >= threshold)
-        for r, c in zip(rows.tolist(), cols.tolist(), strict=True):
-            i = start + r
-            if i < c:
-                pairs.append((i, c))
-    return pairs
+class MarkDuplicates(ProcessingStage[list[str], int]):
+    """Writes ``duplicate_of`` into the metas and clip-table rows of a group of videos (by
+    video id) where it changed: set for the new duplicates, cleared for clips an earlier run
+    marked. Each worker loads the two marks tables once (a few dozen bytes per duplicate)."""
+
+    resources = Resources(cpus=0.5)
+
+    def __init__(self, output: str, previous: str | None) -> None:
+        self.output = output
+        self.previous = previous
+        self._new: dict[str, str] | None = None
+        self._old: dict[str, str] = {}
+
+    def setup(self, worker: Any) -> None:
+        layout = OutputLayout(self.output)
+        self._new = _marks(layout.root / DUPLICATES)
+        self._old = _marks(layout.internal / self.previous) if self.previous else {}
+
+    def process(self, videos: list[str]) -> int:
+        if self._new is None:
+            self.setup(None)
+        assert self._new is not None
+        layout = OutputLayout(self.output)
+        changed = 0
+        for vid in videos:
+            table = layout.read_table(layout.embedding_path(vid), columns=["clip_id"])
+            clips = [
+                c for c in table.column("clip_id").to_pylist() if c in self._new or c in self._old
+            ]
+            if not clips:
+                continue
+            changed += self._metas(layout, clips)
+            self._table(layout, vid)
+        return changed
+
+    def _metas(self, layout: OutputLayout, clips: list[str]) -> int:
+        changed = 0
+        for clip in clips:
+            path = layout.meta_path(clip)
+            try:
+                meta = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue  # no metas (--no-meta-json), or a clip redone since
+            if meta.get("duplicate_of") != self._new.get(clip):  # type: ignore[union-attr]
+                meta["duplicate_of"] = self._new.get(clip)  # type: ignore[union-attr]
+                layout.write_json(path, meta)
+                changed += 1
+        return changed
+
+    def _table(self, layout: OutputLayout, vid: str) -> None:
+        import pyarrow as pa
+
+        path = layout.clip_table_path(vid)
+        try:
+            table = layout.read_table(path)
+        except (OSError, ValueError):
+            return
+        if "duplicate_of" not in table.column_names:
+            return
+        marks = [self._new.get(c) for c in table.column("clip_id").to_pylist()]  # type: ignore[union-attr]
+        if marks == table.column("duplicate_of").to_pylist():
+            return
+        index = table.column_names.index("duplicate_of")
+        column = pa.array(marks, table.schema.field(index).type)
+        layout.write_parquet(path, table.set_column(index, "duplicate_of", column))
 
 
-def _clusters(matrix: np.ndarray, size: int, seed: int = 0) -> list[np.ndarray]:
-    from sklearn.cluster import MiniBatchKMeans
+def _groups(marks: dict[str, str]) -> list[list[str]]:
+    """Each kept clip followed by the clips whose ``duplicate_of`` chain ends at it (sorted)."""
 
-    k = max(2, len(matrix) // size)
-    labels = MiniBatchKMeans(n_clusters=k, random_state=seed, n_init=3).fit_predict(matrix)
-    return [np.flatnonzero(labels == c) for c in range(k)]
+    def root(clip: str) -> str:
+        while clip in marks:
+            clip = marks[clip]
+        return clip
 
-
-def find_duplicate_groups(
-    ids: list[str], matrix: np.ndarray, threshold: float, exact_limit: int = 20_000
-) -> list[list[int]]:
-    """Groups (index lists, two or more) of transitively similar rows, each sorted."""
-    parent = list(range(len(ids)))
-
-    def root(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    if len(ids) <= exact_limit:
-        candidates = [similar_pairs(matrix, threshold)]
-    else:
-        candidates = []
-        for members in _clusters(matrix, max(1, exact_limit // 4)):
-            local = similar_pairs(matrix[members], threshold)
-            candidates.append([(int(members[a]), int(members[b])) for a, b in local])
-    for pairs in candidates:
-        for a, b in pairs:
-            ra, rb = root(a), root(b)
-            if ra != rb:
-                parent[max(ra, rb)] = min(ra, rb)
-    groups: dict[int, list[int]] = {}
-    for i in range(len(ids)):
-        groups.setdefault(root(i), []).append(i)
-    return [sorted(g) for g in groups.values() if len(g) > 1]
-
-
-def _order_key(meta: dict[str, Any] | None, clip: str) -> tuple[str, float, str]:
-    if meta is None:
-        return ("~", 0.0, clip)
-    return (meta["source_video"], float(meta["span"][0]), clip)
+    groups: dict[str, list[str]] = {}
+    for clip in marks:
+        groups.setdefault(root(clip), []).append(clip)
+    return [[kept, *sorted(members)] for kept, members in sorted(groups.items())]
 
 
 def deduplicate(
-    output: str | os.PathLike[str] | ObjectPath, threshold: float = 0.95, exact_limit: int = 20_000
+    output: str | os.PathLike[str] | ObjectPath,
+    threshold: float = 0.95,
+    *,
+    n_clusters: int | None = None,
+    executor: Executor | None = None,
 ) -> DedupResult:
-    """Mark near-duplicate kept clips under ``output``; returns the counts and groups."""
+    """Mark near-duplicate kept clips under ``output``; returns the counts and groups.
+
+    ``executor`` runs the passes (default: streaming on the local backend)."""
+    from conveyor.dedup.semantic import run_pass, semantic_dedup
+    from conveyor.pipeline import Pipeline
+    from conveyor.storage import atomic_write
+
     if not 0 < threshold <= 1:
         raise ValueError(f"threshold must be in (0, 1], got {threshold}")
-    if exact_limit < 1:
-        raise ValueError(f"exact_limit must be >= 1, got {exact_limit}")
     layout = OutputLayout(output)
-    ids, matrix = _load(layout)
-    metas = {cid: _read_meta(layout, cid) for cid in ids}
-    groups = []
-    marks: dict[str, str] = {}
-    for group in find_duplicate_groups(ids, matrix, threshold, exact_limit):
-        members = sorted((ids[i] for i in group), key=lambda c: _order_key(metas[c], c))
-        groups.append(members)
-        for other in members[1:]:
-            marks[other] = members[0]
-    for cid, meta in metas.items():
-        if meta is not None and meta.get("duplicate_of") != marks.get(cid):
-            meta["duplicate_of"] = marks.get(cid)
-            layout.write_json(layout.meta_path(cid), meta)
-    result = DedupResult(len(ids), len(marks), groups)
-    layout.write_json(
-        layout.root / REPORT,
-        {
-            "threshold": threshold,
-            "clips": result.clips,
-            "duplicates": result.duplicates,
-            "groups": groups,
-        },
-    )
-    return result
-
-
-def _read_meta(layout: OutputLayout, clip: str) -> dict[str, Any] | None:
-    try:
-        return json.loads(layout.meta_path(clip).read_text())
-    except (OSError, ValueError):
-        return None
+    layout.internal.mkdir(parents=True, exist_ok=True)
+    previous = None
+    if (layout.root / DUPLICATES).exists():  # the marks to clear where they no longer hold
+        previous = "previous-duplicates.parquet"
+        with atomic_write(layout.internal / previous) as out:
+            out.write((layout.root / DUPLICATES).read_bytes())
+    videos = sorted(p.name[: -len(".parquet")] for p in layout.embeddings.glob("*.parquet"))
+    if videos:
+        result = semantic_dedup(
+            str(layout.embeddings),
+            str(layout.root),
+            id_column="clip_id",
+            order_by=("source_video", "start_s"),
+            threshold=threshold,
+            n_clusters=n_clusters,
+            executor=executor,
+        )
+        clips, duplicates = result.items, result.duplicates
+        tasks = [videos[i : i + VIDEOS_PER_TASK] for i in range(0, len(videos), VIDEOS_PER_TASK)]
+        marking = Pipeline("dedup-marks", [MarkDuplicates(str(layout.root), previous)])
+        run_pass(marking, executor, tasks)
+        report = json.loads((layout.root / REPORT).read_text())
+    else:
+        (layout.root / DUPLICATES).unlink(missing_ok=True)
+        clips, duplicates, report = 0, 0, {}
+    groups = _groups(_marks(layout.root / DUPLICATES)) if duplicates <= GROUPS_LISTED else None
+    report.update(threshold=threshold, clips=clips, duplicates=duplicates, groups=groups)
+    layout.write_json(layout.root / REPORT, report)
+    if previous:
+        (layout.internal / previous).unlink(missing_ok=True)
+    return DedupResult(clips, duplicates, groups)
 
 
 def read_dedup_report(layout: OutputLayout) -> dict[str, Any] | None:
@@ -161,22 +192,3 @@ def read_dedup_report(layout: OutputLayout) -> dict[str, Any] | None:
         return json.loads((layout.root / REPORT).read_text())
     except (OSError, ValueError):
         return None
-
-
-class SemanticDedup(ProcessingStage[Any, Any]):
-    """``deduplicate`` as a one-worker stage, for a pipeline of its own after the writer's
-    (seed it with no tasks: it runs once on the run's seed task)."""
-
-    resources = Resources(cpus=1)
-    num_workers = 1
-
-    def __init__(
-        self, output: str | os.PathLike[str] | ObjectPath, threshold: float = 0.95
-    ) -> None:
-        if not 0 < threshold <= 1:
-            raise ValueError(f"threshold must be in (0, 1], got {threshold}")
-        self.output = str(output)
-        self.threshold = threshold
-
-    def process(self, task: Any) -> DedupResult:
-        return deduplicate(self.output, self.threshold)
