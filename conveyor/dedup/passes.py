@@ -155,6 +155,7 @@ class SampleEmbeddings(ProcessingStage[Chunk, Sampled]):
     so a retry draws the same rows)."""
 
     resources = Resources(cpus=1.0)
+    preload_modules = ("pyarrow.parquet",)
 
     def __init__(self, work: str, columns: Columns, fraction: float, seed: int) -> None:
         self.work = work
@@ -180,6 +181,7 @@ class TrainCentroids(ProcessingStage[Any, Trained]):
     resources = Resources(cpus=1.0)
     num_workers = 1
     max_threads = 256
+    preload_modules = ("faiss",)
 
     def __init__(
         self, work: str, clusters: int, items: int, partition_rows: int, seed: int
@@ -236,6 +238,7 @@ class AssignClusters(ProcessingStage[Chunk, Assigned]):
     file per bucket the chunk has items of, sorted by cluster), with its unit embedding."""
 
     resources = Resources(cpus=1.0)
+    preload_modules = ("pyarrow.parquet", "faiss")
 
     def __init__(self, work: str, columns: Columns) -> None:
         self.work = work
@@ -306,6 +309,7 @@ class CompareClusters(ProcessingStage[CompareTask, Compared]):
     the keep order; one marks file per task."""
 
     resources = Resources(cpus=1.0)
+    preload_modules = ("pyarrow.parquet", "pyarrow.compute")
 
     def __init__(self, work: str, columns: Columns, threshold: float) -> None:
         self.work = work
