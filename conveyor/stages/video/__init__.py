@@ -30,6 +30,8 @@ _EXPORTS = {
     "TextEmbedder": "conveyor.stages.video.text_embed",
     "OutputLayout": "conveyor.stages.video.layout",
     "OverlayTextFilter": "conveyor.stages.video.overlay_text",
+    "MarkDuplicates": "conveyor.stages.video.dedup",
+    "ShardWriter": "conveyor.stages.video.shards",
     "ShotFrameDecoder": "conveyor.stages.video.shots",
     "ShotSplitter": "conveyor.stages.video.split",
     "ShotWindows": "conveyor.stages.video.shots",
@@ -58,11 +60,13 @@ __all__ = [
     "HybridDetector",
     "ImageNetTagger",
     "InputError",
+    "MarkDuplicates",
     "MotionFilter",
     "NSFWFilter",
     "OutputLayout",
     "OverlayTextFilter",
     "QualityFilter",
+    "ShardWriter",
     "ShotFrameDecoder",
     "ShotSplitter",
     "ShotWindows",
@@ -86,6 +90,7 @@ if TYPE_CHECKING:
         HistogramDetector,
         HybridDetector,
     )
+    from conveyor.stages.video.dedup import MarkDuplicates
     from conveyor.stages.video.embed import ClipEmbedder
     from conveyor.stages.video.frames import ClipFrameExtractor
     from conveyor.stages.video.layout import OutputLayout
@@ -94,6 +99,7 @@ if TYPE_CHECKING:
     from conveyor.stages.video.overlay_text import OverlayTextFilter
     from conveyor.stages.video.quality import QualityFilter
     from conveyor.stages.video.reader import VideoListing, VideoProbe, VideoReader
+    from conveyor.stages.video.shards import ShardWriter
     from conveyor.stages.video.shots import ShotFrameDecoder, ShotWindows, TransNetV2Detector
     from conveyor.stages.video.split import FixedStrideSplitter, ShotSplitter, SplitRules
     from conveyor.stages.video.tags import ImageNetTagger
