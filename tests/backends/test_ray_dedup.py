@@ -1,0 +1,40 @@
+"""``semantic_dedup``'s passes on the two-node loopback Ray cluster: the marks are those the
+local backend finds on the same input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from conveyor.backends import RayBackend  # noqa: E402
+from conveyor.dedup import semantic_dedup  # noqa: E402
+from conveyor.executors import StreamingExecutor  # noqa: E402
+from tests.dedup.test_semantic import planted, write  # noqa: E402
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+
+def test_semantic_dedup_on_ray_marks_what_local_marks(address: str, tmp_path: Path) -> None:
+    vectors, ids = planted(3_000, seed=2)
+    write(tmp_path / "in", vectors, ids.tolist(), files=4)
+    options = {"threshold": 0.95, "n_clusters": 3, "partition_rows": 1_500, "chunk_rows": 1_000}
+    on_ray = semantic_dedup(
+        tmp_path / "in",
+        tmp_path / "ray",
+        executor=StreamingExecutor(RayBackend(address)),
+        **options,
+    )
+    local = semantic_dedup(tmp_path / "in", tmp_path / "local", **options)
+    assert on_ray.duplicates == local.duplicates > 250
+    marks = {
+        name: {
+            r["id"]: r["duplicate_of"]
+            for r in pq.read_table(tmp_path / name / "duplicates.parquet").to_pylist()
+        }
+        for name in ("ray", "local")
+    }
+    assert marks["ray"] == marks["local"]
