@@ -219,6 +219,8 @@ class TrainCentroids(ProcessingStage[Any, Trained]):
                 seed=self.seed,
                 spherical=True,
                 max_points_per_centroid=max(256, len(sample) // clusters + 1),
+                # faiss-gpu's k-means where this worker sees a GPU (faiss-cpu has none)
+                gpu=getattr(faiss, "get_num_gpus", lambda: 0)() > 0,
             )
             kmeans.train(sample)
             centroids = normalise(kmeans.centroids)
