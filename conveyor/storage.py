@@ -381,6 +381,36 @@ def mtime(info: dict[str, Any]) -> float:
     return 0.0
 
 
+def has_magic(path: str) -> bool:
+    """Whether ``path`` is a glob (holds ``*``, ``?`` or ``[``)."""
+    return any(ch in path for ch in "*?[")
+
+
+def glob_files(pattern: str) -> list[tuple[str, int]]:
+    """The files a glob matches, with their sizes, sorted: a local pattern as ``glob``
+    expands it (``**`` at any depth), a URL's against one listing of the prefix before its
+    first wildcard (hidden files and folders left out, as every listing here does)."""
+    where = location(pattern)
+    if isinstance(where, Path):
+        import glob
+
+        found = sorted(p for p in glob.glob(str(where), recursive=True) if os.path.isfile(p))
+        return [(p, os.path.getsize(p)) for p in found]
+    text = str(where)
+    head = text
+    for i, ch in enumerate(text):
+        if ch in "*?[":
+            head = text[: text.rfind("/", 0, i)]
+            break
+    rest = text[len(head) + 1 :]
+    return [
+        (str(e.path), e.size)
+        for e in ObjectPath(head).find()
+        if fnmatch.fnmatchcase(e.relative, rest)
+        and not any(part.startswith(".") for part in e.relative.split("/"))
+    ]
+
+
 def open_input(path: str | os.PathLike[str] | ObjectPath) -> IO[bytes]:
     """A binary file to read: ``open`` for a local path, a buffered stream for a URL (one
     request per ``READ_BLOCK``, lines read at C speed)."""

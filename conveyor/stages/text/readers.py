@@ -21,8 +21,6 @@ the batches can make them absolute (``absolute_lines``).
 from __future__ import annotations
 
 import contextlib
-import fnmatch
-import glob as globlib
 import io
 import json
 import os
@@ -34,7 +32,7 @@ from typing import IO, TYPE_CHECKING, Any, Literal
 from conveyor.resources import Resources
 from conveyor.stage import ProcessingStage
 from conveyor.stages.text import _arrow  # noqa: F401 - pandas/pyarrow set-up once
-from conveyor.storage import ObjectPath, location, open_input
+from conveyor.storage import ObjectPath, glob_files, has_magic, location, open_input
 from conveyor.tasks import DocumentBatch
 from conveyor.tasks.base import Task
 
@@ -125,10 +123,6 @@ class InputListing:
         return sum(f.size for f in self.files)
 
 
-def _has_magic(path: str) -> bool:
-    return any(ch in path for ch in "*?[")
-
-
 def _under(path: str, prefixes: Sequence[str]) -> bool:
     return any(path == p or path.startswith(p.rstrip("/") + "/") for p in prefixes)
 
@@ -183,12 +177,11 @@ def list_inputs(
 def _list_local(text: str, excluded: list[str]) -> InputListing:
     path = location(text)
     assert isinstance(path, Path)
-    if _has_magic(str(path)):
-        found = sorted(p for p in globlib.glob(str(path), recursive=True) if Path(p).is_file())
-        found = [p for p in found if not _under(str(Path(p)), excluded)]
+    if has_magic(str(path)):
+        found = [f for f in glob_files(str(path)) if not _under(f[0], excluded)]
         if not found:
             raise InputError(f"INPUT glob {text!r} matches no file")
-        return _glob_listing(text, [(p, os.path.getsize(p)) for p in found])
+        return _glob_listing(text, found)
     if not path.exists():
         raise InputError(f"INPUT {text!r} does not exist")
     if path.is_file():
@@ -212,21 +205,8 @@ def _list_local(text: str, excluded: list[str]) -> InputListing:
 
 def _list_url(where: ObjectPath, excluded: list[str]) -> InputListing:
     text = str(where)
-    if _has_magic(text):
-        head = text
-        for i, ch in enumerate(text):
-            if ch in "*?[":
-                head = text[: text.rfind("/", 0, i)]
-                break
-        base = ObjectPath(head)
-        rest = text[len(head) + 1 :]
-        found = [
-            (str(e.path), e.size)
-            for e in base.find()
-            if fnmatch.fnmatchcase(e.relative, rest)
-            and not any(part.startswith(".") for part in e.relative.split("/"))
-        ]
-        found = [f for f in found if not _under(f[0], excluded)]
+    if has_magic(text):
+        found = [f for f in glob_files(text) if not _under(f[0], excluded)]
         if not found:
             raise InputError(f"INPUT glob {text!r} matches no file")
         return _glob_listing(text, found)

@@ -131,7 +131,7 @@ class _ScriptScorer:
         self.device = device
 
     def __call__(self, frames: list[np.ndarray]) -> Any:
-        batch = to_tensor(np.stack(frames), SCRIPT_SIZE, None, None).to(self.device)
+        batch = to_tensor(frames, SCRIPT_SIZE, None, None).to(self.device)
         scores = self.module(batch)
         if scores.numel() != len(frames):
             raise ValueError(
@@ -139,6 +139,38 @@ class _ScriptScorer:
                 "it must give one score per frame"
             )
         return scores.reshape(len(frames))
+
+
+def check_aesthetic_model(model: str) -> tuple[str, ...]:
+    """Refuse a missing model (or a CLIP directory without its head) now, not when the
+    workers start; returns the modules a stage running it preloads."""
+    check_model_path(model, "aesthetic")
+    path = Path(model).expanduser()
+    if path.is_dir():
+        find_head(path)
+        # the local backend imports these once per machine, before forking workers
+        return ("torch", "transformers.models.clip.modeling_clip")
+    return ("torch",)
+
+
+class AestheticScorer:
+    """A user's aesthetic model (a CLIP directory with its head, or a TorchScript file) on
+    ``device``: what the video and image aesthetic stages share."""
+
+    def __init__(self, model: str, device: str) -> None:
+        path = Path(model).expanduser()
+        self._scorer = _ClipScorer(path, device) if path.is_dir() else _ScriptScorer(path, device)
+        self.device = device
+
+    def scores(self, frames: list[np.ndarray]) -> np.ndarray:
+        """The aesthetic score of each frame (H x W x 3 uint8 RGB; sizes may differ)."""
+        import torch
+
+        scores: list[np.ndarray] = []
+        with torch.inference_mode():
+            for part in frame_batches(len(frames), self.device):
+                scores.append(self._scorer(frames[part]).float().cpu().numpy())
+        return np.concatenate(scores).astype(np.float64) if scores else np.zeros(0)
 
 
 class AestheticFilter(FrameConsumer, TorchStage):
@@ -159,41 +191,28 @@ class AestheticFilter(FrameConsumer, TorchStage):
         *,
         score_only: bool = False,
     ) -> None:
-        check_model_path(model, "aesthetic")
-        path = Path(model).expanduser()
-        if path.is_dir():
-            find_head(path)  # a missing head is an error now, not when the workers start
-            # the local backend imports these once per machine, before forking workers
-            self.preload_modules = ("torch", "transformers.models.clip.modeling_clip")
+        self.preload_modules = check_aesthetic_model(model)
         if not np.isfinite(threshold):
             raise ValueError(f"threshold must be a finite number, got {threshold}")
         if reduction not in REDUCTIONS:
             raise ValueError(f"reduction must be one of {', '.join(REDUCTIONS)}, got {reduction!r}")
         if not frame_rate > 0:
             raise ValueError(f"frame_rate must be > 0, got {frame_rate}")
-        self.model = str(path)
+        self.model = str(Path(model).expanduser())
         self.threshold = threshold
         self.reduction = reduction
         self.frame_rate = frame_rate
         self.score_only = score_only
-        self._scorer: Any = None
+        self._scorer: AestheticScorer | None = None
 
     def setup(self, worker: Any) -> None:
         self.limit_threads()
-        device = self.torch_device(worker)
-        path = Path(self.model)
-        self._scorer = _ClipScorer(path, device) if path.is_dir() else _ScriptScorer(path, device)
+        self._scorer = AestheticScorer(self.model, self.torch_device(worker))
 
     def frame_scores(self, frames: list[np.ndarray]) -> np.ndarray:
         """The aesthetic score of each frame (H x W x 3 uint8 RGB)."""
-        import torch
-
-        scores: list[np.ndarray] = []
-        with torch.inference_mode():
-            for part in frame_batches(len(frames), self._scorer.device):
-                out = self._scorer(frames[part])
-                scores.append(out.float().cpu().numpy())
-        return np.concatenate(scores).astype(np.float64) if scores else np.zeros(0)
+        assert self._scorer is not None, "setup() loads the model"
+        return self._scorer.scores(frames)
 
     def process_clips(self, clips: list[Clip], video: Video) -> None:
         self.limit_threads()

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,10 +41,15 @@ def check_model_path(model: str, what: str) -> None:
         raise FileNotFoundError(f"{what} model path {model!r} does not exist")
 
 
-def center_crop_resize(frames: np.ndarray, size: int) -> np.ndarray:
-    """``N x H x W x 3`` uint8 -> ``N x size x size x 3``: the centred square, resized."""
+def center_crop_resize(frames: np.ndarray | Sequence[np.ndarray], size: int) -> np.ndarray:
+    """``N x H x W x 3`` uint8 -> ``N x size x size x 3``: the centred square, resized. A
+    sequence of frames of different sizes (images) is squared one by one."""
     import cv2
 
+    if not isinstance(frames, np.ndarray):
+        if not len(frames):
+            return np.zeros((0, size, size, 3), np.uint8)
+        return np.concatenate([center_crop_resize(f[None], size) for f in frames])
     _, height, width, _ = frames.shape
     side = min(height, width)
     top, left = (height - side) // 2, (width - side) // 2
@@ -71,9 +76,13 @@ def frame_batches(count: int, device: str) -> list[slice]:
 
 
 def to_tensor(
-    frames: np.ndarray, size: int, mean: tuple[float, ...] | None, std: tuple[float, ...] | None
+    frames: np.ndarray | Sequence[np.ndarray],
+    size: int,
+    mean: tuple[float, ...] | None,
+    std: tuple[float, ...] | None,
 ) -> Any:
-    """uint8 frames -> float ``N x 3 x size x size`` (normalised when ``mean``/``std`` given)."""
+    """uint8 frames (or images of different sizes) -> float ``N x 3 x size x size``
+    (normalised when ``mean``/``std`` given)."""
     import torch
 
     square = center_crop_resize(frames, size).astype(np.float32) / 255.0
@@ -117,35 +126,46 @@ class FrameEncoder:
         """The clip's vector, and for the packaged EfficientNet-Lite0 its ImageNet class
         probabilities averaged over the frames: its classifier head is one matrix product
         past the features pooled here, so the tagger need not run the network again."""
+        if self.kind in ("video-module", "hf-video"):
+            import torch
+
+            with torch.inference_mode():
+                features, classes = _normalised(self._video(frames)), None
+        else:
+            features, classes = self.encode_each(frames)
+        pooled = features.mean(axis=0)
+        vector = (pooled / max(float(np.linalg.norm(pooled)), 1e-12)).astype(np.float32)
+        return vector, None if classes is None else classes.mean(axis=0)
+
+    def encode_each(
+        self, frames: np.ndarray | Sequence[np.ndarray]
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """A vector per frame (an image each; sizes may differ), L2-normalised, and for the
+        packaged EfficientNet-Lite0 each one's ImageNet class probabilities."""
         import torch
 
+        if self.kind in ("video-module", "hf-video"):
+            raise ValueError(f"a {self.kind} model embeds whole clips, not single images")
         classes = None
         with torch.inference_mode():
-            if self.kind in ("video-module", "hf-video"):
-                features = self._video(frames)
-            elif self.kind == "efficientnet":
+            if self.kind == "efficientnet":
                 features, classes = self._efficientnet(frames)
             else:
                 features = self._frames(frames)
-        features = features.astype(np.float32)
-        norms = np.linalg.norm(features, axis=-1, keepdims=True)
-        features = features / np.maximum(norms, 1e-12)
-        pooled = features.mean(axis=0)
-        vector = (pooled / max(float(np.linalg.norm(pooled)), 1e-12)).astype(np.float32)
-        return vector, classes
+        return _normalised(features), classes
 
-    def _efficientnet(self, frames: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        features, total = [], 0.0
+    def _efficientnet(self, frames: Any) -> tuple[np.ndarray, np.ndarray]:
+        features, classes = [], []
         for part in frame_batches(len(frames), self.device):
             batch = to_tensor(frames[part], self.size, self.mean, self.std).to(self.device)
             pooled = self.model.extract_features(batch).mean(dim=(2, 3))
             # the network's own head (dropout is off in eval): its forward pass, minus a
             # second pass through every convolution
-            total = total + self.model._fc(pooled).softmax(-1).float().sum(0)
+            classes.append(self.model._fc(pooled).softmax(-1).float().cpu().numpy())
             features.append(_as_array(pooled))
-        return np.concatenate(features), (total / len(frames)).cpu().numpy()
+        return np.concatenate(features), np.concatenate(classes)
 
-    def _frames(self, frames: np.ndarray) -> np.ndarray:
+    def _frames(self, frames: Any) -> np.ndarray:
         parts = frame_batches(len(frames), self.device)
         return np.concatenate([self._frame_batch(frames[part]) for part in parts])
 
@@ -166,6 +186,11 @@ class FrameEncoder:
             return _as_array(self.model.get_video_features(**inputs)).reshape(1, -1)
         batch = to_tensor(frames, self.size, self.mean, self.std).to(self.device)
         return _as_array(self.model.encode_video(batch.unsqueeze(0))).reshape(1, -1)
+
+
+def _normalised(features: np.ndarray) -> np.ndarray:
+    features = features.astype(np.float32)
+    return features / np.maximum(np.linalg.norm(features, axis=-1, keepdims=True), 1e-12)
 
 
 def _pooled(output: Any) -> Any:

