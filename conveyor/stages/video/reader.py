@@ -356,8 +356,6 @@ class VideoSources:
     def _check(self, batch: list[VideoSource]) -> Iterator[VideoSource]:
         """The sources of ``batch`` an earlier run did not finish, in order."""
         self.found += len(batch)
-        if self.keep:
-            self.listed += batch
         if self.output is None:
             records: dict[str, dict[str, Any] | None] = {}
         else:
@@ -369,15 +367,18 @@ class VideoSources:
             record = records.get(source.relative_path)
             if record is not None and same_source(record, source.size, source.mtime):
                 self.complete += 1
+                if self.keep:
+                    self.listed.append(source)
                 if self.on_complete is not None:
                     self.on_complete(source, record)
                 continue
-            staged = self._staged is not None and video_id(source.relative_path) in self._staged
+            staged = bool(self._staged) and video_id(source.relative_path) in self._staged
             reset = self.output is not None and (record is not None or staged)
             if reset != source.reset:
-                source = replace(source, reset=reset)
+                source = replace(source, reset=reset)  # the listing's own is dropped
             self.pending += 1
             if self.keep:
+                self.listed.append(source)
                 self.to_do.append(source)
             yield source
 

@@ -248,6 +248,8 @@ def test_sources_yield_what_is_left_to_do_and_say_what_needs_a_reset(
     ]
     assert (sources.found, sources.complete, sources.pending) == (6, 1, 5)
     assert len(sources.listed) == 6 and sources.to_do == todo and sources.exhausted
+    # one object per video is kept for the summary, the pending ones as they were yielded
+    assert {id(s) for s in todo} <= {id(s) for s in sources.listed}
     assert told == [("b.mp4", "ok")]
 
 
