@@ -226,6 +226,7 @@ def derived(size: dict[str, Any]) -> dict[str, Any]:
         "run_cpu_ms_per_video": per_video(full["run_cpu_s"], n, 1000),
         "tree_cpu_ms_per_video": per_video(full["tree_cpu_s"], n, 1000),
         "driver_peak_rss": full["driver_peak_rss"],
+        "peak_rss_before_summary": full.get("peak_rss_before_summary"),
         "rss_growth_per_video": (
             per_video(full["driver_peak_rss"] - full["rss_at_run"], n)
             if full["driver_peak_rss"] is not None and full["rss_at_run"] is not None
@@ -265,6 +266,12 @@ RATIOS = [
     ("driver CPU per video", "driver_cpu_ms_per_video"),
     ("driver CPU per video in run_video", "run_cpu_ms_per_video"),
     ("driver peak RSS", "driver_peak_rss"),
+    ("driver peak RSS before the summary", "peak_rss_before_summary"),
+]
+#: peaks whose growth per added video is printed (what a million videos would add)
+PEAKS = [
+    ("driver peak RSS", "driver_peak_rss"),
+    ("driver peak RSS before the summary", "peak_rss_before_summary"),
 ]
 
 
@@ -311,6 +318,12 @@ def report(sizes: list[dict[str, Any]], cores: int) -> dict[str, Any]:
                 "-" if met is None else ("met" if met else "not met"),
             ]
         )
+    added = large["videos"] - small["videos"]
+    for label, key in PEAKS:
+        a, b = small["derived"][key], large["derived"][key]
+        per = (b - a) / added if a is not None and b is not None and added else None
+        ratios[f"{key}_bytes_per_added_video"] = per
+        rows.append([f"{label}: bytes per added video", fmt(per, ",.0f"), "", ""])
     print(
         table(
             f"[video_many] {large['videos']:,} videos over {small['videos']:,}",
@@ -319,6 +332,21 @@ def report(sizes: list[dict[str, Any]], cores: int) -> dict[str, Any]:
         )
     )
     return ratios
+
+
+def _commit() -> str | None:
+    """The commit of the code measured (the checkout this script is in)."""
+    try:
+        found = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=Path(__file__).resolve().parent,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return found.stdout.strip()
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -335,7 +363,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     p.add_argument("--outputs", type=Path, default=None, help="runs' logs here (kept)")
     p.add_argument("--json", type=Path, default=None, help="write the figures as JSON")
+    p.add_argument("--from-json", type=Path, default=None, help="print a saved run's tables")
     args = p.parse_args(argv)
+    if args.from_json is not None:
+        saved = json.loads(args.from_json.read_text())
+        saved["ratios"] = report(saved["sizes"], saved["cores"] or 1)
+        return saved
     spec = args.sizes or ("200,2000" if args.quick else "2000,20000")
     try:
         counts = sorted({int(x) for x in spec.split(",") if x.strip()})
@@ -362,6 +395,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "ratios": ratios,
         "target_ratio": TARGET_RATIO,
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "commit": _commit(),
     }
     if args.json is not None:
         args.json.write_text(json.dumps(figures, indent=1, default=str) + "\n")

@@ -464,6 +464,11 @@ def test_video_many_quick(
         "driver_cpu_ms_per_video",
         "run_cpu_ms_per_video",
         "driver_peak_rss",
+        "peak_rss_before_summary",
+        "driver_peak_rss_bytes_per_added_video",
+        "peak_rss_before_summary_bytes_per_added_video",
     }
-    assert "6 videos over 3" in out and "driver peak RSS" in out
+    assert "6 videos over 3" in out and "driver peak RSS before the summary" in out
     assert json.loads(saved.read_text())["sizes"][1]["videos"] == 6
+    again = bench.main(["--from-json", str(saved)])  # the same tables, from the saved figures
+    assert again["ratios"] == figures["ratios"] and "6 videos over 3" in capsys.readouterr().out
