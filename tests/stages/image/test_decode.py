@@ -1,0 +1,131 @@
+"""Decoding and normalising: every bad kind fails alone with its reason, every awkward kind
+becomes an upright 8-bit RGB working copy, and the shard payload is the bytes as read only
+when nothing about the image changed."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from conveyor.stages.image.decode import WORK_MAX_SIDE, WORK_SIDE, ImageDecoder, to_rgb
+from conveyor.tasks.image import ImageBatch, ImageRecord
+
+from .kinds import BAD, GOOD, bomb, exif_rotated, picture, png16, saved
+
+
+def decode(data: bytes, key: str = "x", decoder: ImageDecoder | None = None) -> ImageRecord:
+    image = ImageRecord(key, key, 0, data=data)
+    (decoder or ImageDecoder()).process(ImageBatch(data=[image]))
+    return image
+
+
+def test_every_bad_kind_fails_alone_with_its_reason() -> None:
+    images = [
+        ImageRecord(name, name, i, data=make()) for i, (name, (make, _)) in enumerate(BAD.items())
+    ]
+    good = ImageRecord("fine.jpg", "fine.jpg", 99, data=GOOD["photo.jpg"]())
+    ImageDecoder().process(ImageBatch(data=[*images, good]))
+    for image, (name, (_, reason)) in zip(images, BAD.items(), strict=True):
+        assert image.filtered_by == "error", name
+        assert image.errors["ImageDecoder"].startswith(reason), (name, image.errors)
+        assert image.pixels is None and image.payload is None
+    assert good.kept and good.pixels is not None and not good.errors
+
+
+def test_a_bomb_is_refused_from_its_header_and_max_pixels_moves_the_limit() -> None:
+    image = decode(bomb(12_000, 10_000))
+    assert "12000 x 10000 = 120,000,000 pixels" in image.errors["ImageDecoder"]
+    small = decode(bomb(3_000, 2_000), decoder=ImageDecoder(max_pixels=5_000_000))
+    assert "over the limit of 5,000,000" in small.errors["ImageDecoder"]
+    allowed = decode(bomb(3_000, 2_000), decoder=ImageDecoder(max_pixels=6_000_000))
+    assert allowed.kept and (allowed.width, allowed.height) == (3_000, 2_000)
+    assert max(allowed.pixels.shape[:2]) <= WORK_MAX_SIDE
+
+
+@pytest.mark.parametrize("name", sorted(GOOD))
+def test_every_good_kind_becomes_an_rgb_working_copy(name: str) -> None:
+    image = decode(GOOD[name](), name)
+    assert image.kept, image.errors
+    assert image.pixels is not None and image.pixels.dtype == np.uint8
+    assert image.pixels.ndim == 3 and image.pixels.shape[2] == 3
+    assert min(image.pixels.shape[:2]) == min(WORK_SIDE, image.width, image.height)
+    assert len(image.phash or "") == 16 and len(image.content_hash or "") == 32
+    with Image.open(io.BytesIO(image.payload or b"")) as stored:
+        assert stored.mode in ("RGB", "L") and stored.size == (image.width, image.height)
+        assert getattr(stored, "n_frames", 1) == 1
+
+
+def test_an_unchanged_jpeg_png_or_webp_is_stored_as_read() -> None:
+    for name, ext in (("photo.jpg", "jpg"), ("drawing.png", "png"), ("web.webp", "webp")):
+        data = GOOD[name]()
+        image = decode(data, name)
+        assert image.payload == data and image.payload_ext == ext and image.normalised == []
+
+
+def test_exif_orientation_is_applied() -> None:
+    upright = np.asarray(Image.fromarray(picture(7)).transpose(Image.Transpose.ROTATE_270))
+    image = decode(exif_rotated(7))
+    assert (image.width, image.height) == (120, 160)
+    assert image.normalised[0] == "exif-rotated" and image.payload_ext == "jpg"
+    with Image.open(io.BytesIO(image.payload or b"")) as stored:
+        assert stored.size == (120, 160)
+        assert not stored.getexif().get(0x0112, 1) > 1
+        difference = np.abs(np.asarray(stored.convert("RGB"), np.int16) - upright).mean()
+    assert difference < 12  # the same picture, upright (two JPEG generations apart)
+
+
+def test_cmyk_16_bit_palette_and_animation_are_normalised() -> None:
+    notes = {name: decode(GOOD[name](), name).normalised for name in GOOD}
+    assert notes["print.jpg"] == ["cmyk", "re-encoded as jpg"]
+    assert notes["deep.png"] == ["16-bit", "re-encoded as png"]
+    assert notes["clear.png"] == ["alpha", "re-encoded as png"]
+    assert notes["moving.gif"] == ["palette", "first of 3 frames", "re-encoded as png"]
+    assert notes["scan.tiff"] == ["re-encoded as png"] and notes["new.avif"] == [
+        "re-encoded as jpg"
+    ]
+
+
+def test_sixteen_bit_levels_are_scaled_not_clipped() -> None:
+    image = decode(png16(9))
+    expected = picture(9).astype(np.float32).mean(axis=2)
+    grey = image.pixels[..., 0].astype(np.float32)
+    assert image.pixels.shape[:2] == expected.shape
+    assert np.abs(grey - expected).mean() < 2.0  # 16-bit levels back on the 8-bit scale
+
+
+def test_an_animated_gif_keeps_its_first_frame() -> None:
+    image = decode(GOOD["moving.gif"]())
+    assert image.frames == 3
+    first = picture(11).astype(np.int16)
+    assert np.abs(image.pixels.astype(np.int16) - first).mean() < 20  # a 256-colour GIF
+
+
+def test_transparency_is_composited_on_white() -> None:
+    rgba = np.zeros((40, 40, 4), np.uint8)
+    rgba[..., 0] = 200
+    rgba[:, 20:, 3] = 255  # the left half fully transparent
+    image = decode(saved(Image.fromarray(rgba, "RGBA"), "PNG"))
+    assert (image.pixels[:, :20] == 255).all() and (image.pixels[:, 20:, 0] == 200).all()
+
+
+def test_float_images_are_scaled_to_eight_bits() -> None:
+    values = np.linspace(0, 1, 64 * 64, dtype=np.float32).reshape(64, 64)
+    changes: list[str] = []
+    rgb = to_rgb(Image.fromarray(values, "F"), changes)
+    assert rgb.mode == "RGB" and changes == ["f"]
+    assert np.asarray(rgb)[-1, -1, 0] == 255 and np.asarray(rgb)[0, 0, 0] == 0
+
+
+def test_a_large_jpeg_is_decoded_at_the_working_size() -> None:
+    data = saved(Image.fromarray(picture(3, 2400, 1800)), "JPEG", quality=85)
+    image = decode(data)
+    assert (image.width, image.height) == (2400, 1800) and image.payload == data
+    assert image.pixels.shape == (WORK_SIDE, round(WORK_SIDE * 4 / 3), 3)
+
+
+def test_max_pixels_is_validated() -> None:
+    with pytest.raises(ValueError, match="max_pixels"):
+        ImageDecoder(max_pixels=0)
