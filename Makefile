@@ -13,7 +13,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,ray,video,s3,text,metrics,dedup]'
+	$(PY) -m pip install --quiet -e '.[dev,ray,video,image,s3,text,metrics,dedup]'
 	$(PY) -m pip install --quiet --no-deps --ignore-requires-python 'rapidocr-onnxruntime>=1.4'
 	touch $(STAMP)
 

@@ -13,6 +13,7 @@ import typer
 import conveyor
 from conveyor.cli_common import METRICS_PORT, REPORT, close_monitors, report_path, run_monitors
 from conveyor.cli_dedup import dedup
+from conveyor.cli_image import image
 from conveyor.cli_report import report as report_command
 from conveyor.cli_text import text
 from conveyor.cli_video import video
@@ -161,6 +162,7 @@ app.command()(video)
 app.command(name="report")(report_command)
 app.command()(text)
 app.command()(dedup)
+app.command()(image)
 
 
 @app.command()

@@ -16,6 +16,11 @@ class BackendChoice(StrEnum):
     ray = "ray"
 
 
+BACKEND = Annotated[BackendChoice, typer.Option(case_sensitive=False, help="Where workers run.")]
+CPUS = Annotated[float | None, typer.Option(min=0.5, help="CPUs to use.", show_default="all")]
+GPUS = Annotated[
+    int | None, typer.Option(min=0, help="GPUs to use (0: CPU only).", show_default="all")
+]
 MEMORY_GB = Annotated[
     float | None,
     typer.Option(

@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from conveyor.cli_common import MEMORY_GB, BackendChoice, Machine, fail
+from conveyor.cli_common import BACKEND, CPUS, MEMORY_GB, BackendChoice, Machine, fail
 
 
 class DedupExecutor(StrEnum):
@@ -56,15 +56,11 @@ def dedup(
     executor: Annotated[
         DedupExecutor, typer.Option(case_sensitive=False, help="How stages are scheduled.")
     ] = DedupExecutor.streaming,
-    backend: Annotated[
-        BackendChoice, typer.Option(case_sensitive=False, help="Where workers run.")
-    ] = BackendChoice.local,
+    backend: BACKEND = BackendChoice.local,
     address: Annotated[
         str | None, typer.Option(help="Ray cluster address (--backend ray).")
     ] = None,
-    cpus: Annotated[
-        float | None, typer.Option(min=0.5, help="CPUs to use.", show_default="all")
-    ] = None,
+    cpus: CPUS = None,
     memory_gb: MEMORY_GB = None,
 ) -> None:
     """Find near-duplicate items by the cosine similarity of their embeddings (k-means, then

@@ -14,7 +14,15 @@ from typing import Annotated, Any
 
 import typer
 
-from conveyor.cli_common import MEMORY_GB, METRICS_PORT, REPORT, BackendChoice, Machine
+from conveyor.cli_common import (
+    BACKEND,
+    CPUS,
+    MEMORY_GB,
+    METRICS_PORT,
+    REPORT,
+    BackendChoice,
+    Machine,
+)
 from conveyor.cli_common import fail as _fail
 
 
@@ -168,15 +176,11 @@ def text(
     executor: Annotated[
         TextExecutor, typer.Option(case_sensitive=False, help="How stages are scheduled.")
     ] = TextExecutor.streaming,
-    backend: Annotated[
-        BackendChoice, typer.Option(case_sensitive=False, help="Where workers run.")
-    ] = BackendChoice.local,
+    backend: BACKEND = BackendChoice.local,
     address: Annotated[
         str | None, typer.Option(help="Ray cluster address (--backend ray).")
     ] = None,
-    cpus: Annotated[
-        float | None, typer.Option(min=0.5, help="CPUs to use.", show_default="all")
-    ] = None,
+    cpus: CPUS = None,
     memory_gb: MEMORY_GB = None,
     limit: Annotated[
         int | None,

@@ -14,7 +14,16 @@ from typing import Annotated, Any
 
 import typer
 
-from conveyor.cli_common import MEMORY_GB, METRICS_PORT, REPORT, BackendChoice, Machine
+from conveyor.cli_common import (
+    BACKEND,
+    CPUS,
+    GPUS,
+    MEMORY_GB,
+    METRICS_PORT,
+    REPORT,
+    BackendChoice,
+    Machine,
+)
 from conveyor.cli_common import fail as _fail
 
 
@@ -261,18 +270,12 @@ def video(
     executor: Annotated[
         VideoExecutor, typer.Option(case_sensitive=False, help="How stages are scheduled.")
     ] = VideoExecutor.streaming,
-    backend: Annotated[
-        BackendChoice, typer.Option(case_sensitive=False, help="Where workers run.")
-    ] = BackendChoice.local,
+    backend: BACKEND = BackendChoice.local,
     address: Annotated[
         str | None, typer.Option(help="Ray cluster address (--backend ray or ray-data).")
     ] = None,
-    cpus: Annotated[
-        float | None, typer.Option(min=0.5, help="CPUs to use.", show_default="all")
-    ] = None,
-    gpus: Annotated[
-        int | None, typer.Option(min=0, help="GPUs to use (0: CPU only).", show_default="all")
-    ] = None,
+    cpus: CPUS = None,
+    gpus: GPUS = None,
     memory_gb: MEMORY_GB = None,
     limit: Annotated[
         int | None, typer.Option(min=1, help="Only the first N videos (sorted by path).")

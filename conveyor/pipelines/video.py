@@ -584,28 +584,35 @@ def check_resume(config: VideoConfig) -> dict[str, Any] | None:
     """
     from conveyor.stages.video.layout import OutputLayout
 
-    _check_output_place(config.output)
+    check_output_place(config.output)
     if config.shards != "none":
         from conveyor.stages.video.shards import check_shards
 
         check_shards(config.output)
     layout = OutputLayout(config.output)
+    return earlier_options(layout.config, config.fingerprint(), config.output)
+
+
+def earlier_options(
+    recorded: StoragePath, now: dict[str, Any], output: str | os.PathLike[str]
+) -> dict[str, Any] | None:
+    """The options an earlier run recorded in ``recorded`` (``None``: no earlier run), or
+    ``ConfigMismatch`` naming those that differ from ``now``."""
     try:
-        earlier = json.loads(layout.config.read_bytes())
+        earlier = json.loads(recorded.read_bytes())
     except (OSError, ValueError):
         return None
-    now = config.fingerprint()
     changed = [k for k in now if k in earlier and earlier[k] != now[k]]
     if changed:
         details = ", ".join(f"{k}: {earlier[k]!r} -> {now[k]!r}" for k in changed)
         raise ConfigMismatch(
-            f"{config.output} holds results made with other options ({details}); resume with "
+            f"{output} holds results made with other options ({details}); resume with "
             "the same options, or write to a new output (or pass --overwrite)"
         )
     return earlier
 
 
-def _check_output_place(output: str | os.PathLike[str]) -> None:
+def check_output_place(output: str | os.PathLike[str]) -> None:
     """A local output, or the nearest of its folders that exists, must be a folder."""
     from conveyor.storage import is_url
 

