@@ -459,7 +459,7 @@ def _run(
 
     try:
         # listed as the run takes them: before it starts, only as far as the first video
-        sources = VideoSources(config.input, config.output, limit=config.limit, keep=True)
+        sources = VideoSources(config.input, config.output, limit=config.limit)
         empty = sources.empty()
     except (OSError, ImportError, ValueError) as exc:  # a store refusing, unreachable, ...
         raise _fail(str(exc), 1) from None
@@ -496,7 +496,8 @@ def _run(
     finally:
         view.close()
         close_monitors(extra)
-    add_input_failures(extra, input_failures(report.summary, sources.to_do))
+    failed_now = report.tally.failed_now if report.tally is not None else set()
+    add_input_failures(extra, input_failures(report.summary, failed_now))
     print_summary(report.summary, console)
     console.print(f"summary: {report.summary_path}")
     html = report_path(extra)

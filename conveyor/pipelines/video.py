@@ -27,6 +27,7 @@ from conveyor.stages.video.video_type import DEFAULT_VIDEO_TYPES, split_labels
 
 if TYPE_CHECKING:
     from conveyor.executors.base import Executor
+    from conveyor.pipelines.video_summary import RunTally
     from conveyor.result import RunResult
     from conveyor.stages.video.reader import VideoSources
     from conveyor.storage import StoragePath
@@ -651,6 +652,8 @@ class VideoRunReport:
     summary: dict[str, Any]
     summary_path: StoragePath
     wall_s: float
+    #: the totals the summary was made of (``failed_now``: this run's videos that failed)
+    tally: RunTally | None = None
 
 
 def run_video(
@@ -684,11 +687,11 @@ def run_video(
         from conveyor.stages.video.shards import finish_shards
     if sources is None:
         sources = VideoSources(config.input, config.output, limit=config.limit)
-    sources.keep = True  # the summary reads the records of every listed video
     # the records of the videos complete already go into the summary's tally as they are
     # read to resume; each video finished now, as its record comes out of the pipeline
-    tally = RunTally()
+    tally = RunTally(keep_complete=config.shards != "none")
     sources.on_complete = tally.add_complete
+    sources.on_pending = tally.add_pending
     layout.sweep_tmp()  # before any worker writes: only one run may use an output at once
     started = time.perf_counter()
     # the listing stage makes each source its video task: without a journal the i-th one
@@ -700,18 +703,16 @@ def run_video(
             if on_output is not None:
                 on_output(output)
     result = run.result
+    tally.stopped = True
     sources.drain()  # a run stopped early: the summary still counts every video
     if config.dedup and result.completed:
         from conveyor.stages.video.dedup import deduplicate
 
         deduplicate(config.output, config.dedup_threshold, executor=executor)
-    relative_paths = [s.relative_path for s in sources.listed]
-    tally.read_missing(layout, relative_paths)
+    tally.finish(layout, result.failures)
     if config.shards != "none":
-        finish_shards(config.output, config.shard_mb, tally.complete(relative_paths))
+        finish_shards(config.output, config.shard_mb, tally.complete_paths or ())
     wall = time.perf_counter() - started
-    summary = build_summary(
-        config, sources.listed, sources.to_do, result, wall, pipeline.description or "", tally
-    )
+    summary = build_summary(config, tally, result, wall, pipeline.description or "")
     layout.write_json(layout.summary, summary)
-    return VideoRunReport(result, summary, layout.summary, wall)
+    return VideoRunReport(result, summary, layout.summary, wall, tally)

@@ -4,18 +4,20 @@ The summary covers every listed video, this run's and earlier runs' alike, from 
 records. None is read again at the end: ``RunTally`` folds in the records of the videos
 complete before the run (read anyway, to decide what to resume) and each record the writer
 hands on as a video completes (``Video.record``), so finishing a run costs the same for ten
-clips or ten million. Only a video no output told of (one the engine failed, or whose
-output a later stage failed) is looked up on disk.
+clips or ten million, and the driver keeps totals, not an entry per video. Only a video no
+output told of (one the engine failed, or whose output a later stage failed) is looked up
+on disk.
 """
 
 from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from conveyor.engine.journal import key_label, source_key
 from conveyor.stages.video.layout import OutputLayout
 
 if TYPE_CHECKING:
@@ -74,49 +76,161 @@ class VideoTotals:
         )
 
 
+#: records read from disk in one request batch (a store reads a batch concurrently)
+READ_BATCH = 1000
+NOT_FINISHED = {
+    "stage": None,
+    "reason": "not finished (the run was stopped before it)",
+    "kind": "incomplete",
+}
+
+
 class RunTally:
-    """The records of a run's videos, folded in as they come (``VideoTotals`` each)."""
+    """The summary's totals, each video's record folded in as it comes: the records of the
+    videos complete before the run (read anyway, to decide what to resume,
+    ``add_complete``) and each record the writer hands on as a video completes
+    (``Video.record``, ``add_output``).
 
-    def __init__(self) -> None:
-        self.videos: dict[str, VideoTotals] = {}
-        #: looked up on disk and found without a record
-        self._absent: set[str] = set()
+    Nothing is kept per video but for the videos the run took and has not heard of yet
+    (``open``: a window, like the engine's), the failures and the damaged videos, so the
+    driver's memory stays flat from a thousand videos to millions. ``keep_complete`` also
+    keeps every complete video's path (the shards' last pass looks each one up).
+    """
 
-    def add(self, relative_path: str, record: dict[str, Any]) -> None:
-        self.videos[relative_path] = VideoTotals.of(record)
-        self._absent.discard(relative_path)
+    def __init__(self, keep_complete: bool = False) -> None:
+        #: videos listed, complete before the run, and to do in this run
+        self.listed = self.before = self.now = 0
+        self.videos: Counter[str] = Counter()
+        self.clips: Counter[str] = Counter()
+        self.filtered: Counter[str] = Counter()
+        self.seconds_in = self.seconds_now = self.kept_seconds = 0.0
+        self.failures: list[dict[str, Any]] = []
+        self.damaged: list[str] = []
+        #: this run's videos with a failure found in the data (the run report's)
+        self.failed_now: set[str] = set()
+        #: taken by the run, no record yet: relative path -> (position among them, source)
+        self.open: dict[str, tuple[int, VideoSource]] = {}
+        self.complete_paths: list[str] | None = [] if keep_complete else None
+        #: the run is over: a video listed now was never started
+        self.stopped = False
 
+    # -- what the listing tells ----------------------------------------------------------
     def add_complete(self, source: VideoSource, record: dict[str, Any]) -> None:
         """A video complete before the run, with the record just read to tell
         (``VideoSources``' ``on_complete``)."""
-        self.add(source.relative_path, record)
+        self.listed += 1
+        self.before += 1
+        self._fold(source.relative_path, record, now=False)
 
+    def add_pending(self, source: VideoSource) -> None:
+        """A video the run is to do, as it is handed to the engine (``on_pending``)."""
+        self.listed += 1
+        if self.stopped:
+            self._incomplete(source.relative_path, None)
+        else:
+            self.open[source.relative_path] = (self.now, source)
+        self.now += 1
+
+    # -- what the run tells --------------------------------------------------------------
     def add_output(self, task: VideoTask) -> None:
         """A last-stage output: the record it carries, if its video completed with it."""
         video = task.data
-        if video.record is not None:
-            self.add(video.relative_path, video.record)
+        if video.record is not None and self.open.pop(video.relative_path, None) is not None:
+            self._fold(video.relative_path, video.record, now=True)
 
-    def read_missing(self, layout: OutputLayout, relative_paths: Sequence[str]) -> None:
-        """Look up on disk the records of the videos no output told of."""
-        missing = [r for r in relative_paths if r not in self.videos and r not in self._absent]
-        for relative, record in layout.read_records(missing).items():
-            if record is None:
-                self._absent.add(relative)
-            else:
-                self.add(relative, record)
+    def finish(self, layout: OutputLayout, failures: Sequence[FailureRecord] = ()) -> None:
+        """After the run: each video taken but never told of is looked up on disk (a later
+        stage failed its output after its record was written), or is incomplete, with the
+        engine's ``failures`` where they name it."""
+        if not self.open:
+            return
+        labels: dict[str, str] = {}
+        for relative, (position, source) in self.open.items():
+            labels[str(position)] = labels[key_label(source_key(source))] = relative
+        engine = _engine_failures(failures, lambda label: labels.get(_root(label)))
+        waiting = list(self.open)
+        for start in range(0, len(waiting), READ_BATCH):
+            chunk = waiting[start : start + READ_BATCH]
+            for relative, record in layout.read_records(chunk).items():
+                del self.open[relative]
+                if record is None:
+                    self._incomplete(relative, engine.get(relative))
+                else:
+                    self._fold(relative, record, now=True)
 
-    def complete(self, relative_paths: Sequence[str]) -> list[str]:
-        """Those of ``relative_paths`` whose video has a record."""
-        return [r for r in relative_paths if r in self.videos]
+    @classmethod
+    def from_disk(
+        cls,
+        layout: OutputLayout,
+        sources: Sequence[VideoSource],
+        pending: Sequence[VideoSource],
+        failures: Sequence[FailureRecord] = (),
+    ) -> RunTally:
+        """The tally of ``sources`` read from their records (``pending``: those this run
+        was to do), as a run adds it up."""
+        tally = cls()
+        now = {s.relative_path for s in pending}
+        tally.listed, tally.now = len(sources), len(pending)
+        tally.before = len(sources) - len(pending)
+        engine = _engine_failures(failures, lambda label: video_of_label(label, pending))
+        for start in range(0, len(sources), READ_BATCH):
+            chunk = [s.relative_path for s in sources[start : start + READ_BATCH]]
+            for relative, record in layout.read_records(chunk).items():
+                if record is None:
+                    tally._incomplete(relative, engine.get(relative))
+                else:
+                    tally._fold(relative, record, now=relative in now)
+        return tally
+
+    # -- folding -------------------------------------------------------------------------
+    def _fold(self, relative: str, record: dict[str, Any], now: bool) -> None:
+        totals = VideoTotals.of(record)
+        self.videos[totals.status] += 1
+        self.videos["without_clips"] += totals.no_clips
+        if totals.damaged:
+            self.damaged.append(relative)
+        self.seconds_in += totals.duration_s
+        if now:
+            self.seconds_now += totals.duration_s
+        self.clips["made"] += totals.made
+        self.clips["kept"] += totals.kept
+        self.kept_seconds += totals.kept_seconds
+        for name, count in totals.filtered:
+            self.filtered[name] += count
+        for stage, reason in totals.errors:
+            self.failures.append(
+                {"video": relative, "stage": stage, "reason": reason, "kind": "input"}
+            )
+        for clip_id, stage, reason in totals.clip_errors:
+            self.clips["failed"] += 1
+            self.failures.append(
+                {
+                    "video": relative,
+                    "clip_id": clip_id,
+                    "stage": stage,
+                    "reason": reason,
+                    "kind": "input",
+                }
+            )
+        if now and (totals.errors or totals.clip_errors):
+            self.failed_now.add(relative)
+        if self.complete_paths is not None:
+            self.complete_paths.append(relative)
+
+    def _incomplete(self, relative: str, reasons: list[dict[str, Any]] | None) -> None:
+        self.videos["incomplete"] += 1
+        self.failures += [{"video": relative, **r} for r in reasons or [NOT_FINISHED]]
+
+
+def _root(label: str) -> str:
+    """The source task a label descends from ("7.2.0" and "7*1" come from "7")."""
+    return label.split(".", 1)[0].split("*", 1)[0]
 
 
 def video_of_label(label: str, pending: Sequence[VideoSource]) -> str | None:
     """The video a task label descends from: each video is a source task of the run, the
     ``i``-th labelled ``i`` (``pending[i]``), or with a journal after its key."""
-    from conveyor.engine.journal import key_label, source_key
-
-    root = label.split(".", 1)[0].split("*", 1)[0]
+    root = _root(label)
     if root.startswith("k"):
         return next((s.relative_path for s in pending if key_label(source_key(s)) == root), None)
     if not root.isdigit():
@@ -127,98 +241,45 @@ def video_of_label(label: str, pending: Sequence[VideoSource]) -> str | None:
 
 def build_summary(
     config: VideoConfig,
-    sources: Sequence[VideoSource],
-    pending: Sequence[VideoSource],
+    tally: RunTally,
     result: RunResult,
     wall_s: float,
     description: str,
-    tally: RunTally | None = None,
 ) -> dict[str, Any]:
-    """Totals over every listed video's record (this run's and earlier runs'): those in
-    ``tally``, the others read from disk."""
+    """Totals over every listed video (this run's and earlier runs'), from ``tally``; the
+    failures and damaged videos in the listing's order (by relative path)."""
     layout = OutputLayout(config.output)
-    if tally is None:
-        tally = RunTally()
-    tally.read_missing(layout, [s.relative_path for s in sources])
-    done_now = {s.relative_path for s in pending}
-    engine_failures = _engine_failures(result.failures, pending)
-    videos = Counter()
-    clips = Counter()
-    filtered: Counter[str] = Counter()
-    seconds_in = seconds_now = kept_seconds = 0.0
-    failures: list[dict[str, Any]] = []
-    damaged: list[str] = []
-    for source in sources:
-        totals = tally.videos.get(source.relative_path)
-        if totals is None:
-            videos["incomplete"] += 1
-            reasons = engine_failures.get(source.relative_path) or [
-                {
-                    "stage": None,
-                    "reason": "not finished (the run was stopped before it)",
-                    "kind": "incomplete",
-                }
-            ]
-            failures += [{"video": source.relative_path, **r} for r in reasons]
-            continue
-        videos[totals.status] += 1
-        videos["without_clips"] += totals.no_clips
-        if totals.damaged:
-            damaged.append(source.relative_path)
-        seconds_in += totals.duration_s
-        if source.relative_path in done_now:
-            seconds_now += totals.duration_s
-        clips["made"] += totals.made
-        clips["kept"] += totals.kept
-        kept_seconds += totals.kept_seconds
-        for name, count in totals.filtered:
-            filtered[name] += count
-        for stage, reason in totals.errors:
-            failures.append(
-                {"video": source.relative_path, "stage": stage, "reason": reason, "kind": "input"}
-            )
-        for clip_id, stage, reason in totals.clip_errors:
-            clips["failed"] += 1
-            failures.append(
-                {
-                    "video": source.relative_path,
-                    "clip_id": clip_id,
-                    "stage": stage,
-                    "reason": reason,
-                    "kind": "input",
-                }
-            )
-    duplicates = _duplicates(layout)
+    videos, clips = tally.videos, tally.clips
     return {
         "pipeline": description,
         "input": config.input if isinstance(config.input, str) else list(config.input),
         "output": str(config.output),
         "options": config.fingerprint(),
         "videos": {
-            "in": len(sources),
+            "in": tally.listed,
             "ok": videos["ok"],
             "failed": videos["failed"],
             "incomplete": videos["incomplete"],
             "without_clips": videos["without_clips"],
             # whose clips were cut past damaged packets (each record says how many)
-            "damaged": damaged,
-            "done_this_run": len(done_now),
-            "skipped_as_complete": len(sources) - len(pending),
+            "damaged": sorted(tally.damaged),
+            "done_this_run": tally.now,
+            "skipped_as_complete": tally.before,
         },
-        "seconds_in": round(seconds_in, 3),
-        "hours_in": round(seconds_in / 3600, 6),
+        "seconds_in": round(tally.seconds_in, 3),
+        "hours_in": round(tally.seconds_in / 3600, 6),
         "clips": {
             "made": clips["made"],
             "kept": clips["kept"],
-            "kept_seconds": round(kept_seconds, 3),
-            "filtered": dict(sorted(filtered.items())),
+            "kept_seconds": round(tally.kept_seconds, 3),
+            "filtered": dict(sorted(tally.filtered.items())),
             "failed": clips["failed"],
-            "duplicates": duplicates,
+            "duplicates": _duplicates(layout),
         },
-        "failures": failures,
+        "failures": sorted(tally.failures, key=lambda f: f["video"]),
         "wall_s": round(wall_s, 3),
-        "seconds_this_run": round(seconds_now, 3),
-        "video_hours_per_wall_hour": round(seconds_now / wall_s, 4) if wall_s > 0 else None,
+        "seconds_this_run": round(tally.seconds_now, 3),
+        "video_hours_per_wall_hour": (round(tally.seconds_now / wall_s, 4) if wall_s > 0 else None),
         "completed": result.completed,
         "engine": engine_summary(result),
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -235,12 +296,13 @@ def engine_summary(result: RunResult) -> dict[str, Any]:
 
 
 def _engine_failures(
-    records: Sequence[FailureRecord], pending: Sequence[VideoSource]
+    records: Sequence[FailureRecord], video_of: Callable[[str], str | None]
 ) -> dict[str, list[dict[str, Any]]]:
-    """Failures the engine recorded (a stage raised on every attempt), by video."""
+    """Failures the engine recorded (a stage raised on every attempt), by video
+    (``video_of(label)``)."""
     found: dict[str, list[dict[str, Any]]] = {}
     for record in records:
-        video = video_of_label(record.task, pending) or f"(task {record.task})"
+        video = video_of(record.task) or f"(task {record.task})"
         found.setdefault(video, []).append(
             {
                 "stage": record.stage,
@@ -251,13 +313,13 @@ def _engine_failures(
     return found
 
 
-def input_failures(summary: dict[str, Any], pending: Sequence[VideoSource]) -> list[InputFailure]:
-    """The failures of this run's videos that the pipeline found in the data (a video that
+def input_failures(summary: dict[str, Any], now: Container[str]) -> list[InputFailure]:
+    """The failures of this run's videos (``now``: their relative paths, or those of them
+    that failed, ``RunTally.failed_now``) that the pipeline found in the data (a video that
     cannot be decoded, a clip a stage could not score), for the run report: the engine
     never saw them as failures."""
     from conveyor.monitor.event_log import InputFailure
 
-    now = {s.relative_path for s in pending}
     return [
         InputFailure(
             stage=f.get("stage"),

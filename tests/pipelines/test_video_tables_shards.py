@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from conveyor.cli import app
 from conveyor.pipelines.video import VideoConfig, build_video_pipeline, run_video
-from conveyor.pipelines.video_summary import build_summary
+from conveyor.pipelines.video_summary import RunTally, build_summary
 from conveyor.stages.video.layout import OutputLayout
 from conveyor.stages.video.reader import list_videos
 from conveyor.stages.video.table import clip_metas
@@ -78,9 +78,8 @@ def test_a_run_writes_clip_tables_and_shards_and_a_rerun_adds_nothing(
         )
     # the summary the stream added up is the one the records on disk give
     sources = list_videos(config.input, exclude=[config.output])
-    from_disk = build_summary(
-        config, sources, sources, report.result, 1.0, report.summary["pipeline"]
-    )
+    tally = RunTally.from_disk(OutputLayout(output), sources, sources)
+    from_disk = build_summary(config, tally, report.result, 1.0, report.summary["pipeline"])
     streamed = dict(report.summary)
     for summary in (from_disk, streamed):
         for key in ("wall_s", "video_hours_per_wall_hour", "finished_at"):

@@ -294,8 +294,7 @@ class VideoSources:
     engine has admitted and the batch being checked. ``found``, ``complete`` and ``pending``
     count as it goes; ``on_complete(source, record)`` is told of each video complete before
     the run, with the record just read (a summary folds it in instead of reading it again),
-    and ``keep`` keeps the listed and the pending sources in ``listed`` and ``to_do`` (for a
-    summary that needs them all).
+    and ``on_pending(source)`` of each video still to do, as it is handed on.
     """
 
     def __init__(
@@ -306,8 +305,8 @@ class VideoSources:
         extensions: Sequence[str] = VIDEO_EXTENSIONS,
         limit: int | None = None,
         batch: int = RESUME_BATCH,
-        keep: bool = False,
         on_complete: Callable[[VideoSource, dict[str, Any]], None] | None = None,
+        on_pending: Callable[[VideoSource], None] | None = None,
     ) -> None:
         if limit is not None and limit < 1:
             raise ValueError(f"limit must be >= 1, got {limit}")
@@ -316,10 +315,8 @@ class VideoSources:
         self.output = output
         self.batch = max(1, batch)
         self.on_complete = on_complete
+        self.on_pending = on_pending
         self.found = self.complete = self.pending = 0
-        self.keep = keep
-        self.listed: list[VideoSource] = []
-        self.to_do: list[VideoSource] = []
         self.exhausted = False
         self._peeked: list[VideoSource] = []
         self._staged: set[str] | None = None
@@ -367,19 +364,16 @@ class VideoSources:
             record = records.get(source.relative_path)
             if record is not None and same_source(record, source.size, source.mtime):
                 self.complete += 1
-                if self.keep:
-                    self.listed.append(source)
                 if self.on_complete is not None:
                     self.on_complete(source, record)
                 continue
             staged = bool(self._staged) and video_id(source.relative_path) in self._staged
             reset = self.output is not None and (record is not None or staged)
             if reset != source.reset:
-                source = replace(source, reset=reset)  # the listing's own is dropped
+                source = replace(source, reset=reset)
             self.pending += 1
-            if self.keep:
-                self.listed.append(source)
-                self.to_do.append(source)
+            if self.on_pending is not None:
+                self.on_pending(source)
             yield source
 
 

@@ -234,8 +234,12 @@ def test_sources_yield_what_is_left_to_do_and_say_what_needs_a_reset(
     complete(layout, tree, "sub/c.mkv", mtime=1.0)  # from an older file: redone, reset
     (layout.staging_dir(video_id("sub/e.avi")) / "intent-0.json").parent.mkdir(parents=True)
     told: list[tuple[str, str]] = []
+    handed: list[VideoSource] = []
     sources = VideoSources(
-        tree, out, keep=True, on_complete=lambda s, r: told.append((s.relative_path, r["status"]))
+        tree,
+        out,
+        on_complete=lambda s, r: told.append((s.relative_path, r["status"])),
+        on_pending=handed.append,
     )
     assert not sources.empty()
     todo = list(sources)
@@ -247,9 +251,7 @@ def test_sources_yield_what_is_left_to_do_and_say_what_needs_a_reset(
         ("sub/e.avi", True),  # an earlier run had begun writing it
     ]
     assert (sources.found, sources.complete, sources.pending) == (6, 1, 5)
-    assert len(sources.listed) == 6 and sources.to_do == todo and sources.exhausted
-    # one object per video is kept for the summary, the pending ones as they were yielded
-    assert {id(s) for s in todo} <= {id(s) for s in sources.listed}
+    assert handed == todo and sources.exhausted
     assert told == [("b.mp4", "ok")]
 
 
