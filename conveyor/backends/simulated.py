@@ -209,12 +209,22 @@ class Usage:
     multi_gpu: list[tuple[str, str, tuple[int, ...]]] = field(default_factory=list)
 
     def _spread(self, table: dict[int, float], start: float, end: float) -> None:
+        """Add ``[start, end)`` to the buckets it covers (once per batch: kept lean)."""
         b = self.bucket_s
-        while start < end - 1e-12:
-            index = int(start // b)
-            edge = min(end, (index + 1) * b)
-            table[index] = table.get(index, 0.0) + (edge - start)
+        if not start < end - 1e-12:
+            return
+        index = int(start // b)
+        get = table.get
+        while True:
+            edge = (index + 1) * b
+            if edge >= end:
+                table[index] = get(index, 0.0) + (end - start)
+                return
+            table[index] = get(index, 0.0) + (edge - start)
             start = edge
+            if not start < end - 1e-12:
+                return
+            index += 1  # ``edge // b``: the bucket that starts at it
 
     def add_busy(self, stage: str, start: float, end: float) -> None:
         self._spread(self.busy_s[stage], start, end)
@@ -280,6 +290,13 @@ class SimulatedBackend:
         self._lifecycle = sorted(
             [(n.leaves_at, n.node_id) for n in nodes if n.leaves_at is not None]
         )
+        # ``nodes()`` is the same list between the times a node joins or leaves
+        self._changes = sorted(
+            {n.joins_at for n in nodes} | {n.leaves_at for n in nodes if n.leaves_at is not None}
+        )
+        self._view: list[NodeInfo] = []
+        self._view_ids: frozenset[str] = frozenset()
+        self._view_from = self._view_until = math.nan
 
     # -- cluster --------------------------------------------------------------------------
     def open(self) -> None:
@@ -289,7 +306,25 @@ class SimulatedBackend:
         return self.clock.now
 
     def nodes(self) -> list[NodeInfo]:
+        """The nodes present now; the list is built again only when a node joins or leaves
+        (asked at every autoscale decision, of hundreds of nodes)."""
+        self._look()
+        return list(self._view)
+
+    def present_ids(self) -> frozenset[str]:
+        """Ids of the nodes present now."""
+        self._look()
+        return self._view_ids
+
+    def _look(self) -> None:
         now = self.clock.now
+        if not self._view_from <= now < self._view_until:
+            self._view = self._present(now)
+            self._view_ids = frozenset(n.node_id for n in self._view)
+            self._view_from = max((t for t in self._changes if t <= now), default=-math.inf)
+            self._view_until = min((t for t in self._changes if t > now), default=math.inf)
+
+    def _present(self, now: float) -> list[NodeInfo]:
         return [
             NodeInfo(
                 n.node_id,
@@ -515,10 +550,14 @@ class SimulatedBackend:
         capacity = self._node_capacity.get(worker.node_id, 0.0)
         if capacity <= 0 or worker.cpus <= 0:
             return 1.0
+        if self._node_cpus[worker.node_id] < capacity * (1 - 1e-9):
+            return 1.0  # all of the node's workers busy at once would not fill it
         wanted = worker.cpus + sum(
-            other.cpus
-            for other in self._on_node[worker.node_id]
-            if other is not worker and other.busy_until > begin
+            [
+                other.cpus
+                for other in self._on_node[worker.node_id]
+                if other.busy_until > begin and other is not worker
+            ]
         )
         return max(1.0, wanted / capacity)
 

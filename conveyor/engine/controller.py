@@ -13,6 +13,7 @@ import dataclasses
 import itertools
 import logging
 import math
+import operator
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -106,6 +107,8 @@ SUSPECT_NODE_S = 60.0
 #: work on its way to the end (only for what it holds): it is done before that needs the
 #: cores, and it feeds the stages behind it
 QUICK_BATCH_S = 0.1
+#: workers stopped first: not ready yet, then idle, then the least busy
+_STOP_ORDER = operator.attrgetter("ready", "in_flight")
 #: losses of one input forgiven (made again without spending an attempt): a node's fault,
 #: not the input's; past this a loop of losses spends attempts and ends
 FORGIVEN_LOSSES = 4
@@ -227,6 +230,8 @@ class _Stage:
     service_sum_s: float = 0.0
     #: one of its workers has reported its memory (or that it cannot be measured)
     memory_known: bool = False
+    #: what every one of its placed workers is booked at in the ledger (``None``: not known)
+    booked: Resources | None = None
     #: a generator stage's running batches, what they may still make before they pause,
     #: and the count and bytes of every output they reported (its outputs' mean size)
     streaming: dict[int, _Batch] = field(default_factory=dict)
@@ -523,11 +528,13 @@ class Controller:
                 break
             entry = queue.pop_suspect()
             self._send(index, idle, [[entry, *(entry.together or ())]], alone=True)
+        depth = self._depth(stage)
+        if not queue.fresh or not pool.may_feed_any(depth):
+            return  # every worker holds what it may (the common case with thousands)
         batch_size = stage.spec.batch_size
         meter = stage.meter
         task_time = meter.busy_time.value  # messages are sized by work, not round trips
         message_s = max(MESSAGE_TARGET_S, MESSAGE_OVERHEAD_FACTOR * (meter.overhead.value or 0.0))
-        depth = self._depth(stage)
         upstream_done = self._upstream_done(index)
         while queue.fresh and self._may_feed(index):
             full_batches = len(queue.fresh) // batch_size
@@ -1389,14 +1396,18 @@ class Controller:
         return dataclasses.replace(declared, memory_gb=measured / 2**30)
 
     def _resize_workers(self) -> None:
-        """Book every placed worker at its stage's current memory figure."""
+        """Book every placed worker at its stage's current memory figure (a stage whose
+        workers are all booked at it already is not walked)."""
         assert self.ledger is not None
         for stage in self.stages:
             resources = self._worker_resources(stage)
+            if stage.booked is not None and stage.booked == resources:
+                continue
             for worker in stage.pool.live():
                 held = self.ledger.held.get(worker.worker_id)
                 if held is not None and held[0] is not resources and held[0] != resources:
                     self.ledger.resize(worker.worker_id, resources)
+            stage.booked = resources
 
     def _refresh_nodes(self) -> None:
         """Adopt the backend's node list (workers on a vanished node are reported dead by
@@ -1490,7 +1501,7 @@ class Controller:
             if excess <= 0:
                 continue
             # stop the least useful first: not ready yet, then idle, then busy
-            live = sorted(stage.pool.live(), key=lambda w: (w.ready, w.in_flight))
+            live = sorted(stage.pool.live(), key=_STOP_ORDER)
             for worker in live[:excess]:
                 stage.pool.mark_stopping(worker)
                 self.backend.stop_worker(worker.worker_id)
@@ -1510,9 +1521,12 @@ class Controller:
             ]
             # a stage's first worker may share CPUs: without it the stream would stall; a
             # node suspected of losing payloads gets new workers only if no other can
+            resources = self._worker_resources(stage)
+            if stage.booked is not None and stage.booked != resources:
+                stage.booked = None  # its workers are booked at two figures now
             placements = self.ledger.allocate_many(
                 wanted,
-                self._worker_resources(stage),
+                resources,
                 overcommit_first=not pool.live_count,
                 avoid=self._avoid,
             )

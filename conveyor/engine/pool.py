@@ -185,6 +185,16 @@ class Pool:
             worker = next(iter(free.values()), None)
         return worker
 
+    def may_feed_any(self, depth: int) -> bool:
+        """Whether a worker other than the reserved one holds fewer than ``depth`` messages:
+        where not, ``feedable`` finds none, whatever the node."""
+        reserved = self.reserved
+        for level in range(min(depth, self.MAX_DEPTH)):
+            bucket = self._free[level]
+            if len(bucket) > (reserved is not None and reserved.worker_id in bucket):
+                return True
+        return False
+
     def feedable(
         self, depth: int, node: str | None = None, avoid: Collection[str] = NOWHERE
     ) -> Worker | None:

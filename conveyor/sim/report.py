@@ -58,7 +58,7 @@ class TrackingBackend(SimulatedBackend):
             if not group:
                 del self._states[old]
         node = self._capacity[node_id]
-        free = tuple(sorted(round(1.0 - used, 6) for used in self.held_gpus[node_id]))
+        free = tuple(sorted([round(1.0 - used, 6) for used in self.held_gpus[node_id]]))
         state = (round(node.cpus - self.held_cpus[node_id], 6), free, node.gpu_memory_gb)
         self._state[node_id] = state
         self._states.setdefault(state, set()).add(node_id)
@@ -93,14 +93,14 @@ class TrackingBackend(SimulatedBackend):
         for GPU workers (``gpu_cpu_reserve`` per free GPU, as the controller keeps them).
         """
         reserved = False
-        now = self.clock.now
+        here = self.present_ids()
         total_free = 0.0
         gpu_fits = False
         for (free_cpus, free, memory), members in self._states.items():
-            present = [m for m in members if self._capacity[m].present(now)]
+            present = len(members & here)
             if not present:
                 continue
-            total_free += sum(free) * len(present)
+            total_free += sum(free) * present
             if resources.gpus >= 1:
                 ok = sum(1 for f in free if f >= 1.0 - 1e-9) >= resources.whole_gpus
             elif resources.requires_gpu:

@@ -168,3 +168,19 @@ def test_ready_counts_by_node_follow_the_lifecycle() -> None:
     pool.remove("a")
     pool.remove("b")
     assert pool.ready_count == 0 and not pool._ready_on
+
+
+def test_may_feed_any_is_false_only_where_feedable_finds_none() -> None:
+    pool, (a, b) = make(2)
+    assert not pool.may_feed_any(2)  # nobody ready
+    pool.mark_ready(a)
+    pool.mark_ready(b)
+    assert pool.may_feed_any(1)
+    pool.sent(a, [1], alone=False)
+    pool.sent(b, [2], alone=False)
+    assert not pool.may_feed_any(1) and pool.feedable(1) is None
+    assert pool.may_feed_any(2)
+    pool.reserved = a  # running dry for a suspect: b alone may take more
+    assert pool.may_feed_any(2) and pool.feedable(2) is b
+    pool.sent(b, [3], alone=False)
+    assert not pool.may_feed_any(2) and pool.feedable(2) is None

@@ -17,10 +17,11 @@ model sizes by, so it rarely proposes such a removal in the first place.
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+from conveyor.engine.policies import water_fill
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,54 +315,13 @@ def plan(
     pace_cap = cpu_bound_pace(stages, weights, measured, budget) if share else math.inf
     # shared or not, the workers beyond each stage's first hold their CPUs in the books: a
     # stage whose work is mostly waiting (sleep, I/O) costs little CPU time but processes
-    extra = budget.cpus
+    room = budget.cpus if share else cpus
     # Water-filling over "wanted" counts. A stage not measured yet may be unable to start
     # more workers (no work has reached it), but it still *reserves* its fair share of the
     # budget, so the first measured stage does not take everything on a cold start.
-    wanted = list(target)
-    heap = [(wanted[i] / weights[i], i) for i in range(len(stages)) if active[i]]
-    heapq.heapify(heap)
-    # A stage keeps the workers coming while it stays the slowest (what a pop of the heap
-    # would give again): the same steps as one push and pop per worker, without the heap's
-    # cost at thousands of workers a decision
-    while heap:
-        pace, i = heapq.heappop(heap)
-        s = stages[i]
-        if s.pinned is not None:
-            break  # a pinned bottleneck: more workers elsewhere would not raise throughput
-        limit = caps[i] if s.task_time_s is None else grow[i]
-        weight = s.memory_bytes or 0.0
-        need_cpus, need_gpus, need_decs, need_encs = s.cpus, s.gpus, s.nvdecs, s.nvencs
-        stop = False
-        while True:
-            if wanted[i] >= limit:
-                break  # no more work for it to take: the next stage may still need help
-            if pace >= pace_cap:
-                stop = True  # bound by the CPUs: another worker would only wait for one
-                break
-            room = extra if share else cpus
-            if (
-                need_cpus > room + 1e-9
-                or need_gpus > gpus + 1e-9
-                or weight > memory
-                or need_decs > decoders + 1e-9
-                or need_encs > encoders + 1e-9
-            ):
-                stop = True  # the bottleneck cannot grow: more elsewhere would not help
-                break
-            wanted[i] += 1
-            cpus -= need_cpus
-            extra -= need_cpus
-            gpus -= need_gpus
-            memory -= weight
-            decoders -= need_decs
-            encoders -= need_encs
-            pace = wanted[i] / weights[i]
-            if heap and (pace, i) > heap[0]:
-                heapq.heappush(heap, (pace, i))
-                break
-        if stop:
-            break
+    limits = [caps[i] if s.task_time_s is None else grow[i] for i, s in enumerate(stages)]
+    rooms = (room, gpus, memory, decoders, encoders)
+    wanted = water_fill.fill(stages, weights, active, target, limits, rooms, pace_cap)
     target = [
         min(w, g) if a else t for w, g, a, t in zip(wanted, grow, active, target, strict=True)
     ]

@@ -237,6 +237,7 @@ class Ledger:
     #: free CPUs, and CPU-only workers go where the most are free
     share_cpus: bool = False
     _groups: dict[tuple[object, ...], dict[str, None]] = field(default_factory=dict)
+    _totals: tuple[float, float] | None = field(default=None, repr=False)
 
     def _ungroup(self, node: NodeFree) -> None:
         key = node.group
@@ -263,8 +264,10 @@ class Ledger:
         gone = [node_id for node_id in self.nodes if node_id not in current]
         for node_id in gone:
             self._ungroup(self.nodes.pop(node_id))
+            self._totals = None
         for node_id, node in current.items():
             if node_id not in self.nodes:
+                self._totals = None
                 fresh = NodeFree.of(node)
                 for resources, placement in self.held.values():
                     if placement.node_id == node_id:
@@ -274,9 +277,13 @@ class Ledger:
         return gone
 
     def totals(self) -> tuple[float, float]:
-        cpus = sum(n.total_cpus for n in self.nodes.values())
-        gpus = float(sum(len(n.gpu_free) for n in self.nodes.values()))
-        return cpus, gpus
+        """CPUs and GPUs of all nodes (kept until the node list changes: asked at every
+        tick, of hundreds of nodes)."""
+        if self._totals is None:
+            cpus = sum(n.total_cpus for n in self.nodes.values())
+            gpus = float(sum(len(n.gpu_free) for n in self.nodes.values()))
+            self._totals = cpus, gpus
+        return self._totals
 
     def engine_totals(self) -> tuple[float | None, float | None]:
         """NVDEC and NVENC units of all GPUs (``None``: some GPU's count is unknown)."""
