@@ -108,9 +108,11 @@ def write_shards(
     *,
     seed: int = 0,
     sizes: Sequence[tuple[int, int]] = (),
+    only: Sequence[int] | None = None,
 ) -> list[Path]:
     """``count`` images as img2dataset leaves them: ``NNNNN.tar`` shards of ``per_shard``
-    samples (``key.jpg``, ``key.txt``, ``key.json``), each with its ``NNNNN.parquet``."""
+    samples (``key.jpg``, ``key.txt``, ``key.json``), each with its ``NNNNN.parquet``;
+    ``only``: the numbers of the shards to write (processes can share the work)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -119,6 +121,8 @@ def write_shards(
     sizes = tuple(sizes) or MIXED_SIZES
     shards = []
     for shard, first in enumerate(range(0, count, per_shard)):
+        if only is not None and shard not in only:
+            continue
         path = root / f"{shard:05d}.tar"
         rows = []
         with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tar:

@@ -472,3 +472,21 @@ def test_video_many_quick(
     assert json.loads(saved.read_text())["sizes"][1]["videos"] == 6
     again = bench.main(["--from-json", str(saved)])  # the same tables, from the saved figures
     assert again["ratios"] == figures["ratios"] and "6 videos over 3" in capsys.readouterr().out
+
+
+def test_image_quick(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    bench = load("image", monkeypatch)
+    saved = tmp_path / "image.json"
+    options = ["--data", str(tmp_path / "data"), "--work", str(tmp_path / "work")]
+    figures = bench.main(["--quick", *options, "--json", str(saved)])
+    out = capsys.readouterr().out
+    assert figures["ours"]["images"] == figures["plain"]["images"] == 48
+    assert figures["ours"]["kept"] == figures["plain"]["kept"] == 48
+    assert [m["images"] for m in figures["memory"]] == [24, 48]
+    assert all(m["peak_pss_bytes"] > 0 and m["images_per_s"] > 0 for m in figures["memory"])
+    for text in ("image curation, 48 images", "ours / plain images/s", "peak memory by input"):
+        assert text in out
+    assert json.loads(saved.read_text())["ratio"] == figures["ratio"] > 0
+    assert bench.generate(tmp_path / "data", 48, 16, 0, True, 2) == 0.0  # written once
