@@ -32,6 +32,7 @@ from conveyor.engine.events import (
     WorkerEvent,
 )
 from conveyor.engine.journal import Journal, JournalKey, key_label, source_key
+from conveyor.engine.lineage import FORGIVEN_LOSSES, Lineage, maps_one_to_one
 from conveyor.engine.messages import (
     BatchesDone,
     BatchFailed,
@@ -77,6 +78,8 @@ from conveyor.tasks.base import EmptyTask, Task
 if TYPE_CHECKING:
     from conveyor.backends.base import Backend
 
+__all__ = ["FORGIVEN_LOSSES", "Controller", "ControllerConfig"]
+
 log = logging.getLogger(__name__)
 
 #: a second message may wait at a worker for stages this fast (hides the round trip) ...
@@ -109,9 +112,6 @@ SUSPECT_NODE_S = 60.0
 QUICK_BATCH_S = 0.1
 #: workers stopped first: not ready yet, then idle, then the least busy
 _STOP_ORDER = operator.attrgetter("ready", "in_flight")
-#: losses of one input forgiven (made again without spending an attempt): a node's fault,
-#: not the input's; past this a loop of losses spends attempts and ends
-FORGIVEN_LOSSES = 4
 
 
 @dataclass(frozen=True)
@@ -168,48 +168,6 @@ class _Batch:
     def outstanding(self) -> int:
         """Outputs it may still make before it pauses."""
         return 0 if self.allowed is None else max(0, self.allowed - self.made)
-
-
-@dataclass(eq=False, slots=True)
-class _Root:
-    """A source task while anything made from it is alive (``live``): a lost payload
-    downstream is made again from its ``handle`` (kept where payloads can be lost), and its
-    journal ``key`` is recorded once nothing is left."""
-
-    handle: Handle | None
-    key: str | None = None
-    live: int = 1
-    #: per input label descending from it, losses forgiven so far (``FORGIVEN_LOSSES``)
-    losses: dict[str, int] | None = None
-
-
-@dataclass(eq=False, slots=True)
-class _Merge:
-    """The sources behind the outputs of a batch that did not map inputs one to one."""
-
-    roots: tuple[str, ...]
-    live: int = 0
-
-
-def _maps_one_to_one(entries: list[Entry], outputs: list[Handle]) -> bool:
-    """Each input made one output of the same label (a map, not a split or a merge)."""
-    return len(entries) == len(outputs) and all(
-        e.handle.label == h.label for e, h in zip(entries, outputs, strict=True)
-    )
-
-
-def _root_label(label: str) -> str:
-    """The source task a label descends from ("7.2.0" and "7*1" come from "7")."""
-    return label.split(".", 1)[0].split("*", 1)[0]
-
-
-def _merge_label(label: str) -> str | None:
-    """The label of the merged output a label descends from ("7*1.0" comes from "7*1")."""
-    star = label.rfind("*")
-    if star < 0:
-        return None
-    dot = label.find(".", star)
-    return label if dot < 0 else label[:dot]
 
 
 @dataclass(eq=False)
@@ -273,14 +231,11 @@ class Controller:
         self.outputs = 0
         self.final: deque[Handle] = deque()  # last-stage outputs not yet handed out
         # where stored payloads can be lost, each source task is kept until all that was made
-        # from it is done, so that a lost input can be made again
-        self.lineage = bool(getattr(backend, "payloads_can_be_lost", False))
-        # with a journal, each source is followed until all that was made from it is done
+        # from it is done, so that a lost input can be made again; with a journal, each
+        # source is followed until then to be recorded as finished
+        self.lineage = Lineage(bool(getattr(backend, "payloads_can_be_lost", False)), journal)
         self.journal = journal
         self.journal_key = journal_key
-        self.tracked = self.lineage or journal is not None
-        self.roots: dict[str, _Root] = {}
-        self.merges: dict[str, _Merge] = {}
         self.skipped = 0
         self.final_bytes = 0
         self.failures: list[FailureRecord] = []
@@ -335,7 +290,7 @@ class Controller:
                     label, output = self._take_output()
                     yield output
                     # the caller asked for the next one: this one is theirs now
-                    self._live(label, -1)
+                    self.lineage.live(label, -1)
                 if self._finished():
                     break
                 now = backend.now()
@@ -489,15 +444,14 @@ class Controller:
                 label = key_label(key)
                 # a source given twice is running (its root is live) or finished: the journal
                 # already holds every key, so none is kept a second time for this
-                if key in self.journal.finished or label in self.roots:
+                if key in self.journal.finished or self.lineage.running(label):
                     self.skipped += 1  # finished by an earlier run (or given twice)
                     continue
             if isinstance(task, Task):
                 task.task_id = label
             self.admitted += 1
             handle = self.backend.put(task, label)
-            if self.tracked:
-                self.roots[label] = _Root(handle if self.lineage else None, key)
+            self.lineage.follow(label, handle, key)
             first.queue.push(Entry(handle))
 
     # -- dispatch -------------------------------------------------------------------------
@@ -828,7 +782,7 @@ class Controller:
             elif seek is not None:
                 self._on_recomputed(batch.stage, seek, outcome.outputs)
                 self._release(batch.entries)
-            elif self.tracked and _maps_one_to_one(batch.entries, outcome.outputs):
+            elif self.lineage.tracked and maps_one_to_one(batch.entries, outcome.outputs):
                 # each output carries on its input's lineage: what is alive does not change
                 self._pass_on(batch, outcome.outputs, outcome.filtered, counted=True)
             else:
@@ -837,7 +791,7 @@ class Controller:
 
     def _release(self, entries: list[Entry]) -> None:
         for entry in entries:  # after the outputs: a source may be let go now
-            self._live(entry.handle.label, -1)
+            self.lineage.live(entry.handle.label, -1)
 
     def _pass_on(
         self, batch: _Batch, outputs: list[Handle], filtered: int = 0, counted: bool = False
@@ -848,11 +802,12 @@ class Controller:
         stats = self.stages[index].stats
         stats.tasks_out += len(outputs)
         stats.filtered += filtered
-        for handle in outputs:
-            if self.tracked and "*" in handle.label and handle.label not in self.merges:
-                self._merge(handle.label, batch.entries)
-            if not counted:
-                self._live(handle.label, 1)
+        lineage = self.lineage
+        if lineage.tracked:
+            for handle in outputs:
+                lineage.made(handle.label, batch.entries)
+                if not counted:
+                    lineage.live(handle.label, 1)
         nxt = index + 1
         if nxt < len(self.stages):
             push = self.stages[nxt].queue.push
@@ -972,64 +927,22 @@ class Controller:
                 batch.progress_at = now
                 self.backend.resume(batch.worker_id, batch.batch_id, more)
 
-    # -- following sources ----------------------------------------------------------------
-    def _merge(self, label: str, entries: list[Entry]) -> None:
-        """An output of a batch that did not map inputs one to one descends from every
-        source of the batch: each stays alive until it is done."""
-        roots: dict[str, None] = {}
-        for entry in entries:
-            roots.update(dict.fromkeys(self._roots_of(entry.handle.label)))
-        self.merges[label] = _Merge(tuple(roots))
-
-    def _roots_of(self, label: str) -> tuple[str, ...]:
-        merged = _merge_label(label)
-        if merged is not None and merged in self.merges:
-            return self.merges[merged].roots
-        return (_root_label(label),)
-
-    def _live(self, label: str, delta: int) -> None:
-        """Count what is alive of each source a label descends from; a source with nothing
-        left is finished (journaled) and let go."""
-        if not self.tracked:
-            return
-        if "*" in label and self.merges:
-            merged = _merge_label(label)
-            merge = self.merges.get(merged) if merged is not None else None
-            if merge is not None:
-                merge.live += delta
-                if merge.live <= 0:
-                    del self.merges[merged]  # type: ignore[arg-type]
-                for name in merge.roots:
-                    self._count(name, delta)
-                return
-        self._count(_root_label(label), delta)
-
-    def _count(self, name: str, delta: int) -> None:
-        root = self.roots.get(name)
-        if root is None:
-            return
-        root.live += delta
-        if root.live <= 0:
-            del self.roots[name]
-            if root.key is not None and self.journal is not None:
-                self.journal.record(root.key)
-
+    # -- lost payloads made again (``engine.lineage`` keeps the sources) -----------------
     def _recompute(self, index: int, entry: Entry) -> bool:
         """Make a lost input of stage ``index`` again: its source task runs again, alone at
         every stage, keeping only the outputs on the way to it. False where that cannot work
         (a stage's own input, a batch-level output, a source already let go)."""
         label = entry.handle.label
-        root = self.roots.get(_root_label(label)) if self.lineage else None
-        if root is None or root.handle is None or index == 0 or "*" in label:
+        source = self.lineage.rerun(label) if index else None
+        if source is None:
             return False
         seek = Seek(label, index, entry.attempts)
-        root.live += 1
         for upstream in self.stages[:index]:
             if upstream.done:  # a finished stage takes work again: it needs a worker back
                 upstream.done = False
                 upstream.target = max(upstream.target, 1)
                 self._placement_dirty = True
-        self.stages[0].queue.push_suspect(Entry(root.handle, seek=seek))
+        self.stages[0].queue.push_suspect(Entry(source, seek=seek))
         self._next_autoscale = min(
             self._next_autoscale, self._last_autoscale + MIN_AUTOSCALE_SPACING_S
         )
@@ -1058,7 +971,7 @@ class Controller:
             )
             return
         handle = kept[0]
-        self._live(handle.label, 1)
+        self.lineage.live(handle.label, 1)
         nxt = index + 1
         if nxt == seek.stage:
             self.stages[nxt].stats.recovered += 1
@@ -1132,7 +1045,7 @@ class Controller:
             for entry in entries:
                 entry.attempts = tries
         for entry in entries:
-            forgiven = error.lost and not whole and self._forgive_loss(entry)
+            forgiven = error.lost and not whole and self.lineage.forgive_loss(entry)
             if not forgiven:
                 entry.attempts += 1
             if final or entry.attempts >= self.config.max_attempts:
@@ -1141,11 +1054,11 @@ class Controller:
                     and (forgiven or entry.attempts < self.config.max_attempts)
                     and self._recompute(index, entry)
                 ):
-                    self._live(entry.handle.label, -1)
+                    self.lineage.live(entry.handle.label, -1)
                     continue
                 if forgiven:
                     entry.attempts += 1  # not made again after all: this try counts
-                self._live(entry.handle.label, -1)
+                self.lineage.live(entry.handle.label, -1)
                 stage.stats.failed += 1
                 record = FailureRecord(
                     stage=stage.spec.name,
@@ -1163,21 +1076,6 @@ class Controller:
                 stage.stats.retried += 1
                 if not whole or entry is entries[0]:
                     stage.queue.push_suspect(entry)
-
-    def _forgive_loss(self, entry: Entry) -> bool:
-        """Whether this loss of ``entry`` is its node's alone (see ``_retry_or_fail``);
-        counts it if so."""
-        label = entry.handle.label
-        root = self.roots.get(_root_label(label)) if self.lineage else None
-        if entry.handle.node is None or root is None:
-            return False
-        if root.losses is None:
-            root.losses = {}
-        count = root.losses.get(label, 0)
-        if count >= FORGIVEN_LOSSES:
-            return False
-        root.losses[label] = count + 1
-        return True
 
     def _on_worker_gone(
         self,
