@@ -91,8 +91,14 @@ class Lineage:
 
     def made(self, label: str, entries: list[Entry]) -> None:
         """An output ``label`` of a batch of ``entries``: one made from the whole batch
-        (``first*j``) descends from every source of the batch, each alive until it is done."""
-        if self.tracked and "*" in label and label not in self.merges:
+        (``first*j``) descends from every source of the batch, each alive until it is done.
+        One made from such an output (``first*j.k``) is counted with it (``live``)."""
+        if (
+            self.tracked
+            and "*" in label
+            and label not in self.merges
+            and merge_label(label) == label
+        ):
             roots: dict[str, None] = {}
             for entry in entries:
                 roots.update(dict.fromkeys(self._roots_of(entry.handle.label)))

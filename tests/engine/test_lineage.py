@@ -82,7 +82,12 @@ def test_a_merge_keeps_every_source_of_its_batch_alive() -> None:
     for item in batch:
         lineage.live(item.handle.label, -1)
     assert journal.recorded == []  # the merged output is alive: both sources too
+    # it splits: its outputs count with it (no merge of their own, which nothing let go)
+    lineage.made("a*0.0", [entry("a*0")])
+    lineage.live("a*0.0", 1)
     lineage.live("a*0", -1)
+    assert list(lineage.merges) == ["a*0"] and journal.recorded == []
+    lineage.live("a*0.0", -1)
     assert sorted(journal.recorded) == ["key-a", "key-b"] and not lineage.merges
 
 
