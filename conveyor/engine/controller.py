@@ -44,7 +44,6 @@ from conveyor.engine.messages import (
     WorkerSetupFailed,
     WorkerStopped,
 )
-from conveyor.engine.observe import StageMeter
 from conveyor.engine.policies.autoscale import (
     AutoscaleConfig,
     AutoscaleState,
@@ -67,9 +66,10 @@ from conveyor.engine.policies.first_output import may_start
 from conveyor.engine.policies.placement import Ledger
 from conveyor.engine.policies.priority import stage_niceness
 from conveyor.engine.policies.threads import batch_threads
-from conveyor.engine.pool import Pool, Worker
-from conveyor.engine.queues import EdgeQueue, Entry, Seek
+from conveyor.engine.pool import Worker
+from conveyor.engine.queues import Entry, Seek
 from conveyor.engine.spec import StageSpec
+from conveyor.engine.state import Batch, StageState
 from conveyor.errors import BackendError, EngineStalled, StageSetupError
 from conveyor.resources import Resources
 from conveyor.result import FailureRecord, RunResult, StageStats
@@ -142,66 +142,6 @@ class ControllerConfig:
             raise ValueError(f"edge_max_bytes must be >= 1, got {self.edge_max_bytes}")
 
 
-@dataclass(eq=False, slots=True)
-class _Batch:
-    batch_id: int
-    stage: int
-    worker_id: str
-    entries: list[Entry]
-    alone: bool
-    sent_at: float = 0.0
-    idle_send: bool = False  # the worker held nothing else when this was sent
-    threads: int | None = None  # more threads than its stage's CPUs (``policies.threads``)
-    # -- a generator stage's batch (``StageSpec.streams``): outputs come while it runs --
-    made: int = 0  # outputs reported so far (sent on, or dropped as an earlier attempt's)
-    made_bytes: int = 0
-    sent: list[str] | None = None  # ids of the outputs it sent on
-    skip: frozenset[str] | None = None  # ids earlier attempts sent on: dropped if made again
-    allowed: int | None = None  # outputs it may make before it pauses (None: no limit)
-    window: int = 0  # what ``stream_grant`` tops ``allowed`` up to ahead of ``made``
-    progress_at: float = 0.0  # its last output or resume (``timeout_s`` bounds the gaps)
-    paused_at: float | None = None  # it used up its allowance then
-    paused_s: float = 0.0  # time it waited for room downstream, not working
-    held: list[Handle] | None = None  # a recomputation's outputs, judged when it ends
-
-    @property
-    def outstanding(self) -> int:
-        """Outputs it may still make before it pauses."""
-        return 0 if self.allowed is None else max(0, self.allowed - self.made)
-
-
-@dataclass(eq=False)
-class _Stage:
-    spec: StageSpec
-    stats: StageStats
-    queue: EdgeQueue = field(default_factory=EdgeQueue)
-    pool: Pool = field(default_factory=Pool)
-    meter: StageMeter = field(default_factory=StageMeter)
-    in_flight_tasks: int = 0
-    target: int = 0
-    done: bool = False
-    setup_deaths: int = 0
-    #: batches per service-time bucket (``SERVICE_TIME_BUCKETS_S``, then one for slower)
-    service_counts: list[int] = field(
-        default_factory=lambda: [0] * (len(SERVICE_TIME_BUCKETS_S) + 1)
-    )
-    service_sum_s: float = 0.0
-    #: one of its workers has reported its memory (or that it cannot be measured)
-    memory_known: bool = False
-    #: what every one of its placed workers is booked at in the ledger (``None``: not known)
-    booked: Resources | None = None
-    #: a generator stage's running batches, what they may still make before they pause,
-    #: and the count and bytes of every output they reported (its outputs' mean size)
-    streaming: dict[int, _Batch] = field(default_factory=dict)
-    outstanding: int = 0
-    streamed: int = 0
-    streamed_bytes: int = 0
-
-    @property
-    def backlog(self) -> int:
-        return len(self.queue) + self.in_flight_tasks
-
-
 class Controller:
     """Runs one built pipeline on one backend. Iterate it to get last-stage outputs."""
 
@@ -224,7 +164,7 @@ class Controller:
         self.monitors = list(monitors)
         # monitors that want events (workers, failures, decisions); none: none are built
         self._listeners = [m for m in self.monitors if callable(getattr(m, "on_event", None))]
-        self.stages = [_Stage(spec, StageStats(spec.name)) for spec in specs]
+        self.stages = [StageState(spec, StageStats(spec.name)) for spec in specs]
         self.source: Iterator[Any] = iter([EmptyTask()] if initial_tasks is None else initial_tasks)
         self.source_done = False
         self.admitted = 0
@@ -239,7 +179,7 @@ class Controller:
         self.skipped = 0
         self.final_bytes = 0
         self.failures: list[FailureRecord] = []
-        self.batches: dict[int, _Batch] = {}
+        self.batches: dict[int, Batch] = {}
         self.batch_ids = itertools.count()
         self.worker_seq = itertools.count()
         self.workers: dict[str, Worker] = {}
@@ -464,7 +404,7 @@ class Controller:
             if stage.queue:
                 self._dispatch_stage(index, stage)
 
-    def _dispatch_stage(self, index: int, stage: _Stage) -> None:
+    def _dispatch_stage(self, index: int, stage: StageState) -> None:
         pool = stage.pool
         if not pool.ready_count:
             return
@@ -516,7 +456,7 @@ class Controller:
             self._send(index, worker, batches, alone=False)
 
     @staticmethod
-    def _depth(stage: _Stage) -> int:
+    def _depth(stage: StageState) -> int:
         """Messages a worker of this stage may hold: two where the round trip would show."""
         meter = stage.meter
         task_time = meter.busy_time.value
@@ -543,7 +483,7 @@ class Controller:
             window = stream_window(self._consumer_batch(index + 1), budget, size)
         for entries in groups:
             batch_id = next(self.batch_ids)
-            batch = _Batch(batch_id, index, worker.worker_id, entries, alone, now, idle, threads)
+            batch = Batch(batch_id, index, worker.worker_id, entries, alone, now, idle, threads)
             self.batches[batch_id] = batch
             ids.append(batch_id)
             payload.append((batch_id, [e.handle for e in entries]))
@@ -720,7 +660,7 @@ class Controller:
                 name, f"{event.error.type}: {event.error.message}", event.error.traceback
             )
 
-    def _pop_batch(self, worker_id: str, batch_id: int) -> _Batch | None:
+    def _pop_batch(self, worker_id: str, batch_id: int) -> Batch | None:
         batch = self.batches.pop(batch_id, None)
         if batch is None:
             return None
@@ -794,7 +734,7 @@ class Controller:
             self.lineage.live(entry.handle.label, -1)
 
     def _pass_on(
-        self, batch: _Batch, outputs: list[Handle], filtered: int = 0, counted: bool = False
+        self, batch: Batch, outputs: list[Handle], filtered: int = 0, counted: bool = False
     ) -> None:
         """Queue a batch's ``outputs`` for the next stage (or the caller); ``counted``: they
         take their inputs' places among what is alive of each source."""
@@ -818,7 +758,7 @@ class Controller:
             self.final_bytes += sum(h.nbytes for h in outputs)
 
     # -- outputs as they are made (generator stages) ---------------------------------------
-    def _start_stream(self, stage: _Stage, batch: _Batch, window: int | None) -> None:
+    def _start_stream(self, stage: StageState, batch: Batch, window: int | None) -> None:
         """A generator stage's batch is sent: it may make ``window`` outputs (``None``: any
         number, one stage at a time) before it waits for ``_resume_streams``."""
         batch.allowed = window
@@ -849,7 +789,7 @@ class Controller:
             batch.paused_at = now  # it waits at its ``yield`` until allowed more
         self._forward(batch, event.outputs)
 
-    def _forward(self, batch: _Batch, outputs: list[Handle]) -> None:
+    def _forward(self, batch: Batch, outputs: list[Handle]) -> None:
         """Send a generator batch's outputs on, except those an earlier attempt at its
         inputs sent already (same position, same id: ``yields_outputs``)."""
         if not outputs:
@@ -867,7 +807,7 @@ class Controller:
         batch.sent.extend(h.label for h in outputs)
         self._pass_on(batch, outputs)
 
-    def _end_stream(self, stage: _Stage, batch: _Batch) -> None:
+    def _end_stream(self, stage: StageState, batch: Batch) -> None:
         """A generator batch ended (done, failed, or its worker gone): its allowance is
         no longer expected on the next edge."""
         if stage.streaming.pop(batch.batch_id, None) is None:
@@ -877,7 +817,7 @@ class Controller:
             batch.paused_s += self.backend.now() - batch.paused_at
             batch.paused_at = None
 
-    def _keep_sent(self, batch: _Batch) -> None:
+    def _keep_sent(self, batch: Batch) -> None:
         """A generator batch failed after sending outputs on: its inputs remember their
         ids, so the next attempt does not send them twice. Outputs made from the whole
         batch (``first*j``) tie its inputs together: they are tried again as one batch."""
@@ -979,7 +919,7 @@ class Controller:
         else:
             self.stages[nxt].queue.push_suspect(Entry(handle, seek=seek))
 
-    def _held(self, worker_id: str, done: list[tuple[Any, _Batch]]) -> list[float]:
+    def _held(self, worker_id: str, done: list[tuple[Any, Batch]]) -> list[float]:
         """How long each of these batches held its worker (see ``StageMeter``).
 
         A worker is held from when it could start a batch (its previous one ended while this
@@ -1118,7 +1058,7 @@ class Controller:
             self._retry_or_fail(worker.stage, batch.entries, error, culprit=len(batches) == 1)
 
     # -- timeouts -------------------------------------------------------------------------
-    def _check_timeouts(self, stage: _Stage, now: float) -> None:
+    def _check_timeouts(self, stage: StageState, now: float) -> None:
         """Kill the workers whose running batch is past the stage's ``timeout_s``.
 
         A worker runs its messages in order and each holds one batch here, so the batch at
@@ -1138,7 +1078,7 @@ class Controller:
             if elapsed > limit:
                 self._time_out(stage, worker, batch, elapsed)
 
-    def _time_out(self, stage: _Stage, worker: Worker, batch: _Batch, elapsed: float) -> None:
+    def _time_out(self, stage: StageState, worker: Worker, batch: Batch, elapsed: float) -> None:
         """The late batch fails as ``TaskTimeout`` (each input is retried alone), batches
         waiting behind it go back to the queue untouched, and the worker is killed."""
         stage.stats.timeouts += 1
@@ -1277,14 +1217,14 @@ class Controller:
         return obs
 
     @staticmethod
-    def _measured_memory(stage: _Stage, memory_bytes: int) -> None:
+    def _measured_memory(stage: StageState, memory_bytes: int) -> None:
         """A worker of ``stage`` reported its footprint (0 where the backend cannot tell:
         from then on the stage's memory is known to be what it declared)."""
         stage.memory_known = True
         stats = stage.stats
         stats.worker_memory_bytes = max(stats.worker_memory_bytes, memory_bytes)
 
-    def _worker_resources(self, stage: _Stage) -> Resources:
+    def _worker_resources(self, stage: StageState) -> Resources:
         """What one worker of ``stage`` takes: its declared resources, with the memory its
         workers were measured to peak at where that is more than it declared."""
         declared = stage.spec.resources
