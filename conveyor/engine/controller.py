@@ -184,7 +184,8 @@ class Controller:
         self.worker_seq = itertools.count()
         self.workers: dict[str, Worker] = {}
         self.autoscale_state = AutoscaleState()
-        self.ledger: Ledger | None = None
+        # what each node holds, filled with the cluster when the run begins
+        self.ledger = Ledger(share_cpus=config.autoscale.share_cpus)
         self.base_budget: EdgeBudget | None = None
         self.budgets: list[EdgeBudget] = []  # edge i feeds stage i; edge n is the output
         self.result = RunResult()
@@ -264,8 +265,7 @@ class Controller:
 
     def _begin(self) -> None:
         nodes = self.backend.nodes()
-        self.ledger = Ledger.of(nodes)
-        self.ledger.share_cpus = self.config.autoscale.share_cpus
+        self.ledger.refresh(nodes)
         n = len(self.stages)
         budget = edge_budget(
             self.backend.memory_budget_bytes,
@@ -307,7 +307,6 @@ class Controller:
         would only starve the CPU stages (and a stage-at-a-time run, where a CPU stage runs
         alone).
         """
-        assert self.ledger is not None
         memory = next(
             (n.gpu_memory_gb for n in self.ledger.nodes.values() if n.gpu_memory_gb), None
         )
@@ -507,7 +506,7 @@ class Controller:
         prefetching worker is no way around it)."""
         if not self.config.first_output_first or not self._filling():
             return True
-        node = self.ledger.nodes.get(worker.node or "") if self.ledger is not None else None
+        node = self.ledger.nodes.get(worker.node or "")
         if node is None:
             return True
         return may_start(spec.resources.cpus, node.total_cpus, self._ahead(worker, spec.index))
@@ -536,7 +535,7 @@ class Controller:
         worker of its stage is ready there yet (a model loading: its upstream goes on) nor
         as a partial batch waiting for its upstream (counting it would hold that upstream
         back for ever)."""
-        node_info = self.ledger.nodes.get(node or "") if self.ledger is not None else None
+        node_info = self.ledger.nodes.get(node or "")
         total = node_info.total_cpus if node_info is not None else math.inf
         for later in range(index + 1, len(self.stages)):
             stage = self.stages[later]
@@ -583,7 +582,7 @@ class Controller:
         own = spec.resources.cpus
         held, threads = own, None
         busy = self._held_from(worker.node, 0)
-        node = self.ledger.nodes.get(worker.node or "") if self.ledger is not None else None
+        node = self.ledger.nodes.get(worker.node or "")
         if self.config.elastic_threads and spec.max_threads and node is not None:
             filling = self._filling()
             if filling or self._upstream_done(spec.index):
@@ -1033,9 +1032,8 @@ class Controller:
         stage = self.stages[worker.stage]
         stage.pool.remove(worker_id)
         self._idle(worker)
-        if self.ledger is not None:
-            self.ledger.release(worker_id)
-            self._placement_dirty = True
+        self.ledger.release(worker_id)
+        self._placement_dirty = True
         if not worker.stopping:
             stage.stats.worker_deaths += 1
         held = [self.batches.pop(b, None) for m in worker.messages for b in m]
@@ -1138,7 +1136,7 @@ class Controller:
             )
         if not self._stall_told:
             self._stall_told = True
-            cpus, gpus = self.ledger.totals() if self.ledger is not None else (0.0, 0.0)
+            cpus, gpus = self.ledger.totals()
             log.warning(
                 self._state_text(
                     f"pipeline {self.pipeline_name!r} has waited {quiet:.0f} s for room for "
@@ -1187,7 +1185,7 @@ class Controller:
             spec = stage.spec
             res = spec.resources
             gpus = float(res.whole_gpus) if res.gpus >= 1 else res.gpus
-            if res.gpu_memory_gb and self.ledger is not None:
+            if res.gpu_memory_gb:
                 node = next(iter(self.ledger.nodes.values()), None)
                 if node is not None and node.gpu_memory_gb:
                     gpus = res.gpu_fraction(node.gpu_memory_gb)
@@ -1236,7 +1234,6 @@ class Controller:
     def _resize_workers(self) -> None:
         """Book every placed worker at its stage's current memory figure (a stage whose
         workers are all booked at it already is not walked)."""
-        assert self.ledger is not None
         for stage in self.stages:
             resources = self._worker_resources(stage)
             if stage.booked is not None and stage.booked == resources:
@@ -1250,16 +1247,15 @@ class Controller:
     def _refresh_nodes(self) -> None:
         """Adopt the backend's node list (workers on a vanished node are reported dead by
         the backend); a suspect node that left it is suspect no more."""
-        if self.ledger is not None:
-            self.ledger.refresh(self.backend.nodes())
-            if self._suspect_nodes:
-                nodes = self.ledger.nodes
-                self._forget_nodes([n for n in self._suspect_nodes if n not in nodes])
+        self.ledger.refresh(self.backend.nodes())
+        if self._suspect_nodes:
+            nodes = self.ledger.nodes
+            self._forget_nodes([n for n in self._suspect_nodes if n not in nodes])
 
     def _suspect_node(self, node: str) -> None:
         """A payload stored on ``node`` was lost: avoid it until it leaves the node list or
         for ``SUSPECT_NODE_S`` after its last loss (one that left already needs nothing)."""
-        if self.ledger is not None and node not in self.ledger.nodes:
+        if node not in self.ledger.nodes:
             return
         if node not in self._suspect_nodes:
             log.warning(
@@ -1293,7 +1289,6 @@ class Controller:
 
     def _plan(self, now: float, initial: bool) -> tuple[list[StageObservation], Budget]:
         """Set every stage's target for this cycle; returns the observations and budget used."""
-        assert self.ledger is not None
         self._placement_dirty = True
         self._last_autoscale = now
         self._next_autoscale = now + self.config.autoscale_interval_s
@@ -1333,7 +1328,6 @@ class Controller:
         return obs, budget
 
     def _reconcile(self) -> None:
-        assert self.ledger is not None
         for stage in self.stages:
             excess = stage.pool.live_count - stage.target
             if excess <= 0:
@@ -1416,10 +1410,8 @@ class Controller:
                     service_sum_s=stage.service_sum_s,
                 )
             )
-        cpus = gpus = cpus_held = gpus_held = 0.0
-        if self.ledger is not None:
-            cpus, gpus = self.ledger.totals()
-            cpus_held, gpus_held = self.ledger.reserved()
+        cpus, gpus = self.ledger.totals()
+        cpus_held, gpus_held = self.ledger.reserved()
         return RunSnapshot(
             self.pipeline_name,
             now - self._t0,

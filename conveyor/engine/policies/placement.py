@@ -280,7 +280,7 @@ class Ledger:
         """CPUs and GPUs of all nodes (kept until the node list changes: asked at every
         tick, of hundreds of nodes)."""
         if self._totals is None:
-            cpus = sum(n.total_cpus for n in self.nodes.values())
+            cpus = float(sum(n.total_cpus for n in self.nodes.values()))
             gpus = float(sum(len(n.gpu_free) for n in self.nodes.values()))
             self._totals = cpus, gpus
         return self._totals
