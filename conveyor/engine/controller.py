@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from conveyor.engine.cpu_book import CpuBook
 from conveyor.engine.events import (
     SERVICE_TIME_BUCKETS_S,
     DecisionEvent,
@@ -62,10 +63,8 @@ from conveyor.engine.policies.backpressure import (
     stream_grant,
     stream_window,
 )
-from conveyor.engine.policies.first_output import may_start
 from conveyor.engine.policies.placement import Ledger
 from conveyor.engine.policies.priority import stage_niceness
-from conveyor.engine.policies.threads import batch_threads
 from conveyor.engine.pool import Worker
 from conveyor.engine.queues import Entry, Seek
 from conveyor.engine.spec import StageSpec
@@ -106,10 +105,6 @@ STALL_S = 60.0
 #: node list): Ray takes tens of seconds to declare a node dead, and until then its workers
 #: look alive and idle, so work sent there (a recomputation above all) is lost again
 SUSPECT_NODE_S = 60.0
-#: while a run fills, a stage whose batches take less than this is not held back for the
-#: work on its way to the end (only for what it holds): it is done before that needs the
-#: cores, and it feeds the stages behind it
-QUICK_BATCH_S = 0.1
 #: workers stopped first: not ready yet, then idle, then the least busy
 _STOP_ORDER = operator.attrgetter("ready", "in_flight")
 
@@ -209,8 +204,10 @@ class Controller:
         # where no other can take it (``Pool``); ``_avoid`` is their set, empty mostly
         self._suspect_nodes: dict[str, float] = {}
         self._avoid: frozenset[str] = frozenset()
-        # CPUs held per node and stage by workers running a batch (``Worker.holds``)
-        self._stage_cpus: dict[str | None, list[float]] = {}
+        # CPUs held per node and stage by workers running a batch
+        self.cpu_book = CpuBook(
+            self.stages, self.ledger, config.elastic_threads, config.first_output_first
+        )
 
     # -- the loop -------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:
@@ -417,7 +414,7 @@ class Controller:
             if idle is None:
                 pool.reserve_for_suspect(avoid)  # so a suspect does not wait for the end
                 break
-            if not self._may_start(idle, stage.spec):
+            if not self.cpu_book.may_start(idle, stage.spec, self._filling()):
                 break
             entry = queue.pop_suspect()
             self._send(index, idle, [[entry, *(entry.together or ())]], alone=True)
@@ -434,7 +431,7 @@ class Controller:
             if not full_batches and not upstream_done:
                 return  # wait for a full batch; the remainder goes once upstream is done
             worker = pool.feedable(depth, queue.fresh[0].handle.node, avoid)
-            if worker is None or not self._may_start(worker, stage.spec):
+            if worker is None or not self.cpu_book.may_start(worker, stage.spec, self._filling()):
                 return
             count = 1
             if task_time is not None:
@@ -474,7 +471,10 @@ class Controller:
         ids, payload = [], []
         now = self.backend.now()
         idle = worker.in_flight == 0
-        threads = self._busy(worker, stage.spec) if idle else None
+        threads = None
+        if idle:  # it books its CPUs, and may get the node's idle cores
+            filling, draining = self._filling(), self._upstream_done(index)
+            threads = self.cpu_book.grant(worker, stage.spec, filling, draining)
         window = None
         if stage.spec.streams and not self.config.stage_at_a_time:
             size = stage.streamed_bytes / stage.streamed if stage.streamed else None
@@ -498,112 +498,6 @@ class Controller:
     def _filling(self) -> bool:
         """No task has reached the last stage yet (and stages run at the same time)."""
         return not self.stages[-1].stats.tasks_in and not self.config.stage_at_a_time
-
-    def _may_start(self, worker: Worker, spec: StageSpec) -> bool:
-        """Whether ``worker`` may be sent a batch now: while the run fills, only where this
-        stage's other workers and the later stages leave CPUs for it (``policies.first_output``;
-        a worker holding a message already counts for what it holds, so a quick stage's
-        prefetching worker is no way around it)."""
-        if not self.config.first_output_first or not self._filling():
-            return True
-        node = self.ledger.nodes.get(worker.node or "")
-        if node is None:
-            return True
-        return may_start(spec.resources.cpus, node.total_cpus, self._ahead(worker, spec.index))
-
-    def _ahead(self, worker: Worker, index: int) -> float:
-        """CPUs on ``worker``'s node that work at stage ``index`` and after it comes before
-        while the run fills: its stage's other workers' batches, and what the stages after
-        it hold, or, where work is on its way to the end there, what the most demanding
-        stage left on that way can use (its threads): the first output must not find the
-        cores taken between two of its hops (a quick stage had just handed it on when the
-        shot decoder's next window started, and the first clip came 1.5 s later). A stage
-        whose batches take a moment (``QUICK_BATCH_S``) only waits for what is held."""
-        held = self._stage_cpus.get(worker.node)
-        own = (held[index] if held else 0.0) - worker.holds
-        after = sum(held[index + 1 :]) if held else 0.0
-        stage = self.stages[index]
-        batch_s = stage.meter.busy_time.value
-        if batch_s is not None and batch_s * stage.spec.batch_size < QUICK_BATCH_S:
-            return own + after  # done before the work on its way needs the cores
-        return own + max(after, self._way_to_the_end(worker.node, index))
-
-    def _way_to_the_end(self, node: str | None, index: int) -> float:
-        """The most CPUs one batch of a stage can take on ``node`` (its threads), over the
-        stages from the first after ``index`` with work running or ready to start to the
-        end; 0 where none after it has such work. Work is not ready to start where no
-        worker of its stage is ready there yet (a model loading: its upstream goes on) nor
-        as a partial batch waiting for its upstream (counting it would hold that upstream
-        back for ever)."""
-        node_info = self.ledger.nodes.get(node or "")
-        total = node_info.total_cpus if node_info is not None else math.inf
-        for later in range(index + 1, len(self.stages)):
-            stage = self.stages[later]
-            queue = stage.queue
-            startable = (
-                bool(queue)
-                and stage.pool.ready_on(node) > 0
-                and (
-                    bool(queue.suspects)
-                    or len(queue.fresh) >= stage.spec.batch_size
-                    or self._upstream_done(later)
-                )
-            )
-            if stage.in_flight_tasks or startable:
-                return max(self._batch_cpus(s.spec, total) for s in self.stages[later:])
-        return 0.0
-
-    def _batch_cpus(self, spec: StageSpec, node_cpus: float) -> float:
-        """The most CPUs one batch of ``spec`` can use on a node of ``node_cpus``."""
-        most = spec.resources.cpus
-        if self.config.elastic_threads and spec.max_threads:
-            most = max(most, float(spec.max_threads))
-        return min(most, node_cpus)
-
-    def _held_from(self, node: str | None, index: int) -> float:
-        """CPUs held on ``node`` by workers of stage ``index`` and the stages after it."""
-        held = self._stage_cpus.get(node)
-        return sum(held[index:]) if held else 0.0
-
-    def _busy(self, worker: Worker, spec: StageSpec) -> int | None:
-        """An idle worker gets work: count its CPUs busy, and give the message the node's
-        idle cores if its stage can use them (``policies.threads``; None: its own CPUs).
-
-        Only while the run fills (the last stage has not finished a batch yet) or this
-        stage drains (every stage before it is done): in between, a core idle at this
-        moment is soon taken by another stage, and an encoder on two threads costs more
-        CPU time than on one (measured: 2-3% of the throughput). Every busy worker
-        counts, niced ones too: a model's threads that have to share a core wait for each
-        other (measured: TransNetV2's first clip 6 s later). Except while the run fills
-        with ``first_output_first``: then the stages before this one get no new batch
-        until it leaves them room, so their running batches share the cores only until
-        they end, and only this stage and the later ones count (measured: the video
-        pipeline's first clip 14-16 s instead of 20-25 s on 2 cores)."""
-        own = spec.resources.cpus
-        held, threads = own, None
-        busy = self._held_from(worker.node, 0)
-        node = self.ledger.nodes.get(worker.node or "")
-        if self.config.elastic_threads and spec.max_threads and node is not None:
-            filling = self._filling()
-            if filling or self._upstream_done(spec.index):
-                seen = busy
-                if filling and self.config.first_output_first:
-                    seen = self._ahead(worker, spec.index) + worker.holds
-                granted = batch_threads(own, spec.max_threads, node.total_cpus, seen)
-                if granted > max(1, round(own)):
-                    held, threads = granted, granted
-        worker.holds = held
-        per_stage = self._stage_cpus.get(worker.node)
-        if per_stage is None:
-            per_stage = self._stage_cpus[worker.node] = [0.0] * len(self.stages)
-        per_stage[worker.stage] += held
-        return threads
-
-    def _idle(self, worker: Worker) -> None:
-        """The worker holds no message any more: its CPUs are idle again."""
-        if worker.holds:
-            self._stage_cpus[worker.node][worker.stage] -= worker.holds
-            worker.holds = 0.0
 
     # -- events ---------------------------------------------------------------------------
     def _on_event(self, event: Any) -> None:
@@ -671,7 +565,7 @@ class Controller:
         if worker is not None:
             stage.pool.batch_done(worker, batch_id)
             if not worker.in_flight:
-                self._idle(worker)
+                self.cpu_book.release(worker)
         return batch
 
     def _on_done(self, event: BatchesDone) -> None:
@@ -682,7 +576,7 @@ class Controller:
                 done.append((outcome, batch))
         if not done:
             return
-        held = self._held(event.worker_id, done)
+        held = self._held_s(event.worker_id, done)
         for (outcome, batch), held_s in zip(done, held, strict=True):
             stage = self.stages[batch.stage]
             stats = stage.stats
@@ -918,7 +812,7 @@ class Controller:
         else:
             self.stages[nxt].queue.push_suspect(Entry(handle, seek=seek))
 
-    def _held(self, worker_id: str, done: list[tuple[Any, Batch]]) -> list[float]:
+    def _held_s(self, worker_id: str, done: list[tuple[Any, Batch]]) -> list[float]:
         """How long each of these batches held its worker (see ``StageMeter``).
 
         A worker is held from when it could start a batch (its previous one ended while this
@@ -1031,7 +925,7 @@ class Controller:
         self._initial_workers.discard(worker_id)
         stage = self.stages[worker.stage]
         stage.pool.remove(worker_id)
-        self._idle(worker)
+        self.cpu_book.release(worker)
         self.ledger.release(worker_id)
         self._placement_dirty = True
         if not worker.stopping:

@@ -33,7 +33,7 @@ class Worker:
     last_done: float = -math.inf  # when its last batch was seen to end (occupancy)
     node: str | None = None  # where it runs: batches whose data is there prefer it
     messages: deque[list[int]] = field(default_factory=deque)  # batch ids per message sent
-    holds: float = 0.0  # CPUs it counts as busy while it holds messages (its threads)
+    held_cpus: float = 0.0  # CPUs it counts as busy while it holds messages (``CpuBook``)
 
     @property
     def in_flight(self) -> int:
