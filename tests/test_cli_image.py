@@ -41,12 +41,14 @@ def test_a_run_lists_bad_images_exits_0_writes_its_report_and_resumes(
     assert "2 part(s) complete before, skipped" in again.output
 
 
-def test_metrics_are_served_on_the_loopback_address(folder: Path, tmp_path: Path) -> None:
+def test_metrics_are_served_on_the_loopback_address_with_the_batch_executor(
+    folder: Path, tmp_path: Path
+) -> None:
     pytest.importorskip("prometheus_client")
-    options = [*FAST, "--metrics-port", "0", "--no-report", "--limit", "2"]
+    options = [*FAST, "--metrics-port", "0", "--no-report", "--limit", "2", "--executor", "batch"]
     result = runner.invoke(app, ["image", str(folder), str(tmp_path / "out"), *options])
     assert result.exit_code == 0, result.output
-    assert "metrics: http://127.0.0.1:" in result.output
+    assert "metrics: http://127.0.0.1:" in result.output and "batch executor" in result.output
     assert not (tmp_path / "out" / "events.jsonl").exists()
 
 

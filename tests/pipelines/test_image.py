@@ -180,6 +180,15 @@ def test_semantic_dedup_finds_the_mirrored_copy_on_the_run_executor(
     assert photo in in_shards and rows["z-mirror.png"]["id"] not in in_shards
 
 
+def test_model_stages_share_a_gpu_where_there_is_one(tmp_path: Path) -> None:
+    on_gpu = build_image_pipeline(config(tmp_path, tmp_path / "out", gpus=True))
+    shares = {s.name: s.resources.gpus for s in on_gpu.stages}
+    assert shares["ImageNSFWFilter"] == shares["ImageEmbedder"] == 0.25
+    assert shares["ImageDecoder"] == 0
+    on_cpu = build_image_pipeline(config(tmp_path, tmp_path / "out", gpus=False))
+    assert all(s.resources.gpus == 0 for s in on_cpu.stages)
+
+
 def test_tags_without_embeddings_come_from_the_tagger(inputs: Path, tmp_path: Path) -> None:
     changes = {"embed": False, "nsfw": False, "dedup": "none", "quality": False}
     pipeline = build_image_pipeline(config(inputs, tmp_path / "out", **changes))
