@@ -69,6 +69,7 @@ from conveyor.engine.pool import Worker
 from conveyor.engine.queues import Entry, Seek
 from conveyor.engine.spec import StageSpec
 from conveyor.engine.state import Batch, StageState
+from conveyor.engine.suspects import SUSPECT_NODE_S, Suspects
 from conveyor.errors import BackendError, EngineStalled, StageSetupError
 from conveyor.resources import Resources
 from conveyor.result import FailureRecord, RunResult, StageStats
@@ -77,7 +78,7 @@ from conveyor.tasks.base import EmptyTask, Task
 if TYPE_CHECKING:
     from conveyor.backends.base import Backend
 
-__all__ = ["FORGIVEN_LOSSES", "Controller", "ControllerConfig"]
+__all__ = ["FORGIVEN_LOSSES", "SUSPECT_NODE_S", "Controller", "ControllerConfig"]
 
 log = logging.getLogger(__name__)
 
@@ -101,10 +102,6 @@ TICK_S = 0.25
 #: an unfinished run with nothing in flight and no worker starting for this long is a defect
 #: of the engine (unless a stage waits for room in the cluster): it stops rather than hang
 STALL_S = 60.0
-#: a node that lost a payload is avoided this long at most (or until it leaves the backend's
-#: node list): Ray takes tens of seconds to declare a node dead, and until then its workers
-#: look alive and idle, so work sent there (a recomputation above all) is lost again
-SUSPECT_NODE_S = 60.0
 #: workers stopped first: not ready yet, then idle, then the least busy
 _STOP_ORDER = operator.attrgetter("ready", "in_flight")
 
@@ -200,14 +197,17 @@ class Controller:
         self._stall_told = False
         self._timed = [s for s in self.stages if s.spec.timeout_s is not None]
         self._streams = any(s.spec.streams for s in self.stages)
-        # nodes that lost a payload, and when they last did: their workers get work only
-        # where no other can take it (``Pool``); ``_avoid`` is their set, empty mostly
-        self._suspect_nodes: dict[str, float] = {}
-        self._avoid: frozenset[str] = frozenset()
+        # nodes that lost a payload: their workers get work only where no other can take it
+        self.suspects = Suspects()
         # CPUs held per node and stage by workers running a batch
         self.cpu_book = CpuBook(
             self.stages, self.ledger, config.elastic_threads, config.first_output_first
         )
+
+    @property
+    def _suspect_nodes(self) -> dict[str, float]:
+        """The suspect nodes and the time of each one's last loss (``Suspects.since``)."""
+        return self.suspects.since
 
     # -- the loop -------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:
@@ -406,7 +406,7 @@ class Controller:
             return
         # suspects first, each alone on an idle worker
         queue = stage.queue
-        avoid = self._avoid
+        avoid = self.suspects.avoid
         if not queue.suspects and pool.reserved is not None:
             pool.reserved = None  # the suspect it ran dry for went elsewhere: feed it again
         while queue.suspects and self._may_feed(index):
@@ -1142,30 +1142,13 @@ class Controller:
         """Adopt the backend's node list (workers on a vanished node are reported dead by
         the backend); a suspect node that left it is suspect no more."""
         self.ledger.refresh(self.backend.nodes())
-        if self._suspect_nodes:
-            nodes = self.ledger.nodes
-            self._forget_nodes([n for n in self._suspect_nodes if n not in nodes])
+        self.suspects.keep_present(self.ledger.nodes)
 
     def _suspect_node(self, node: str) -> None:
-        """A payload stored on ``node`` was lost: avoid it until it leaves the node list or
-        for ``SUSPECT_NODE_S`` after its last loss (one that left already needs nothing)."""
-        if node not in self.ledger.nodes:
-            return
-        if node not in self._suspect_nodes:
-            log.warning(
-                "a payload stored on node %s was lost: its workers get work only where no "
-                "other worker can take it, until it leaves or for %g s",
-                node[:12],
-                SUSPECT_NODE_S,
-            )
-        self._suspect_nodes[node] = self.backend.now()
-        self._avoid = frozenset(self._suspect_nodes)
-
-    def _forget_nodes(self, nodes: list[str]) -> None:
-        if nodes:
-            for node in nodes:
-                del self._suspect_nodes[node]
-            self._avoid = frozenset(self._suspect_nodes)
+        """A payload stored on ``node`` was lost: avoid it for a while (``engine.suspects``);
+        one that left the node list already needs nothing."""
+        if node in self.ledger.nodes:
+            self.suspects.suspect(node, self.backend.now())
 
     def _autoscale(self, now: float, initial: bool = False) -> None:
         before = [s.target for s in self.stages]
@@ -1254,7 +1237,7 @@ class Controller:
                 wanted,
                 resources,
                 overcommit_first=not pool.live_count,
-                avoid=self._avoid,
+                avoid=self.suspects.avoid,
             )
             niceness = 0
             if self.config.stage_priority:
@@ -1386,10 +1369,7 @@ class Controller:
 
     def _tick(self, now: float) -> None:
         self._next_tick = now + TICK_S
-        if self._suspect_nodes:
-            self._forget_nodes(
-                [n for n, t in self._suspect_nodes.items() if now - t >= SUSPECT_NODE_S]
-            )
+        self.suspects.expire(now)
         for stage in self._timed:
             self._check_timeouts(stage, now)
         if self.journal is not None:
