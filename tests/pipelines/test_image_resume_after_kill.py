@@ -6,19 +6,17 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
 import tarfile
-import time
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pyarrow.dataset as ds
 import pytest
 
 from conveyor.samples.image import write_folder, write_shards
+from tests.pipelines.test_resume_after_kill import kill_when
 
 OPTIONS = [
     "--no-live", "--no-nsfw", "--no-tags", "--images-per-task", "2", "--shard-mb", "0.02",
@@ -31,8 +29,8 @@ def records(output: Path) -> int:
 
 
 def run(source: Path, output: Path, kill_at: tuple[int, float] | None = None) -> str:
-    """The command; with ``kill_at = (records, delay)``, SIGKILL its process tree ``delay``
-    seconds after that many parts are complete (a moment mid-run however loaded the machine)."""
+    """The command; with ``kill_at = (records, delay)``, SIGKILL it ``delay`` seconds after
+    that many parts are complete (a moment mid-run however loaded the machine)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "conveyor", "image", str(source), str(output), *OPTIONS],
         stdout=subprocess.PIPE,
@@ -45,21 +43,7 @@ def run(source: Path, output: Path, kill_at: tuple[int, float] | None = None) ->
         assert proc.returncode == 0, (out + err)[-3000:]
         return out
     count, delay = kill_at
-    deadline = time.monotonic() + 240
-    while records(output) < count:
-        assert proc.poll() is None, "the run ended before it could be killed"
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
-    time.sleep(delay)
-    children = psutil.Process(proc.pid).children(recursive=True)
-    proc.send_signal(signal.SIGKILL)
-    proc.communicate(timeout=30)
-    for child in children:
-        try:
-            child.send_signal(signal.SIGKILL)
-        except psutil.NoSuchProcess:
-            continue
-    psutil.wait_procs(children, timeout=20)
+    kill_when(proc, lambda: records(output) >= count, delay)
     return ""
 
 

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -79,8 +80,15 @@ def drive(source: Path, output: Path, kill_at: tuple[int, float] | None = None) 
         assert proc.returncode == 0, err[-3000:]
         return out
     records, delay = kill_at
+    kill_when(proc, lambda: journaled(output) >= records, delay)
+    return ""
+
+
+def kill_when(proc: subprocess.Popen[str], ready: Callable[[], bool], delay: float) -> None:
+    """SIGKILL ``proc`` ``delay`` seconds after ``ready()`` holds, and wait for its process
+    tree to go."""
     deadline = time.monotonic() + 180
-    while journaled(output) < records:
+    while not ready():
         assert proc.poll() is None, "the run ended before it could be killed"
         assert time.monotonic() < deadline
         time.sleep(0.02)
@@ -91,7 +99,6 @@ def drive(source: Path, output: Path, kill_at: tuple[int, float] | None = None) 
     _, alive = psutil.wait_procs(children, timeout=20)
     for p in alive:  # the orphan tests say they go; here they must not skew the next run
         p.kill()
-    return ""
 
 
 def rows(output: Path) -> list[tuple[str, str]]:
