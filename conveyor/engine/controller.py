@@ -28,7 +28,6 @@ from conveyor.engine.events import (
     RunEvent,
     RunSnapshot,
     RunStarted,
-    StageSnapshot,
     TargetChange,
     WorkerEvent,
 )
@@ -67,6 +66,7 @@ from conveyor.engine.policies.placement import Ledger
 from conveyor.engine.policies.priority import stage_niceness
 from conveyor.engine.pool import Worker
 from conveyor.engine.queues import Entry, Seek
+from conveyor.engine.snapshot import Progress, fill_result, run_snapshot, run_started
 from conveyor.engine.spec import StageSpec
 from conveyor.engine.state import Batch, StageState
 from conveyor.engine.suspects import SUSPECT_NODE_S, Suspects
@@ -132,6 +132,20 @@ class ControllerConfig:
             raise ValueError(f"edge_max_tasks must be >= 1, got {self.edge_max_tasks}")
         if self.edge_max_bytes is not None and self.edge_max_bytes < 1:
             raise ValueError(f"edge_max_bytes must be >= 1, got {self.edge_max_bytes}")
+
+    def settings(self, journal: str | None = None) -> dict[str, Any]:
+        """These settings as ``RunStarted`` reports them (``journal``: its path, if any)."""
+        return {
+            "max_attempts": self.max_attempts,
+            "autoscale_interval_s": self.autoscale_interval_s,
+            "edge_max_tasks": self.edge_max_tasks,
+            "edge_max_bytes": self.edge_max_bytes,
+            "stage_priority": self.stage_priority,
+            "elastic_threads": self.elastic_threads,
+            "first_output_first": self.first_output_first,
+            "journal": journal,
+            **{f"autoscale.{k}": v for k, v in dataclasses.asdict(self.autoscale).items()},
+        }
 
 
 class Controller:
@@ -1259,50 +1273,22 @@ class Controller:
                 if self._listeners:
                     self._worker_event("start", worker)
 
-    # -- reporting ------------------------------------------------------------------------
-    def snapshot(self, now: float) -> RunSnapshot:
-        stages = []
-        for stage in self.stages:
-            pool = stage.pool
-            stages.append(
-                StageSnapshot(
-                    name=stage.spec.name,
-                    workers_ready=pool.ready_count,
-                    workers_starting=pool.live_count - pool.ready_count,
-                    target=stage.target,
-                    queued=len(stage.queue),
-                    queued_bytes=stage.queue.bytes,
-                    in_flight=stage.in_flight_tasks,
-                    tasks_in=stage.stats.tasks_in,
-                    tasks_out=stage.stats.tasks_out,
-                    filtered=stage.stats.filtered,
-                    failed=stage.stats.failed,
-                    task_time_s=stage.meter.task_time.value,
-                    done=stage.done,
-                    retried=stage.stats.retried,
-                    busy_s=stage.stats.busy_s,
-                    worker_deaths=stage.stats.worker_deaths,
-                    timeouts=stage.stats.timeouts,
-                    service_counts=tuple(stage.service_counts),
-                    service_sum_s=stage.service_sum_s,
-                )
-            )
-        cpus, gpus = self.ledger.totals()
-        cpus_held, gpus_held = self.ledger.reserved()
-        return RunSnapshot(
+    # -- reporting (``engine.snapshot``) -------------------------------------------------
+    def _progress(self, now: float) -> Progress:
+        return Progress(
             self.pipeline_name,
             now - self._t0,
             self.admitted,
             self.outputs,
-            tuple(stages),
+            self.skipped,
             self.source_done,
-            cpus=cpus,
-            gpus=gpus,
-            cpus_reserved=cpus_held,
-            gpus_reserved=gpus_held,
-            startup_s=self._startup_s,
-            first_output_s=self._first_output_s,
+            self._startup_s,
+            self._first_output_s,
         )
+
+    def snapshot(self, now: float) -> RunSnapshot:
+        """The run as a monitor sees it at ``now`` (the backend's clock)."""
+        return run_snapshot(self._progress(now), self.stages, self.ledger)
 
     # -- events for monitors that want them -----------------------------------------------
     def _emit(self, event: RunEvent) -> None:
@@ -1321,50 +1307,15 @@ class Controller:
         self._emit(WorkerEvent(t, kind, name, worker.worker_id, worker.node, reason, setup_s))
 
     def _run_started(self, nodes: list[Any]) -> RunStarted:
-        stages = tuple(
-            {
-                "name": s.spec.name,
-                "cpus": s.spec.resources.cpus,
-                "gpus": s.spec.resources.gpus,
-                "gpu_memory_gb": s.spec.resources.gpu_memory_gb,
-                "memory_gb": s.spec.resources.memory_gb,
-                "batch_size": s.spec.batch_size,
-                "num_workers": s.spec.num_workers,
-                "timeout_s": s.spec.timeout_s,
-            }
-            for s in self.stages
-        )
-        cluster = tuple(
-            {
-                "node_id": n.node_id,
-                "cpus": n.cpus,
-                "gpus": n.gpus,
-                "gpu_memory_gb": n.gpu_memory_gb,
-                "memory_bytes": n.memory_bytes,
-            }
-            for n in nodes
-        )
-        config = self.config
-        settings = {
-            "max_attempts": config.max_attempts,
-            "autoscale_interval_s": config.autoscale_interval_s,
-            "edge_max_tasks": config.edge_max_tasks,
-            "edge_max_bytes": config.edge_max_bytes,
-            "stage_priority": config.stage_priority,
-            "elastic_threads": config.elastic_threads,
-            "first_output_first": config.first_output_first,
-            "journal": str(self.journal.path) if self.journal is not None else None,
-            **{f"autoscale.{k}": v for k, v in dataclasses.asdict(config.autoscale).items()},
-        }
-        return RunStarted(
-            t=self.backend.now() - self._t0,
-            pipeline=self.pipeline_name,
-            description=self.description,
-            executor="batch" if config.stage_at_a_time else "streaming",
-            backend=type(self.backend).__name__,
-            stages=stages,
-            nodes=cluster,
-            settings=settings,
+        journal = str(self.journal.path) if self.journal is not None else None
+        return run_started(
+            self._progress(self.backend.now()),
+            self.description,
+            "batch" if self.config.stage_at_a_time else "streaming",
+            type(self.backend).__name__,
+            self.stages,
+            nodes,
+            self.config.settings(journal),
         )
 
     def _tick(self, now: float) -> None:
@@ -1381,29 +1332,13 @@ class Controller:
 
     def _finish(self, completed: bool) -> None:
         self._ended = True
-        now = self.backend.now()
-        result = self.result
-        result.completed = completed
-        result.failures = self.failures
-        result.wall_s = now - self._t0
-        result.startup_s = self._startup_s if self._startup_s is not None else result.wall_s
-        result.first_output_s = self._first_output_s
-        for stage in self.stages:
-            stage.stats.queue_hwm_tasks = stage.queue.hwm_tasks
-            stage.stats.queue_hwm_bytes = stage.queue.hwm_bytes
-        result.stats = {s.spec.name: s.stats for s in self.stages}
-        result.counts = {
-            "inputs": self.admitted,
-            "outputs": self.outputs,
-            "filtered": sum(s.stats.filtered for s in self.stages),
-            "failed": len(self.failures),
-            "skipped": self.skipped,
-        }
+        progress = self._progress(self.backend.now())
+        fill_result(self.result, progress, self.stages, self.failures, completed)
         if self.monitors:
-            snap = self.snapshot(now)
+            snap = run_snapshot(progress, self.stages, self.ledger)
             for monitor in self.monitors:
                 monitor.on_tick(snap)
-                monitor.on_end(result)
+                monitor.on_end(self.result)
 
     def close(self) -> None:
         """Stop every worker and close the journal (idempotent)."""
