@@ -319,11 +319,16 @@ class CompareClusters(ProcessingStage[CompareTask, Compared]):
         self.threshold = threshold
 
     def process(self, task: CompareTask) -> Compared:
+        from threadpoolctl import threadpool_limits
+
         files = _files(location(self.work) / "assign" / f"bucket-{task.bucket:05d}", "*.parquet")
-        if task.parts == 1:
-            found, items = self._whole(files, task)
-        else:
-            found, items = self._part(files, task)
+        # BLAS would start a thread per core in every worker: workers side by side then
+        # fight over the cores (busy-waiting), so each uses the threads the engine gave it
+        with threadpool_limits(self.threads):
+            if task.parts == 1:
+                found, items = self._whole(files, task)
+            else:
+                found, items = self._part(files, task)
         marks = location(self.work) / "marks" / f"task-{task.index:06d}.parquet"
         _write_table(marks, found)
         return Compared(task.index, items, found.num_rows)
