@@ -17,6 +17,7 @@ class BackendChoice(StrEnum):
 
 
 BACKEND = Annotated[BackendChoice, typer.Option(case_sensitive=False, help="Where workers run.")]
+ADDRESS = Annotated[str | None, typer.Option(help="Ray cluster address (--backend ray).")]
 CPUS = Annotated[float | None, typer.Option(min=0.5, help="CPUs to use.", show_default="all")]
 GPUS = Annotated[
     int | None, typer.Option(min=0, help="GPUs to use (0: CPU only).", show_default="all")

@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from conveyor.cli_common import BACKEND, CPUS, MEMORY_GB, BackendChoice, Machine, fail
+from conveyor.cli_common import ADDRESS, BACKEND, CPUS, MEMORY_GB, BackendChoice, Machine, fail
 
 
 class DedupExecutor(StrEnum):
@@ -57,9 +57,7 @@ def dedup(
         DedupExecutor, typer.Option(case_sensitive=False, help="How stages are scheduled.")
     ] = DedupExecutor.streaming,
     backend: BACKEND = BackendChoice.local,
-    address: Annotated[
-        str | None, typer.Option(help="Ray cluster address (--backend ray).")
-    ] = None,
+    address: ADDRESS = None,
     cpus: CPUS = None,
     memory_gb: MEMORY_GB = None,
 ) -> None:

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 import typer
 
 from conveyor.cli_common import (
+    ADDRESS,
     BACKEND,
     CPUS,
     GPUS,
@@ -130,9 +131,7 @@ def image(
         ImageExecutor, typer.Option(case_sensitive=False, help="How stages are scheduled.")
     ] = ImageExecutor.streaming,
     backend: BACKEND = BackendChoice.local,
-    address: Annotated[
-        str | None, typer.Option(help="Ray cluster address (--backend ray).")
-    ] = None,
+    address: ADDRESS = None,
     cpus: CPUS = None,
     gpus: GPUS = None,
     memory_gb: MEMORY_GB = None,

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 import typer
 
 from conveyor.cli_common import (
+    ADDRESS,
     BACKEND,
     CPUS,
     MEMORY_GB,
@@ -177,9 +178,7 @@ def text(
         TextExecutor, typer.Option(case_sensitive=False, help="How stages are scheduled.")
     ] = TextExecutor.streaming,
     backend: BACKEND = BackendChoice.local,
-    address: Annotated[
-        str | None, typer.Option(help="Ray cluster address (--backend ray).")
-    ] = None,
+    address: ADDRESS = None,
     cpus: CPUS = None,
     memory_gb: MEMORY_GB = None,
     limit: Annotated[
