@@ -15,7 +15,7 @@ import logging
 import math
 import operator
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -81,6 +81,11 @@ if TYPE_CHECKING:
 __all__ = ["FORGIVEN_LOSSES", "SUSPECT_NODE_S", "Controller", "ControllerConfig"]
 
 log = logging.getLogger(__name__)
+
+
+def _ignore(event: Any) -> None:
+    """What an event of a kind the controller does not know does."""
+
 
 #: a second message may wait at a worker for stages this fast (hides the round trip) ...
 PREFETCH_BELOW_S = 0.05
@@ -213,6 +218,16 @@ class Controller:
         self._streams = any(s.spec.streams for s in self.stages)
         # nodes that lost a payload: their workers get work only where no other can take it
         self.suspects = Suspects()
+        # what each kind of backend event does (``_on_event``)
+        self._handlers: dict[type, Callable[[Any], None]] = {
+            BatchOutputs: self._on_outputs,
+            BatchesDone: self._on_done,
+            BatchFailed: self._on_failed,
+            WorkerReady: self._on_ready,
+            WorkerDied: self._on_died,
+            WorkerStopped: self._on_stopped,
+            WorkerSetupFailed: self._on_setup_failed,
+        }
         # CPUs held per node and stage by workers running a batch
         self.cpu_book = CpuBook(
             self.stages, self.ledger, config.elastic_threads, config.first_output_first
@@ -228,11 +243,16 @@ class Controller:
         return self._run()
 
     def _run(self) -> Iterator[Any]:
+        """The loop. Each turn admits the source tasks the first edge has room for,
+        dispatches batches to free workers (and lets paused generator batches go on), hands
+        out the outputs, polls the backend and handles its events, autoscales at its
+        interval, reconciles the workers with their targets, and ticks (timeouts, journal,
+        monitors)."""
         backend = self.backend
         backend.open()
         self._t0 = backend.now()
         try:
-            self._begin()
+            self._begin()  # the cluster in the ledger, the first targets and workers
             while True:
                 self._admit()
                 self._dispatch()
@@ -515,57 +535,68 @@ class Controller:
 
     # -- events ---------------------------------------------------------------------------
     def _on_event(self, event: Any) -> None:
-        if isinstance(event, BatchOutputs):
-            self._on_outputs(event)
-        elif isinstance(event, BatchesDone):
-            self._on_done(event)
-        elif isinstance(event, BatchFailed):
-            worker = self.workers.get(event.worker_id)
-            if worker is not None:
-                worker.last_done = self.backend.now()
-            batch = self._pop_batch(event.worker_id, event.batch_id)
-            if batch is not None:
-                self._keep_sent(batch)
-                self._retry_or_fail(batch.stage, batch.entries, event.error, culprit=True)
-        elif isinstance(event, WorkerReady):
-            worker = self.workers.get(event.worker_id)
-            if worker is not None:
-                self.stages[worker.stage].pool.mark_ready(worker)
-                self._measured_memory(self.stages[worker.stage], event.memory_bytes)
-                # deaths in setup end the run only when they come in a row: a setup that
-                # works shows the stage can start, and kills spread over days are no sign
-                self.stages[worker.stage].setup_deaths = 0
-                # what a new worker costs: process start and setup, as the controller waits
-                started = self.backend.now() - worker.started_at
-                self.stages[worker.stage].meter.setup_s.update(max(started, event.setup_s))
-                if self._listeners:
-                    self._worker_event("ready", worker, setup_s=max(started, event.setup_s))
-                self._initial_workers.discard(worker.worker_id)
-                if self._startup_s is None and not self._initial_workers:
-                    self._startup_s = self.backend.now() - self._t0
-        elif isinstance(event, WorkerDied):
-            error = ErrorInfo("WorkerDied", event.reason)
-            self._on_worker_gone(event.worker_id, error, undelivered=event.undelivered)
-            self._refresh_nodes()  # its node may have left: place no replacement there
-        elif isinstance(event, WorkerStopped):
-            self._on_worker_gone(
-                event.worker_id, ErrorInfo("WorkerDied", "worker stopped with work in flight")
-            )
-        elif isinstance(event, WorkerSetupFailed):
-            worker = self.workers.get(event.worker_id)
-            stage = self.stages[worker.stage] if worker else None
-            # A worker whose process died while setting up (its node was lost, it was killed)
-            # is replaced like any dead worker, up to max_attempts deaths per stage; an
-            # exception raised by setup itself ends the run at once.
-            if stage is not None and event.error.type == "WorkerDied":
-                stage.setup_deaths += 1
-                if stage.setup_deaths < self.config.max_attempts:
-                    self._on_worker_gone(event.worker_id, event.error)
-                    return
-            name = stage.spec.name if stage else event.worker_id
-            raise StageSetupError(
-                name, f"{event.error.type}: {event.error.message}", event.error.traceback
-            )
+        """Hand a backend event to its handler (``_handlers``; an unknown kind is ignored)."""
+        handler = self._handlers.get(type(event))
+        if handler is None:  # a subclass of a known kind: handled as that kind
+            kinds = type(event).__mro__
+            handler = next((self._handlers[k] for k in kinds if k in self._handlers), _ignore)
+            self._handlers[type(event)] = handler
+        handler(event)
+
+    def _on_failed(self, event: BatchFailed) -> None:
+        """A batch raised: it is tried again or recorded (``_retry_or_fail``)."""
+        worker = self.workers.get(event.worker_id)
+        if worker is not None:
+            worker.last_done = self.backend.now()
+        batch = self._pop_batch(event.worker_id, event.batch_id)
+        if batch is not None:
+            self._keep_sent(batch)
+            self._retry_or_fail(batch.stage, batch.entries, event.error, culprit=True)
+
+    def _on_ready(self, event: WorkerReady) -> None:
+        """A worker finished its setup: it takes work, and what it cost to start is measured."""
+        worker = self.workers.get(event.worker_id)
+        if worker is None:
+            return
+        stage = self.stages[worker.stage]
+        stage.pool.mark_ready(worker)
+        self._measured_memory(stage, event.memory_bytes)
+        # deaths in setup end the run only when they come in a row: a setup that works
+        # shows the stage can start, and kills spread over days are no sign
+        stage.setup_deaths = 0
+        # what a new worker costs: process start and setup, as the controller waits
+        started = self.backend.now() - worker.started_at
+        stage.meter.setup_s.update(max(started, event.setup_s))
+        if self._listeners:
+            self._worker_event("ready", worker, setup_s=max(started, event.setup_s))
+        self._initial_workers.discard(worker.worker_id)
+        if self._startup_s is None and not self._initial_workers:
+            self._startup_s = self.backend.now() - self._t0
+
+    def _on_died(self, event: WorkerDied) -> None:
+        error = ErrorInfo("WorkerDied", event.reason)
+        self._on_worker_gone(event.worker_id, error, undelivered=event.undelivered)
+        self._refresh_nodes()  # its node may have left: place no replacement there
+
+    def _on_stopped(self, event: WorkerStopped) -> None:
+        error = ErrorInfo("WorkerDied", "worker stopped with work in flight")
+        self._on_worker_gone(event.worker_id, error)
+
+    def _on_setup_failed(self, event: WorkerSetupFailed) -> None:
+        """A worker whose process died while setting up (its node was lost, it was killed)
+        is replaced like any dead worker, up to ``max_attempts`` deaths in a row per stage;
+        an exception raised by setup itself ends the run at once."""
+        worker = self.workers.get(event.worker_id)
+        stage = self.stages[worker.stage] if worker else None
+        if stage is not None and event.error.type == "WorkerDied":
+            stage.setup_deaths += 1
+            if stage.setup_deaths < self.config.max_attempts:
+                self._on_worker_gone(event.worker_id, event.error)
+                return
+        name = stage.spec.name if stage else event.worker_id
+        raise StageSetupError(
+            name, f"{event.error.type}: {event.error.message}", event.error.traceback
+        )
 
     def _pop_batch(self, worker_id: str, batch_id: int) -> Batch | None:
         batch = self.batches.pop(batch_id, None)
