@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import pickle
 import selectors
 import signal
 import socket
@@ -24,8 +23,33 @@ from typing import Any
 import psutil
 
 from conveyor.backends.devices import detect_cpus, detect_gpus
-from conveyor.backends.local_host import recv_ctrl, send_ctrl
 from conveyor.backends.shm_store import ShmStore
+from conveyor.backends.wire import (
+    Done,
+    Exit,
+    Exited,
+    Failed,
+    Finished,
+    Fork,
+    Forked,
+    ForkFailed,
+    Hello,
+    Init,
+    Loaded,
+    LoadFailed,
+    More,
+    Out,
+    Ready,
+    SetupFailed,
+    StartHost,
+    Stop,
+    Stopped,
+    Work,
+    recv,
+    recv_ctrl,
+    send,
+    send_ctrl,
+)
 from conveyor.cluster import NodeInfo, WorkerInfo
 from conveyor.engine.messages import (
     BackendEvent,
@@ -236,12 +260,7 @@ class LocalBackend:
             env=env,
         )
         theirs.close()
-        init = {
-            "sys_path": list(sys.path),
-            "store_root": str(self.store.root),
-            "node": self.nodes()[0],
-        }
-        send_ctrl(ours, ("init", init))
+        send_ctrl(ours, Init(list(sys.path), str(self.store.root), self.nodes()[0]))
         self._root = (proc, ours)
         return ours
 
@@ -252,7 +271,7 @@ class LocalBackend:
         stage_file = self.store.root / f"stage-{stage.index}.pkl"
         stage_file.write_bytes(stage.payload)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        request = ("host", stage.name, str(stage_file), stage.has_node_setup)
+        request = StartHost(stage.name, str(stage_file), stage.has_node_setup)
         send_ctrl(self._root_ctrl(), request, [theirs.fileno()])
         theirs.close()
         host = _Host(stage, ours)
@@ -287,7 +306,7 @@ class LocalBackend:
             "CONVEYOR_NICENESS": str(placement.niceness),
         }
         try:
-            send_ctrl(host.ctrl, ("fork", worker_id, info, env), [theirs.fileno()])
+            send_ctrl(host.ctrl, Fork(worker_id, info, env), [theirs.fileno()])
         except OSError as exc:
             self._fail_worker(worker, ErrorInfo("BackendError", f"could not start worker: {exc}"))
         finally:
@@ -303,7 +322,7 @@ class LocalBackend:
             return
         worker.stopping = True
         with contextlib.suppress(OSError):  # already gone: the EOF path reports it
-            worker.conn.send_bytes(pickle.dumps(("stop", "now") if now else ("stop",)))
+            send(worker.conn, Stop(now))
 
     def submit(
         self,
@@ -318,9 +337,8 @@ class LocalBackend:
         # if it died, its in-flight work is retried when the death is reported; what could
         # not be sent is reported as such, so that no input is charged for the death
         if worker.closed_at is None:
-            message = ("work", batches, threads, allowance)
             try:
-                worker.conn.send_bytes(pickle.dumps(message, protocol=5))
+                send(worker.conn, Work(batches, threads, allowance))
                 return
             except OSError:
                 pass
@@ -330,7 +348,7 @@ class LocalBackend:
         worker = self._workers.get(worker_id)
         if worker is not None and worker.closed_at is None:
             with contextlib.suppress(OSError):  # gone: its death is reported as usual
-                worker.conn.send_bytes(pickle.dumps(("more", batch_id, outputs)))
+                send(worker.conn, More(batch_id, outputs))
 
     # -- events ---------------------------------------------------------------------------
     def _fail_worker(self, worker: _Worker, error: ErrorInfo) -> None:
@@ -357,33 +375,34 @@ class LocalBackend:
             if got is None:
                 self._on_host_gone(host)
                 return
-            (kind, *args), fds = got
+            msg, fds = got
             for fd in fds:
                 os.close(fd)
-            if kind == "hello":
-                host.pid = args[0]
-            elif kind == "loaded":
-                host.loaded = True
-                host.waiting.clear()
-            elif kind == "load_failed":
-                host.failed = args[0]
-                for worker_id in host.waiting:
+            match msg:
+                case Hello(pid):
+                    host.pid = pid
+                case Loaded():
+                    host.loaded = True
+                    host.waiting.clear()
+                case LoadFailed(error):
+                    host.failed = error
+                    for worker_id in host.waiting:
+                        worker = self._workers.get(worker_id)
+                        if worker is not None:
+                            self._fail_worker(worker, error)
+                    host.waiting.clear()
+                case ForkFailed(worker_id, error):
                     worker = self._workers.get(worker_id)
                     if worker is not None:
-                        self._fail_worker(worker, args[0])
-                host.waiting.clear()
-            elif kind == "fork_failed":
-                worker = self._workers.get(args[0])
-                if worker is not None:
-                    self._fail_worker(worker, args[1])
-            elif kind == "forked":
-                worker = self._workers.get(args[0])
-                if worker is not None:
-                    worker.pid = args[1]
-            elif kind == "exited":
-                worker = self._workers.get(args[0])
-                if worker is not None:
-                    worker.exit_reason = args[1]
+                        self._fail_worker(worker, error)
+                case Forked(worker_id, pid):
+                    worker = self._workers.get(worker_id)
+                    if worker is not None:
+                        worker.pid = pid
+                case Exited(worker_id, reason):
+                    worker = self._workers.get(worker_id)
+                    if worker is not None:
+                        worker.exit_reason = reason
 
     def _on_host_gone(self, host: _Host) -> None:
         host.gone = True
@@ -403,31 +422,34 @@ class LocalBackend:
 
     def _on_worker_message(self, worker: _Worker) -> None:
         try:
-            msg = pickle.loads(worker.conn.recv_bytes())
+            msg = recv(worker.conn)
         except (EOFError, OSError):
             self._unregister(worker.conn)
             worker.closed_at = time.monotonic()
             return
-        kind = msg[0]
-        if kind == "out":
-            self._events.append(BatchOutputs(worker.worker_id, msg[1], msg[2]))
-        elif kind == "done":
-            outcomes = []
-            for batch_id, outputs, filtered, busy, cpu, error in msg[1]:
-                if error is None:
-                    outcomes.append(BatchOutcome(batch_id, outputs, filtered, busy, cpu, msg[2]))
-                else:
-                    self._events.append(BatchFailed(worker.worker_id, batch_id, error))
-            if outcomes:
-                self._events.append(BatchesDone(worker.worker_id, outcomes))
-        elif kind == "ready":
-            worker.ready = True
-            self._events.append(WorkerReady(worker.worker_id, msg[1], msg[2]))
-        elif kind == "setup_failed":
-            self._fail_worker(worker, msg[1])
-        elif kind == "stopped":
-            self._drop(worker)
-            self._events.append(WorkerStopped(worker.worker_id))
+        match msg:
+            case Out(batch_id, outputs):
+                self._events.append(BatchOutputs(worker.worker_id, batch_id, outputs))
+            case Done(results, memory):
+                outcomes = []
+                for result in results:
+                    match result:
+                        case Finished(batch_id, outputs, filtered, busy_s, cpu_s):
+                            outcomes.append(
+                                BatchOutcome(batch_id, outputs, filtered, busy_s, cpu_s, memory)
+                            )
+                        case Failed(batch_id, error):
+                            self._events.append(BatchFailed(worker.worker_id, batch_id, error))
+                if outcomes:
+                    self._events.append(BatchesDone(worker.worker_id, outcomes))
+            case Ready(setup_s, memory):
+                worker.ready = True
+                self._events.append(WorkerReady(worker.worker_id, setup_s, memory))
+            case SetupFailed(error):
+                self._fail_worker(worker, error)
+            case Stopped():
+                self._drop(worker)
+                self._events.append(WorkerStopped(worker.worker_id))
 
     def _reap_closed(self) -> None:
         now = time.monotonic()
@@ -501,14 +523,14 @@ class LocalBackend:
             self._drop(worker)
         for host in list(self._hosts.values()):
             with contextlib.suppress(OSError):
-                send_ctrl(host.ctrl, ("exit",))
+                send_ctrl(host.ctrl, Exit())
             self._unregister(host.ctrl)
             with contextlib.suppress(OSError):
                 host.ctrl.close()
         if self._root is not None:
             proc, ctrl = self._root
             with contextlib.suppress(OSError):
-                send_ctrl(ctrl, ("exit",))
+                send_ctrl(ctrl, Exit())
             try:  # the root waits for its hosts, which wait for their workers
                 proc.wait(timeout=grace_s)
             except subprocess.TimeoutExpired:

@@ -32,10 +32,34 @@ from typing import Any
 
 from conveyor.backends.runtime import MemoryGauge, StageRunner, lower_priority
 from conveyor.backends.shm_store import ShmStore
+from conveyor.backends.wire import (
+    Done,
+    Exit,
+    Exited,
+    Failed,
+    Finished,
+    Fork,
+    Forked,
+    ForkFailed,
+    Hello,
+    Init,
+    Loaded,
+    LoadFailed,
+    More,
+    Out,
+    Ready,
+    SetupFailed,
+    StartHost,
+    Stop,
+    Stopped,
+    Work,
+    recv,
+    recv_ctrl,
+    send_ctrl,
+)
 from conveyor.cluster import NodeInfo, WorkerInfo
 from conveyor.engine.messages import ErrorInfo, Handle
 
-CTRL_MSG_MAX = 1 << 16
 #: how long a host whose driver died lets idle workers tear down before killing them all
 DRIVER_GONE_GRACE_S = 2.0
 #: the signal the root gets when its parent (thread) exits; caught, so it can clean up
@@ -63,24 +87,6 @@ def die_with_parent(sig: int, parent: int) -> bool:
     return os.getppid() == parent
 
 
-def send_ctrl(sock: socket.socket, msg: Any, fds: list[int] | None = None) -> None:
-    data = pickle.dumps(msg, protocol=5)
-    if fds:
-        socket.send_fds(sock, [data], fds)
-    else:
-        sock.send(data)
-
-
-def recv_ctrl(sock: socket.socket) -> tuple[Any, list[int]] | None:
-    """One control message and the descriptors that came with it; ``None`` at EOF."""
-    data, fds, _flags, _addr = socket.recv_fds(sock, CTRL_MSG_MAX, 4)
-    if not data:
-        for fd in fds:
-            os.close(fd)
-        return None
-    return pickle.loads(data), list(fds)
-
-
 def describe_status(status: int) -> str:
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
@@ -105,20 +111,21 @@ class _Inbox:
         """The next message to act on (``EOFError``/``OSError``: the driver is gone)."""
         if self.kept:
             return self.kept.popleft()
-        return pickle.loads(self.conn.recv_bytes())
+        return recv(self.conn)
 
     def wait_for_more(self, batch_id: int) -> int:
         """Block until the driver allows batch ``batch_id`` more outputs; how many.
         ``EOFError`` when the driver shuts the run down meanwhile (it allows no more)."""
         while True:
-            msg = pickle.loads(self.conn.recv_bytes())
-            if msg[0] == "more":
-                if msg[1] == batch_id:
-                    return int(msg[2])
-                continue  # for a batch that has ended: stale
-            if msg == ("stop", "now"):
-                raise EOFError("the run is shutting down")
-            self.kept.append(msg)
+            match recv(self.conn):
+                case More(batch, outputs) if batch == batch_id:
+                    return int(outputs)
+                case More():
+                    continue  # for a batch that has ended: stale
+                case Stop(now=True):
+                    raise EOFError("the run is shutting down")
+                case msg:
+                    self.kept.append(msg)
 
 
 def _stream_batch(
@@ -150,7 +157,7 @@ def _stream_batch(
                 return runner.filtered, waited
             handle = store.put(obj, label)
             del obj
-            send(pickle.dumps(("out", batch_id, [handle]), protocol=5))
+            send(pickle.dumps(Out(batch_id, [handle]), protocol=5))
             made += 1
     finally:
         outputs.close()  # a failure part way: the stage's own ``finally`` runs now
@@ -164,11 +171,11 @@ def worker_main(fd: int, runner: StageRunner, store: ShmStore) -> int:
     try:
         runner.setup()
     except BaseException as exc:  # noqa: BLE001 - reported to the driver, which stops the run
-        send(pickle.dumps(("setup_failed", ErrorInfo.from_exception(exc))))
+        send(pickle.dumps(SetupFailed(ErrorInfo.from_exception(exc))))
         return 1
     lower_priority(int(os.environ.get("CONVEYOR_NICENESS", "0")))
     gauge = MemoryGauge()
-    send(pickle.dumps(("ready", time.perf_counter() - started, gauge.read())))
+    send(pickle.dumps(Ready(time.perf_counter() - started, gauge.read())))
     get, put, delete = store.get, store.put, store.delete
     inbox = _Inbox(conn)
     try:
@@ -177,13 +184,15 @@ def worker_main(fd: int, runner: StageRunner, store: ShmStore) -> int:
                 msg = inbox.next()
             except (EOFError, OSError):
                 return 0
-            if msg[0] == "stop":
-                return 0
-            if msg[0] != "work":
-                continue  # "more" for a batch that has ended
-            results = []
+            match msg:
+                case Stop():
+                    return 0
+                case Work(batches, threads, allowance):
+                    pass  # run below
+                case _:
+                    continue  # ``More`` for a batch that has ended
+            results: list[Finished | Failed] = []
             consumed: list[Handle] = []
-            _, batches, threads, allowance = msg
             for batch_id, handles in batches:
                 begun, cpu = time.perf_counter(), time.process_time()
                 waited = 0.0
@@ -203,20 +212,20 @@ def worker_main(fd: int, runner: StageRunner, store: ShmStore) -> int:
                 except (EOFError, OSError):
                     return 0  # the driver went away while a generator waited for it
                 except Exception as exc:  # noqa: BLE001 - a task failure, retried by the driver
-                    results.append((batch_id, None, 0, 0.0, 0.0, ErrorInfo.from_exception(exc)))
+                    results.append(Failed(batch_id, ErrorInfo.from_exception(exc)))
                     continue
                 busy = time.perf_counter() - begun - waited
                 cpu = time.process_time() - cpu
-                results.append((batch_id, out_handles, filtered, busy, cpu, None))
+                results.append(Finished(batch_id, out_handles, filtered, busy, cpu))
                 consumed.extend(handles)
-            send(pickle.dumps(("done", results, gauge.read()), protocol=5))
+            send(pickle.dumps(Done(results, gauge.read()), protocol=5))
             # Inputs are released only once their outputs are safely reported.
             delete(consumed)
     finally:
         with contextlib.suppress(BaseException):
             runner.teardown()
         with contextlib.suppress(BaseException):
-            send(pickle.dumps(("stopped",)))
+            send(pickle.dumps(Stopped()))
 
 
 # -- processes that fork -----------------------------------------------------------------
@@ -311,7 +320,7 @@ class StageHost(_Forker):
 
     def on_exit(self, name: str, status: int) -> None:
         with contextlib.suppress(OSError):
-            send_ctrl(self.ctrl, ("exited", name, describe_status(status)))
+            send_ctrl(self.ctrl, Exited(name, describe_status(status)))
 
     def fork_worker(self, info: WorkerInfo, env: dict[str, str], fd: int) -> None:
         host = os.getpid()
@@ -329,10 +338,10 @@ class StageHost(_Forker):
                 os._exit(code)
         os.close(fd)
         self.children[pid] = info.worker_id
-        send_ctrl(self.ctrl, ("forked", info.worker_id, pid))
+        send_ctrl(self.ctrl, Forked(info.worker_id, pid))
 
     def serve(self) -> None:
-        send_ctrl(self.ctrl, ("hello", os.getpid()))
+        send_ctrl(self.ctrl, Hello(os.getpid()))
         if self.failure is None and self.node_setup:
             worker = WorkerInfo(f"{self.name}/node-setup", self.name, self.node.node_id)
             try:
@@ -340,23 +349,21 @@ class StageHost(_Forker):
             except BaseException as exc:  # noqa: BLE001 - reported; the driver ends the run
                 self.failure = ErrorInfo.from_exception(exc)
         if self.failure is None:
-            send_ctrl(self.ctrl, ("loaded",))
+            send_ctrl(self.ctrl, Loaded())
         else:
-            send_ctrl(self.ctrl, ("load_failed", self.failure))
+            send_ctrl(self.ctrl, LoadFailed(self.failure))
         # A host that failed stays until told to exit: closing with requests unread would
         # reset the socket and lose the error report.
         while True:
             got = self.wait()
-            if got is None or got[0][0] == "exit":
-                self.driver_gone = got is None
-                return
-            (kind, *args), fds = got
-            if kind == "fork":
-                worker_id, info, env = args
-                if self.failure is not None:
+            match got:
+                case None | (Exit(), _):
+                    self.driver_gone = got is None
+                    return
+                case (Fork(worker_id), fds) if self.failure is not None:
                     os.close(fds[0])
-                    send_ctrl(self.ctrl, ("fork_failed", worker_id, self.failure))
-                else:
+                    send_ctrl(self.ctrl, ForkFailed(worker_id, self.failure))
+                case (Fork(_, info, env), fds):
                     self.fork_worker(info, env, fds[0])
 
 
@@ -406,9 +413,9 @@ class Root(_Forker):
         if first is None:
             self.driver_gone = True
             return
-        (_, init), _fds = first
-        self.store_root = init["store_root"]
-        sys.path[:] = init["sys_path"]
+        init: Init = first[0]
+        self.store_root = init.store_root
+        sys.path[:] = init.sys_path
         deferred: list[tuple[str, Any, ErrorInfo | None, bool, int]] = []
         while True:
             if deferred and not self._pending(self.SETTLE_S):
@@ -418,22 +425,21 @@ class Root(_Forker):
                     self.fork_host(init, name, stage, failure, node_setup, fd)
                 deferred.clear()
             got = self.wait()
-            if got is None or got[0][0] == "exit":
-                self.driver_gone = self.driver_gone or got is None
-                for *_, fd in deferred:
-                    os.close(fd)
-                return
-            (kind, *args), fds = got
-            if kind == "host":
-                name, stage_file, node_setup = args
-                stage, failure = self._load(stage_file)
-                slow = stage is not None and any(
-                    m not in sys.modules for m in stage.preload_modules
-                )
-                if slow:
-                    deferred.append((name, stage, failure, node_setup, fds[0]))
-                else:
-                    self.fork_host(init, name, stage, failure, node_setup, fds[0])
+            match got:
+                case None | (Exit(), _):
+                    self.driver_gone = self.driver_gone or got is None
+                    for *_, fd in deferred:
+                        os.close(fd)
+                    return
+                case (StartHost(name, stage_file, node_setup), fds):
+                    stage, failure = self._load(stage_file)
+                    slow = stage is not None and any(
+                        m not in sys.modules for m in stage.preload_modules
+                    )
+                    if slow:
+                        deferred.append((name, stage, failure, node_setup, fds[0]))
+                    else:
+                        self.fork_host(init, name, stage, failure, node_setup, fds[0])
 
     def _pending(self, timeout: float) -> bool:
         readable, _, _ = select.select([self.ctrl], [], [], timeout)
@@ -458,7 +464,7 @@ class Root(_Forker):
 
     def fork_host(
         self,
-        init: dict[str, Any],
+        init: Init,
         name: str,
         stage: Any,
         failure: ErrorInfo | None,
@@ -479,8 +485,8 @@ class Root(_Forker):
                     name,
                     stage,
                     failure,
-                    init["node"],
-                    init["store_root"],
+                    init.node,
+                    init.store_root,
                     node_setup,
                 )
                 host.serve()

@@ -61,6 +61,17 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from conveyor.backends.runtime import MemoryGauge, StageRunner, lower_priority
 from conveyor.backends.shm_store import claim_dir, sweep_stale
+from conveyor.backends.wire import (
+    Ended,
+    Failed,
+    Made,
+    Output,
+    Placed,
+    Raised,
+    Ran,
+    Ready,
+    SetupFailed,
+)
 from conveyor.cluster import NodeInfo, WorkerInfo
 from conveyor.engine.messages import (
     BackendEvent,
@@ -258,14 +269,14 @@ class _Worker:
         self.runner: StageRunner | None = None
         self.gauge = MemoryGauge()
 
-    def hello(self) -> tuple[str, int]:
+    def hello(self) -> Placed:
         """Answers as soon as Ray has scheduled the actor: its node and process id."""
-        return _node_id(), os.getpid()
+        return Placed(_node_id(), os.getpid())
 
-    def setup(self, node_error: ErrorInfo | None, niceness: int = 0) -> tuple[Any, ...]:
+    def setup(self, node_error: ErrorInfo | None, niceness: int = 0) -> Ready | SetupFailed:
         started = time.perf_counter()
         if node_error is not None:
-            return ("failed", node_error)
+            return SetupFailed(node_error)
         try:
             _extend_sys_path(self.sys_path)
             gpu_ids = _gpu_ids()
@@ -283,17 +294,17 @@ class _Worker:
             self.runner = StageRunner(stage, self.stage_name, info)
             self.runner.setup()
         except BaseException as exc:  # noqa: BLE001 - reported; the driver ends the run
-            return ("failed", ErrorInfo.from_exception(exc))
+            return SetupFailed(ErrorInfo.from_exception(exc))
         lower_priority(niceness)  # an actor is a process of its own; after setup (see there)
-        return ("ready", time.perf_counter() - started, self.gauge.read())
+        return Ready(time.perf_counter() - started, self.gauge.read())
 
     def run(
         self, batches: list[tuple[int, list[tuple[str, Any]]]], threads: int | None = None
-    ) -> tuple[list[Any], list[Any]]:
+    ) -> tuple[list[Ran | Failed], list[Any]]:
         """Per batch a record; and every stored output of the call, in record order."""
         runner = self.runner
         assert runner is not None, "run() before a successful setup()"
-        records: list[Any] = []
+        records: list[Ran | Failed] = []
         stored: list[Any] = []
         room = RECORD_INLINE_MAX
         for batch_id, items in batches:
@@ -304,31 +315,30 @@ class _Worker:
                 tasks = _resolve([value for _, value in items])
                 outputs, out_labels, filtered = runner.run(tasks, labels, threads)
                 del tasks
-                entries: list[tuple[str, bytes | None, int, bool]] = []
+                entries: list[Output] = []
                 for obj, label in zip(outputs, out_labels, strict=True):
                     enc = encode(obj, inline_ok=room > 0)
                     if enc.inline is not None and len(enc.inline) <= room:
                         room -= len(enc.inline)
-                        entries.append((label, enc.inline, enc.nbytes, True))
+                        entries.append(Output(label, enc.inline, enc.nbytes, True))
                     else:
-                        entries.append((label, None, enc.nbytes, enc.pickled))
+                        entries.append(Output(label, None, enc.nbytes, enc.pickled))
                         # pickle bytes out-of-band too: a consumer maps them, never copies
                         data = enc.inline if enc.inline is not None else enc.store
                         stored.append(pickle.PickleBuffer(data) if enc.pickled else data)
                 del outputs
             except Exception as exc:  # noqa: BLE001 - a task failure, retried by the driver
                 del stored[mark:]
-                records.append((batch_id, _error(exc)))
+                records.append(Failed(batch_id, _error(exc)))
                 continue
             busy, cpu = time.perf_counter() - begun, time.process_time() - cpu
-            records.append((batch_id, entries, filtered, busy, cpu, self.gauge.read()))
+            records.append(Ran(batch_id, entries, filtered, busy, cpu, self.gauge.read()))
         return records, stored
 
     def stream(self, items: list[tuple[str, Any]], threads: int | None = None) -> Iterator[Any]:
-        """A generator stage's batch (a streaming call): per output a record
-        ``("out", label, nbytes, pickled, inline bytes or None)``, followed by the output
-        itself where it is not inline; then ``("end", filtered, busy, cpu, memory)`` or
-        ``("error", ErrorInfo)``. Time spent paused at a ``yield`` is not busy time."""
+        """A generator stage's batch (a streaming call): per output a ``Made`` record,
+        followed by the output itself where it is not inline; then ``Ended`` or ``Raised``.
+        Time spent paused at a ``yield`` is not busy time."""
         runner = self.runner
         assert runner is not None, "stream() before a successful setup()"
         begun, cpu = time.perf_counter(), time.process_time()
@@ -341,17 +351,17 @@ class _Worker:
                 del obj
                 paused = time.perf_counter()
                 if enc.inline is not None:
-                    yield ("out", label, enc.nbytes, True, enc.inline)
+                    yield Made(label, enc.nbytes, True, enc.inline)
                 else:
-                    yield ("out", label, enc.nbytes, enc.pickled, None)
+                    yield Made(label, enc.nbytes, enc.pickled, None)
                     yield pickle.PickleBuffer(enc.store) if enc.pickled else enc.store
                 waited += time.perf_counter() - paused
             del tasks
         except Exception as exc:  # noqa: BLE001 - a task failure, retried by the driver
-            yield ("error", _error(exc))
+            yield Raised(_error(exc))
             return
         busy = time.perf_counter() - begun - waited
-        yield ("end", runner.filtered, busy, time.process_time() - cpu, self.gauge.read())
+        yield Ended(runner.filtered, busy, time.process_time() - cpu, self.gauge.read())
 
     def stop(self) -> bool:
         if self.runner is not None:
@@ -1071,13 +1081,14 @@ class RayBackend:
             return
         if kind == "hello":
             worker.scheduled = True
-            worker.pid = value[1]
+            worker.pid = value.pid
         elif kind == "setup":
-            if value[0] == "ready":
-                worker.ready = True
-                self._events.append(WorkerReady(worker.worker_id, value[1], value[2]))
-            else:
-                self._gone(worker, WorkerSetupFailed(worker.worker_id, value[1]))
+            match value:
+                case Ready(setup_s, memory):
+                    worker.ready = True
+                    self._events.append(WorkerReady(worker.worker_id, setup_s, memory))
+                case SetupFailed(error):
+                    self._gone(worker, WorkerSetupFailed(worker.worker_id, error))
         elif kind == "stop":
             self._gone(worker, WorkerStopped(worker.worker_id))
         elif kind == "ping":
@@ -1108,24 +1119,24 @@ class RayBackend:
         done: list[BatchOutcome] = []
         position = 0  # of the next stored output in the call's list
         for record in records:
-            if len(record) == 2:  # (batch id, error)
-                if done:
-                    self._events.append(BatchesDone(worker.worker_id, done))
-                    done = []
-                self._events.append(BatchFailed(worker.worker_id, record[0], record[1]))
-                continue
-            batch_id, entries, filtered, busy, cpu, memory = record
-            handles = []
-            for label, data, nbytes, pickled in entries:
-                node = None
-                if data is not None:
-                    payload = RayPayload(None, data, True)
-                else:
-                    payload = RayPayload(call.stored, None, pickled, position)
-                    position += 1
-                    node = worker.node_id  # stays in that node's object store
-                handles.append(Handle(payload, nbytes, label, node))
-            done.append(BatchOutcome(batch_id, handles, filtered, busy, cpu, memory))
+            match record:
+                case Failed(batch_id, error):
+                    if done:
+                        self._events.append(BatchesDone(worker.worker_id, done))
+                        done = []
+                    self._events.append(BatchFailed(worker.worker_id, batch_id, error))
+                case Ran(batch_id, entries, filtered, busy_s, cpu_s, memory):
+                    handles = []
+                    for label, data, nbytes, pickled in entries:
+                        node = None
+                        if data is not None:
+                            payload = RayPayload(None, data, True)
+                        else:
+                            payload = RayPayload(call.stored, None, pickled, position)
+                            position += 1
+                            node = worker.node_id  # stays in that node's object store
+                        handles.append(Handle(payload, nbytes, label, node))
+                    done.append(BatchOutcome(batch_id, handles, filtered, busy_s, cpu_s, memory))
         if done:
             self._events.append(BatchesDone(worker.worker_id, done))
 
@@ -1162,21 +1173,19 @@ class RayBackend:
             except Exception as exc:  # noqa: BLE001 - the call failed as a whole
                 ended = BatchFailed(worker.worker_id, call.batch_id, _error(exc))
                 break
-            if record[0] == "out":
-                _, label, nbytes, pickled, data = record
-                if data is None:
-                    call.stored = (label, nbytes, pickled)
-                else:
+            match record:
+                case Made(label, nbytes, pickled, None):
+                    call.stored = (label, nbytes, pickled)  # the output is the next item
+                case Made(label, nbytes, _, data):
                     call.made += 1
                     outputs.append(Handle(RayPayload(None, data, True), nbytes, label))
-            elif record[0] == "end":
-                _, filtered, busy, cpu, memory = record
-                outcome = BatchOutcome(call.batch_id, [], filtered, busy, cpu, memory)
-                ended = BatchesDone(worker.worker_id, [outcome])
-                break
-            else:
-                ended = BatchFailed(worker.worker_id, call.batch_id, record[1])
-                break
+                case Ended(filtered, busy_s, cpu_s, memory):
+                    outcome = BatchOutcome(call.batch_id, [], filtered, busy_s, cpu_s, memory)
+                    ended = BatchesDone(worker.worker_id, [outcome])
+                    break
+                case Raised(error):
+                    ended = BatchFailed(worker.worker_id, call.batch_id, error)
+                    break
         if outputs:
             self._events.append(BatchOutputs(worker.worker_id, call.batch_id, outputs))
         if ended is None:
