@@ -22,34 +22,9 @@ from typing import Any
 
 import psutil
 
+from conveyor.backends import wire
 from conveyor.backends.devices import detect_cpus, detect_gpus
 from conveyor.backends.shm_store import ShmStore
-from conveyor.backends.wire import (
-    Done,
-    Exit,
-    Exited,
-    Failed,
-    Finished,
-    Fork,
-    Forked,
-    ForkFailed,
-    Hello,
-    Init,
-    Loaded,
-    LoadFailed,
-    More,
-    Out,
-    Ready,
-    SetupFailed,
-    StartHost,
-    Stop,
-    Stopped,
-    Work,
-    recv,
-    recv_ctrl,
-    send,
-    send_ctrl,
-)
 from conveyor.cluster import NodeInfo, WorkerInfo
 from conveyor.engine.messages import (
     BackendEvent,
@@ -260,7 +235,7 @@ class LocalBackend:
             env=env,
         )
         theirs.close()
-        send_ctrl(ours, Init(list(sys.path), str(self.store.root), self.nodes()[0]))
+        wire.send_ctrl(ours, wire.Init(list(sys.path), str(self.store.root), self.nodes()[0]))
         self._root = (proc, ours)
         return ours
 
@@ -271,8 +246,8 @@ class LocalBackend:
         stage_file = self.store.root / f"stage-{stage.index}.pkl"
         stage_file.write_bytes(stage.payload)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        request = StartHost(stage.name, str(stage_file), stage.has_node_setup)
-        send_ctrl(self._root_ctrl(), request, [theirs.fileno()])
+        request = wire.StartHost(stage.name, str(stage_file), stage.has_node_setup)
+        wire.send_ctrl(self._root_ctrl(), request, [theirs.fileno()])
         theirs.close()
         host = _Host(stage, ours)
         self._hosts[stage.name] = host
@@ -306,7 +281,7 @@ class LocalBackend:
             "CONVEYOR_NICENESS": str(placement.niceness),
         }
         try:
-            send_ctrl(host.ctrl, Fork(worker_id, info, env), [theirs.fileno()])
+            wire.send_ctrl(host.ctrl, wire.Fork(worker_id, info, env), [theirs.fileno()])
         except OSError as exc:
             self._fail_worker(worker, ErrorInfo("BackendError", f"could not start worker: {exc}"))
         finally:
@@ -322,7 +297,7 @@ class LocalBackend:
             return
         worker.stopping = True
         with contextlib.suppress(OSError):  # already gone: the EOF path reports it
-            send(worker.conn, Stop(now))
+            wire.send(worker.conn, wire.Stop(now))
 
     def submit(
         self,
@@ -338,7 +313,7 @@ class LocalBackend:
         # not be sent is reported as such, so that no input is charged for the death
         if worker.closed_at is None:
             try:
-                send(worker.conn, Work(batches, threads, allowance))
+                wire.send(worker.conn, wire.Work(batches, threads, allowance))
                 return
             except OSError:
                 pass
@@ -348,7 +323,7 @@ class LocalBackend:
         worker = self._workers.get(worker_id)
         if worker is not None and worker.closed_at is None:
             with contextlib.suppress(OSError):  # gone: its death is reported as usual
-                send(worker.conn, More(batch_id, outputs))
+                wire.send(worker.conn, wire.More(batch_id, outputs))
 
     # -- events ---------------------------------------------------------------------------
     def _fail_worker(self, worker: _Worker, error: ErrorInfo) -> None:
@@ -367,7 +342,7 @@ class LocalBackend:
     def _on_host_message(self, host: _Host) -> None:
         while True:
             try:
-                got = recv_ctrl(host.ctrl)
+                got = wire.recv_ctrl(host.ctrl)
             except BlockingIOError:
                 return
             except OSError:
@@ -379,27 +354,27 @@ class LocalBackend:
             for fd in fds:
                 os.close(fd)
             match msg:
-                case Hello(pid):
+                case wire.Hello(pid):
                     host.pid = pid
-                case Loaded():
+                case wire.Loaded():
                     host.loaded = True
                     host.waiting.clear()
-                case LoadFailed(error):
+                case wire.LoadFailed(error):
                     host.failed = error
                     for worker_id in host.waiting:
                         worker = self._workers.get(worker_id)
                         if worker is not None:
                             self._fail_worker(worker, error)
                     host.waiting.clear()
-                case ForkFailed(worker_id, error):
+                case wire.ForkFailed(worker_id, error):
                     worker = self._workers.get(worker_id)
                     if worker is not None:
                         self._fail_worker(worker, error)
-                case Forked(worker_id, pid):
+                case wire.Forked(worker_id, pid):
                     worker = self._workers.get(worker_id)
                     if worker is not None:
                         worker.pid = pid
-                case Exited(worker_id, reason):
+                case wire.Exited(worker_id, reason):
                     worker = self._workers.get(worker_id)
                     if worker is not None:
                         worker.exit_reason = reason
@@ -422,32 +397,32 @@ class LocalBackend:
 
     def _on_worker_message(self, worker: _Worker) -> None:
         try:
-            msg = recv(worker.conn)
+            msg = wire.recv(worker.conn)
         except (EOFError, OSError):
             self._unregister(worker.conn)
             worker.closed_at = time.monotonic()
             return
         match msg:
-            case Out(batch_id, outputs):
+            case wire.Out(batch_id, outputs):
                 self._events.append(BatchOutputs(worker.worker_id, batch_id, outputs))
-            case Done(results, memory):
+            case wire.Done(results, memory):
                 outcomes = []
                 for result in results:
                     match result:
-                        case Finished(batch_id, outputs, filtered, busy_s, cpu_s):
+                        case wire.Finished(batch_id, outputs, filtered, busy_s, cpu_s):
                             outcomes.append(
                                 BatchOutcome(batch_id, outputs, filtered, busy_s, cpu_s, memory)
                             )
-                        case Failed(batch_id, error):
+                        case wire.Failed(batch_id, error):
                             self._events.append(BatchFailed(worker.worker_id, batch_id, error))
                 if outcomes:
                     self._events.append(BatchesDone(worker.worker_id, outcomes))
-            case Ready(setup_s, memory):
+            case wire.Ready(setup_s, memory):
                 worker.ready = True
                 self._events.append(WorkerReady(worker.worker_id, setup_s, memory))
-            case SetupFailed(error):
+            case wire.SetupFailed(error):
                 self._fail_worker(worker, error)
-            case Stopped():
+            case wire.Stopped():
                 self._drop(worker)
                 self._events.append(WorkerStopped(worker.worker_id))
 
@@ -523,14 +498,14 @@ class LocalBackend:
             self._drop(worker)
         for host in list(self._hosts.values()):
             with contextlib.suppress(OSError):
-                send_ctrl(host.ctrl, Exit())
+                wire.send_ctrl(host.ctrl, wire.Exit())
             self._unregister(host.ctrl)
             with contextlib.suppress(OSError):
                 host.ctrl.close()
         if self._root is not None:
             proc, ctrl = self._root
             with contextlib.suppress(OSError):
-                send_ctrl(ctrl, Exit())
+                wire.send_ctrl(ctrl, wire.Exit())
             try:  # the root waits for its hosts, which wait for their workers
                 proc.wait(timeout=grace_s)
             except subprocess.TimeoutExpired:
