@@ -60,8 +60,8 @@ bench-video-user: $(STAMP)
 
 # Many small videos (issue 29): 2,000 and 20,000 generated 2 s videos through `conveyor video`
 # (fixed split, no models): the driver's CPU per video and peak memory at both sizes and their
-# ratio, the journal's size, the resume time with 95% done, the summary time (about 30 min
-# on 2 cores; --quick: 200 and 2,000)
+# ratio, the journal's size, the resume time with 95% done, the summary time (an hour and
+# more on 2 cores; --quick: 200 and 2,000)
 bench-video-many: $(STAMP)
 	$(PY) benchmarks/video_many.py --sizes 2000,20000
 
