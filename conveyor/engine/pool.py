@@ -77,24 +77,28 @@ class Pool:
         return self.ready_count if node is None else self._ready_on.get(node, 0)
 
     def _index(self, worker: Worker) -> None:
+        """File ``worker`` in the bucket of what it holds now, if it may take more (it runs
+        at every send and every batch's end: kept lean)."""
         wid = worker.worker_id
+        node = worker.node
         for level, bucket in enumerate(self._free):
-            if bucket.pop(wid, None) is not None and worker.node is not None:
-                local = self._local[level].get(worker.node)
+            if bucket.pop(wid, None) is not None and node is not None:
+                local = self._local[level].get(node)
                 if local is not None:
                     local.pop(wid, None)
                     if not local:
-                        del self._local[level][worker.node]
+                        del self._local[level][node]
+        depth = len(worker.messages)
         if (
-            worker.ready
+            depth < self.MAX_DEPTH
+            and worker.ready
             and not worker.stopping
             and not worker.alone
-            and worker.in_flight < self.MAX_DEPTH
             and wid in self.workers
         ):
-            self._free[worker.in_flight][wid] = worker
-            if worker.node is not None:
-                self._local[worker.in_flight].setdefault(worker.node, {})[wid] = worker
+            self._free[depth][wid] = worker
+            if node is not None:
+                self._local[depth].setdefault(node, {})[wid] = worker
 
     def add(self, worker: Worker) -> None:
         self.workers[worker.worker_id] = worker
