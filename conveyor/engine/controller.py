@@ -44,6 +44,7 @@ from conveyor.engine.messages import (
     WorkerSetupFailed,
     WorkerStopped,
 )
+from conveyor.engine.observations import cpus_per_gpu, observations
 from conveyor.engine.policies.autoscale import (
     AutoscaleConfig,
     AutoscaleState,
@@ -71,7 +72,6 @@ from conveyor.engine.spec import StageSpec
 from conveyor.engine.state import Batch, StageState
 from conveyor.engine.suspects import SUSPECT_NODE_S, Suspects
 from conveyor.errors import BackendError, EngineStalled, StageSetupError
-from conveyor.resources import Resources
 from conveyor.result import FailureRecord, RunResult, StageStats
 from conveyor.tasks.base import EmptyTask, Task
 
@@ -331,28 +331,6 @@ class Controller:
                 "(streaming runs all stages at once; BatchExecutor runs one at a time)"
             )
 
-    def _cpus_per_gpu(self) -> float:
-        """CPUs per GPU that GPU stages still wanting workers need: kept free on GPU nodes.
-
-        Only stages short of their target count: a reserve for GPUs that no stage will use
-        would only starve the CPU stages (and a stage-at-a-time run, where a CPU stage runs
-        alone).
-        """
-        memory = next(
-            (n.gpu_memory_gb for n in self.ledger.nodes.values() if n.gpu_memory_gb), None
-        )
-        ratios = [0.0]
-        for stage in self.stages:
-            if stage.done or stage.pool.live_count >= stage.target:
-                continue
-            res = stage.spec.resources
-            share = float(res.whole_gpus) if res.gpus >= 1 else res.gpus
-            if res.gpu_memory_gb and memory:
-                share = res.gpu_memory_gb / memory
-            if share > 0:
-                ratios.append(res.cpus / share)
-        return max(ratios)
-
     # -- inputs ---------------------------------------------------------------------------
     def _edge(self, stage_index: int) -> EdgeState:
         """The queue *into* stage ``stage_index`` (or the final outputs past the last stage)."""
@@ -560,7 +538,7 @@ class Controller:
             return
         stage = self.stages[worker.stage]
         stage.pool.mark_ready(worker)
-        self._measured_memory(stage, event.memory_bytes)
+        stage.note_memory(event.memory_bytes)
         # deaths in setup end the run only when they come in a row: a setup that works
         # shows the stage can start, and kills spread over days are no sign
         stage.setup_deaths = 0
@@ -630,7 +608,7 @@ class Controller:
             stats.tasks_in += n_in
             stats.busy_s += outcome.busy_s
             stats.cpu_s += outcome.cpu_s
-            self._measured_memory(stage, outcome.memory_bytes)
+            stage.note_memory(outcome.memory_bytes)
             stage.service_counts[bisect.bisect_left(SERVICE_TIME_BUCKETS_S, outcome.busy_s)] += 1
             stage.service_sum_s += outcome.busy_s
             first_measurement = not stage.meter.measured
@@ -1118,63 +1096,11 @@ class Controller:
         return self.stages[-1].done and not self.final
 
     # -- scaling --------------------------------------------------------------------------
-    def _observations(self) -> list[StageObservation]:
-        obs = []
-        for index, stage in enumerate(self.stages):
-            spec = stage.spec
-            res = spec.resources
-            gpus = float(res.whole_gpus) if res.gpus >= 1 else res.gpus
-            if res.gpu_memory_gb:
-                node = next(iter(self.ledger.nodes.values()), None)
-                if node is not None and node.gpu_memory_gb:
-                    gpus = res.gpu_fraction(node.gpu_memory_gb)
-            obs.append(
-                StageObservation(
-                    name=spec.name,
-                    cpus=res.cpus,
-                    gpus=gpus,
-                    batch_size=spec.batch_size,
-                    pinned=spec.num_workers,
-                    workers=stage.pool.live_count,
-                    task_time_s=stage.meter.task_time.value,
-                    cpu_time_s=stage.meter.cpu_time.value,
-                    fanout=stage.meter.fanout.value,
-                    backlog=stage.backlog,
-                    upstream_done=self._upstream_done(index),
-                    setup_s=stage.meter.setup_s.value,
-                    memory_bytes=(
-                        float(self._worker_resources(stage).memory_bytes)
-                        if stage.memory_known or res.memory_gb
-                        else None
-                    ),
-                    nvdecs=res.nvdecs,
-                    nvencs=res.nvencs,
-                )
-            )
-        return obs
-
-    @staticmethod
-    def _measured_memory(stage: StageState, memory_bytes: int) -> None:
-        """A worker of ``stage`` reported its footprint (0 where the backend cannot tell:
-        from then on the stage's memory is known to be what it declared)."""
-        stage.memory_known = True
-        stats = stage.stats
-        stats.worker_memory_bytes = max(stats.worker_memory_bytes, memory_bytes)
-
-    def _worker_resources(self, stage: StageState) -> Resources:
-        """What one worker of ``stage`` takes: its declared resources, with the memory its
-        workers were measured to peak at where that is more than it declared."""
-        declared = stage.spec.resources
-        measured = stage.stats.worker_memory_bytes
-        if measured <= declared.memory_bytes:
-            return declared
-        return dataclasses.replace(declared, memory_gb=measured / 2**30)
-
     def _resize_workers(self) -> None:
         """Book every placed worker at its stage's current memory figure (a stage whose
         workers are all booked at it already is not walked)."""
         for stage in self.stages:
-            resources = self._worker_resources(stage)
+            resources = stage.worker_resources()
             if stage.booked is not None and stage.booked == resources:
                 continue
             for worker in stage.pool.live():
@@ -1219,7 +1145,7 @@ class Controller:
         cpus, gpus = self.ledger.totals()
         for stage in self.stages:
             stage.meter.roll()
-        obs = self._observations()
+        obs = observations(self.stages, self.ledger, self.source_done)
         budget = Budget(cpus, gpus, self.ledger.total_memory(), *self.ledger.engine_totals())
         if self.base_budget is not None and not self.config.stage_at_a_time:
             for index, (rate, o) in enumerate(zip(stage_rates(obs), obs, strict=True)):
@@ -1264,7 +1190,7 @@ class Controller:
         if not self._placement_dirty:
             return
         self._placement_dirty = False
-        self.ledger.gpu_cpu_reserve = self._cpus_per_gpu()
+        self.ledger.gpu_cpu_reserve = cpus_per_gpu(self.stages, self.ledger)
         short = [s for s in self.stages if s.pool.live_count < s.target]
         short.sort(key=lambda s: s.pool.live_count / max(s.target, 1))
         for stage in short:
@@ -1275,7 +1201,7 @@ class Controller:
             ]
             # a stage's first worker may share CPUs: without it the stream would stall; a
             # node suspected of losing payloads gets new workers only if no other can
-            resources = self._worker_resources(stage)
+            resources = stage.worker_resources()
             if stage.booked is not None and stage.booked != resources:
                 stage.booked = None  # its workers are booked at two figures now
             placements = self.ledger.allocate_many(

@@ -3,6 +3,7 @@ by the controller's rooms: the CPU book, the snapshot)."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from conveyor.engine.events import SERVICE_TIME_BUCKETS_S
@@ -77,3 +78,19 @@ class StageState:
     @property
     def backlog(self) -> int:
         return len(self.queue) + self.in_flight_tasks
+
+    def note_memory(self, memory_bytes: int) -> None:
+        """One of its workers reported its footprint (0 where the backend cannot tell:
+        from then on the stage's memory is known to be what it declared)."""
+        self.memory_known = True
+        stats = self.stats
+        stats.worker_memory_bytes = max(stats.worker_memory_bytes, memory_bytes)
+
+    def worker_resources(self) -> Resources:
+        """What one of its workers takes: its declared resources, with the memory its
+        workers were measured to peak at where that is more than it declared."""
+        declared = self.spec.resources
+        measured = self.stats.worker_memory_bytes
+        if measured <= declared.memory_bytes:
+            return declared
+        return dataclasses.replace(declared, memory_gb=measured / 2**30)
