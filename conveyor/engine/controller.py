@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from conveyor.engine import streams
 from conveyor.engine.cpu_book import CpuBook
 from conveyor.engine.events import (
     SERVICE_TIME_BUCKETS_S,
@@ -500,7 +501,7 @@ class Controller:
             payload.append((batch_id, [e.handle for e in entries]))
             stage.in_flight_tasks += len(entries)
             if stage.spec.streams:
-                self._start_stream(stage, batch, window)
+                streams.start(stage, batch, window)
         stage.pool.sent(worker, ids, alone)
         if stage.spec.streams:
             self.backend.submit(worker.worker_id, payload, threads, allowance=window)
@@ -528,7 +529,7 @@ class Controller:
             worker.last_done = self.backend.now()
         batch = self._pop_batch(event.worker_id, event.batch_id)
         if batch is not None:
-            self._keep_sent(batch)
+            streams.keep_sent(batch)
             self._retry_or_fail(batch.stage, batch.entries, event.error, culprit=True)
 
     def _on_ready(self, event: WorkerReady) -> None:
@@ -583,7 +584,7 @@ class Controller:
         stage = self.stages[batch.stage]
         stage.in_flight_tasks -= len(batch.entries)
         if stage.spec.streams:
-            self._end_stream(stage, batch)
+            streams.end(stage, batch, self.backend.now())
         worker = self.workers.get(worker_id)
         if worker is not None:
             stage.pool.batch_done(worker, batch_id)
@@ -673,36 +674,14 @@ class Controller:
             self.final.extend(outputs)
             self.final_bytes += sum(h.nbytes for h in outputs)
 
-    # -- outputs as they are made (generator stages) ---------------------------------------
-    def _start_stream(self, stage: StageState, batch: Batch, window: int | None) -> None:
-        """A generator stage's batch is sent: it may make ``window`` outputs (``None``: any
-        number, one stage at a time) before it waits for ``_resume_streams``."""
-        batch.allowed = window
-        batch.window = window or 0
-        batch.progress_at = batch.sent_at
-        stage.outstanding += window or 0
-        stage.streaming[batch.batch_id] = batch
-        skip = [label for e in batch.entries if e.sent for label in e.sent]
-        batch.skip = frozenset(skip) if skip else None
-
+    # -- outputs as they are made (generator stages; ``engine.streams`` keeps the books) --
     def _on_outputs(self, event: BatchOutputs) -> None:
         """Outputs a running generator batch made: on to the next stage at once."""
         batch = self.batches.get(event.batch_id)
         if batch is None:  # given up on (timed out, its worker gone): tried again elsewhere
             self.backend.free(event.outputs)
             return
-        stage = self.stages[batch.stage]
-        now = self.backend.now()
-        before = batch.outstanding
-        batch.made += len(event.outputs)
-        size = sum(h.nbytes for h in event.outputs)
-        batch.made_bytes += size
-        stage.streamed += len(event.outputs)
-        stage.streamed_bytes += size
-        stage.outstanding -= before - batch.outstanding
-        batch.progress_at = now
-        if batch.allowed is not None and not batch.outstanding and batch.paused_at is None:
-            batch.paused_at = now  # it waits at its ``yield`` until allowed more
+        streams.made(self.stages[batch.stage], batch, event.outputs, self.backend.now())
         self._forward(batch, event.outputs)
 
     def _forward(self, batch: Batch, outputs: list[Handle]) -> None:
@@ -710,11 +689,9 @@ class Controller:
         inputs sent already (same position, same id: ``yields_outputs``)."""
         if not outputs:
             return
-        if batch.skip:
-            dropped = [h for h in outputs if h.label in batch.skip]
-            if dropped:
-                self.backend.free(dropped)
-                outputs = [h for h in outputs if h.label not in batch.skip]
+        outputs, dropped = streams.unsent(batch, outputs)
+        if dropped:
+            self.backend.free(dropped)
         if batch.entries[0].seek is not None:  # a recomputation: judged when it ends
             batch.held = [*(batch.held or []), *outputs]
             return
@@ -722,39 +699,6 @@ class Controller:
             batch.sent = []
         batch.sent.extend(h.label for h in outputs)
         self._pass_on(batch, outputs)
-
-    def _end_stream(self, stage: StageState, batch: Batch) -> None:
-        """A generator batch ended (done, failed, or its worker gone): its allowance is
-        no longer expected on the next edge."""
-        if stage.streaming.pop(batch.batch_id, None) is None:
-            return
-        stage.outstanding -= batch.outstanding
-        if batch.paused_at is not None:
-            batch.paused_s += self.backend.now() - batch.paused_at
-            batch.paused_at = None
-
-    def _keep_sent(self, batch: Batch) -> None:
-        """A generator batch failed after sending outputs on: its inputs remember their
-        ids, so the next attempt does not send them twice. Outputs made from the whole
-        batch (``first*j``) tie its inputs together: they are tried again as one batch."""
-        if not batch.sent:
-            return
-        entries = batch.entries
-        if len(entries) > 1 and any("*" in label for label in batch.sent):
-            shared = set(batch.sent) | set(batch.skip or ())
-            for entry in entries:
-                entry.sent = shared
-            entries[0].together = entries[1:]
-            return
-        for entry in entries:
-            prefix = entry.handle.label + "."
-            mine = {
-                label
-                for label in batch.sent
-                if label.startswith(prefix) and "." not in label[len(prefix) :]
-            }
-            if mine:
-                entry.sent = (entry.sent or set()) | mine
 
     def _resume_streams(self) -> None:
         """Allow running generator batches more outputs where the edge after their stage
@@ -775,12 +719,7 @@ class Controller:
                 if not more:
                     continue
                 now = self.backend.now() if now is None else now
-                batch.allowed += more
-                stage.outstanding += more
-                if batch.paused_at is not None:
-                    batch.paused_s += now - batch.paused_at
-                    batch.paused_at = None
-                batch.progress_at = now
+                streams.allow(stage, batch, more, now)
                 self.backend.resume(batch.worker_id, batch.batch_id, more)
 
     # -- lost payloads made again (``engine.lineage`` keeps the sources) -----------------
@@ -957,7 +896,7 @@ class Controller:
         batches = [b for b in held if b is not None and b.batch_id not in undelivered]
         for batch in held:
             if batch is not None and stage.spec.streams:
-                self._end_stream(stage, batch)
+                streams.end(stage, batch, self.backend.now())
             if batch is not None and batch.batch_id in undelivered:
                 # never reached the worker: back to the queue as it was, charged to no one
                 stage.in_flight_tasks -= len(batch.entries)
@@ -969,7 +908,7 @@ class Controller:
                     push(entry)
         for batch in batches:
             stage.in_flight_tasks -= len(batch.entries)
-            self._keep_sent(batch)
+            streams.keep_sent(batch)
             self._retry_or_fail(worker.stage, batch.entries, error, culprit=len(batches) == 1)
 
     # -- timeouts -------------------------------------------------------------------------
@@ -1016,7 +955,7 @@ class Controller:
         )
         labels = ", ".join(e.handle.label for e in batch.entries)
         log.warning("%s (inputs %s)", error.message, labels)
-        self._keep_sent(batch)
+        streams.keep_sent(batch)
         self._retry_or_fail(batch.stage, batch.entries, error, culprit=True)
         self._on_worker_gone(worker.worker_id, error, kind="timeout")
         self.backend.kill_worker(worker.worker_id)
