@@ -2,7 +2,11 @@
 
 Backend-agnostic: it talks to a backend only through the ``Backend`` protocol and moves
 ``Handle``s, never payloads (except the last stage's outputs it hands back to the caller).
-Decisions come from the pure policies; this module only applies them.
+Decisions come from the pure policies; this module only applies them. What the loop keeps
+and consults lives in rooms beside it: ``state`` (the records of stages and batches),
+``lineage`` (sources followed to their end), ``cpu_book`` (CPUs held by running batches),
+``suspects`` (nodes avoided), ``streams`` (generator batches' books), ``observations``
+(what the policies are told) and ``snapshot`` (the run as monitors and the result see it).
 """
 
 from __future__ import annotations
@@ -646,6 +650,35 @@ class Controller:
                 self._pass_on(batch, outcome.outputs, outcome.filtered)
                 self._release(batch.entries)
 
+    def _held_s(self, worker_id: str, done: list[tuple[Any, Batch]]) -> list[float]:
+        """How long each of these batches held its worker (see ``StageMeter``).
+
+        A worker is held from when it could start a batch (its previous one ended while this
+        one waited at it, or this one was sent to it idle) until the controller sees the
+        result. A batch sent to an idle worker of a stage that prefetches is the exception: fed
+        steadily its worker would not wait for the round trip, so only its busy time counts.
+        Also measures that round trip (send to result, beyond busy), which decides prefetching.
+        """
+        busy = [outcome.busy_s for outcome, _ in done]
+        worker = self.workers.get(worker_id)
+        if worker is None:
+            return busy
+        now = self.backend.now()
+        sent = min(batch.sent_at for _, batch in done)
+        waited = sent < worker.last_done  # queued behind the previous message
+        start = max(sent, worker.last_done)
+        worker.last_done = now
+        held = now - start
+        stage = self.stages[done[0][1].stage]
+        if not waited and len(done) == 1 and done[0][1].idle_send:
+            stage.meter.overhead.update(max(0.0, held - busy[0]))
+        if not waited and self._depth(stage) > 1:
+            return busy
+        total = sum(busy)
+        if total <= 0:
+            return [held / len(done)] * len(done)
+        return [b * held / total for b in busy]
+
     def _release(self, entries: list[Entry]) -> None:
         for entry in entries:  # after the outputs: a source may be let go now
             self.lineage.live(entry.handle.label, -1)
@@ -722,7 +755,7 @@ class Controller:
                 streams.allow(stage, batch, more, now)
                 self.backend.resume(batch.worker_id, batch.batch_id, more)
 
-    # -- lost payloads made again (``engine.lineage`` keeps the sources) -----------------
+    # -- failures: retries, lost payloads made again, workers gone ------------------------
     def _recompute(self, index: int, entry: Entry) -> bool:
         """Make a lost input of stage ``index`` again: its source task runs again, alone at
         every stage, keeping only the outputs on the way to it. False where that cannot work
@@ -773,35 +806,6 @@ class Controller:
             self.stages[nxt].queue.push(Entry(handle, attempts=seek.attempts))
         else:
             self.stages[nxt].queue.push_suspect(Entry(handle, seek=seek))
-
-    def _held_s(self, worker_id: str, done: list[tuple[Any, Batch]]) -> list[float]:
-        """How long each of these batches held its worker (see ``StageMeter``).
-
-        A worker is held from when it could start a batch (its previous one ended while this
-        one waited at it, or this one was sent to it idle) until the controller sees the
-        result. A batch sent to an idle worker of a stage that prefetches is the exception: fed
-        steadily its worker would not wait for the round trip, so only its busy time counts.
-        Also measures that round trip (send to result, beyond busy), which decides prefetching.
-        """
-        busy = [outcome.busy_s for outcome, _ in done]
-        worker = self.workers.get(worker_id)
-        if worker is None:
-            return busy
-        now = self.backend.now()
-        sent = min(batch.sent_at for _, batch in done)
-        waited = sent < worker.last_done  # queued behind the previous message
-        start = max(sent, worker.last_done)
-        worker.last_done = now
-        held = now - start
-        stage = self.stages[done[0][1].stage]
-        if not waited and len(done) == 1 and done[0][1].idle_send:
-            stage.meter.overhead.update(max(0.0, held - busy[0]))
-        if not waited and self._depth(stage) > 1:
-            return busy
-        total = sum(busy)
-        if total <= 0:
-            return [held / len(done)] * len(done)
-        return [b * held / total for b in busy]
 
     def _retry_or_fail(
         self, index: int, entries: list[Entry], error: ErrorInfo, culprit: bool
@@ -911,7 +915,13 @@ class Controller:
             streams.keep_sent(batch)
             self._retry_or_fail(worker.stage, batch.entries, error, culprit=len(batches) == 1)
 
-    # -- timeouts -------------------------------------------------------------------------
+    def _suspect_node(self, node: str) -> None:
+        """A payload stored on ``node`` was lost: avoid it for a while (``engine.suspects``);
+        one that left the node list already needs nothing."""
+        if node in self.ledger.nodes:
+            self.suspects.suspect(node, self.backend.now())
+
+    # -- timeouts and stalls --------------------------------------------------------------
     def _check_timeouts(self, stage: StageState, now: float) -> None:
         """Kill the workers whose running batch is past the stage's ``timeout_s``.
 
@@ -1053,12 +1063,6 @@ class Controller:
         the backend); a suspect node that left it is suspect no more."""
         self.ledger.refresh(self.backend.nodes())
         self.suspects.keep_present(self.ledger.nodes)
-
-    def _suspect_node(self, node: str) -> None:
-        """A payload stored on ``node`` was lost: avoid it for a while (``engine.suspects``);
-        one that left the node list already needs nothing."""
-        if node in self.ledger.nodes:
-            self.suspects.suspect(node, self.backend.now())
 
     def _autoscale(self, now: float, initial: bool = False) -> None:
         before = [s.target for s in self.stages]
