@@ -37,7 +37,6 @@ from conveyor.backends.wire import (
     Exit,
     Exited,
     Failed,
-    Finished,
     Fork,
     Forked,
     ForkFailed,
@@ -191,7 +190,12 @@ def worker_main(fd: int, runner: StageRunner, store: ShmStore) -> int:
                     pass  # run below
                 case _:
                     continue  # ``More`` for a batch that has ended
-            results: list[Finished | Failed] = []
+            ended: list[int] = []  # the columns of ``Done``
+            made: list[list[Handle]] = []
+            gave_nothing: list[int] = []
+            busy_s: list[float] = []
+            cpu_s: list[float] = []
+            failed: list[Failed] = []
             consumed: list[Handle] = []
             for batch_id, handles in batches:
                 begun, cpu = time.perf_counter(), time.process_time()
@@ -212,13 +216,16 @@ def worker_main(fd: int, runner: StageRunner, store: ShmStore) -> int:
                 except (EOFError, OSError):
                     return 0  # the driver went away while a generator waited for it
                 except Exception as exc:  # noqa: BLE001 - a task failure, retried by the driver
-                    results.append(Failed(batch_id, ErrorInfo.from_exception(exc)))
+                    failed.append(Failed(batch_id, ErrorInfo.from_exception(exc)))
                     continue
-                busy = time.perf_counter() - begun - waited
-                cpu = time.process_time() - cpu
-                results.append(Finished(batch_id, out_handles, filtered, busy, cpu))
+                ended.append(batch_id)
+                made.append(out_handles)
+                gave_nothing.append(filtered)
+                busy_s.append(time.perf_counter() - begun - waited)
+                cpu_s.append(time.process_time() - cpu)
                 consumed.extend(handles)
-            send(pickle.dumps(Done(results, gauge.read()), protocol=5))
+            done = Done(ended, made, gave_nothing, busy_s, cpu_s, failed, gauge.read())
+            send(pickle.dumps(done, protocol=5))
             # Inputs are released only once their outputs are safely reported.
             delete(consumed)
     finally:

@@ -33,7 +33,7 @@ MESSAGES = [
     wire.Ready(0.5, 1 << 20),
     wire.SetupFailed(ERROR),
     wire.Out(5, [HANDLE]),
-    wire.Done([wire.Finished(5, [HANDLE], 0, 0.1, 0.2), wire.Failed(6, ERROR)], 1 << 20),
+    wire.Done([5], [[HANDLE]], [0], [0.1], [0.2], [wire.Failed(6, ERROR)], 1 << 20),
     wire.Stopped(),
     wire.Placed("node-a", 99),
     wire.Ran(5, [wire.Output("3.1", b"x", 1, True)], 0, 0.1, 0.2, 0),
