@@ -140,9 +140,9 @@ class Failed(NamedTuple):
 class Done(NamedTuple):
     """The batches of one ``Work`` message (local backend): those that ended, in order, as
     columns (batch ``batch_ids[i]`` made ``outputs[i]``, ``filtered[i]`` of its inputs gave
-    nothing, it took ``busy_s[i]`` and ``cpu_s[i]``: lists of numbers pickle as fast as the
-    plain tuples they replace, a named record per batch twice as slowly), those that raised,
-    and the worker's memory footprint."""
+    nothing, it took ``busy_s[i]`` and ``cpu_s[i]``; lists of numbers pickle as cheaply as
+    plain tuples, where a named record per batch would cost every batch more), those that
+    raised, and the worker's memory footprint."""
 
     batch_ids: list[int]
     outputs: list[list[Handle]]
