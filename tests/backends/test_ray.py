@@ -707,16 +707,19 @@ def test_actors_carry_their_stage_and_worker_and_sidestep_a_taken_name(address: 
     taken = holder.options(name="first_stage-0").remote()  # the first worker's name
     ray.get(taken.ping.remote())
     try:
-        stages = [st.Slow("first stage", 0.01).with_(num_workers=1), st.Slow("b.2", 0.01)]
-        stream = Pipeline("p", stages).stream(StreamingExecutor(RayBackend(address)), range(6))
+        stages = [st.Slow("first stage", 0.05).with_(num_workers=1), st.Slow("b.2", 0.01)]
+        stream = Pipeline("p", stages).stream(StreamingExecutor(RayBackend(address)), range(12))
+        outputs, seen = [], set()
         with stream:
-            outputs = [next(stream)]
-            alive = ray._private.state.actors(actor_state_name="ALIVE").values()
-            seen = {(a["ActorClassName"], a["Name"]) for a in alive}
-            outputs.extend(stream)
+            # the table is read at every output: a stage whose inputs are all done retires its
+            # workers, so a single look after the first output could miss the first stage's
+            for output in stream:
+                outputs.append(output)
+                alive = ray._private.state.actors(actor_state_name="ALIVE").values()
+                seen |= {(a["ActorClassName"], a["Name"]) for a in alive}
     finally:
         ray.kill(taken)
-    assert sorted(outputs) == list(range(6))
+    assert sorted(outputs) == list(range(12))
     workers = {(c, n) for c, n in seen if c.endswith("Worker")}
     assert ("first_stageWorker", "first_stage-0") not in workers
     assert any(
