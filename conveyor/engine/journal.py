@@ -89,17 +89,25 @@ def key_label(key: str) -> str:
     return "k" + hashlib.sha1(key.encode()).hexdigest()[:16]
 
 
+def _digest(key: str) -> bytes:
+    """What the journal holds in memory for a key: 16 bytes however long the key (a path
+    of a million-video folder is ~100 characters), with no collision to fear at any count
+    of sources a run can have."""
+    return hashlib.blake2b(key.encode(), digest_size=16).digest()
+
+
 class Journal:
     """Append-only record of finished source tasks (see the module docstring).
 
     Open it before the run (``open``), ``record`` each finished key, ``sync`` now and then
-    and ``close`` at the end. ``finished`` holds what earlier runs recorded.
+    and ``close`` at the end. ``key in journal`` says whether a key is finished (recorded
+    by an earlier run or this one); ``len(journal)`` counts them.
     """
 
     def __init__(self, path: str | os.PathLike[str], sync_s: float = SYNC_S) -> None:
         self.path = Path(path)
         self.sync_s = sync_s
-        self.finished: set[str] = set()
+        self._finished: set[bytes] = set()  # digests of the finished keys
         self._pending: list[str] = []
         self._file: Any = None
         self._last_sync = float("-inf")  # monotonic time starts near 0 at boot
@@ -140,7 +148,7 @@ class Journal:
             )
         for number, line in enumerate(lines[1:], start=2):
             try:
-                self.finished.add(_canonical(json.loads(line)["k"]))
+                self._finished.add(_digest(_canonical(json.loads(line)["k"])))
             except (ValueError, KeyError, TypeError):
                 raise JournalError(
                     f"journal {self.path}, line {number}: not a record ({line[:80]!r})"
@@ -149,8 +157,14 @@ class Journal:
             with open(self.path, "r+b") as f:  # the next record must start on its own line
                 f.truncate(len(data) - len(torn))
 
+    def __contains__(self, key: str) -> bool:
+        return _digest(key) in self._finished
+
+    def __len__(self) -> int:
+        return len(self._finished)
+
     def record(self, key: str) -> None:
-        self.finished.add(key)
+        self._finished.add(_digest(key))
         self._pending.append(key)
 
     def sync(self, force: bool = False) -> None:

@@ -192,7 +192,7 @@ def test_a_torn_last_record_is_ignored_and_overwritten(tmp_path: Path) -> None:
     path = tmp_path / "j"
     path.write_text('{"conveyor_journal": 1, "pipeline": "p"}\n{"k":1}\n{"k":2}\n{"k":')
     journal = Journal(path).open("p")
-    assert journal.finished == {"1", "2"}
+    assert len(journal) == 2 and "1" in journal and "2" in journal and "3" not in journal
     journal.record("3")
     journal.close()
     assert records(path) == [1, 2, 3]
