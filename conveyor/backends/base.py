@@ -16,8 +16,12 @@ from conveyor.engine.spec import StageSpec
 
 @runtime_checkable
 class Backend(Protocol):
-    """Mechanism only. Implementations: ``LocalBackend`` (processes on this machine),
-    ``RayBackend`` (actors on a Ray cluster), ``SimulatedBackend`` (a virtual clock).
+    """Mechanism only. Implementations: ``LocalBackend`` (worker processes on this machine,
+    ``backends/local.py``), ``RayBackend`` (actors on a Ray cluster, ``backends/ray.py``),
+    ``SimulatedBackend`` (modelled workers on a virtual clock, ``backends/simulated.py``) and
+    its subclass ``conveyor.sim.report.TrackingBackend`` (the same, also keeping what each
+    node holds, per device, for the simulator's report). ``RayDataExecutor`` runs a pipeline
+    as a Ray Data plan and needs none of them.
 
     A backend whose stored payloads can vanish while the inputs they came from are fine (a
     cluster's node leaves and takes its object store along) sets the class attribute

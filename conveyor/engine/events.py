@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from conveyor.result import FailureRecord, RunResult
 
 #: upper bounds (seconds) of the service-time histogram kept per stage: one observation per
-#: batch, from half a millisecond (a trivial map) to ten minutes (a model over a long clip)
+#: batch, from half a millisecond (a trivial map) to ten minutes (a model over a large input)
 SERVICE_TIME_BUCKETS_S: tuple[float, ...] = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
     0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 600.0,

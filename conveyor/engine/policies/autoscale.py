@@ -355,8 +355,8 @@ def plan(
     if config.share_cpus and not share and not forced:
         # a stage with work not measured yet holds the plan to reservations, but what is
         # known still sized the measured stages: taking their workers now would only start
-        # them again once it is measured (TransNetV2 went 3 -> 1 -> 3 while the first clip
-        # was encoded)
+        # them again once it is measured (each downstream stage's first measurement would
+        # shrink and regrow the upstream pools, every worker of them a fresh start)
         target = [max(t, c) if m else t for t, c, m in zip(target, current, measured, strict=True)]
 
     # hysteresis on removals: a stage shrinks only after the proposal has held long enough

@@ -1,13 +1,13 @@
 """While a run fills, the work nearest the end of the pipeline gets the cores first.
 
 At the start of a run every stage has a worker, and the stages upstream have far more work
-queued than the ones behind them: left alone, the shot detector's next windows and the
-decoder's next videos keep the cores busy while the first clip waits for a share of them
-(nice values only tilt the share: the first clip of the video pipeline came at 40 s on 2
-cores, where a script that spends the whole machine on it needs 14 s). So until the last
-stage has seen its first task, a batch starts on an idle worker only where the CPUs held
-by its own stage and the stages after it leave room for it: a stage nearer the end is never
-held back by one before it, and one before it gets only what is left. Batches already
+queued than the ones behind them: left alone, their next batches keep the cores busy while
+the first item on its way to the end waits for a share of them. Nice values only tilt that
+share, so on a machine with fewer cores than busy stages the first output comes long after
+a sequential loop, which spends the whole machine on one item, would have made it. So until
+the last stage has seen its first task, a batch starts on an idle worker only where the CPUs
+held by its own stage and the stages after it leave room for it: a stage nearer the end is
+never held back by one before it, and one before it gets only what is left. Batches already
 running are not stopped; they just get no successor while later work needs the cores.
 Once an output has come through, every stage runs as the autoscaler sized it.
 """

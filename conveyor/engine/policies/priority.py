@@ -1,9 +1,9 @@
 """Which stage gets a contended CPU first: the ones nearer the end of the pipeline.
 
 When a machine's cores are shared by more busy workers than it has (CPUs shared by time),
-the operating system gives each its slice. Left equal, the stages upstream (decoding, shot
-detection) keep taking new work while the clips already in flight wait, so the first output
-comes late and work in progress piles up. Lowering the priority of upstream workers
+the operating system gives each its slice. Left equal, the stages upstream keep taking new
+work while the items already in flight wait, so the first output comes late and work in
+progress piles up. Lowering the priority of upstream workers
 (``nice``) lets a task that has come far finish first; over a whole run every stage still
 does all its work, so throughput stays what the cores allow.
 """

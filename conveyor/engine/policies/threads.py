@@ -1,14 +1,14 @@
 """How many CPU threads a batch may use: its stage's CPUs, or more while cores sit idle.
 
 A stage's workers are sized for the steady state, when every core is busy with some stage.
-At the start of a run (one video in flight, the stages behind it still empty) and at its
-end, cores of the budget are idle while a model or an encoder that could use them runs on
-one thread; the first clip of a run then takes as long as the slowest stage's
+At the start of a run (a few items in flight, the stages behind them still empty) and at
+its end, cores of the budget are idle while a stage that could use them (a model, an
+encoder) runs on one thread; the first output then takes as long as the stages'
 single-threaded time. So while the run fills and while a stage drains (the controller
 decides when), a batch sent to an idle worker gets the node's cores that no busy worker
 holds, up to what its stage says it can use (``ProcessingStage.max_threads``). Not in
-between: a core idle at one dispatch is soon another stage's, and an encoder on two threads
-spends more CPU time per clip than on one. A batch already running with more threads
+between: a core idle at one dispatch is soon another stage's, and a library on two threads
+often spends more CPU time per item than on one. A batch already running with more threads
 finishes with them (the cores are then briefly shared).
 """
 
