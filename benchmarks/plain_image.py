@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from PIL import Image, ImageOps
 
     from conveyor.cluster import WorkerInfo
-    from conveyor.stages.video.models import load_frame_encoder
+    from conveyor.media.models import load_frame_encoder
     from conveyor.stages.video.nsfw import OpenNSFW
 
     started = time.perf_counter()

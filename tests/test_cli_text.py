@@ -361,7 +361,7 @@ def test_semantic_dedup_end_to_end(tmp_path: Path) -> None:
 def test_semantic_dedup_without_the_model_packages_stops_before_the_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from conveyor.stages import minilm
+    from conveyor.media import minilm
 
     monkeypatch.setattr(minilm, "find_spec", lambda name: None if name == "torch" else object())
     semantic_corpus(tmp_path / "in")

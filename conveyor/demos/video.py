@@ -165,7 +165,7 @@ def run_demo(
 # -- checks -----------------------------------------------------------------------------
 def check_outputs(output: Path, inputs: list[DemoInput]) -> list[Check]:
     """Every check of the demo against the generator's ground truth."""
-    from conveyor.stages.video.layout import OutputLayout
+    from conveyor.media.layout import OutputLayout
 
     layout = OutputLayout(output)
     records = {i.relative_path: layout.read_record(i.relative_path) for i in inputs}

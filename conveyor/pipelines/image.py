@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from conveyor.media.models import EFFICIENTNET_LITE0
+from conveyor.media.tar_shards import DEFAULT_SHARD_MB
 from conveyor.pipeline import Pipeline
 from conveyor.pipelines.video import ConfigMismatch
 from conveyor.resources import Resources
@@ -27,8 +29,6 @@ from conveyor.stage import ProcessingStage
 from conveyor.stages.image.decode import MAX_PIXELS
 from conveyor.stages.image.dedup import DEDUP_MODES, PHASH_DISTANCE, SEMANTIC_THRESHOLD, DedupMode
 from conveyor.stages.image.sources import IMAGES_PER_TASK
-from conveyor.stages.io.tar_shards import DEFAULT_SHARD_MB
-from conveyor.stages.video.models import EFFICIENTNET_LITE0
 
 if TYPE_CHECKING:
     from conveyor.executors.base import Executor
@@ -299,9 +299,9 @@ def check_resume(config: ImageConfig) -> dict[str, Any] | None:
     naming the options that differ, ``ValueError`` for an output that is a file, and
     ``FileNotFoundError`` for a shard without its index (``listing``).
     """
+    from conveyor.media.tar_shards import listing
     from conveyor.pipelines.video import check_output_place, earlier_options
     from conveyor.stages.image.layout import ImageLayout
-    from conveyor.stages.io.tar_shards import listing
 
     check_output_place(config.output)
     layout = ImageLayout(config.output)

@@ -441,7 +441,7 @@ def describe(config: TextConfig) -> str:
         parts.append("exact dedup")
     elif config.dedup == "semantic":
         from conveyor.dedup.plan import ITEMS_PER_CLUSTER
-        from conveyor.stages.minilm import MAX_TOKENS
+        from conveyor.media.minilm import MAX_TOKENS
 
         semantic = config.semantic_options()
         assert semantic is not None

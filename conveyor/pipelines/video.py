@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
+from conveyor.media.decode import DECODERS
 from conveyor.pipeline import Pipeline
 from conveyor.resources import Resources
 from conveyor.stage import ProcessingStage
-from conveyor.stages.video.decode import DECODERS
 from conveyor.stages.video.video_type import DEFAULT_VIDEO_TYPES, split_labels
 
 if TYPE_CHECKING:
@@ -389,7 +389,7 @@ def gpu_shares(config: VideoConfig, nvenc: bool) -> tuple[float, float]:
 def tags_from_embedder(config: VideoConfig) -> bool:
     """Whether the tags come from the embedder's pass: it runs the tagger's network (the
     packaged EfficientNet-Lite0), whose classifier head is one matrix product away."""
-    from conveyor.stages.video.models import EFFICIENTNET_LITE0
+    from conveyor.media.models import EFFICIENTNET_LITE0
 
     return config.embed and config.embed_model == EFFICIENTNET_LITE0
 
@@ -561,7 +561,7 @@ def default_journal(output: str | os.PathLike[str]) -> Path | None:
     """Where ``conveyor video`` keeps its journal: in the output's internal folder, which
     ``--overwrite`` clears with the rest. ``None`` for an output on a bucket: a journal is
     appended to, which object stores cannot do (their records say what is done)."""
-    from conveyor.stages.video.layout import OutputLayout
+    from conveyor.media.layout import OutputLayout
     from conveyor.storage import is_url
 
     if is_url(output):
@@ -583,7 +583,7 @@ def check_resume(config: VideoConfig) -> dict[str, Any] | None:
     would fail only once the run had started, and with an errno), or ``FileNotFoundError``
     for shards that cannot be resumed (``check_shards``).
     """
-    from conveyor.stages.video.layout import OutputLayout
+    from conveyor.media.layout import OutputLayout
 
     check_output_place(config.output)
     if config.shards != "none":
@@ -629,9 +629,9 @@ def check_output_place(output: str | os.PathLike[str]) -> None:
 
 def clear_output(output: str | os.PathLike[str]) -> None:
     """Remove everything a video run writes under ``output`` (for ``--overwrite``)."""
+    from conveyor.media.layout import OutputLayout
     from conveyor.stages.video.dedup import DUPLICATES
     from conveyor.stages.video.dedup import REPORT as DEDUP_REPORT
-    from conveyor.stages.video.layout import OutputLayout
 
     layout = OutputLayout(output)
     for folder in (
@@ -674,8 +674,8 @@ def run_video(
     file, see ``default_journal``) the run also keeps the engine's journal: each video is
     a source task, recorded once all its clips are written.
     """
+    from conveyor.media.layout import OutputLayout
     from conveyor.pipelines.video_summary import RunTally, build_summary
-    from conveyor.stages.video.layout import OutputLayout
     from conveyor.stages.video.reader import VideoSources
 
     check_resume(config)

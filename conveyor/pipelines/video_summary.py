@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from conveyor.engine.journal import key_label, source_key
-from conveyor.stages.video.layout import OutputLayout
+from conveyor.media.layout import OutputLayout
 
 if TYPE_CHECKING:
     from rich.console import Console

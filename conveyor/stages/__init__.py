@@ -1,2 +1,2 @@
-"""Ready-made stages, grouped by modality (``io`` is shared by every modality; ``minilm`` is
-the sentence encoder the text and video stages share)."""
+"""Ready-made stages, grouped by modality (``io`` is shared by every modality). The media code
+they run (decoding, output layouts, model loading) is in ``conveyor.media``."""

@@ -23,6 +23,7 @@ from typer.testing import CliRunner
 from conveyor.backends import LocalBackend
 from conveyor.cli import app
 from conveyor.executors import BatchExecutor, StreamingExecutor
+from conveyor.media.layout import OutputLayout
 from conveyor.pipeline import Pipeline
 from conveyor.pipelines.video import (
     ConfigMismatch,
@@ -33,7 +34,6 @@ from conveyor.pipelines.video import (
 )
 from conveyor.samples.video import Segment, write_bad_file, write_video
 from conveyor.stages.video.base import FrameConsumer
-from conveyor.stages.video.layout import OutputLayout
 from conveyor.stages.video.transcode import ClipTranscoder
 from conveyor.stages.video.writer import NO_CLIPS
 
@@ -506,7 +506,7 @@ def test_the_gpu_pipeline_runs_on_one_gpu(inputs: Path, tmp_path: Path) -> None:
 def test_decoder_nvdec_on_declared_gpus_decodes_each_video_on_the_cpu_saying_why(
     inputs: Path, tmp_path: Path
 ) -> None:
-    from conveyor.stages.video.decode import nvdec_works
+    from conveyor.media.decode import nvdec_works
 
     if nvdec_works():
         pytest.skip("NVDEC works here: the videos are decoded on it")

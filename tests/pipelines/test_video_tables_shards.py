@@ -15,11 +15,11 @@ import pytest
 from typer.testing import CliRunner
 
 from conveyor.cli import app
+from conveyor.media.layout import OutputLayout
+from conveyor.media.table import clip_metas
 from conveyor.pipelines.video import VideoConfig, build_video_pipeline, run_video
 from conveyor.pipelines.video_summary import RunTally, build_summary
-from conveyor.stages.video.layout import OutputLayout
 from conveyor.stages.video.reader import list_videos
-from conveyor.stages.video.table import clip_metas
 from tests.pipelines.test_video import fast_config, fixed_command, local, make_inputs, records
 
 runner = CliRunner()

@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from conveyor.engine.journal import key_label, source_key
+from conveyor.media.layout import OutputLayout
 from conveyor.pipelines.video import VideoConfig
 from conveyor.pipelines.video_summary import RunTally, build_summary, input_failures
 from conveyor.result import FailureRecord, RunResult
-from conveyor.stages.video.layout import OutputLayout
 from conveyor.stages.video.reader import VideoSource
 from conveyor.tasks.video import Video, VideoTask
 

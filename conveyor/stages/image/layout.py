@@ -28,7 +28,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from conveyor.stages.video.layout import INTERNAL, OutputLayout
+from conveyor.media.layout import INTERNAL, OutputLayout
 from conveyor.storage import ObjectPath
 from conveyor.tasks.image import part_name
 

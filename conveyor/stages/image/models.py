@@ -12,11 +12,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from conveyor.media.models import EFFICIENTNET_LITE0, check_model_path, load_frame_encoder
 from conveyor.resources import Resources
 from conveyor.stages.image.base import ImageStage
 from conveyor.stages.video.aesthetic import AestheticScorer, check_aesthetic_model
 from conveyor.stages.video.base import ELASTIC_THREADS, TorchStage
-from conveyor.stages.video.models import EFFICIENTNET_LITE0, check_model_path, load_frame_encoder
 from conveyor.stages.video.nsfw import OpenNSFW, check_nsfw_threshold
 from conveyor.stages.video.tags import check_tag_rule, imagenet_labels, top_tags
 from conveyor.tasks.image import ImageBatch, ImageRecord

@@ -3,7 +3,7 @@
 Each complete part staged its kept samples (image, ``.json`` meta, ``.npy`` embedding) as
 one tar; once the stream and the deduplication are done, ``pack_shards`` appends the parts'
 samples, duplicates left out, in input order, to shards of about ``shard_mb`` MiB
-(``conveyor.stages.io.tar_shards``: a shard is filled under ``.conveyor/shards``, closed by
+(``conveyor.media.tar_shards``: a shard is filled under ``.conveyor/shards``, closed by
 its index then a rename, and taken up where it was after a crash). A part's staged tar is
 removed once the shard holding its last sample is closed. So every kept image is in exactly
 one shard, in the order of the input, whether the run went through at once or was resumed.
@@ -21,8 +21,8 @@ from collections.abc import Container, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from conveyor.media.tar_shards import Members, TarShardBook, listing, shard_bytes, shard_name
 from conveyor.stages.image.layout import ImageLayout
-from conveyor.stages.io.tar_shards import Members, TarShardBook, listing, shard_bytes, shard_name
 from conveyor.tasks.image import part_name
 
 

@@ -18,10 +18,10 @@ import tarfile
 import time
 from typing import Any
 
+from conveyor.media.tar_shards import check_key
 from conveyor.resources import Resources
 from conveyor.stage import ProcessingStage
 from conveyor.stages.image.layout import ImageLayout
-from conveyor.stages.io.tar_shards import check_key
 from conveyor.tasks.image import ERROR_FILTER, ImageBatch, ImageRecord
 
 #: the score columns of the metadata (``None`` where the stage did not run)

@@ -2,7 +2,7 @@
 MiniLM embeddings, as the same two-pass plan as exact and fuzzy dedup.
 
 1. **Pass 1**, ``DedupEmbeddings``: an ordinary stage that embeds each document with the
-   packaged all-MiniLM-L6-v2 (``conveyor.stages.minilm``) and spills ``(_doc_id,
+   packaged all-MiniLM-L6-v2 (``conveyor.media.minilm``) and spills ``(_doc_id,
    embedding)`` Parquet, one file per batch, then passes the batch on.
 2. **Resolve**, ``resolve_semantic``: ``conveyor.dedup.semantic_dedup`` over the spill (k-means
    on a sample, then every pair within a cluster, as passes on the run's executor); the ids
@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from conveyor.media.minilm import MAX_TOKENS, check_installed
 from conveyor.resources import Resources
 from conveyor.stage import ProcessingStage
-from conveyor.stages.minilm import MAX_TOKENS, check_installed
 from conveyor.stages.text.dedup import (
     _batch_file_name,
     _id_array,
@@ -121,7 +121,7 @@ class DedupEmbeddings(ProcessingStage[DocumentBatch, DocumentBatch]):
     def setup(self, worker: Any) -> None:
         import torch
 
-        from conveyor.stages.minilm import SentenceEncoder
+        from conveyor.media.minilm import SentenceEncoder
 
         self._limit_threads()
         gpu = worker is not None and worker.gpu_ids and torch.cuda.is_available()

@@ -23,12 +23,11 @@ _EXPORTS = {
     "HistogramDetector": "conveyor.stages.video.cut_detectors",
     "HybridDetector": "conveyor.stages.video.cut_detectors",
     "ImageNetTagger": "conveyor.stages.video.tags",
-    "InputError": "conveyor.stages.video.base",
+    "InputError": "conveyor.media.errors",
     "MotionFilter": "conveyor.stages.video.motion",
     "NSFWFilter": "conveyor.stages.video.nsfw",
     "QualityFilter": "conveyor.stages.video.quality",
     "TextEmbedder": "conveyor.stages.video.text_embed",
-    "OutputLayout": "conveyor.stages.video.layout",
     "OverlayTextFilter": "conveyor.stages.video.overlay_text",
     "MarkDuplicates": "conveyor.stages.video.dedup",
     "ShardWriter": "conveyor.stages.video.shards",
@@ -63,7 +62,6 @@ __all__ = [
     "MarkDuplicates",
     "MotionFilter",
     "NSFWFilter",
-    "OutputLayout",
     "OverlayTextFilter",
     "QualityFilter",
     "ShardWriter",
@@ -81,8 +79,9 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from conveyor.media.errors import InputError
     from conveyor.stages.video.aesthetic import AestheticFilter
-    from conveyor.stages.video.base import ClipStage, FrameConsumer, InputError, VideoStage
+    from conveyor.stages.video.base import ClipStage, FrameConsumer, VideoStage
     from conveyor.stages.video.caption import Captioner
     from conveyor.stages.video.cut_detectors import (
         AdaptiveDetector,
@@ -93,7 +92,6 @@ if TYPE_CHECKING:
     from conveyor.stages.video.dedup import MarkDuplicates
     from conveyor.stages.video.embed import ClipEmbedder
     from conveyor.stages.video.frames import ClipFrameExtractor
-    from conveyor.stages.video.layout import OutputLayout
     from conveyor.stages.video.motion import MotionFilter
     from conveyor.stages.video.nsfw import NSFWFilter
     from conveyor.stages.video.overlay_text import OverlayTextFilter

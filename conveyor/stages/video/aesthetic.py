@@ -24,9 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from conveyor.resources import Resources
-from conveyor.stages.video.base import ELASTIC_THREADS, FrameConsumer, TorchStage
-from conveyor.stages.video.models import (
+from conveyor.media.models import (
     check_model_path,
     clip_image_embeds,
     frame_batches,
@@ -34,6 +32,8 @@ from conveyor.stages.video.models import (
     load_torch_module,
     to_tensor,
 )
+from conveyor.resources import Resources
+from conveyor.stages.video.base import ELASTIC_THREADS, FrameConsumer, TorchStage
 from conveyor.tasks.video import Clip, Video
 
 HEAD_FILES = ("aesthetic_head.safetensors", "aesthetic_head.pt")

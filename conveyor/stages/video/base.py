@@ -16,31 +16,12 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from conveyor.media.errors import InputError, describe_error, input_errors
 from conveyor.stage import ProcessingStage
 from conveyor.tasks.video import Clip, Video, VideoTask
 
 if TYPE_CHECKING:
     from conveyor.cluster import WorkerInfo
-
-
-class InputError(Exception):
-    """The input (a video, a clip) is bad: recorded on it as a failure, never retried."""
-
-
-def input_errors() -> tuple[type[BaseException], ...]:
-    """Exceptions that mean the media is bad rather than the code: ours and FFmpeg's."""
-    import av
-
-    return (InputError, av.FFmpegError, EOFError)
-
-
-def describe_error(exc: BaseException) -> str:
-    """A one-line reason for a failure record."""
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    name = type(exc).__name__
-    if isinstance(exc, InputError):
-        return text or name
-    return f"{name}: {text}" if text else name
 
 
 class VideoStage(ProcessingStage[VideoTask, VideoTask]):

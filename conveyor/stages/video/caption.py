@@ -22,8 +22,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from conveyor.media.errors import describe_error, input_errors
 from conveyor.resources import Resources
-from conveyor.stages.video.base import FrameConsumer, TorchStage, describe_error, input_errors
+from conveyor.stages.video.base import FrameConsumer, TorchStage
 from conveyor.tasks.video import Clip, Video
 
 if TYPE_CHECKING:

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from conveyor.media.transitions import NONE, WEAK, gradual_codes, runs
 from conveyor.resources import Resources
 from conveyor.stages.video.base import VideoStage
 from conveyor.stages.video.shots import (
@@ -31,7 +32,6 @@ from conveyor.stages.video.shots import (
     TransNetV2Detector,
     transitions_from_mask,
 )
-from conveyor.stages.video.transitions import NONE, WEAK, gradual_codes, runs
 from conveyor.tasks.video import FrameWindow, Video
 
 #: PySceneDetect downscales frames wider than this to about this width before detecting

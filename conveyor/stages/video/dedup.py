@@ -18,9 +18,9 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from conveyor.media.layout import OutputLayout
 from conveyor.resources import Resources
 from conveyor.stage import ProcessingStage
-from conveyor.stages.video.layout import OutputLayout
 from conveyor.storage import ObjectPath
 
 if TYPE_CHECKING:

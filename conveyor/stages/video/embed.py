@@ -4,16 +4,16 @@ By default the packaged EfficientNet-Lite0's image features (1280 values per fra
 averaged over the clip's frames and L2-normalised, and its ImageNet class probabilities are
 left on the clip for the tagger (``Clip.class_probabilities``). ``model`` takes another torch
 model by path instead (a TorchScript or pickled module, or a Hugging Face directory such as
-a CLIP or video-embedding checkpoint the user has), see ``conveyor.stages.video.models``.
+a CLIP or video-embedding checkpoint the user has), see ``conveyor.media.models``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from conveyor.media.models import EFFICIENTNET_LITE0, check_model_path, load_frame_encoder
 from conveyor.resources import Resources
 from conveyor.stages.video.base import ELASTIC_THREADS, FrameConsumer, TorchStage
-from conveyor.stages.video.models import EFFICIENTNET_LITE0, check_model_path, load_frame_encoder
 from conveyor.tasks.video import Clip, Video
 
 

@@ -19,8 +19,9 @@ from typing import Any
 
 import numpy as np
 
+from conveyor.media.errors import InputError
 from conveyor.resources import Resources
-from conveyor.stages.video.base import ClipStage, InputError
+from conveyor.stages.video.base import ClipStage
 from conveyor.stages.video.motion import MotionTally
 from conveyor.tasks.video import Clip, Video
 

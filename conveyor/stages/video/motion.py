@@ -31,8 +31,9 @@ from typing import Any, Literal
 
 import numpy as np
 
+from conveyor.media.errors import InputError
 from conveyor.resources import Resources
-from conveyor.stages.video.base import ClipStage, InputError
+from conveyor.stages.video.base import ClipStage
 from conveyor.tasks.video import Clip, MotionScores, Video
 
 #: whose motion vectors score a clip: the source's (read while it is cut) or the clip's

@@ -20,11 +20,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from conveyor.media.decode import probe
+from conveyor.media.layout import OutputLayout, same_source
 from conveyor.resources import Resources
 from conveyor.stage import CompositeStage, ProcessingStage
 from conveyor.stages.video.base import VideoStage
-from conveyor.stages.video.decode import probe
-from conveyor.stages.video.layout import OutputLayout, same_source
 from conveyor.storage import ObjectPath, is_url, location, mtime, printable
 from conveyor.tasks.base import Task
 from conveyor.tasks.video import Video, VideoTask, video_id

@@ -36,9 +36,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from conveyor.resources import Resources
-from conveyor.stage import ProcessingStage
-from conveyor.stages.io.tar_shards import (
+from conveyor.media.layout import OutputLayout
+from conveyor.media.table import clip_metas
+from conveyor.media.tar_shards import (
     DEFAULT_SHARD_MB,
     OPEN_STATE,
     Members,
@@ -49,8 +49,8 @@ from conveyor.stages.io.tar_shards import (
     shard_bytes,
     shard_name,
 )
-from conveyor.stages.video.layout import OutputLayout
-from conveyor.stages.video.table import clip_metas
+from conveyor.resources import Resources
+from conveyor.stage import ProcessingStage
 from conveyor.storage import ObjectPath
 from conveyor.tasks.video import VideoTask, video_id
 

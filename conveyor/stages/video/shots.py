@@ -16,11 +16,11 @@ from typing import Any
 
 import numpy as np
 
+from conveyor.media.decode import decode_range
+from conveyor.media.transitions import gradual_codes, runs
 from conveyor.resources import Resources
 from conveyor.stages.video.base import ELASTIC_THREADS, TorchStage, VideoStage
-from conveyor.stages.video.decode import decode_range
 from conveyor.stages.video.split import windows
-from conveyor.stages.video.transitions import gradual_codes, runs
 from conveyor.tasks.video import FrameWindow, Video, VideoTask
 
 #: TransNetV2 looks at 25 frames on each side of what it decides, at 48 x 27 pixels

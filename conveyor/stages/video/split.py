@@ -21,9 +21,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
+from conveyor.media.transitions import GradualRuns, merge_transitions
 from conveyor.resources import Resources
 from conveyor.stages.video.base import VideoStage
-from conveyor.stages.video.transitions import GradualRuns, merge_transitions
 from conveyor.tasks.video import Clip, Video, VideoTask, clip_id
 
 MaxLenMode = Literal["stride", "truncate"]

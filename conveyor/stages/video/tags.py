@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
+from conveyor.media.models import EFFICIENTNET_LITE0, FrameEncoder, load_frame_encoder
 from conveyor.resources import Resources
 from conveyor.stages.video.base import ELASTIC_THREADS, FrameConsumer, TorchStage
-from conveyor.stages.video.models import EFFICIENTNET_LITE0, FrameEncoder, load_frame_encoder
 from conveyor.tasks.video import Clip, Video
 
 

@@ -1,6 +1,6 @@
 """Text embeddings of what a clip is said to show: its caption, or else its tags.
 
-The packaged all-MiniLM-L6-v2 (``conveyor.stages.minilm``) turns the text into a 384-value
+The packaged all-MiniLM-L6-v2 (``conveyor.media.minilm``) turns the text into a 384-value
 L2-normalised vector, so clips can be searched by words as well as by pictures. ``model`` takes
 another Hugging Face encoder directory by path.
 """
@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from conveyor.media.minilm import PACKAGED, SentenceEncoder
 from conveyor.resources import Resources
-from conveyor.stages.minilm import PACKAGED, SentenceEncoder
 from conveyor.stages.video.base import ELASTIC_THREADS, ClipStage, TorchStage
 from conveyor.tasks.video import Clip, Video
 

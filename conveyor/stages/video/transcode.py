@@ -21,9 +21,10 @@ from typing import Any
 
 import numpy as np
 
+from conveyor.media.decode import DECODERS, Damage, DecodeNote, decode_range
+from conveyor.media.errors import describe_error, input_errors
 from conveyor.resources import Resources
-from conveyor.stages.video.base import ELASTIC_THREADS, VideoStage, describe_error, input_errors
-from conveyor.stages.video.decode import DECODERS, Damage, DecodeNote, decode_range
+from conveyor.stages.video.base import ELASTIC_THREADS, VideoStage
 from conveyor.stages.video.frames import FrameSampler, model_size
 from conveyor.stages.video.motion import FrameMotion, MotionGrid, MotionTally
 from conveyor.tasks.video import Clip, Video, VideoMetadata, VideoTask

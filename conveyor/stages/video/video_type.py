@@ -152,7 +152,7 @@ class VideoTypeClassifier(FrameConsumer, TorchStage):
         import torch
         from transformers import AutoTokenizer
 
-        from conveyor.stages.video.models import load_clip
+        from conveyor.media.models import load_clip
 
         self.limit_threads()
         self._device = self.torch_device(worker)
@@ -177,7 +177,7 @@ class VideoTypeClassifier(FrameConsumer, TorchStage):
         import numpy as np
         import torch
 
-        from conveyor.stages.video.models import clip_image_embeds, frame_batches
+        from conveyor.media.models import clip_image_embeds, frame_batches
 
         out: list[Any] = []
         with torch.inference_mode():

@@ -1,4 +1,4 @@
-"""Writing clips, metadata and embeddings (the layout is in ``conveyor.stages.video.layout``).
+"""Writing clips, metadata and embeddings (the layout is in ``conveyor.media.layout``).
 
 The writer takes chunks, and parts of chunks (``Video.part`` of ``Video.parts``: the
 transcoder sends each clip on as it is encoded), in any order. For each it logs the clip ids
@@ -23,10 +23,10 @@ import os
 import time
 from typing import Any
 
+from conveyor.media.layout import OutputLayout
+from conveyor.media.table import clip_table
 from conveyor.resources import Resources
 from conveyor.stage import ProcessingStage
-from conveyor.stages.video.layout import OutputLayout
-from conveyor.stages.video.table import clip_table
 from conveyor.stages.video.text_embed import clip_text
 from conveyor.storage import ObjectPath, StoragePath
 from conveyor.tasks.video import ERROR_FILTER, Clip, Video, VideoTask

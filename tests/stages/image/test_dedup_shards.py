@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conveyor.media.tar_shards import OPEN_STATE
 from conveyor.stages.image import shards as shards_module
 from conveyor.stages.image.dedup import exact_duplicates, phash_duplicates
 from conveyor.stages.image.layout import ImageLayout
 from conveyor.stages.image.shards import pack_shards
 from conveyor.stages.image.writer import sample_members, tar_bytes
-from conveyor.stages.io.tar_shards import OPEN_STATE
 from conveyor.tasks.image import ImageRecord
 
 

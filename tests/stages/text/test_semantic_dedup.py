@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conveyor.stages import minilm
+from conveyor.media import minilm
 from conveyor.stages.text.dedup import DropDuplicates
 from conveyor.stages.text.semantic import (
     EMBEDDINGS,

@@ -33,7 +33,7 @@ class Media:
         return self._videos[key]
 
     def metadata(self, path: str | Path) -> VideoMetadata:
-        from conveyor.stages.video.decode import probe
+        from conveyor.media.decode import probe
 
         path = Path(path)
         if path not in self._metadata:

@@ -3,10 +3,10 @@ video, and the transitions the splitter would take from a decoder and a detector
 
 from __future__ import annotations
 
+from conveyor.media.decode import probe
+from conveyor.media.transitions import GradualRuns, merge_transitions
 from conveyor.samples.video import SyntheticVideo
-from conveyor.stages.video.decode import probe
 from conveyor.stages.video.shots import ShotFrameDecoder, ShotWindows, TransNetV2Detector
-from conveyor.stages.video.transitions import GradualRuns, merge_transitions
 from conveyor.tasks.video import Video, VideoTask
 
 

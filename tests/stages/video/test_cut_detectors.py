@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from conveyor.cluster import WorkerInfo
+from conveyor.media.decode import probe
 from conveyor.pipelines.video import DEFAULT_THRESHOLDS
 from conveyor.samples.video import Segment, SyntheticVideo, render_frames, write_video
 from conveyor.stages.video import cut_detectors
@@ -22,7 +23,6 @@ from conveyor.stages.video.cut_detectors import (
     changing_stretches,
     detector_for,
 )
-from conveyor.stages.video.decode import probe
 from conveyor.stages.video.shots import TRANSNET_CONTEXT, ShotFrameDecoder, ShotWindows
 from conveyor.tasks.video import Video, VideoTask
 from tests.stages.video.shot_windows import detect as detect_in_windows

@@ -11,9 +11,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from conveyor.executors.batch import BatchExecutor
+from conveyor.media.layout import OutputLayout
 from conveyor.stages.video import dedup
 from conveyor.stages.video.dedup import deduplicate, read_dedup_report
-from conveyor.stages.video.layout import OutputLayout
 from conveyor.stages.video.writer import ClipWriter
 from conveyor.tasks.video import Clip, Video, VideoMetadata, VideoTask, clip_id
 

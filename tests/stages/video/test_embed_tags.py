@@ -10,15 +10,15 @@ import numpy as np
 import pytest
 import torch
 
-from conveyor.samples.video import SyntheticVideo
-from conveyor.stages.video.embed import ClipEmbedder
-from conveyor.stages.video.frames import ClipFrameExtractor
-from conveyor.stages.video.models import (
+from conveyor.media.models import (
     CPU_FRAME_BATCH,
     load_frame_encoder,
     load_torch_module,
     to_tensor,
 )
+from conveyor.samples.video import SyntheticVideo
+from conveyor.stages.video.embed import ClipEmbedder
+from conveyor.stages.video.frames import ClipFrameExtractor
 from conveyor.stages.video.tags import ImageNetTagger, imagenet_labels
 from conveyor.tasks.video import VideoTask
 
@@ -225,7 +225,7 @@ def test_tags_are_imagenet_labels_with_scores(media: Media, with_frames: VideoTa
 def test_tags_of_a_long_clip_are_those_of_all_its_frames_at_once(
     media: Media, with_frames: VideoTask
 ) -> None:
-    from conveyor.stages.video.models import LITE_MEAN, LITE_STD
+    from conveyor.media.models import LITE_MEAN, LITE_STD
 
     task = copy.deepcopy(with_frames)
     clip = task.data.clips[0]

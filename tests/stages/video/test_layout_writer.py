@@ -11,8 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conveyor.stages.video import layout as layout_module
-from conveyor.stages.video.layout import OutputLayout, relative_paths
+from conveyor.media import layout as layout_module
+from conveyor.media.layout import OutputLayout, relative_paths
 from conveyor.stages.video.writer import NO_CLIPS, ClipWriter
 from conveyor.tasks.video import Clip, Video, VideoMetadata, VideoTask, clip_id, video_id
 

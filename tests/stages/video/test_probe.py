@@ -15,10 +15,10 @@ import av
 import numpy as np
 import pytest
 
+from conveyor.media import decode
+from conveyor.media.decode import Damage, decode_range, probe
+from conveyor.media.errors import InputError
 from conveyor.samples.video import BAD_KINDS, CONTAINERS, Segment, SyntheticVideo, write_bad_file
-from conveyor.stages.video import decode
-from conveyor.stages.video.base import InputError
-from conveyor.stages.video.decode import Damage, decode_range, probe
 
 from .conftest import INTERLACED_SOURCES, Media, write_interlaced
 
@@ -152,8 +152,8 @@ def test_probing_a_corrupt_file_prints_nothing(media: Media, tmp_path: Path) -> 
     truncated = cut(long_video(media, ".mkv").path, tmp_path / "cut.mkv", 0.6)
     script = (
         "import sys\n"
-        "from conveyor.stages.video.base import InputError\n"
-        "from conveyor.stages.video.decode import probe\n"
+        "from conveyor.media.errors import InputError\n"
+        "from conveyor.media.decode import probe\n"
         "try:\n"
         "    probe(sys.argv[1])\n"
         "except InputError:\n"

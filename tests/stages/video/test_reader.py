@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from conveyor.media.layout import OutputLayout
 from conveyor.samples.video import write_bad_file
 from conveyor.stages.video import reader
-from conveyor.stages.video.layout import OutputLayout
 from conveyor.stages.video.reader import (
     VideoListing,
     VideoProbe,

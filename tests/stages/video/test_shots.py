@@ -12,8 +12,13 @@ import numpy as np
 import pytest
 
 from conveyor.cluster import WorkerInfo
+from conveyor.media.decode import probe
+from conveyor.media.transitions import (
+    GradualRuns,
+    gradual_codes,
+    merge_transitions,
+)
 from conveyor.samples.video import Segment, SyntheticVideo, write_video
-from conveyor.stages.video.decode import probe
 from conveyor.stages.video.shots import (
     EXTENT_FLOOR,
     TRANSNET_CONTEXT,
@@ -24,11 +29,6 @@ from conveyor.stages.video.shots import (
     transitions_from_mask,
 )
 from conveyor.stages.video.split import ShotSplitter, SplitRules, scene_spans
-from conveyor.stages.video.transitions import (
-    GradualRuns,
-    gradual_codes,
-    merge_transitions,
-)
 from conveyor.tasks.video import Video, VideoTask
 from tests.stages.video.shot_windows import detect, windowed
 

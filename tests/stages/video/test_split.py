@@ -9,6 +9,7 @@ import random
 import numpy as np
 import pytest
 
+from conveyor.media.transitions import STRONG
 from conveyor.stages.video.split import (
     FixedStrideSplitter,
     SceneClipper,
@@ -20,7 +21,6 @@ from conveyor.stages.video.split import (
     scene_spans,
     windows,
 )
-from conveyor.stages.video.transitions import STRONG
 from conveyor.tasks.video import FrameWindow, Video, VideoMetadata, VideoTask, clip_id
 
 FPS = 10.0

@@ -16,8 +16,9 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
+from conveyor.media.layout import OutputLayout
+from conveyor.media.table import SCORE_NAMES, clip_metas, clip_schema, clip_table
 from conveyor.stages.video import shards as shards_module
-from conveyor.stages.video.layout import OutputLayout
 from conveyor.stages.video.shards import (
     OPEN_STATE,
     ShardBook,
@@ -26,7 +27,6 @@ from conveyor.stages.video.shards import (
     member_size,
     shard_bytes,
 )
-from conveyor.stages.video.table import SCORE_NAMES, clip_metas, clip_schema, clip_table
 from conveyor.stages.video.writer import ClipWriter, clip_meta
 from conveyor.tasks.video import Clip, Video, VideoTask, video_id
 from tests.stages.video.test_layout_writer import chunk, clip, files_under, read_json

@@ -176,7 +176,7 @@ def test_the_encoder_follows_the_worker(
 def test_the_decoder_follows_the_worker_and_falls_back_per_video(media: Media) -> None:
     """NVDEC where the worker has a GPU: here no driver takes it (a declared GPU), so each
     part says the CPU decoded it and why, and every clip is made all the same."""
-    from conveyor.stages.video.decode import nvdec_works
+    from conveyor.media.decode import nvdec_works
 
     if nvdec_works():
         pytest.skip("NVDEC works here: test_nvdec_decodes_where_it_works covers it")
@@ -210,7 +210,7 @@ def test_the_decoder_follows_the_worker_and_falls_back_per_video(media: Media) -
 def test_nvdec_takes_only_what_it_decodes() -> None:
     from types import SimpleNamespace
 
-    from conveyor.stages.video.decode import NvdecUnavailable, nvdec_decoder
+    from conveyor.media.decode import NvdecUnavailable, nvdec_decoder
 
     def stream(codec: str, pix_fmt: str = "yuv420p") -> Any:
         context = SimpleNamespace(name=codec, pix_fmt=pix_fmt, extradata=None, width=64, height=48)
@@ -223,7 +223,7 @@ def test_nvdec_takes_only_what_it_decodes() -> None:
 
 
 def test_nvdec_decodes_where_it_works(media: Media) -> None:
-    from conveyor.stages.video.decode import nvdec_works
+    from conveyor.media.decode import nvdec_works
 
     if not nvdec_works():
         pytest.skip("no NVDEC here (it needs an NVIDIA GPU and its driver)")
@@ -432,7 +432,7 @@ def shaped_source(
     same as a frame extractor takes from the encoded clip)."""
     from fractions import Fraction
 
-    from conveyor.stages.video.decode import probe
+    from conveyor.media.decode import probe
     from conveyor.stages.video.frames import ClipFrameExtractor
     from conveyor.stages.video.split import FixedStrideSplitter
     from conveyor.tasks.video import Video
@@ -494,7 +494,7 @@ def test_a_variable_rate_source_keeps_its_timing(tmp_path: Path) -> None:
     the moment it had in the source, not evenly spaced at the average rate."""
     from fractions import Fraction
 
-    from conveyor.stages.video.decode import probe
+    from conveyor.media.decode import probe
     from conveyor.stages.video.split import FixedStrideSplitter
     from conveyor.tasks.video import Video
 

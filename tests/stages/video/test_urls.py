@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from conveyor.media.decode import decode_range, probe
+from conveyor.media.errors import InputError
+from conveyor.media.layout import OutputLayout
 from conveyor.samples.video import write_bad_file
-from conveyor.stages.video.base import InputError
-from conveyor.stages.video.decode import decode_range, probe
-from conveyor.stages.video.layout import OutputLayout
 from conveyor.stages.video.reader import (
     VideoListing,
     check_inputs,

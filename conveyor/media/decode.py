@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from conveyor.stages.video.base import InputError, describe_error
+from conveyor.media.errors import InputError, describe_error
 from conveyor.storage import READ_BLOCK, ObjectPath, is_url, location, printable
 from conveyor.storage import size as file_size
 from conveyor.tasks.video import VideoMetadata

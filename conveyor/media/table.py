@@ -101,7 +101,7 @@ def _row(vid: str, meta: dict[str, Any]) -> dict[str, Any]:
     if unknown:
         raise ValueError(
             f"clip {meta['clip_id']}: score(s) {', '.join(unknown)} have no column in the clip "
-            "table: add them to conveyor.stages.video.table.SCORE_NAMES"
+            "table: add them to conveyor.media.table.SCORE_NAMES"
         )
     video_type = meta.get("video_type")
     source = meta.get("source") or {}

@@ -5,7 +5,7 @@
     OUT/clips/<clip_id>.mp4              kept clips
     OUT/filtered_clips/<clip_id>.mp4     filtered clips (only with write_filtered)
     OUT/metadata/<video_id>.parquet      the clip table: one row per clip made, kept or
-                                         filtered (``conveyor.stages.video.table``)
+                                         filtered (``conveyor.media.table``)
     OUT/metas/<clip_id>.json             the same, a file per clip (only with meta_json)
     OUT/embeddings/<video_id>.parquet    clip_id, embedding: one row per kept clip
     OUT/text_embeddings/<video_id>.parquet  clip_id, text, embedding (when text is embedded)

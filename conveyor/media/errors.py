@@ -1,0 +1,24 @@
+"""Bad media, told apart from bad code: an ``InputError`` (or FFmpeg's own errors) means the
+input is at fault, is recorded on the video or clip as a failure, and is never retried."""
+
+from __future__ import annotations
+
+
+class InputError(Exception):
+    """The input (a video, a clip) is bad: recorded on it as a failure, never retried."""
+
+
+def input_errors() -> tuple[type[BaseException], ...]:
+    """Exceptions that mean the media is bad rather than the code: ours and FFmpeg's."""
+    import av
+
+    return (InputError, av.FFmpegError, EOFError)
+
+
+def describe_error(exc: BaseException) -> str:
+    """A one-line reason for a failure record."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    name = type(exc).__name__
+    if isinstance(exc, InputError):
+        return text or name
+    return f"{name}: {text}" if text else name
