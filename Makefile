@@ -1,5 +1,7 @@
 # Two commands do everything on a fresh machine: `make demo` and `make test`.
 PYTHON ?= python3
+# test processes of `make test` (tests/conftest.py keeps the Ray tests together)
+TEST_PROCESSES ?= 3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
@@ -31,7 +33,7 @@ test: $(STAMP)
 		|| { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }; } \
 		|| echo "chromium not installed: the report's browser tests will skip"; }
 	$(VENV)/bin/ruff check conveyor tests benchmarks examples
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_PROCESSES) --dist loadgroup
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check conveyor tests benchmarks examples

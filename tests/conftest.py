@@ -40,6 +40,18 @@ def live_children() -> list[psutil.Process]:
     return alive
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under ``pytest -n N`` (``make test``), the tests on the session's loopback Ray cluster
+    run in one worker (the cluster starts once), and the tests that start Ray clusters of
+    their own in one other (no two of them race for 127.0.0.2's ports). A no-op without
+    pytest-xdist."""
+    for item in items:
+        if "ray_cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("ray-cluster"))
+        elif item.path.name.startswith("test_ray"):
+            item.add_marker(pytest.mark.xdist_group("ray-private"))
+
+
 @pytest.fixture(autouse=True)
 def no_leftover_processes() -> Iterator[None]:
     """Fail a test that leaves a worker or host process running after it returns."""
