@@ -260,10 +260,10 @@ def _run(
         close_monitors(extra)
     add_input_failures(extra, input_failures(report.summary))
     print_summary(report.summary, console)
-    console.print(f"summary: {escape(str(report.summary_path))}")
+    console.print(f"summary: {escape(str(report.summary_path))}", soft_wrap=True)
     html = report_path(extra)
     if html is not None:
-        console.print(f"report:  {escape(str(html))}")
+        console.print(f"report:  {escape(str(html))}", soft_wrap=True)
     if not report.result.completed:
         console.print("[red]the run did not complete[/]: run the same command again to resume")
         raise typer.Exit(code=1)

@@ -338,10 +338,10 @@ def _run(
         view.close()
         close_monitors(extra)
     print_summary(report.summary, console)
-    console.print(f"summary: {escape(str(report.summary_path))}")
+    console.print(f"summary: {escape(str(report.summary_path))}", soft_wrap=True)
     html = report_path(extra)
     if html is not None:
-        console.print(f"report:  {escape(str(html))}")
+        console.print(f"report:  {escape(str(html))}", soft_wrap=True)
     if not report.completed:
         console.print("[red]the run did not complete[/]: nothing was published")
         raise typer.Exit(code=1)

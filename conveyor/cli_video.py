@@ -499,10 +499,13 @@ def _run(
     failed_now = report.tally.failed_now if report.tally is not None else set()
     add_input_failures(extra, input_failures(report.summary, failed_now))
     print_summary(report.summary, console)
-    console.print(f"summary: {report.summary_path}")
+    from rich.markup import escape
+
+    # soft_wrap: a long path stays one line to copy, however narrow the terminal
+    console.print(f"summary: {escape(str(report.summary_path))}", soft_wrap=True)
     html = report_path(extra)
     if html is not None:
-        console.print(f"report:  {html}")
+        console.print(f"report:  {escape(str(html))}", soft_wrap=True)
     if not report.result.completed:
         raise typer.Exit(code=1)
 
