@@ -73,14 +73,14 @@ def _self_usage() -> dict[str, float]:
 def driver_main(stats: Path, command: list[str]) -> int:
     """Run ``conveyor COMMAND`` in this process; write this process's own usage to ``stats``."""
     import conveyor.pipelines.video as video_pipeline
-    import conveyor.pipelines.video_summary as video_summary
     from conveyor.cli import app
 
     marks: dict[str, Any] = {}
 
     def marked(module: Any, name: str, mark: str) -> None:
         """``module.name`` noting this process's usage when called and when it returns
-        (the CLI and ``run_video`` import them when they run)."""
+        (the CLI imports ``run_video`` when it runs, and ``run_video`` finds ``build_summary``
+        among its module's names)."""
         function = getattr(module, name)
 
         def measured(*args: Any, **kwargs: Any) -> Any:
@@ -93,7 +93,7 @@ def driver_main(stats: Path, command: list[str]) -> int:
         setattr(module, name, measured)
 
     marked(video_pipeline, "run_video", "run")
-    marked(video_summary, "build_summary", "summary")
+    marked(video_pipeline, "build_summary", "summary")
     code: int | str | None = 0
     try:
         app(args=command, prog_name="conveyor")

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
     from conveyor.monitor.event_log import InputFailure
     from conveyor.pipeline import Pipeline
-    from conveyor.pipelines.image import ImageConfig
+    from conveyor.pipelines.image_config import ImageConfig
     from conveyor.result import FailureRecord, RunResult
     from conveyor.stages.image.dedup import ImageDedupResult
     from conveyor.stages.image.shards import PackResult

@@ -28,266 +28,26 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from conveyor.pipeline import Pipeline
+from conveyor.pipelines.text_config import TextConfig
+from conveyor.pipelines.text_summary import TextCounts, build_summary
 from conveyor.stage import ProcessingStage
 
 if TYPE_CHECKING:
     from conveyor.executors.base import Executor
     from conveyor.result import RunResult
-    from conveyor.stages.text.dedup import DedupResult, FuzzyDedupConfig
-    from conveyor.stages.text.filters import Rule
+    from conveyor.stages.text.dedup import DedupResult
     from conveyor.stages.text.readers import InputListing
     from conveyor.stages.text.semantic import SemanticResult
     from conveyor.storage import StoragePath
 
-Format = Literal["parquet", "jsonl"]
-DedupMode = Literal["none", "exact", "fuzzy", "semantic"]
 INTERNAL = ".conveyor"
 SUMMARY = "summary.json"
-#: the fuzzy dedup options (``None``: FuzzyDedupConfig's default)
-FUZZY_OPTIONS = ("shingle_size", "num_perm", "bands", "rows", "threshold", "jaccard_check")
-#: the semantic dedup options (``None``: SEMANTIC_THRESHOLD, and semantic_dedup's clusters)
-SEMANTIC_OPTIONS = ("semantic_threshold", "semantic_clusters")
-
-
-@dataclass
-class TextConfig:
-    """Everything the text pipeline can be told (the CLI's options, one for one).
-
-    Each heuristic rule is on when its switch is ``True``, off when ``False``, and follows
-    ``filters`` when ``None``.
-    """
-
-    #: a file, a directory, a glob or a URL; or a list of them
-    input: str | Sequence[str]
-    output: str
-    text_field: str = "text"
-    format: Format = "parquet"
-    filters: bool = True
-    word_count: bool | None = None
-    min_words: int = 50
-    max_words: int = 100_000
-    mean_word_length: bool | None = None
-    min_mean_word_length: float = 3.0
-    max_mean_word_length: float = 10.0
-    symbol_ratio: bool | None = None
-    max_symbol_ratio: float = 0.1
-    ellipsis_lines: bool | None = None
-    max_ellipsis_lines: float = 0.3
-    repeated_lines: bool | None = None
-    max_repeated_lines: float = 0.3
-    langid: bool = True
-    #: keep only these languages (ISO 639 codes, or "en,de"); empty: keep every language
-    languages: Sequence[str] | str = ()
-    #: with ``languages``: the least fastText probability of the language kept
-    language_threshold: float = 0.0
-    dedup: DedupMode = "fuzzy"
-    shingle_size: int | None = None
-    num_perm: int | None = None
-    bands: int | None = None
-    rows: int | None = None
-    threshold: float | None = None
-    jaccard_check: bool | None = None
-    #: semantic: the least cosine similarity of two documents' MiniLM embeddings that makes
-    #: the later one a duplicate (``None``: 0.95, see docs/text-dedup.md)
-    semantic_threshold: float | None = None
-    #: semantic: k-means clusters the documents are compared within (``None``: one per
-    #: 10,000 documents)
-    semantic_clusters: int | None = None
-    dedup_partitions: int = 16
-    #: only the first ``limit`` records (non-blank lines, Parquet rows) of the input
-    limit: int | None = None
-    #: input bytes per read task (and so, roughly, per output shard without dedup; with it,
-    #: pass 2 writes shards of about 8 times as many bytes)
-    chunk_bytes: int = 16 << 20
-    description: str = field(default="", repr=False)
-
-    def __post_init__(self) -> None:
-        from conveyor.stages.text.langid import parse_languages
-        from conveyor.storage import is_url, normalize
-
-        problems: list[str] = []
-
-        def absolute(value: str) -> str:  # so that workers elsewhere (Ray) find it too
-            if not is_url(value):
-                value = os.path.abspath(os.path.expanduser(normalize(value)))
-            return normalize(value)
-
-        if isinstance(self.input, (str, os.PathLike)):
-            self.input = absolute(os.fspath(self.input)) if os.fspath(self.input) else ""
-        else:
-            self.input = [absolute(os.fspath(i)) for i in self.input if os.fspath(i)]
-            if len(self.input) == 1:
-                self.input = self.input[0]
-        if not self.input:
-            problems.append("input must not be empty")
-        self.output = absolute(os.fspath(self.output)) if os.fspath(self.output) else ""
-        if not self.output:
-            problems.append("output must not be empty")
-        inputs = [self.input] if isinstance(self.input, str) else list(self.input)
-        if self.output and self.output in inputs:
-            problems.append(
-                "OUTPUT is the INPUT directory: write to another directory (one inside INPUT "
-                "is fine, it is not read)"
-            )
-        if not self.text_field:
-            problems.append("text_field must be a non-empty name")
-        internal = ("_doc_id", "language", "language_score") if self.langid else ("_doc_id",)
-        if self.text_field in internal:
-            problems.append(
-                f"text_field {self.text_field!r} is a column the pipeline writes; rename it"
-            )
-        if self.format not in ("parquet", "jsonl"):
-            problems.append(f"format must be 'parquet' or 'jsonl', got {self.format!r}")
-        if self.dedup not in ("none", "exact", "fuzzy", "semantic"):
-            problems.append(
-                f"dedup must be 'none', 'exact', 'fuzzy' or 'semantic', got {self.dedup!r}"
-            )
-        try:
-            self.languages = parse_languages(self.languages or None)
-        except ValueError as exc:
-            problems.append(f"languages: {exc}")
-        if self.languages and not self.langid:
-            problems.append("choosing languages needs language identification (langid=True)")
-        if not 0.0 <= self.language_threshold <= 1.0:
-            problems.append(f"language_threshold must be in [0, 1], got {self.language_threshold}")
-        if self.limit is not None and self.limit < 1:
-            problems.append(f"limit must be >= 1, got {self.limit}")
-        if self.chunk_bytes < 1:
-            problems.append(f"chunk_bytes must be >= 1, got {self.chunk_bytes}")
-        if self.dedup_partitions < 1:
-            problems.append(f"dedup_partitions must be >= 1, got {self.dedup_partitions}")
-        given = [name for name in FUZZY_OPTIONS if getattr(self, name) is not None]
-        if given and self.dedup != "fuzzy":
-            problems.append(
-                f"{', '.join(given)} set fuzzy deduplication, which needs dedup='fuzzy' "
-                f"(dedup is {self.dedup!r})"
-            )
-        problems += self._semantic_problems()
-        if not problems:
-            try:
-                self.rules()
-                self.fuzzy_config()
-            except (ValueError, TypeError) as exc:
-                problems.append(str(exc))
-        if problems:
-            raise ValueError("; ".join(problems))
-
-    def _semantic_problems(self) -> list[str]:
-        given = [name for name in SEMANTIC_OPTIONS if getattr(self, name) is not None]
-        if given and self.dedup != "semantic":
-            return [
-                f"{', '.join(given)} set semantic deduplication, which needs dedup='semantic' "
-                f"(dedup is {self.dedup!r})"
-            ]
-        problems = []
-        threshold, clusters = self.semantic_threshold, self.semantic_clusters
-        if threshold is not None and (
-            isinstance(threshold, bool)
-            or not isinstance(threshold, (int, float))
-            or not 0 < threshold <= 1
-        ):
-            problems.append(f"semantic_threshold must be in (0, 1], got {threshold!r}")
-        if clusters is not None and (
-            isinstance(clusters, bool) or not isinstance(clusters, int) or clusters < 1
-        ):
-            problems.append(f"semantic_clusters must be an int >= 1, got {clusters!r}")
-        return problems
-
-    def semantic_options(self) -> dict[str, Any] | None:
-        """The semantic dedup settings (``None`` unless dedup is semantic; ``clusters``
-        ``None``: one per 10,000 documents)."""
-        if self.dedup != "semantic":
-            return None
-        from conveyor.stages.text.semantic import SEMANTIC_THRESHOLD
-
-        threshold = self.semantic_threshold
-        return {
-            "threshold": SEMANTIC_THRESHOLD if threshold is None else float(threshold),
-            "clusters": self.semantic_clusters,
-        }
-
-    def _on(self, switch: bool | None) -> bool:
-        return self.filters if switch is None else switch
-
-    def rules(self) -> list[Rule]:
-        """The heuristic rules that are on, cheapest first."""
-        from conveyor.stages.text.filters import (
-            EllipsisLines,
-            MeanWordLength,
-            RepeatedLines,
-            SymbolToWordRatio,
-            WordCount,
-        )
-
-        rules: list[Rule] = []
-        if self._on(self.word_count):
-            rules.append(WordCount(self.min_words, self.max_words))
-        if self._on(self.mean_word_length):
-            rules.append(MeanWordLength(self.min_mean_word_length, self.max_mean_word_length))
-        if self._on(self.symbol_ratio):
-            rules.append(SymbolToWordRatio(self.max_symbol_ratio))
-        if self._on(self.ellipsis_lines):
-            rules.append(EllipsisLines(self.max_ellipsis_lines))
-        if self._on(self.repeated_lines):
-            rules.append(RepeatedLines(self.max_repeated_lines))
-        return rules
-
-    def fuzzy_config(self) -> FuzzyDedupConfig | None:
-        """The MinHash LSH settings (``None`` unless dedup is fuzzy). ``num_perm`` follows
-        ``bands * rows`` when only those are given, and ``rows`` follows ``num_perm / bands``
-        when only ``num_perm`` is."""
-        if self.dedup != "fuzzy":
-            return None
-        from conveyor.stages.text.dedup import FuzzyDedupConfig
-
-        default = FuzzyDedupConfig()
-        bands, rows, num_perm = self.bands, self.rows, self.num_perm
-        if num_perm is None:
-            bands = default.bands if bands is None else bands
-            rows = default.rows if rows is None else rows
-            num_perm = bands * rows
-        elif bands is None and rows is None:
-            bands = default.bands
-            rows = num_perm // bands if num_perm % bands == 0 else default.rows
-        elif bands is None:
-            assert rows is not None
-            bands = num_perm // rows if num_perm % rows == 0 else default.bands
-        elif rows is None:
-            rows = num_perm // bands if num_perm % bands == 0 else default.rows
-        values: dict[str, Any] = {"num_perm": num_perm, "bands": bands, "rows": rows}
-        for name in ("shingle_size", "threshold", "jaccard_check"):
-            if getattr(self, name) is not None:
-                values[name] = getattr(self, name)
-        return FuzzyDedupConfig(**values)
-
-    def options(self) -> dict[str, Any]:
-        """What the run was told, as plain values (for ``summary.json``)."""
-        fuzzy = self.fuzzy_config()
-        return {
-            "text_field": self.text_field,
-            "format": self.format,
-            "rules": {rule.name: _rule_values(rule) for rule in self.rules()},
-            "langid": self.langid,
-            "languages": list(self.languages),
-            "language_threshold": self.language_threshold,
-            "dedup": self.dedup,
-            "fuzzy": None if fuzzy is None else _rule_values(fuzzy),
-            "semantic": self.semantic_options(),
-            "limit": self.limit,
-            "chunk_bytes": self.chunk_bytes,
-        }
-
-
-def _rule_values(obj: Any) -> dict[str, Any]:
-    from dataclasses import asdict
-
-    return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(obj).items()}
 
 
 # -- where things go ------------------------------------------------------------------------
@@ -522,7 +282,6 @@ def run_text(
     counts); ``on_pass`` is told when a pass or the dedup step starts. Output shards are
     published (moved to ``part-NNNNN``) only when every pass completed.
     """
-    from conveyor.pipelines.text_summary import TextCounts, build_summary
     from conveyor.stages.text.readers import list_inputs
     from conveyor.stages.text.writers import publish_shards
     from conveyor.storage import atomic_write

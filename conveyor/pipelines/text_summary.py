@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from conveyor.pipeline import Pipeline
-    from conveyor.pipelines.text import TextConfig
+    from conveyor.pipelines.text_config import TextConfig
     from conveyor.result import RunResult
     from conveyor.stages.text.dedup import DedupResult
     from conveyor.stages.text.readers import InputListing

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from conveyor.monitor.event_log import InputFailure
-    from conveyor.pipelines.video import VideoConfig
+    from conveyor.pipelines.video_config import VideoConfig
     from conveyor.result import FailureRecord, RunResult
     from conveyor.stages.video.reader import VideoSource
     from conveyor.tasks.video import VideoTask
