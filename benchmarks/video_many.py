@@ -185,8 +185,9 @@ def newest_mtime(folder: Path) -> float | None:
     return newest
 
 
-def size_figures(count: int, cache: Path, root: Path) -> dict[str, Any]:
-    """The three runs at ``count`` videos and what they measured."""
+def size_figures(count: int, cache: Path, root: Path, resume: bool = True) -> dict[str, Any]:
+    """The three runs at ``count`` videos (the full one alone without ``resume``) and what
+    they measured."""
     source = make_small_videos(cache, count, SECONDS, WIDTH, HEIGHT, FPS)
     found: dict[str, Any] = {"videos": count}
     full = root / f"n{count}-full"
@@ -201,6 +202,9 @@ def size_figures(count: int, cache: Path, root: Path) -> dict[str, Any]:
     )
     found["full"] = run
     shutil.rmtree(full, ignore_errors=True)
+    if not resume:
+        found["partial"] = found["resume"] = None
+        return found
 
     done = max(1, min(count - 1, round(count * DONE_BEFORE_RESUME)))
     partial = root / f"n{count}-resume"
@@ -234,8 +238,8 @@ def derived(size: dict[str, Any]) -> dict[str, Any]:
         ),
         "journal_bytes_per_video": per_video(full["journal_bytes"], n),
         "videos_per_s": n / full["wall_s"] if full["wall_s"] else None,
-        "resume_s": resume["wall_s"],
-        "resume_driver_cpu_s": resume["driver_cpu_s"],
+        "resume_s": resume["wall_s"] if resume else None,
+        "resume_driver_cpu_s": resume["driver_cpu_s"] if resume else None,
     }
 
 
@@ -277,7 +281,9 @@ PEAKS = [
 
 def cell(size: dict[str, Any], where: str, spec: str) -> str:
     if where == "exits":
-        return "/".join(str(size[k]["exit"]) for k in ("full", "partial", "resume"))
+        return "/".join(
+            str((size[k] or {}).get("exit", "-")) for k in ("full", "partial", "resume")
+        )
     if where == "ok":
         value: Any = size["full"]["videos"].get("ok")
     else:
@@ -362,6 +368,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "--cache", type=Path, default=Path(tempfile.gettempdir()) / "conveyor-bench-videos"
     )
     p.add_argument("--outputs", type=Path, default=None, help="runs' logs here (kept)")
+    p.add_argument(
+        "--no-resume", action="store_true", help="the full runs only (no partial and resumed)"
+    )
     p.add_argument("--json", type=Path, default=None, help="write the figures as JSON")
     p.add_argument("--from-json", type=Path, default=None, help="print a saved run's tables")
     args = p.parse_args(argv)
@@ -382,7 +391,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     root = args.outputs or Path(tempfile.mkdtemp(prefix="conveyor-bench-many-"))
     root.mkdir(parents=True, exist_ok=True)
     try:
-        sizes = [size_figures(n, args.cache, root) for n in counts]
+        sizes = [size_figures(n, args.cache, root, not args.no_resume) for n in counts]
     finally:
         if not keep:
             shutil.rmtree(root, ignore_errors=True)

@@ -435,6 +435,18 @@ def test_semdedup_tiny(
     assert json.loads(saved.read_text())["growth"][0]["n"] == 3000
 
 
+def test_video_many_full_runs_only(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``--no-resume``: one run per size, the resume figures left empty, not made up."""
+    bench = load("video_many", monkeypatch)
+    figures = bench.main(["--sizes", "1,2", "--no-resume", "--cache", str(tmp_path / "c")])
+    for size in figures["sizes"]:
+        assert size["full"]["exit"] == 0 and size["partial"] is None and size["resume"] is None
+        assert size["derived"]["resume_s"] is None
+    assert "0/-/-" in capsys.readouterr().out  # the exit codes' row
+
+
 def test_video_many_quick(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
