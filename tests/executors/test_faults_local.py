@@ -154,6 +154,11 @@ def _raise_on_load() -> None:
     raise ImportError("cannot be loaded here")
 
 
+def _ctrl_c_as_in_a_terminal() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def test_ctrl_c_stops_every_worker(tmp_path: Path) -> None:
     script = tmp_path / "long.py"
     script.write_text(
@@ -187,6 +192,11 @@ def test_ctrl_c_stops_every_worker(tmp_path: Path) -> None:
         stderr=stderr.open("w"),
         text=True,
         start_new_session=True,
+        # as a terminal starts it: Ctrl-C handled. A signal ignored or blocked in this pytest
+        # process (a library loaded by an earlier test in the same process) would be
+        # inherited, and Python then installs no KeyboardInterrupt at all: the run was seen
+        # going on untouched in full runs of the suite, never alone
+        preexec_fn=_ctrl_c_as_in_a_terminal,
     )
     try:
         assert proc.stdout is not None
