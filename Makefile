@@ -1,6 +1,6 @@
 # Two commands do everything on a fresh machine: `make demo` and `make test`.
 PYTHON ?= python3
-# test processes of `make test` (tests/conftest.py keeps the Ray tests together)
+# test processes of `make test` (tests/conftest.py groups the Ray tests)
 TEST_PROCESSES ?= 3
 VENV ?= .venv
 PY := $(VENV)/bin/python

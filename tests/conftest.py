@@ -41,13 +41,14 @@ def live_children() -> list[psutil.Process]:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under ``pytest -n N`` (``make test``), the tests on the session's loopback Ray cluster
-    run in one worker (the cluster starts once), and the tests that start Ray clusters of
-    their own in one other (no two of them race for 127.0.0.2's ports). A no-op without
-    pytest-xdist."""
+    """Under ``pytest -n N`` (``make test``): the tests on the session's loopback Ray cluster
+    in two groups of about equal time (each worker that runs one starts its own cluster, on
+    ports of its own), and the tests that start private clusters in a third, so that no two
+    of those race. A no-op without pytest-xdist."""
     for item in items:
         if "ray_cluster" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("ray-cluster"))
+            half = "a" if item.path.name == "test_ray.py" else "b"
+            item.add_marker(pytest.mark.xdist_group(f"ray-cluster-{half}"))
         elif item.path.name.startswith("test_ray"):
             item.add_marker(pytest.mark.xdist_group("ray-private"))
 
