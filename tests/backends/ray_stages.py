@@ -94,7 +94,7 @@ class NodeHooks(ProcessingStage[int, int]):
         self.worker_id = worker.worker_id
 
     def process(self, task: int) -> int:
-        time.sleep(0.02)
+        time.sleep(0.1)  # enough work that a worker set up late on a busy machine gets some
         return task
 
     def teardown(self) -> None:

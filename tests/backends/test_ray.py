@@ -304,8 +304,8 @@ def test_worker_that_ray_cannot_schedule_stops_the_run_clearly(address: str) -> 
 def test_setup_on_node_once_per_node_before_setup_and_teardown_everywhere(
     address: str, tmp_path: Path
 ) -> None:
-    result = run([st.NodeHooks(tmp_path, workers=4)], range(20), RayBackend(address))
-    assert sorted(result.outputs) == list(range(20))
+    result = run([st.NodeHooks(tmp_path, workers=4)], range(40), RayBackend(address))
+    assert sorted(result.outputs) == list(range(40))
     nodes = set(node_ids().values())
     marks = {p.name.removeprefix("node-"): p.read_text() for p in tmp_path.glob("node-*")}
     assert marks == {node: "x" for node in nodes}  # once per node, on that node
@@ -375,7 +375,9 @@ def test_a_journal_resumes_on_ray(address: str, tmp_path: Path) -> None:
 
 # -- generator stages ---------------------------------------------------------------------
 def test_a_generators_outputs_leave_as_they_are_made_on_ray(address: str, tmp_path: Path) -> None:
-    stages = [st.Trickle(tmp_path, 5, gap_s=0.4, size=64 * 1024), st.Arrivals(tmp_path)]
+    # 4 s of outputs: the first must arrive well before the last is made, even when a busy
+    # machine delays each arrival by a second or two
+    stages = [st.Trickle(tmp_path, 5, gap_s=1.0, size=64 * 1024), st.Arrivals(tmp_path)]
     result = run(stages, [3], RayBackend(address))
     assert sorted(result.outputs) == [(3, j) for j in range(5)]
     first = st.Arrivals.seen(tmp_path)[0][1]

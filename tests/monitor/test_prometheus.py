@@ -39,7 +39,9 @@ def test_metrics_move_as_a_local_run_does() -> None:
     assert len(during) >= 3, "the run should have been scraped while it went"
     labels = {"pipeline": "counting", "stage": "slow"}
     done = [value(s, "conveyor_stage_tasks_total", outcome="in", **labels) or 0 for s in scrapes]
-    assert done == sorted(done) and 0 < done[len(during) // 2] < 120  # it moved
+    # it moved: seen part-way at least once (on a busy machine the start may take most of
+    # the scrapes, so not necessarily at the middle one)
+    assert done == sorted(done) and any(0 < d < 120 for d in done)
     final = scrapes[-1]
     assert value(final, "conveyor_run_running", pipeline="counting") == 0
     assert value(final, "conveyor_run_inputs_total", pipeline="counting") == 120
