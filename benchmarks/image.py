@@ -14,14 +14,19 @@ Open-NSFW), hash (content and perceptual), and write the kept images with their 
 * plain: ``benchmarks/plain_image.py``, one process, one image after the other, models in
   batches of 32 with ``--cpus`` threads each.
 
-Each side runs in its own process, one after the other; printed per side: wall time (process
-start to end), images per second, peak memory of its process tree (RSS; PSS, which counts
-pages forked workers share once) and CPU seconds; then ours at each of ``--memory-sizes``
-(the first N images of the same data, ``--limit``): peak memory should not grow with N. The
-raw numbers go to ``--json``.
+Each side runs in its own process, one after the other, on the first ``--compare`` images
+(default 10,000: the plain script's pace is the same on every image, and at 100,000 it would
+take hours of this benchmark's time); printed per side: wall time (process start to end),
+images per second, peak memory of its process tree (RSS; PSS, which counts pages forked
+workers share once) and CPU seconds. Then the ceiling: the plain script again with one thread
+on the first ``--ceiling-images``, whose CPU seconds per image are the work itself without
+threads waiting on each other; spread perfectly over ``--cpus`` cores that work could go at
+most this many times the plain script's pace. Then ours at each of ``--memory-sizes`` (the
+first N images of the same data, ``--limit``; up to all ``--images``): peak memory should not
+grow with N. The raw numbers go to ``--json``.
 
     .venv/bin/python benchmarks/image.py                         # 100,000 images
-    .venv/bin/python benchmarks/image.py --images 10000 --memory-sizes 2000,10000
+    .venv/bin/python benchmarks/image.py --images 10000 --compare 2000 --memory-sizes 2000,10000
     .venv/bin/python benchmarks/image.py --quick                 # a smoke run
 """
 
@@ -75,11 +80,15 @@ def generate(data: Path, images: int, per_shard: int, seed: int, quick: bool, cp
     return time.perf_counter() - started
 
 
-def side(name: str, data: Path, out: Path, limit: int | None, cpus: float) -> dict[str, Any]:
-    """One side in its own process, its tree's memory and CPU measured from here."""
+def side(
+    name: str, data: Path, out: Path, limit: int | None, cpus: float, threads: int | None = None
+) -> dict[str, Any]:
+    """One side in its own process, its tree's memory and CPU measured from here; the plain
+    script's models run with ``threads`` threads (default: one per CPU)."""
     shutil.rmtree(out, ignore_errors=True)
     if name == "plain":
-        argv = [str(HERE / "plain_image.py"), str(data), str(out), "--threads", str(round(cpus))]
+        threads = threads or max(1, round(cpus))
+        argv = [str(HERE / "plain_image.py"), str(data), str(out), "--threads", str(threads)]
         if limit is not None:
             argv += ["--limit", str(limit)]
     else:
@@ -97,6 +106,7 @@ def side(name: str, data: Path, out: Path, limit: int | None, cpus: float) -> di
     return {
         "side": name,
         "limit": limit,
+        "threads": threads,
         "images": result["images"],
         "kept": result["kept"],
         "wall_s": round(wall, 3),
@@ -148,6 +158,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--images", type=int, default=100_000)
     parser.add_argument("--per-shard", type=int, default=1000)
+    parser.add_argument("--compare", type=int, default=10_000)
+    parser.add_argument("--ceiling-images", type=int, default=2_000)
     parser.add_argument("--memory-sizes", default="10000,100000")
     parser.add_argument("--cpus", type=float, default=2.0)
     parser.add_argument("--seed", type=int, default=0)
@@ -164,9 +176,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         return {}
     if args.quick:
         args.images, args.per_shard, args.memory_sizes = 48, 16, "24,48"
+        args.compare, args.ceiling_images = 48, 24
     sizes = sorted({int(s) for s in args.memory_sizes.split(",") if s.strip()})
     if any(s > args.images for s in sizes):
         parser.error(f"--memory-sizes {args.memory_sizes} asks for more than --images")
+    for option in ("compare", "ceiling_images"):
+        if not 0 < getattr(args, option) <= args.images:
+            flag = "--" + option.replace("_", "-")
+            parser.error(f"{flag} {getattr(args, option)} must be between 1 and --images")
     tag = f"{args.images}-{args.per_shard}-{args.seed}{'-quick' if args.quick else ''}"
     root = Path(tempfile.gettempdir()) / "conveyor-bench-image"
     data = args.data or root / f"data-{tag}"
@@ -175,23 +192,37 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     generated = generate(data, args.images, args.per_shard, args.seed, args.quick, round(args.cpus))
     print(f"data: {args.images:,} images in {data} (generated in {generated:.0f} s)")
 
-    ours = side("ours", data, work / "ours", None, args.cpus)
-    plain = side("plain", data, work / "plain", None, args.cpus)
+    def limit(n: int) -> int | None:
+        return None if n == args.images else n
+
+    ours = side("ours", data, work / "ours", limit(args.compare), args.cpus)
+    plain = side("plain", data, work / "plain", limit(args.compare), args.cpus)
+    single = side("plain", data, work / "plain-1", limit(args.ceiling_images), args.cpus, 1)
     memory = [
-        ours if size == args.images else side("ours", data, work / f"ours-{size}", size, args.cpus)
+        ours if size == args.compare
+        else side("ours", data, work / f"ours-{size}", limit(size), args.cpus)
         for size in sizes
-    ]
+    ]  # fmt: skip
     ratio = ours["images_per_s"] / plain["images_per_s"]
+    # the plain script's work on one thread, spread perfectly over the cores
+    ideal_per_s = args.cpus * single["images"] / single["cpu_s"]
+    ceiling = ideal_per_s / plain["images_per_s"]
     header = ["wall s", "images/s", "peak RSS MB", "peak PSS MB"]
     rows = [
         [m["side"], f"{m['images']:,}", f"{m['kept']:,}", *_speed(m), fmt(m["cpu_s"], ".1f"),
          fmt(m["load_1m_end"])]
         for m in (ours, plain)
     ]  # fmt: skip
-    title = f"image curation, {args.images:,} images, {args.cpus:g} CPUs"
+    title = f"image curation, {ours['images']:,} images, {args.cpus:g} CPUs"
     print()
     print(table(title, ["side", "images", "kept", *header, "cpu s", "load 1m"], rows))
     print(f"ours / plain images/s: {ratio:.2f}x (target >= {TARGET_RATIO}x on 2 cores)")
+    print(
+        f"ceiling: the plain script's work on one thread costs "
+        f"{1000 * single['cpu_s'] / single['images']:.1f} CPU-ms per image "
+        f"({single['images']:,} images); on {args.cpus:g} cores with no overhead at all that "
+        f"is {ideal_per_s:.1f} images/s, {ceiling:.2f}x the plain script"
+    )
     print()
     by_size = [[f"{m['images']:,}", *_speed(m)] for m in memory]
     print(table("ours: peak memory by input size", ["images", *header], by_size))
@@ -207,7 +238,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "generated_s": round(generated, 1),
         "ours": ours,
         "plain": plain,
+        "plain_one_thread": single,
         "ratio": round(ratio, 3),
+        "ceiling": round(ceiling, 3),
         "target_ratio": TARGET_RATIO,
         "memory": memory,
         "pss_growth": round(growth, 3),

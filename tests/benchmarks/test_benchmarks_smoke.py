@@ -498,7 +498,13 @@ def test_image_quick(
     assert figures["ours"]["kept"] == figures["plain"]["kept"] == 48
     assert [m["images"] for m in figures["memory"]] == [24, 48]
     assert all(m["peak_pss_bytes"] > 0 and m["images_per_s"] > 0 for m in figures["memory"])
+    assert figures["plain_one_thread"]["images"] == 24
+    assert figures["plain_one_thread"]["threads"] == 1 and figures["plain"]["threads"] == 2
     for text in ("image curation, 48 images", "ours / plain images/s", "peak memory by input"):
         assert text in out
+    assert "on 2 cores with no overhead at all" in out
     assert json.loads(saved.read_text())["ratio"] == figures["ratio"] > 0
+    assert figures["ceiling"] > 0
+    with pytest.raises(SystemExit):
+        bench.main(["--images", "48", *options, "--compare", "0"])
     assert bench.generate(tmp_path / "data", 48, 16, 0, True, 2) == 0.0  # written once
