@@ -155,6 +155,13 @@ def validate_stage(stage: ProcessingStage[Any, Any]) -> None:
         raise ValueError(
             f"stage {label!r}: preload_modules must be a tuple of module names, got {preload!r}"
         )
+    hidden = [m for m in _METHODS if not callable(getattr(stage, m, None))]
+    if hidden:
+        raise ValueError(
+            f"stage {label!r}: "
+            + "; ".join(f"its {m} = {getattr(stage, m)!r} hides the method {m}()" for m in hidden)
+            + " of ProcessingStage, which the engine calls: rename the attribute"
+        )
     curator = _curator_style(stage)
     if curator:
         raise ValueError(
@@ -187,6 +194,11 @@ def validate_stage(stage: ProcessingStage[Any, Any]) -> None:
     ):
         raise ValueError(f"stage {label!r} implements neither process nor process_batch")
 
+
+#: the methods the engine calls on every stage, which an attribute of the same name would hide
+_METHODS = (
+    "process", "process_batch", "setup_on_node", "setup", "teardown", "inputs", "outputs", "kind"
+)  # fmt: skip
 
 #: NeMo Curator's stage methods, which a stage of Conveyor's own would have ignored
 _CURATOR_METHODS = ("xenna_stage_spec", "ray_stage_spec", "num_workers_per_node")

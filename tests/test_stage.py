@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from conveyor import CompositeStage, ProcessingStage, Resources, processing_stage
+from conveyor import CompositeStage, Pipeline, ProcessingStage, Resources, processing_stage
 from conveyor.cluster import NodeInfo, WorkerInfo
 from conveyor.stage import FunctionStage, declared_names, validate_stage
 
@@ -132,6 +132,23 @@ def test_stage_with_neither_process_nor_process_batch() -> None:
         validate_stage(stage)
     with pytest.raises(NotImplementedError, match="'Lazy'"):
         stage.process(1)
+
+
+def test_an_attribute_hiding_a_method_the_engine_calls_is_a_clear_build_error() -> None:
+    class Counts(ProcessingStage[int, int]):
+        outputs = 3  # meant as "three outputs per input"
+
+        def process(self, task: int) -> int:
+            return task
+
+    with pytest.raises(ValueError, match=r"'Counts': its outputs = 3 hides the method outputs\(\)"):
+        validate_stage(Counts())
+    with pytest.raises(ValueError, match="rename the attribute"):
+        Pipeline("p", [Counts()]).build()
+    stage = Double()
+    stage.setup = None  # type: ignore[assignment]  # an instance attribute hides it as well
+    with pytest.raises(ValueError, match=r"its setup = None hides the method setup\(\)"):
+        validate_stage(stage)
 
 
 def test_overrides_reports_which_methods_a_class_replaces() -> None:
