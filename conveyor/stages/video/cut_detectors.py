@@ -276,9 +276,17 @@ class HybridDetector(AdaptiveDetector):
         super().__init__(threshold, min_scene_len)
         self.transnet = TransNetV2Detector(transnet_threshold, gradual_threshold)
         self.transnet.resources = self.resources
+        self._worker: Any = None
 
     def setup(self, worker: Any) -> None:
-        self.transnet.setup(worker)
+        # TransNetV2 is loaded when a stretch first asks for it: on ordinary footage most
+        # workers never do, and the load costs about 2 CPU-s each
+        self._worker = worker
+
+    def _transnet(self) -> TransNetV2Detector:
+        if self.transnet._model is None:
+            self.transnet.setup(self._worker)
+        return self.transnet
 
     def finish(self, video: Video) -> None:
         import cv2
@@ -307,8 +315,9 @@ class HybridDetector(AdaptiveDetector):
             )
             for s, e, _, _ in asks
         ]
-        self.transnet._threads = self._threads  # the threads this batch was given
-        heads = self.transnet.heads(shrunk, [meta.fps] * len(asks))
+        transnet = self._transnet()
+        transnet._threads = self._threads  # the threads this batch was given
+        heads = transnet.heads(shrunk, [meta.fps] * len(asks))
         codes = np.zeros(hi - lo, dtype=np.uint8)
         found = list(window.transitions)
         for (start, end, a, b), (single, many) in zip(asks, heads, strict=True):

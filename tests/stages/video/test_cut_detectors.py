@@ -141,6 +141,21 @@ def test_the_hybrid_never_asks_about_frames_repeated_past_the_video(
     assert seen == [cuts_video.num_frames]
 
 
+def test_the_hybrid_loads_transnetv2_only_when_a_stretch_asks(tmp_path: Path) -> None:
+    detector = HybridDetector()
+    detector.setup(WorkerInfo("w", "HybridDetector", "n"))
+    steady = [Segment("slowpan", 3, 1), Segment("rings", 3, 2)]
+    cut = write_video(tmp_path / "cut.mp4", steady, width=320, height=180, fps=30)
+    assert len(detect(cut, detector, 20.0)) == 1  # the cut; nothing doubtful
+    assert detector.transnet._model is None
+    segments = [Segment("pan", 3, 1), Segment("shapes", 3, 2)]
+    truth = write_video(
+        tmp_path / "fade.mp4", segments, width=320, height=180, fps=30, crossfades={0: 1.0}
+    )
+    assert len(detect(truth, detector, 20.0)) == 1  # the dissolve, from TransNetV2
+    assert detector.transnet._model is not None
+
+
 def test_detectors_are_chosen_by_name_and_validated() -> None:
     for name in ("adaptive", "content", "histogram", "hybrid"):
         stage = detector_for(name, DEFAULT_THRESHOLDS[name])
