@@ -231,15 +231,15 @@ class MakePayload(_Configured):
         cost_s: float = 0.0,
         mode: str = "sleep",
         nbytes: int = MIB,
-        kind: str = "numpy",
+        payload: str = "numpy",
         batch_size: int = 1,
     ) -> None:
         super().__init__(name, cpus, cost_s, mode, batch_size)
         self.nbytes = nbytes
-        self.kind = kind
+        self.payload = payload  # not "kind": that is a ProcessingStage method
 
     def process(self, task: int) -> Any:
-        payload = make_payload(task, self.nbytes, self.kind)
+        payload = make_payload(task, self.nbytes, self.payload)
         burn(self.cost_s, self.mode)
         return payload
 

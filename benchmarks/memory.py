@@ -94,7 +94,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def build_stages(args: argparse.Namespace) -> list[Any]:
     cpus = args.cpus_per_worker
     return [
-        MakePayload("make", cpus=cpus, nbytes=int(args.payload_mib * MIB), kind=args.payload),
+        MakePayload("make", cpus=cpus, nbytes=int(args.payload_mib * MIB), payload=args.payload),
         PassThrough("pass1", cpus=cpus),
         PassThrough("pass2", cpus=cpus),
         Finish("finish_slow", cpus=cpus, cost_s=args.last_ms / 1000, mode="sleep"),

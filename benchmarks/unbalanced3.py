@@ -133,7 +133,11 @@ def build_stages(args: argparse.Namespace) -> list[Any]:
     common = {"cpus": args.cpus_per_worker, "mode": args.mode}
     return [
         MakePayload(
-            "make_25ms", cost_s=c1, nbytes=int(args.payload_mib * MIB), kind=args.payload, **common
+            "make_25ms",
+            cost_s=c1,
+            nbytes=int(args.payload_mib * MIB),
+            payload=args.payload,
+            **common,
         ),
         PassThrough("pass_100ms", cost_s=c2, **common),
         Finish("finish_50ms", cost_s=c3, **common),
