@@ -154,7 +154,9 @@ class Pipeline:
         for spec in specs:
             stage = spec.stage
             pin = f"{spec.num_workers} (pinned)" if spec.num_workers else "autoscaled"
-            lines.append(f"  {spec.index + 1}. {spec.name} [{stage.kind()}]")
+            # a stage may have an attribute of its own named ``kind`` (a payload's kind...)
+            kind = stage.kind() if callable(stage.kind) else type(stage).__name__
+            lines.append(f"  {spec.index + 1}. {spec.name} [{kind}]")
             lines.append(f"     resources: {spec.resources.describe()}")
             lines.append(f"     batch_size: {spec.batch_size}   workers: {pin}")
             if spec.timeout_s is not None:

@@ -196,9 +196,7 @@ def validate_stage(stage: ProcessingStage[Any, Any]) -> None:
 
 
 #: the methods the engine calls on every stage, which an attribute of the same name would hide
-_METHODS = (
-    "process", "process_batch", "setup_on_node", "setup", "teardown", "inputs", "outputs", "kind"
-)  # fmt: skip
+_METHODS = ("process", "process_batch", "setup_on_node", "setup", "teardown", "inputs", "outputs")
 
 #: NeMo Curator's stage methods, which a stage of Conveyor's own would have ignored
 _CURATOR_METHODS = ("xenna_stage_spec", "ray_stage_spec", "num_workers_per_node")

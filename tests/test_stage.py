@@ -149,6 +149,10 @@ def test_an_attribute_hiding_a_method_the_engine_calls_is_a_clear_build_error() 
     stage.setup = None  # type: ignore[assignment]  # an instance attribute hides it as well
     with pytest.raises(ValueError, match=r"its setup = None hides the method setup\(\)"):
         validate_stage(stage)
+    described = Double()
+    described.kind = "numpy"  # type: ignore[assignment]  # only describe() reads kind()
+    validate_stage(described)
+    assert "[Double]" in Pipeline("p", [described]).describe()
 
 
 def test_overrides_reports_which_methods_a_class_replaces() -> None:
