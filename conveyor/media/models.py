@@ -115,8 +115,8 @@ def for_inference(model: Any) -> Any:
     """EfficientNet-Lite ``model`` (eval mode) made cheaper to run, with the same outputs
     (to float rounding): each batch norm folded into the convolution before it, symmetric
     "same" padding done by the convolution instead of a padded copy of its input, ReLU6 in
-    place, weights in channels-last layout. On a CPU core that is about half the time per
-    image (measured 2026-11-27: 60 -> 28 ms at 224 x 224); the network's own code runs."""
+    place, weights in channels-last layout: about half the CPU time per image on a CPU core
+    (docs/measurements/2026-11-27-image-100k.md), and still the network's own code."""
     import torch
     from torch import nn
 
