@@ -362,6 +362,10 @@ def _probe_open(container: Any, size: int, verify: bool) -> VideoMetadata:
     rotation = 0
     interlaced = context.field_order in _INTERLACED_ORDERS
     if verify:
+        # one thread: FFmpeg's default starts a thread per core for each file, which costs
+        # more than the frame or two decoded here (1.5 -> 1.2 CPU-ms a 2 s 160x90 video, and
+        # 3-4.5 -> 1.6-1.8 ms of wall time on busy cores)
+        stream.thread_count = 1
         first = _first_frame(container, stream)
         width = width or first.width
         height = height or first.height

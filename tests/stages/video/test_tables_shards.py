@@ -16,7 +16,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from conveyor.media.layout import OutputLayout
+from conveyor.media.layout import PLAIN_BELOW_ROWS, OutputLayout
 from conveyor.media.table import SCORE_NAMES, clip_metas, clip_schema, clip_table
 from conveyor.stages.video import shards as shards_module
 from conveyor.stages.video.shards import (
@@ -124,6 +124,24 @@ def test_the_folder_reads_as_one_dataset_whatever_each_video_holds(tmp_path: Pat
     assert sharp.num_rows == 1
     by_id = {m["clip_id"]: m for m in clip_metas(table)}
     assert by_id == metas_of(tmp_path)
+
+
+def test_a_short_table_is_written_plain_and_a_long_one_compressed(tmp_path: Path) -> None:
+    """A table of a few rows is mostly its footer: zstd and dictionaries would cost time and
+    bytes; from PLAIN_BELOW_ROWS rows on they pay for themselves. Either reads back alike."""
+    layout = OutputLayout(tmp_path)
+    metas = [
+        clip_meta(c, chunk("v.mp4", 0, []).data, None)
+        for c in [clip("v.mp4", 10 * i, 10 * i + 10) for i in range(PLAIN_BELOW_ROWS)]
+    ]
+    for rows, codec in ((1, "UNCOMPRESSED"), (PLAIN_BELOW_ROWS, "ZSTD")):
+        table = clip_table("v", metas[:rows])
+        path = tmp_path / f"{rows}.parquet"
+        layout.write_parquet(path, table)
+        column = pq.ParquetFile(path).metadata.row_group(0).column(0)
+        assert column.compression == codec
+        assert ("RLE_DICTIONARY" in column.encodings) == (codec == "ZSTD")
+        assert layout.read_table(path).equals(table)
 
 
 def test_without_meta_json_the_table_is_all(tmp_path: Path) -> None:
