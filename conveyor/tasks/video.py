@@ -210,6 +210,9 @@ class FrameWindow:
     #: (``transitions.gradual_codes``); the splitter decides over the whole video which runs
     #: of them are transitions. None: the detector marks hard cuts only
     gradual: np.ndarray | None = field(default=None, repr=False)
+    #: per frame of [start, end), the picture's variance (``dissolves.frame_variance``): the
+    #: splitter finds dissolves in how it sags over the whole video. None: not measured
+    variance: np.ndarray | None = field(default=None, repr=False)
 
 
 @dataclass

@@ -13,7 +13,9 @@ dissolves are most of what TransNetV2 finds that they miss. ``HybridDetector`` t
 adaptive detector's cuts, finds the stretches where the picture changes more than around
 them and no cut explains it (``changing_stretches``: a dissolve, a fade, a flash, a speed
 change), and asks TransNetV2 about those stretches only, on frames shrunk from the same
-decode. On a CPU that costs a few percent of running TransNetV2 on every frame.
+decode. On a CPU that costs a few percent of running TransNetV2 on every frame. It also
+gives each frame's variance, in whose sag the splitter finds the dissolves neither sees
+(``conveyor.media.dissolves``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from conveyor.media.dissolves import frame_variance
 from conveyor.media.transitions import NONE, WEAK, gradual_codes, runs
 from conveyor.resources import Resources
 from conveyor.stages.video.base import VideoStage
@@ -173,10 +176,20 @@ RISE_FLOOR = 3.0
 CHANGE_SIZE = (64, 36)
 
 
+def shrink(frames: np.ndarray) -> np.ndarray:
+    """``frames`` at ``CHANGE_SIZE``, as int16 (differences need the sign)."""
+    import cv2
+
+    return np.stack(
+        [cv2.resize(f, CHANGE_SIZE, interpolation=cv2.INTER_AREA) for f in frames]
+    ).astype(np.int16)
+
+
 def changing_stretches(
     frames: np.ndarray,
     fps: float,
     cuts: list[int] = (),  # type: ignore[assignment]
+    small: np.ndarray | None = None,
 ) -> list[tuple[int, int]]:
     """Stretches ``(first, last)`` (indices into ``frames``) where the picture changes more
     than on both sides of it and no cut in ``cuts`` (indices) explains it.
@@ -186,17 +199,14 @@ def changing_stretches(
     (``CALM_Q``) of the calmer of the two ``SIDE_S`` stretches around it (plus
     ``RISE_FLOOR``). A steady
     pan, a scroll or a drift changes as much everywhere and is not doubtful; a dissolve, a
-    fade or a speed change is.
+    fade or a speed change is. ``small``: ``shrink(frames)``, where the caller has it.
     """
-    import cv2
-
     n = len(frames)
     lag = max(1, round(LAG_S * fps))
     if n <= 2 * lag + 1:
         return []
-    small = np.stack(
-        [cv2.resize(f, CHANGE_SIZE, interpolation=cv2.INTER_AREA) for f in frames]
-    ).astype(np.int16)
+    if small is None:
+        small = shrink(frames)
     change = np.full(n, np.nan)
     change[lag : n - lag] = np.abs(small[2 * lag :] - small[: -2 * lag]).mean(axis=(1, 2, 3))
     side, gap = max(2, round(SIDE_S * fps)), 2 * lag
@@ -254,7 +264,8 @@ def flashes(frames: np.ndarray, fps: float, cuts: list[int]) -> list[int]:
 class HybridDetector(AdaptiveDetector):
     """The adaptive detector's cuts, and TransNetV2's verdict where the picture changes
     gradually (``changing_stretches``): its cuts there, and its evidence of a dissolve for
-    the splitter (``FrameWindow.gradual``).
+    the splitter (``FrameWindow.gradual``); and every frame's variance
+    (``FrameWindow.variance``), from which the splitter finds dissolves by their sag.
 
     TransNetV2 sees each doubtful stretch with ``TRANSNET_CONTEXT`` frames on each side
     (within the window's, which must have as many), shrunk to 48 x 27 from the decode the
@@ -300,10 +311,12 @@ class HybridDetector(AdaptiveDetector):
         frames, first = window.frames[real], first + real.start
         cuts = [c - first for c, _ in window.transitions]
         lo, hi = window.start - first, window.end - first
+        small = shrink(frames)
+        window.variance = frame_variance(small[lo:hi])
         context = min(TRANSNET_CONTEXT, window.context)
         asks = [
             (max(0, a - context), min(len(frames), b + 1 + context), a, b)
-            for a, b in changing_stretches(frames, meta.fps, cuts)
+            for a, b in changing_stretches(frames, meta.fps, cuts, small)
             if a < hi and b >= lo
         ]
         if not asks:

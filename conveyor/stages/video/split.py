@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
+from conveyor.media.dissolves import VarianceDissolves
 from conveyor.media.transitions import GradualRuns, merge_transitions
 from conveyor.resources import Resources
 from conveyor.stages.video.base import VideoStage
@@ -264,15 +265,17 @@ class _Progress:
     #: given to the clipper because an open run before them may still become one
     gradual: GradualRuns | None = None
     pending: list[tuple[int, int]] = field(default_factory=list)
+    #: dissolves found in the sag of the frames' variance (where the detector measures it)
+    dissolves: VarianceDissolves | None = None
 
     def settle(self, frontier: int, done: bool = False) -> list[tuple[int, int]]:
         """Clip spans certain once detection has reached ``frontier``: transitions before it
-        (and before any open gradual run) go to the clipper in order."""
-        assert self.gradual is not None
+        (and before any open gradual run or possible dissolve) go to the clipper in order."""
+        assert self.gradual is not None and self.dissolves is not None
         if done:
-            self.pending += self.gradual.finish()
-        hold = self.gradual.holding
-        limit = frontier if hold is None or done else min(frontier, hold)
+            self.pending += self.gradual.finish() + self.dissolves.finish()
+        holds = [h for h in (self.gradual.holding, self.dissolves.holding) if h is not None]
+        limit = frontier if not holds or done else min(frontier, *holds)
         merged = merge_transitions(self.pending)  # sorted: those ready come first
         ready = [t for t in merged if t[0] < limit]
         self.pending = merged[len(ready) :]
@@ -324,6 +327,7 @@ class ShotSplitter(VideoStage):
             fps = video.metadata.fps
             progress = _Progress(SceneClipper(self.rules, fps), window.count, {})
             progress.gradual = GradualRuns(fps)
+            progress.dissolves = VarianceDissolves(fps)
             self._videos[key] = progress
         progress.windows[window.index] = video
         return self._emit(task, self._drain(key, progress))
@@ -346,9 +350,10 @@ class ShotSplitter(VideoStage):
                     f"window {window.index} of {key!r} reached {self.name!r} without detected "
                     "transitions; put a shot detector before it"
                 )
-            assert progress.gradual is not None
+            assert progress.gradual is not None and progress.dissolves is not None
             progress.pending += window.transitions
             progress.pending += progress.gradual.feed(window.start, window.gradual, window.end)
+            progress.pending += progress.dissolves.feed(window.start, window.variance, window.end)
             clips += make_clips(part, progress.settle(window.end))
         if template is None:
             return []

@@ -132,7 +132,13 @@ def test_the_hybrid_never_asks_about_frames_repeated_past_the_video(
     content, which must not look like a gradual change starting the video."""
     seen: list[int] = []
 
-    def spy(frames: np.ndarray, fps: float, cuts: list[int] = ()) -> list[tuple[int, int]]:  # type: ignore[assignment]
+    def spy(
+        frames: np.ndarray,
+        fps: float,
+        cuts: list[int] = (),  # type: ignore[assignment]
+        small: np.ndarray | None = None,
+    ) -> list[tuple[int, int]]:
+        assert small is not None and len(small) == len(frames)
         seen.append(len(frames))
         return []
 
