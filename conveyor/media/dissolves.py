@@ -9,9 +9,9 @@ or a colour drift keeps its variance, or changes it in some other shape.
 This finds what the change between frames cannot: a dissolve between two moving textures
 of one kind changes the picture no more than the textures' own motion does, and TransNetV2
 scores many 2-3 s dissolves low. On the 40 generated dissolves of ``benchmarks/shots.py``
-the sag alone found 30, with nothing spurious on its negatives (pans, zooms, drifts,
-flashes, fast motion), among them 13 of the 15 the hybrid detector had missed
-(2026-11-27).
+the sag alone finds 28, with nothing spurious on its negatives (pans, zooms, drifts,
+flashes, fast motion), and the hybrid detector with it 36 instead of 25
+(docs/measurements/2026-11-28-shot-dissolves-variance.md).
 
 The detector gives each frame's variance (``FrameWindow.variance``); ``VarianceDissolves``
 takes them window by window in order, as the splitter has them, since a dissolve and the

@@ -180,6 +180,17 @@ def test_shots_quick(
     assert set(again["contenders"]) == {"PySceneDetect API adaptive"}
 
 
+def test_shots_older_quick(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
+    """The older set scored without and with the variance sag, from one detection."""
+    bench = load("shots_older", monkeypatch)
+    scores = bench.main(["--quick"])
+    assert set(scores) == {"without sag", "with sag"}
+    for s in scores.values():
+        assert s.cuts == 2 and s.dissolves == 4 and s.clips > 0
+    assert scores["with sag"].dissolves_found >= scores["without sag"].dissolves_found
+    assert "without sag" in capsys.readouterr().out
+
+
 def test_shots_without_ffmpeg_lists_scenes_only(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -4,6 +4,7 @@ video, and the transitions the splitter would take from a decoder and a detector
 from __future__ import annotations
 
 from conveyor.media.decode import probe
+from conveyor.media.dissolves import VarianceDissolves
 from conveyor.media.transitions import GradualRuns, merge_transitions
 from conveyor.samples.video import SyntheticVideo
 from conveyor.stages.video.shots import ShotFrameDecoder, ShotWindows, TransNetV2Detector
@@ -26,10 +27,11 @@ def detect(
     context: int,
     first_end_s: float = 0.0,
 ) -> list[tuple[int, int]]:
-    """The transitions the splitter would take: each window's, and the gradual runs that
-    are transitions over the whole video."""
+    """The transitions the splitter would take: each window's, and the gradual runs and
+    variance sags that are transitions over the whole video."""
     found: list[tuple[int, int]] = []
     gradual = GradualRuns(truth.fps)
+    sags = VarianceDissolves(truth.fps)
     for task in windowed(truth, window_s, context, first_end_s):
         decoder.process(task)
         if isinstance(detector, TransNetV2Detector):
@@ -40,4 +42,5 @@ def detect(
         assert window is not None and window.frames is None  # dropped
         found += window.transitions or []
         found += gradual.feed(window.start, window.gradual, window.end)
-    return merge_transitions(found + gradual.finish())
+        found += sags.feed(window.start, window.variance, window.end)
+    return merge_transitions(found + gradual.finish() + sags.finish())
