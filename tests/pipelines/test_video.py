@@ -359,6 +359,34 @@ def test_shot_pipeline_finds_cuts_and_keeps_clips_inside_shots(tmp_path: Path) -
         assert end - start <= 3.0 + 1e-6
 
 
+def test_shot_pipeline_keeps_clips_out_of_a_dissolve_between_scenes_of_one_kind(
+    tmp_path: Path,
+) -> None:
+    """Two plasmas blend over 2 s: the change is no more than the plasma's own, so only the
+    sag of the picture's variance finds it (the CPU default, the hybrid, missed it)."""
+    write_video(
+        tmp_path / "in" / "blend.mp4",
+        [Segment("plasma", 6, 1), Segment("plasma", 6, 2)],
+        width=160,
+        height=96,
+        fps=15,
+        crossfades={0: 2.0},
+    )
+    output = tmp_path / "out"
+    config = VideoConfig(
+        str(tmp_path / "in"), str(output), quality=False, embed=False, tags=False, max_clip_s=3.0
+    )
+    assert run_video(config, local()).result.completed
+    record = records(output)["blend.mp4"]
+    spans = [
+        json.loads((output / "metas" / f"{clip}.json").read_text())["span"]
+        for clip in record["clips"]
+    ]
+    blend = (4.0, 6.0)
+    assert any(end <= blend[0] for _, end in spans) and any(start >= blend[1] for start, _ in spans)
+    assert not any(start < blend[1] - 0.1 and end > blend[0] + 0.1 for start, end in spans)
+
+
 def test_pipeline_stages_follow_the_options(tmp_path: Path) -> None:
     # auto: TransNetV2 on every frame with a GPU, the hybrid on a CPU
     for gpus, detector in ((True, "TransNetV2Detector"), (False, "HybridDetector")):
