@@ -28,11 +28,11 @@ import argparse
 import os
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from _common import machine_line, table
+from shots import Score  # its counters; the scoring here is the older record's
 from video import _segments
 
 from conveyor.cluster import WorkerInfo
@@ -58,18 +58,6 @@ DISSOLVES = [
     (("plasma", "plasma", "plasma"), 2.0),
 ]
 CONTENDERS = ("without sag", "with sag")
-
-
-@dataclass
-class Score:
-    cuts: int = 0
-    cuts_found: int = 0
-    dissolves: int = 0
-    dissolves_found: int = 0
-    spurious: int = 0
-    clips: int = 0
-    clips_into: int = 0
-    misses: list[str] = field(default_factory=list)
 
 
 def make_inputs(
@@ -125,13 +113,13 @@ def score(truth: SyntheticVideo, found: list[tuple[int, int]], into: Score) -> N
         if any(first - TOLERANCE <= c <= last + 1 + TOLERANCE for first, last in found):
             into.cuts_found += 1
         else:
-            into.misses.append(f"{truth.path.name}: cut at {c / fps:.2f} s")
+            into.missed.append(f"{truth.path.name}: cut at {c / fps:.2f} s")
     for a, b in fades:
         into.dissolves += 1
         if any(first <= b and last >= a for first, last in found):
             into.dissolves_found += 1
         else:
-            into.misses.append(f"{truth.path.name}: dissolve {a / fps:.2f}-{(b + 1) / fps:.2f} s")
+            into.missed.append(f"{truth.path.name}: dissolve {a / fps:.2f}-{(b + 1) / fps:.2f} s")
     into.spurious += sum(
         1
         for first, last in found
@@ -141,7 +129,7 @@ def score(truth: SyntheticVideo, found: list[tuple[int, int]], into: Score) -> N
         into.clips += 1
         spans_cut = any(start < c < end for c in cuts)
         overlap = max((min(end, b + 1) - max(start, a) for a, b in fades), default=0)
-        into.clips_into += spans_cut or overlap > 1
+        into.clips_crossing += spans_cut or overlap > 1
 
 
 def main(argv: list[str] | None = None) -> dict[str, Score]:
@@ -171,7 +159,7 @@ def main(argv: list[str] | None = None) -> dict[str, Score]:
             f"{s.cuts_found}/{s.cuts}",
             f"{s.dissolves_found}/{s.dissolves}",
             s.spurious,
-            f"{s.clips_into}/{s.clips}",
+            f"{s.clips_crossing}/{s.clips}",
         ]
         for name, s in scores.items()
     ]
@@ -181,7 +169,7 @@ def main(argv: list[str] | None = None) -> dict[str, Score]:
     )
     print(table(title, ["contender", "hard cuts", "dissolves", "spurious", "clips into"], rows))
     for name, s in scores.items():
-        for miss in s.misses:
+        for miss in s.missed:
             print(f"  {name}: missed {miss}")
     return scores
 
