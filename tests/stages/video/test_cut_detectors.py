@@ -185,6 +185,25 @@ def test_a_window_without_decoded_frames_is_a_clear_error(cuts_video: SyntheticV
         AdaptiveDetector().process(VideoTask(data=part))
 
 
+@pytest.mark.parametrize("kind", ["shapes", "plasma", "zoom", "pan"])
+def test_sharp_cuts_find_cuts_between_scenes_of_one_kind(kind: str) -> None:
+    """Two scenes of one pattern change the picture by as much as their own motion each
+    frame, but all of it at once at the cut: the jump stands out from its neighbours'."""
+    from conveyor.samples.video import Segment
+
+    segments = [Segment(kind, 2, 11), Segment(kind, 2, 12), Segment(kind, 2, 13)]
+    small = cut_detectors.shrink(np.stack(list(render_frames(segments, 256, 144, 30))))
+    assert cut_detectors.sharp_cuts(small, 30.0) == [60, 120]
+
+
+@pytest.mark.parametrize("kind", ["fast", "pan", "drift", "zoom", "slowpan", "noise", "bars"])
+def test_sharp_cuts_leave_motion_and_steady_change_alone(kind: str) -> None:
+    from conveyor.samples.video import Segment
+
+    frames = np.stack(list(render_frames([Segment(kind, 8, 5)], 256, 144, 30)))
+    assert cut_detectors.sharp_cuts(cut_detectors.shrink(frames), 30.0) == []
+
+
 def test_a_flash_is_not_a_cut_and_a_cut_into_black_still_is() -> None:
     """A bright frame or three in a shot: the picture comes back, so the jump is a flash
     (PySceneDetect's adaptive detector cuts there). A hard cut, and a cut into black that a
@@ -193,11 +212,12 @@ def test_a_flash_is_not_a_cut_and_a_cut_into_black_still_is() -> None:
 
     segments = [Segment("flash", 6, 2), Segment("rings", 3, 3), Segment("black", 1, 0)]
     frames = np.stack(list(render_frames(segments, 256, 144, 30)))
-    flashes_at = []
+    flashes_at, returns = [], []
     for i in range(1, 180):
         jump = np.abs(frames[i].astype(int) - frames[i - 1]).mean()
-        if jump > 40 and frames[i].mean() > frames[i - 1].mean():
-            flashes_at.append(i)
-    assert flashes_at  # the flash segment has flashes
+        if jump > 40:  # into a flash (lighter), or back out of it (darker)
+            (flashes_at if frames[i].mean() > frames[i - 1].mean() else returns).append(i)
+    assert flashes_at and len(returns) == len(flashes_at)  # the flash segment has flashes
     real = [180, 270]  # into rings, into black
-    assert cut_detectors.flashes(frames, 30.0, [*flashes_at, *real]) == flashes_at
+    found = cut_detectors.flashes(frames, 30.0, [*flashes_at, *returns, *real])
+    assert sorted(found) == sorted([*flashes_at, *returns])
