@@ -73,7 +73,7 @@ def fit_dissolve(values: np.ndarray, first: int, last: int, fps: float) -> Trans
     fits = []
     for seconds in FIT_LENGTHS_S:
         length = max(2, round(seconds * fps))
-        step = max(1, length // 10)
+        step = _step(length)
         coarse = [_misfit(values, s, length, fps) for s in range(bottom - length, bottom + 1, step)]
         best = min((f for f in coarse if f is not None), default=None)
         if best is None:
@@ -89,6 +89,29 @@ def fit_dissolve(values: np.ndarray, first: int, last: int, fps: float) -> Trans
     return None
 
 
+def _step(length: int) -> int:
+    """How far apart the starts of a fit of ``length`` frames are first tried."""
+    return max(1, length // 10)
+
+
+def _margin(length: int) -> int:
+    """Frames on each side of a blend of ``length`` frames that its fit compares too."""
+    return max(3, length // 2)
+
+
+def _level_frames(length: int, fps: float) -> int:
+    """Frames on each side of a blend of ``length`` frames whose median is a shot's level."""
+    return _margin(length) + round(0.5 * fps)
+
+
+def _fit_reach(fps: float) -> int:
+    """The most frames past a sag's last frame that fitting it reads: the longest blend
+    ends a refining step past the sag's bottom, then its level or its steadiness is read."""
+    longest = max(2, round(MAX_TRANSITION_S * fps))
+    after = max(_level_frames(longest, fps), round(LEVEL_SPAN_S * fps))
+    return longest + _step(longest) + after + 1
+
+
 def _misfit(
     values: np.ndarray, start: int, length: int, fps: float
 ) -> tuple[float, float, int, int] | None:
@@ -99,8 +122,8 @@ def _misfit(
     end = start + length
     if start < 1 or end >= n - 1:
         return None
-    margin = max(3, length // 2)
-    level = margin + round(0.5 * fps)
+    margin = _margin(length)
+    level = _level_frames(length, fps)
     before = values[max(0, start - level) : start]
     after = values[end + 1 : end + 1 + level]
     if len(before) < 3 or len(after) < 3:
@@ -130,10 +153,12 @@ def _steady(values: np.ndarray, start: int, length: int, fps: float, depth: floa
     return True
 
 
-def _levels(values: np.ndarray, lo: int, hi: int, gap: int, span: int) -> np.ndarray:
-    """For frames ``[lo, hi)``: the lower of the two sides' levels (NaN where neither side
-    has a third of its span measured); a side cut short by the video's ends counts if it
-    has that much."""
+def _side_levels(
+    values: np.ndarray, lo: int, hi: int, gap: int, span: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """For frames ``[lo, hi)``: the level before and the level after each (NaN where that
+    side has under a third of its span measured; a side cut short by the video's ends
+    counts if it has that much)."""
     from numpy.lib.stride_tricks import sliding_window_view
 
     pad = gap + span + 1
@@ -148,8 +173,7 @@ def _levels(values: np.ndarray, lo: int, hi: int, gap: int, span: int) -> np.nda
         for i in ragged[finite >= max(1, span // 3)]:
             level[i] = np.nanmedian(rows[i])
         sides.append(level)
-    with np.errstate(invalid="ignore"):
-        return np.fmin(sides[0], sides[1])  # NaN only where both sides are
+    return sides[0], sides[1]
 
 
 @dataclass
@@ -179,11 +203,6 @@ class VarianceDissolves:
     def _longest(self) -> int:
         return max(2, round(MAX_TRANSITION_S * self.fps))
 
-    @property
-    def _reach(self) -> int:
-        """Frames a fit may read past the end of the sag it fits."""
-        return self._longest + self._longest // 2 + round(0.5 * self.fps) + 1
-
     def feed(self, start: int, variance: np.ndarray | None, end: int) -> list[Transition]:
         """Frames ``[start, end)`` with their variances (None: not measured); the dissolves
         this makes certain, as transitions ``(first, last)``."""
@@ -212,15 +231,12 @@ class VarianceDissolves:
             return None
         n = len(self._values)
         open_at = next((a + self._from for a, _ in runs(self._sag[self._from :])), None)
-        if open_at is None:
-            tail = range(len(self._sag), n)
-            for t in tail:
-                before = self._values[max(0, t - self._gap - self._span) : max(0, t - self._gap)]
-                if np.count_nonzero(np.isfinite(before)) >= max(
-                    1, self._span // 3
-                ) and self._values[t] < SAG_RATIO * float(np.nanmedian(before)):
-                    open_at = t
-                    break
+        lo = len(self._sag)
+        if open_at is None and lo < n:
+            before, _ = _side_levels(self._values, lo, n, self._gap, self._span)
+            with np.errstate(invalid="ignore"):
+                dipping = np.flatnonzero(self._values[lo:n] < SAG_RATIO * before)
+            open_at = lo + int(dipping[0]) if len(dipping) else None
         return None if open_at is None else max(0, open_at - self._longest)
 
     def _scan(self, final: bool) -> list[Transition]:
@@ -229,15 +245,16 @@ class VarianceDissolves:
         decided = n if final else max(len(self._sag), n - self._gap - self._span)
         if decided > len(self._sag):
             lo = len(self._sag)
-            levels = _levels(values, lo, decided, self._gap, self._span)
+            before, after = _side_levels(values, lo, decided, self._gap, self._span)
             with np.errstate(invalid="ignore"):
+                levels = np.fmin(before, after)  # NaN only where both sides are
                 sag = values[lo:decided] < SAG_RATIO * levels  # NaN compares false
             self._sag = np.concatenate([self._sag, sag])
         found: list[Transition] = []
         base = self._from
         for a, b in runs(self._sag[base:]):
             first, last = a + base, b + base
-            if not final and (last >= len(self._sag) - 1 or last + self._reach > n):
+            if not final and (last >= len(self._sag) - 1 or last + _fit_reach(self.fps) > n):
                 break  # it may go on, or its fit needs frames still to come
             self._from = last + 1
             if last - first + 1 < MIN_SAG_FRAMES:

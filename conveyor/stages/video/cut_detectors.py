@@ -271,28 +271,30 @@ FLASH_S = 0.2
 FLASH_RETURN = 0.5
 
 
-def flashes(frames: np.ndarray, fps: float, cuts: list[int]) -> list[int]:
+def flashes(
+    frames: np.ndarray, fps: float, cuts: list[int], small: np.ndarray | None = None
+) -> list[int]:
     """The cuts (indices into ``frames``) that are flashes: the picture jumps mostly by
     getting brighter, and within ``FLASH_S`` comes back to what it was before the jump (a
     photographer's flash, a muzzle flash, a lightning strike: PySceneDetect's detectors cut
     at each); or it is that coming back: it darkens to what it was within ``FLASH_S``
     before (``sharp_cuts`` marks both ends of a flash). A cut into black and back out of it
-    (a dip) darkens and stays dark, then lightens into another picture: it stays a cut."""
-    import cv2
-
+    (a dip) darkens and stays dark, then lightens into another picture: it stays a cut.
+    ``small``: ``shrink(frames)``, where the caller has it (else the frames looked at are
+    shrunk here)."""
     span = max(1, round(FLASH_S * fps))
 
-    def small(i: int) -> np.ndarray:
-        return cv2.resize(frames[i], CHANGE_SIZE, interpolation=cv2.INTER_AREA).astype(np.int16)
+    def at(i: int) -> np.ndarray:
+        return small[i] if small is not None else shrink(frames[i : i + 1])[0]
 
     def close(i: int, to: np.ndarray, jump: float) -> bool:
-        return float(np.abs(small(i) - to).mean()) < FLASH_RETURN * jump
+        return float(np.abs(at(i) - to).mean()) < FLASH_RETURN * jump
 
     found = []
     for c in cuts:
         if c < 1 or c + 1 >= len(frames):
             continue
-        before, now = small(c - 1), small(c)
+        before, now = at(c - 1), at(c)
         jump = float(np.abs(now - before).mean())
         lighter = float(now.mean() - before.mean())  # a flash lights; a fade darkens
         if jump <= 0:
@@ -375,7 +377,7 @@ class HybridDetector(AdaptiveDetector):
             if a < hi and b >= lo
         ]
         if not asks:
-            self._drop_flashes(video, frames, first)
+            self._drop_flashes(video, frames, first, small)
             return
         shrunk = [
             np.stack(
@@ -404,14 +406,16 @@ class HybridDetector(AdaptiveDetector):
             )
         window.transitions = sorted(set(found))
         window.gradual = codes if codes.any() else None
-        self._drop_flashes(video, frames, first)
+        self._drop_flashes(video, frames, first, small)
 
-    def _drop_flashes(self, video: Video, frames: np.ndarray, first: int) -> None:
+    def _drop_flashes(
+        self, video: Video, frames: np.ndarray, first: int, small: np.ndarray
+    ) -> None:
         """Hard cuts (the adaptive detector's, TransNetV2's) that are flashes are dropped."""
         window, meta = video.window, video.metadata
         assert window is not None and window.transitions is not None and meta is not None
         cuts = [a - first for a, b in window.transitions if a == b + 1]
-        flashed = {c + first for c in flashes(frames, meta.fps, cuts)}
+        flashed = {c + first for c in flashes(frames, meta.fps, cuts, small)}
         window.transitions = [t for t in window.transitions if t[0] not in flashed]
 
 
