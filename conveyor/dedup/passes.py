@@ -415,13 +415,13 @@ class CompareClusters(ProcessingStage[CompareTask, Compared]):
                 mine_ranks.append(r[take])
         if not mine_ids:
             return self._empty(id_type), 0
-        best = BestEarlier(np.concatenate(mine_vectors), np.concatenate(mine_ranks))
+        best = BestEarlier(np.concatenate(mine_vectors), np.concatenate(mine_ranks), self.threshold)
         other_ids = []
         for path in files:
             table = self._read([path], task.clusters, names)
             best.feed(_unit_rows(table), rank_of(table.column("pos").to_numpy()))
             other_ids.append(table.column(self.columns.id))
-        q, m, s = best.duplicates(self.threshold)
+        q, m, s = best.duplicates()
         if not len(q):
             return self._empty(id_type), len(best.queries)
         mine = pa.chunked_array([c for ids in mine_ids for c in ids.chunks], id_type)

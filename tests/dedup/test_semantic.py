@@ -98,15 +98,35 @@ def test_each_item_points_at_its_most_similar_earlier_item() -> None:
     assert sorted(zip(found.tolist(), match.tolist(), strict=True)) == [(1, 3), (2, 3)]
 
 
+def test_a_copy_a_few_ulps_closer_does_not_take_the_match_from_the_original() -> None:
+    # an image and its byte-for-byte copy, embedded in different batches, differ by ~1e-7
+    # (here: their similarities with the mirror differ by ~3e-6, under TIE);
+    # a third item (its mirror) names the original (rank 0) whichever is a hair closer
+    original = normalise(np.array([[1.0, 0.2, 0.1]], np.float32))[0]
+    mirror = normalise(np.array([[1.0, 0.25, 0.05]], np.float32))[0]
+    for sign in (1, -1):
+        copy = normalise((original + sign * 2e-3 * (mirror - original))[None])[0]
+        vectors = np.stack([original, copy, mirror])
+        assert (vectors[2] @ vectors[1] > vectors[2] @ vectors[0]) == (sign == 1)
+        found, match, _ = best_earlier_within(vectors, np.arange(3), 0.9)
+        assert dict(zip(found.tolist(), match.tolist(), strict=True)) == {1: 0, 2: 0}
+        # and so when the rows come in parts, the copy's part first
+        best = BestEarlier(vectors, np.arange(3), 0.9)
+        for part in ([1, 2], [0]):
+            best.feed(vectors[part], np.array(part))
+        q, m, _ = best.duplicates()
+        assert dict(zip(q.tolist(), m.tolist(), strict=True)) == {1: 2, 2: 2}  # fed index 2: row 0
+
+
 def test_a_cluster_fed_in_parts_gives_what_it_gives_whole() -> None:
     vectors, _ = planted(600, seed=3)
     vectors = normalise(vectors)
     ranks = np.random.default_rng(1).permutation(len(vectors))
     whole = dict(zip(*best_earlier_within(vectors, ranks, 0.9)[:2], strict=True))
-    best = BestEarlier(vectors, ranks)
+    best = BestEarlier(vectors, ranks, 0.9)
     for part in np.array_split(np.arange(len(vectors)), 7):
         best.feed(vectors[part], ranks[part])
-    q, m, s = best.duplicates(0.9)
+    q, m, s = best.duplicates()
     assert dict(zip(q.tolist(), m.tolist(), strict=True)) == {
         int(k): int(v) for k, v in whole.items()
     }
