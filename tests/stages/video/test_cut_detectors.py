@@ -196,6 +196,18 @@ def test_sharp_cuts_find_cuts_between_scenes_of_one_kind(kind: str) -> None:
     assert cut_detectors.sharp_cuts(small, 30.0) == [60, 120]
 
 
+def test_sharp_cuts_find_a_cut_inside_a_whip_pan_on_their_coarse_grid() -> None:
+    """Two fast-moving textures: every pixel changes each frame by nearly what the cut
+    changes it by, so the pixels' test misses the cut; the grid of block means, where the
+    motion averages away, still jumps at it."""
+    from conveyor.samples.video import Segment
+
+    segments = [Segment("fast", 2, 9), Segment("fast", 2, 29)]
+    small = cut_detectors.shrink(np.stack(list(render_frames(segments, 256, 144, 30))))
+    assert cut_detectors._sharp_jumps(small, 30.0) == []  # the pixels alone
+    assert cut_detectors.sharp_cuts(small, 30.0) == [60]
+
+
 @pytest.mark.parametrize("kind", ["fast", "pan", "drift", "zoom", "slowpan", "noise", "bars"])
 def test_sharp_cuts_leave_motion_and_steady_change_alone(kind: str) -> None:
     from conveyor.samples.video import Segment
