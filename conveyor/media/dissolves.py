@@ -20,6 +20,7 @@ shot levels around it cross window borders.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -37,6 +38,11 @@ FIT_LENGTHS_S = (0.3, 0.4, 0.5, 0.7, 1.0, 1.3, 1.6, 2.0, 2.5, MAX_TRANSITION_S)
 #: the largest misfit of the best parabola, as an RMS in units of its depth: true dissolves
 #: fit at 0.03-0.2, colour drifts at 0.24-0.26, flashes, fades through black and cuts above
 FIT_TOLERANCE = 0.2
+#: a sag whose best parabola misses by at most this, between shots that are not steady, is
+#: doubtful (``doubtful_sags``): on the corpus of benchmarks/shots.py all four dissolves the
+#: sag missed were such (and 3 of the 9 negatives' sags); TransNetV2, asked, found two of
+#: them, and nothing in the negatives
+DOUBT_TOLERANCE = 0.3
 #: a shot's level is steady when its variance's spread (10th to 90th percentile) is within
 #: this share of the sag's depth: a picture whose variance swings by as much (a whip pan's
 #: stripes passing) makes sags of any shape
@@ -69,6 +75,13 @@ def fit_dissolve(values: np.ndarray, first: int, last: int, fps: float) -> Trans
     Every length of ``FIT_LENGTHS_S`` is tried at starts a tenth of it apart, each placing
     the sag's bottom inside the blend; each length's best start is refined frame by frame,
     and the best fit whose shots are steady is taken."""
+    return _accepted(values, _fits(values, first, last, fps), fps)
+
+
+def _fits(
+    values: np.ndarray, first: int, last: int, fps: float
+) -> list[tuple[float, float, int, int]]:
+    """Each length's best fit of the sag ``[first, last]``, best first (see ``_misfit``)."""
     bottom = first + int(np.argmin(values[first : last + 1]))
     fits = []
     for seconds in FIT_LENGTHS_S:
@@ -81,12 +94,44 @@ def fit_dissolve(values: np.ndarray, first: int, last: int, fps: float) -> Trans
         near = range(best[2] - step + 1, best[2] + step)
         refined = (_misfit(values, s, length, fps) for s in near)
         fits.append(min([best, *(f for f in refined if f is not None)]))
-    for misfit, depth, start, length in sorted(fits):
+    return sorted(fits)
+
+
+def _accepted(
+    values: np.ndarray, fits: list[tuple[float, float, int, int]], fps: float
+) -> Transition | None:
+    for misfit, depth, start, length in fits:
         if misfit > FIT_TOLERANCE:
             break
         if _steady(values, start, length, fps, depth):
             return start, start + length
     return None
+
+
+def doubtful_sags(values: np.ndarray, fps: float, cuts: Sequence[int] = ()) -> list[Transition]:
+    """The blends ``(start, end)`` that the sags of ``values`` (one stretch of a video's
+    variances) fit within ``DOUBT_TOLERANCE`` between shots whose variance swings, away from
+    the cuts ``cuts`` (indices into ``values``), where ``fit_dissolve`` found none. A
+    dissolve between moving textures looks like this, and so does some content: the sag's
+    model, which takes each shot's variance as steady, cannot tell them apart, and the hybrid
+    detector asks TransNetV2. Between steady shots the model holds, and a looser fit is no
+    dissolve."""
+    n = len(values)
+    gap, span = max(1, round(LEVEL_GAP_S * fps)), max(2, round(LEVEL_SPAN_S * fps))
+    before, after = _side_levels(values, 0, n, gap, span)
+    with np.errstate(invalid="ignore"):
+        sag = values < SAG_RATIO * np.fmin(before, after)
+    doubtful = []
+    for a, b in runs(sag):
+        if b - a + 1 < MIN_SAG_FRAMES or any(a - 3 <= c <= b + 3 for c in cuts):
+            continue
+        fits = _fits(values, a, b, fps)
+        if not fits or fits[0][0] > DOUBT_TOLERANCE or _accepted(values, fits, fps):
+            continue
+        _, depth, start, length = fits[0]
+        if not _steady(values, start, length, fps, depth):
+            doubtful.append((start, start + length))
+    return doubtful
 
 
 def _step(length: int) -> int:

@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from conveyor.media.dissolves import frame_variance
-from conveyor.media.transitions import NONE, WEAK, gradual_codes, runs
+from conveyor.media.dissolves import doubtful_sags, frame_variance
+from conveyor.media.transitions import MAX_TRANSITION_S, NONE, WEAK, gradual_codes, runs
 from conveyor.resources import Resources
 from conveyor.stages.video.base import VideoStage
 from conveyor.stages.video.shots import (
@@ -186,6 +186,17 @@ def shrink(frames: np.ndarray) -> np.ndarray:
     ).astype(np.int16)
 
 
+def merged(stretches: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``(first, last)`` stretches with those that overlap or touch made one, in order."""
+    out: list[tuple[int, int]] = []
+    for a, b in sorted(stretches):
+        if out and a <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
 def changing_stretches(
     frames: np.ndarray,
     fps: float,
@@ -218,12 +229,7 @@ def changing_stretches(
         calm = [float(np.nanquantile(s, CALM_Q)) for s in (before, after) if np.isfinite(s).any()]
         if calm and change[t] > RISE * min(calm) + RISE_FLOOR:
             doubtful[t] = True
-    stretches: list[tuple[int, int]] = []
-    for a, b in runs(doubtful):
-        first, last = max(0, a - lag), min(n - 1, b + lag)
-        if stretches and first <= stretches[-1][1] + 1:
-            first = stretches.pop()[0]
-        stretches.append((first, last))
+    stretches = merged([(max(0, a - lag), min(n - 1, b + lag)) for a, b in runs(doubtful)])
     return [(a, b) for a, b in stretches if not any(a - 2 <= c <= b + 2 for c in cuts)]
 
 
@@ -332,7 +338,8 @@ def flashes(
 class HybridDetector(AdaptiveDetector):
     """The adaptive detector's cuts and the sharp jumps it leaves (``sharp_cuts``: cuts
     between scenes of one palette), and TransNetV2's verdict where the picture changes
-    gradually (``changing_stretches``): its cuts there, and its evidence of a dissolve for
+    gradually (``changing_stretches``) and where the picture's variance sags almost as a
+    dissolve's does (``doubtful_sags``): its cuts there, and its evidence of a dissolve for
     the splitter (``FrameWindow.gradual``); and every frame's variance
     (``FrameWindow.variance``), from which the splitter finds dissolves by their sag.
 
@@ -380,7 +387,8 @@ class HybridDetector(AdaptiveDetector):
         frames, first = window.frames[real], first + real.start
         lo, hi = window.start - first, window.end - first
         small = shrink(frames)
-        window.variance = frame_variance(small[lo:hi])
+        variance = frame_variance(small)
+        window.variance = variance[lo:hi]
         known = [c - first for c, _ in window.transitions]
         window.transitions = sorted(
             window.transitions
@@ -392,9 +400,15 @@ class HybridDetector(AdaptiveDetector):
         )
         cuts = [c - first for c, _ in window.transitions]
         context = min(TRANSNET_CONTEXT, window.context)
+        # the fit may be shorter than the dissolve: TransNetV2 sees the longest one around it
+        reach = round(MAX_TRANSITION_S * meta.fps / 2)
+        sags = [
+            (max(0, (a + b) // 2 - reach), min(len(frames) - 1, (a + b) // 2 + reach))
+            for a, b in doubtful_sags(variance, meta.fps, cuts)
+        ]
         asks = [
             (max(0, a - context), min(len(frames), b + 1 + context), a, b)
-            for a, b in changing_stretches(frames, meta.fps, cuts, small)
+            for a, b in merged(changing_stretches(frames, meta.fps, cuts, small) + sags)
             if a < hi and b >= lo
         ]
         if not asks:

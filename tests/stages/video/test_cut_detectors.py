@@ -162,6 +162,24 @@ def test_the_hybrid_loads_transnetv2_only_when_a_stretch_asks(tmp_path: Path) ->
     assert detector.transnet._model is not None
 
 
+def test_the_hybrid_asks_transnetv2_about_a_doubtful_sag(
+    hybrid: HybridDetector, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 1 s dissolve between two plasmas of alike palettes (frames 90-120): they change as
+    much as it does, and their variance swings by more than it sags, so only TransNetV2,
+    asked about the sag, finds it."""
+    from tests.stages.video.test_dissolves import SWINGING
+
+    segments, crossfades = SWINGING
+    truth = write_video(
+        tmp_path / "plasmas.mp4", segments, width=256, height=144, fps=30, crossfades=crossfades
+    )
+    ((start, end),) = detect(truth, hybrid, 20.0)
+    assert 84 <= start <= 92 and 118 <= end <= 125
+    monkeypatch.setattr(cut_detectors, "doubtful_sags", lambda *args: [])
+    assert detect(truth, hybrid, 20.0) == []
+
+
 def test_detectors_are_chosen_by_name_and_validated() -> None:
     for name in ("adaptive", "content", "histogram", "hybrid"):
         stage = detector_for(name, DEFAULT_THRESHOLDS[name])

@@ -11,8 +11,12 @@ import numpy as np
 import pytest
 
 from conveyor.media.dissolves import (
+    DOUBT_TOLERANCE,
+    FIT_TOLERANCE,
     MIN_LEVEL,
     VarianceDissolves,
+    _fits,
+    doubtful_sags,
     fit_dissolve,
     frame_variance,
 )
@@ -67,6 +71,35 @@ def test_steady_change_motion_and_flashes_are_no_dissolve(kind: str) -> None:
 def test_hard_cuts_are_no_dissolve() -> None:
     segments = [Segment("plasma", 3, 1), Segment("rings", 3, 2), Segment("noise", 3, 3)]
     assert found(variances(segments)) == []
+
+
+#: two plasmas of alike palettes whose variance swings by more than the 1 s dissolve between
+#: them sags: the sag's model, which takes each shot's level as steady, cannot decide it
+SWINGING = ([Segment("plasma", 4.0041, 872861), Segment("plasma", 4.0, 872882)], {0: 1.0})
+
+
+def test_a_sag_between_swinging_shots_is_doubtful_not_a_dissolve() -> None:
+    values = variances(*SWINGING)
+    assert found(values) == []
+    ((start, end),) = doubtful_sags(values, FPS)
+    assert start <= 105 and end >= 110 and end - start <= 1.5 * FPS  # the blend is 90-120
+    assert doubtful_sags(values, FPS, cuts=[100]) == []  # a cut there explains the sag
+
+
+def test_a_sag_the_model_decides_is_not_doubtful() -> None:
+    values = variances([Segment("plasma", 5, 1), Segment("plasma", 5, 2)], {0: 2.0})
+    assert len(found(values)) == 1 and doubtful_sags(values, FPS) == []
+    # between steady shots a sag that fits a parabola only loosely is no dissolve, and not
+    # doubtful: a ramp down and straight back up, 0.67 s
+    ramp = np.full(400, 1000.0, np.float32)
+    ramp[180:200] = 1000 - 500 * np.arange(1, 21) / 20
+    assert FIT_TOLERANCE < _fits(ramp, 180, 199, FPS)[0][0] <= DOUBT_TOLERANCE
+    assert found(ramp) == [] and doubtful_sags(ramp, FPS) == []
+
+
+@pytest.mark.parametrize("kind", ["drift", "gradient", "slowpan", "zoom", "fast", "flash"])
+def test_steady_change_and_motion_leave_no_doubtful_sag(kind: str) -> None:
+    assert doubtful_sags(variances([Segment(kind, 8, 5)]), FPS) == []
 
 
 def test_windows_of_any_size_find_what_one_pass_finds() -> None:
