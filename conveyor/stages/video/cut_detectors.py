@@ -26,7 +26,14 @@ from typing import Any
 import numpy as np
 
 from conveyor.media.dissolves import doubtful_sags, frame_variance
-from conveyor.media.transitions import MAX_TRANSITION_S, NONE, WEAK, gradual_codes, runs
+from conveyor.media.transitions import (
+    MAX_TRANSITION_S,
+    NONE,
+    STRONG,
+    WEAK,
+    gradual_codes,
+    runs,
+)
 from conveyor.resources import Resources
 from conveyor.stages.video.base import VideoStage
 from conveyor.stages.video.shots import (
@@ -339,6 +346,23 @@ def flashes(
     return found
 
 
+#: a doubtful sag's blend where TransNetV2's all-frames head rises above this is a dissolve:
+#: the two agree. On the corpus of benchmarks/shots.py the head reached 0.12-0.55 inside the
+#: four dissolves' doubtful sags and at most 0.032 inside the negatives' (2026-11-28), where
+#: alone it needs 0.3
+SAG_AGREES = 0.1
+
+
+def _agrees(many: np.ndarray, r0: int, r1: int, blends: list[tuple[int, int]]) -> bool:
+    """Whether the run ``[r0, r1]`` of gradual evidence rises above ``SAG_AGREES`` inside one
+    of the doubtful blends (indices into ``many``)."""
+    for a, b in blends:
+        lo, hi = max(r0, a), min(r1, b)
+        if lo <= hi and float(many[lo : hi + 1].max()) > SAG_AGREES:
+            return True
+    return False
+
+
 class HybridDetector(AdaptiveDetector):
     """The adaptive detector's cuts and the sharp jumps it leaves (``sharp_cuts``: cuts
     between scenes of one palette), and TransNetV2's verdict where the picture changes
@@ -406,9 +430,10 @@ class HybridDetector(AdaptiveDetector):
         context = min(TRANSNET_CONTEXT, window.context)
         # the fit may be shorter than the dissolve: TransNetV2 sees the longest one around it
         reach = round(MAX_TRANSITION_S * meta.fps / 2)
+        blends = doubtful_sags(variance, meta.fps, cuts)
         sags = [
             (max(0, (a + b) // 2 - reach), min(len(frames) - 1, (a + b) // 2 + reach))
-            for a, b in doubtful_sags(variance, meta.fps, cuts)
+            for a, b in blends
         ]
         asks = [
             (max(0, a - context), min(len(frames), b + 1 + context), a, b)
@@ -437,6 +462,8 @@ class HybridDetector(AdaptiveDetector):
             found += transitions_from_mask(mask, first + start, (lo - start, hi - start))
             extent = gradual_codes(many, EXTENT_FLOOR, self.transnet.gradual_threshold or 1.0)
             for r0, r1 in runs(extent > NONE):
+                if _agrees(many, r0, r1, [(p - start, q - start) for p, q in blends]):
+                    extent[r0 : r1 + 1] = STRONG
                 if (r0 == 0 and start > 0) or (r1 == len(extent) - 1 and end < len(frames)):
                     extent[r0 : r1 + 1] = np.minimum(extent[r0 : r1 + 1], WEAK)
             s0, s1 = max(start, lo), min(end, hi)

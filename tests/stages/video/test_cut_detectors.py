@@ -180,6 +180,21 @@ def test_the_hybrid_asks_transnetv2_about_a_doubtful_sag(
     assert detect(truth, hybrid, 20.0) == []
 
 
+def test_a_doubtful_sag_and_weak_transnetv2_evidence_agree_on_a_dissolve(
+    hybrid: HybridDetector, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 1 s dissolve from a plasma into a pan (frames 77-107): TransNetV2 scores it at most
+    about 0.12, under the 0.3 its evidence needs alone, but the sag agrees."""
+    segments = [Segment("plasma", 3.5761, 631117), Segment("pan", 4.0, 293929)]
+    truth = write_video(
+        tmp_path / "weak.mp4", segments, width=256, height=144, fps=30, crossfades={0: 1.0}
+    )
+    ((start, end),) = detect(truth, hybrid, 20.0)
+    assert 74 <= start <= 92 and 100 <= end <= 110
+    monkeypatch.setattr(cut_detectors, "SAG_AGREES", 1.0)  # TransNetV2 alone
+    assert detect(truth, hybrid, 20.0) == []
+
+
 def test_detectors_are_chosen_by_name_and_validated() -> None:
     for name in ("adaptive", "content", "histogram", "hybrid"):
         stage = detector_for(name, DEFAULT_THRESHOLDS[name])
