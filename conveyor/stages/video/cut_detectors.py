@@ -229,15 +229,32 @@ def changing_stretches(
     change = np.full(n, np.nan)
     change[lag : n - lag] = np.abs(small[2 * lag :] - small[: -2 * lag]).mean(axis=(1, 2, 3))
     side, gap = max(2, round(SIDE_S * fps)), 2 * lag
+    t = np.arange(lag, n - lag)
+    # each side's stretch, NaN where it reaches past the video: before t, change[t - side :
+    # t - gap], is padded[t : t + width]; after it, change[t + gap + 1 : t + side + 1]
+    width = side - gap
+    padded = np.concatenate([np.full(side, np.nan), change, np.full(side, np.nan)])
+    stretch = np.lib.stride_tricks.sliding_window_view(padded, width)
+    calm = np.fmin(_level(stretch[t]), _level(stretch[t + gap + 1 + side]))
     doubtful = np.zeros(n, dtype=bool)
-    for t in range(lag, n - lag):
-        before = change[max(0, t - side) : max(0, t - gap)]
-        after = change[t + gap + 1 : t + side + 1]
-        calm = [float(np.nanquantile(s, CALM_Q)) for s in (before, after) if np.isfinite(s).any()]
-        if calm and change[t] > RISE * min(calm) + RISE_FLOOR:
-            doubtful[t] = True
+    with np.errstate(invalid="ignore"):
+        doubtful[t] = change[t] > RISE * calm + RISE_FLOOR  # NaN: neither side measured
     stretches = merged([(max(0, a - lag), min(n - 1, b + lag)) for a, b in runs(doubtful)])
     return [(a, b) for a, b in stretches if not any(a - 2 <= c <= b + 2 for c in cuts)]
+
+
+def _level(rows: np.ndarray) -> np.ndarray:
+    """Each row's ``CALM_Q`` quantile over its measured values (NaN: none): the rows without
+    a gap at once, the few at the video's ends one by one."""
+    out = np.full(len(rows), np.nan)
+    whole = ~np.isnan(rows).any(axis=1)
+    if whole.any():
+        out[whole] = np.quantile(rows[whole], CALM_Q, axis=1)
+    for i in np.flatnonzero(~whole):
+        values = rows[i][~np.isnan(rows[i])]
+        if len(values):
+            out[i] = np.quantile(values, CALM_Q)
+    return out
 
 
 #: ``sharp_cuts``: a frame is a cut when it differs from the one before it ``CUT_RATIO``
