@@ -405,16 +405,18 @@ class LocalBackend:
         match msg:
             case wire.Out(batch_id, outputs):
                 self._events.append(BatchOutputs(worker.worker_id, batch_id, outputs))
-            case wire.Done(batch_ids, outputs, filtered, busy_s, cpu_s, failed, memory):
+            case wire.Done(batch_ids, outputs, filtered, busy_s, cpu_s, queued_s, failed, memory):
                 for failure in failed:
                     self._events.append(
                         BatchFailed(worker.worker_id, failure.batch_id, failure.error)
                     )
                 if batch_ids:
-                    columns = zip(batch_ids, outputs, filtered, busy_s, cpu_s, strict=True)
+                    columns = zip(
+                        batch_ids, outputs, filtered, busy_s, cpu_s, queued_s, strict=True
+                    )
                     outcomes = [
-                        BatchOutcome(batch_id, made, nothing, busy, cpu, memory)
-                        for batch_id, made, nothing, busy, cpu in columns
+                        BatchOutcome(batch_id, made, nothing, busy, cpu, memory, queued)
+                        for batch_id, made, nothing, busy, cpu, queued in columns
                     ]
                     self._events.append(BatchesDone(worker.worker_id, outcomes))
             case wire.Ready(setup_s, memory):

@@ -30,6 +30,7 @@ from collections import deque
 from multiprocessing.connection import Connection
 from typing import Any
 
+from conveyor.backends.core_wait import core_wait_s
 from conveyor.backends.runtime import MemoryGauge, StageRunner, lower_priority
 from conveyor.backends.shm_store import ShmStore
 from conveyor.backends.wire import (
@@ -195,10 +196,11 @@ def worker_main(fd: int, runner: StageRunner, store: ShmStore) -> int:
             gave_nothing: list[int] = []
             busy_s: list[float] = []
             cpu_s: list[float] = []
+            queued_s: list[float] = []
             failed: list[Failed] = []
             consumed: list[Handle] = []
             for batch_id, handles in batches:
-                begun, cpu = time.perf_counter(), time.process_time()
+                begun, cpu, queued = time.perf_counter(), time.process_time(), core_wait_s()
                 waited = 0.0
                 try:
                     tasks = [get(h) for h in handles]
@@ -223,8 +225,9 @@ def worker_main(fd: int, runner: StageRunner, store: ShmStore) -> int:
                 gave_nothing.append(filtered)
                 busy_s.append(time.perf_counter() - begun - waited)
                 cpu_s.append(time.process_time() - cpu)
+                queued_s.append(core_wait_s() - queued)
                 consumed.extend(handles)
-            done = Done(ended, made, gave_nothing, busy_s, cpu_s, failed, gauge.read())
+            done = Done(ended, made, gave_nothing, busy_s, cpu_s, queued_s, failed, gauge.read())
             send(pickle.dumps(done, protocol=5))
             # Inputs are released only once their outputs are safely reported.
             delete(consumed)

@@ -59,6 +59,7 @@ import ray
 import ray.exceptions
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from conveyor.backends.core_wait import core_wait_s
 from conveyor.backends.runtime import MemoryGauge, StageRunner, lower_priority
 from conveyor.backends.shm_store import claim_dir, sweep_stale
 from conveyor.backends.wire import (
@@ -308,7 +309,7 @@ class _Worker:
         stored: list[Any] = []
         room = RECORD_INLINE_MAX
         for batch_id, items in batches:
-            begun, cpu = time.perf_counter(), time.process_time()
+            begun, cpu, queued = time.perf_counter(), time.process_time(), core_wait_s()
             mark = len(stored)
             try:
                 labels = [label for label, _ in items]
@@ -332,7 +333,8 @@ class _Worker:
                 records.append(Failed(batch_id, _error(exc)))
                 continue
             busy, cpu = time.perf_counter() - begun, time.process_time() - cpu
-            records.append(Ran(batch_id, entries, filtered, busy, cpu, self.gauge.read()))
+            queued = core_wait_s() - queued
+            records.append(Ran(batch_id, entries, filtered, busy, cpu, queued, self.gauge.read()))
         return records, stored
 
     def stream(self, items: list[tuple[str, Any]], threads: int | None = None) -> Iterator[Any]:
@@ -341,7 +343,7 @@ class _Worker:
         Time spent paused at a ``yield`` is not busy time."""
         runner = self.runner
         assert runner is not None, "stream() before a successful setup()"
-        begun, cpu = time.perf_counter(), time.process_time()
+        begun, cpu, queued = time.perf_counter(), time.process_time(), core_wait_s()
         waited = 0.0
         try:
             labels = [label for label, _ in items]
@@ -361,7 +363,8 @@ class _Worker:
             yield Raised(_error(exc))
             return
         busy = time.perf_counter() - begun - waited
-        yield Ended(runner.filtered, busy, time.process_time() - cpu, self.gauge.read())
+        cpu, queued = time.process_time() - cpu, core_wait_s() - queued
+        yield Ended(runner.filtered, busy, cpu, queued, self.gauge.read())
 
     def stop(self) -> bool:
         if self.runner is not None:
@@ -1125,7 +1128,7 @@ class RayBackend:
                         self._events.append(BatchesDone(worker.worker_id, done))
                         done = []
                     self._events.append(BatchFailed(worker.worker_id, batch_id, error))
-                case Ran(batch_id, entries, filtered, busy_s, cpu_s, memory):
+                case Ran(batch_id, entries, filtered, busy_s, cpu_s, queued_s, memory):
                     handles = []
                     for label, data, nbytes, pickled in entries:
                         node = None
@@ -1136,7 +1139,9 @@ class RayBackend:
                             position += 1
                             node = worker.node_id  # stays in that node's object store
                         handles.append(Handle(payload, nbytes, label, node))
-                    done.append(BatchOutcome(batch_id, handles, filtered, busy_s, cpu_s, memory))
+                    done.append(
+                        BatchOutcome(batch_id, handles, filtered, busy_s, cpu_s, memory, queued_s)
+                    )
         if done:
             self._events.append(BatchesDone(worker.worker_id, done))
 
@@ -1179,8 +1184,10 @@ class RayBackend:
                 case Made(label, nbytes, _, data):
                     call.made += 1
                     outputs.append(Handle(RayPayload(None, data, True), nbytes, label))
-                case Ended(filtered, busy_s, cpu_s, memory):
-                    outcome = BatchOutcome(call.batch_id, [], filtered, busy_s, cpu_s, memory)
+                case Ended(filtered, busy_s, cpu_s, queued_s, memory):
+                    outcome = BatchOutcome(
+                        call.batch_id, [], filtered, busy_s, cpu_s, memory, queued_s
+                    )
                     ended = BatchesDone(worker.worker_id, [outcome])
                     break
                 case Raised(error):

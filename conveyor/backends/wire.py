@@ -140,15 +140,16 @@ class Failed(NamedTuple):
 class Done(NamedTuple):
     """The batches of one ``Work`` message (local backend): those that ended, in order, as
     columns (batch ``batch_ids[i]`` made ``outputs[i]``, ``filtered[i]`` of its inputs gave
-    nothing, it took ``busy_s[i]`` and ``cpu_s[i]``; lists of numbers pickle as cheaply as
-    plain tuples, where a named record per batch would cost every batch more), those that
-    raised, and the worker's memory footprint."""
+    nothing, it took ``busy_s[i]`` and ``cpu_s[i]`` and waited ``queued_s[i]`` of that for a
+    core; lists of numbers pickle as cheaply as plain tuples, where a named record per batch
+    would cost every batch more), those that raised, and the worker's memory footprint."""
 
     batch_ids: list[int]
     outputs: list[list[Handle]]
     filtered: list[int]
     busy_s: list[float]
     cpu_s: list[float]
+    queued_s: list[float]
     failed: list[Failed]
     memory_bytes: int
 
@@ -184,6 +185,7 @@ class Ran(NamedTuple):
     filtered: int
     busy_s: float
     cpu_s: float
+    queued_s: float
     memory_bytes: int
 
 
@@ -203,6 +205,7 @@ class Ended(NamedTuple):
     filtered: int
     busy_s: float
     cpu_s: float
+    queued_s: float
     memory_bytes: int
 
 

@@ -618,7 +618,10 @@ class Controller:
             stage.service_sum_s += outcome.busy_s
             first_measurement = not stage.meter.measured
             out_bytes = sum(h.nbytes for h in outcome.outputs) + batch.made_bytes
-            busy_s = outcome.busy_s
+            # the time its thread waited for a core was the machine's, not the stage's: more
+            # workers would not have made it sooner (they would have waited too)
+            busy_s = max(0.0, outcome.busy_s - outcome.queued_s)
+            held_s = max(busy_s, held_s - outcome.queued_s)
             # a generator that waited for room downstream held its worker without working:
             # more workers would not have made it sooner
             held_s = max(busy_s, held_s - batch.paused_s) if batch.paused_s else held_s

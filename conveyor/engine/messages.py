@@ -65,8 +65,9 @@ class ErrorInfo:
 @dataclass(frozen=True, slots=True)
 class BatchOutcome:
     """A batch a worker finished: output handles, how many inputs gave nothing, busy time,
-    the CPU time the worker's process spent on it (all its threads), and the worker's peak
-    memory footprint so far in bytes (0: not measured)."""
+    the CPU time the worker's process spent on it (all its threads), the worker's peak
+    memory footprint so far in bytes (0: not measured), and how much of the busy time its
+    thread waited for a core (``backends.core_wait``; 0: none, or not measured)."""
 
     batch_id: int
     outputs: list[Handle]
@@ -74,6 +75,7 @@ class BatchOutcome:
     busy_s: float
     cpu_s: float = 0.0
     memory_bytes: int = 0
+    queued_s: float = 0.0
 
 
 # -- events a backend reports from poll() ------------------------------------------------

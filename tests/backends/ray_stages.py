@@ -258,6 +258,23 @@ class Threads(ProcessingStage[Any, Any]):
         return self.threads
 
 
+class SpinOnCoreZero(ProcessingStage[int, int]):
+    """Each task spins 20 ms of CPU; every worker runs on core 0 alone, so two of them wait
+    for it half the time."""
+
+    resources = Resources(cpus=1)
+    num_workers = 2
+
+    def setup(self, worker: WorkerInfo) -> None:
+        os.sched_setaffinity(0, {0})
+
+    def process(self, task: int) -> int:
+        end = time.process_time() + 0.02
+        while time.process_time() < end:
+            pass
+        return task
+
+
 class Trickle(ProcessingStage[int, tuple[int, int]]):
     """A generator: ``count`` outputs per input, ``gap_s`` apart, each ``size`` bytes of
     payload; the first attempt at an input in ``fail_once`` raises after ``fail_after``

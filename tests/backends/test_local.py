@@ -18,7 +18,7 @@ from conveyor.backends.shm_store import INLINE_LIMIT, ShmStore, sweep_stale
 from conveyor.cluster import NodeInfo, WorkerInfo
 from conveyor.errors import BackendError
 from conveyor.executors import StreamingExecutor
-from tests.backends.ray_stages import Nice, Threads
+from tests.backends.ray_stages import Nice, SpinOnCoreZero, Threads
 
 
 class RecordEnv(ProcessingStage[int, tuple[str, str]]):
@@ -481,3 +481,26 @@ def test_workers_run_the_drivers_conveyor_whatever_the_current_folder_holds(
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[2, 4]"
+
+
+@pytest.mark.skipif(not Path("/proc/thread-self/schedstat").exists(), reason="Linux schedstat")
+def test_time_waiting_for_a_core_is_measured_apart_from_a_stage_s_work() -> None:
+    check_core_wait_apart(LocalBackend(num_cpus=2))
+
+
+def check_core_wait_apart(backend: Any) -> None:
+    """Two workers on one core: a task's wall time is well over its work while both run,
+    and what sizes the stage (its measured task time) is the work (its CPU time), not the
+    wait."""
+    from tests.engine.test_controller import Snapshots
+
+    monitor = Snapshots()
+    result = Pipeline("p", [SpinOnCoreZero()]).run(
+        StreamingExecutor(backend, monitors=[monitor]), range(60)
+    )
+    assert sorted(result.outputs) == list(range(60))
+    stats = result.stats["SpinOnCoreZero"]
+    work = stats.cpu_s / 60
+    assert stats.mean_service_s >= 1.3 * work  # the wall time: the workers share one core
+    measured = [s.task_time_s for t in monitor.ticks for s in t.stages if s.task_time_s]
+    assert measured and measured[-1] == pytest.approx(work, rel=0.25)

@@ -233,6 +233,13 @@ def test_a_batch_sent_while_its_node_idles_gets_the_idle_cores(address: str) -> 
     assert result.outputs == [2]  # the worker's node has two CPUs, both idle
 
 
+@pytest.mark.skipif(not Path("/proc/thread-self/schedstat").exists(), reason="Linux schedstat")
+def test_time_waiting_for_a_core_is_measured_apart_on_ray(address: str) -> None:
+    from tests.backends.test_local import check_core_wait_apart
+
+    check_core_wait_apart(RayBackend(address))
+
+
 def test_workers_land_on_both_nodes(address: str, tmp_path: Path) -> None:
     # work for a second or more per worker: a worker whose readiness the driver hears late
     # on a busy machine still finds some

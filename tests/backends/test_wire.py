@@ -33,12 +33,12 @@ MESSAGES = [
     wire.Ready(0.5, 1 << 20),
     wire.SetupFailed(ERROR),
     wire.Out(5, [HANDLE]),
-    wire.Done([5], [[HANDLE]], [0], [0.1], [0.2], [wire.Failed(6, ERROR)], 1 << 20),
+    wire.Done([5], [[HANDLE]], [0], [0.1], [0.2], [0.05], [wire.Failed(6, ERROR)], 1 << 20),
     wire.Stopped(),
     wire.Placed("node-a", 99),
-    wire.Ran(5, [wire.Output("3.1", b"x", 1, True)], 0, 0.1, 0.2, 0),
+    wire.Ran(5, [wire.Output("3.1", b"x", 1, True)], 0, 0.1, 0.2, 0.05, 0),
     wire.Made("3.1.0", 10, False, None),
-    wire.Ended(1, 0.1, 0.2, 0),
+    wire.Ended(1, 0.1, 0.2, 0.05, 0),
     wire.Raised(ERROR),
 ]
 

@@ -265,6 +265,28 @@ def test_stages_are_sized_by_how_long_a_call_holds_a_worker() -> None:
     assert result.wall_s < 400 / 16.7 * 1.15
 
 
+@pytest.mark.parametrize("reported", [True, False])
+def test_time_spent_waiting_for_a_core_does_not_size_a_stage(reported: bool) -> None:
+    """On a machine whose cores are all busy, ``a``'s tasks wait 0.1 s for a core on top of
+    their 0.1 s of work. More workers of ``a`` would only wait longer, so it is sized by its
+    work, as ``b`` is: 3 and 3 of 6 CPUs. Where the wait is not reported apart (a backend
+    that cannot measure it) it counts as work, and ``a`` takes twice ``b``'s workers."""
+    backend = VirtualBackend(
+        cpus=6, service_s={"a": 0.1, "b": 0.1}, queued_s={"a": 0.1}, queued_reported=reported
+    )
+    monitor = Snapshots()
+    result = Pipeline("p", [Pass("a"), Pass("b")]).run(
+        StreamingExecutor(backend, monitors=[monitor]), initial_tasks=range(600)
+    )
+    assert len(result.outputs) == 600
+    steady = [t for t in monitor.ticks if 5 < t.elapsed_s < 15]
+    a = steady[-1].stages[0]
+    assert result.stats["a"].mean_service_s == pytest.approx(0.2)  # the wall time, as seen
+    expected = [3, 3] if reported else [4, 2]
+    assert steady and all([s.target for s in t.stages] == expected for t in steady)
+    assert a.task_time_s == pytest.approx(0.1 if reported else 0.2, rel=0.05)
+
+
 def test_messages_grow_to_spread_a_per_call_cost() -> None:
     """10 ms tasks behind a 20 ms per-call cost: one task per message would give 33 tasks/s;
     messages carrying four round trips' worth of work give about 80."""

@@ -88,8 +88,14 @@ class VirtualBackend:
         hangs: Callable[[Any], bool] | None = None,
         node_cpus: dict[str, float] | None = None,
         node_fails: dict[str, tuple[float, float]] | None = None,
+        queued_s: dict[str, float] | None = None,
+        queued_reported: bool = True,
     ) -> None:
         self.node_cpus = node_cpus
+        #: per stage, seconds each task waits for a core on top of its service time (a
+        #: machine whose cores are all busy): reported apart, as a real worker measures it
+        self.queued_s = queued_s or {}
+        self.queued_reported = queued_reported  # False: as a backend that cannot measure it
         self.node_fails = dict(node_fails or {})
         self.worker_node: dict[str, str] = {}
         self.lose = set(lose or ())
@@ -226,7 +232,8 @@ class VirtualBackend:
             if callable(per_task):
                 per_task = per_task(begin)
             cpu = per_task * len(handles)
-            cost = cpu / (threads or 1)
+            queued = self.queued_s.get(runner.name, 0.0) * len(handles)
+            cost = cpu / (threads or 1) + queued
             if self.hangs is not None and any(self.hangs(self.get(h)) for h in handles):
                 cost = 1e9  # never seen to end, unless its worker is killed
             done = begin + cost
@@ -246,7 +253,17 @@ class VirtualBackend:
                 ]
                 event: Any = BatchesDone(
                     worker_id,
-                    [BatchOutcome(batch_id, outs, filtered, cost, cpu if threads else 0.0)],
+                    [
+                        BatchOutcome(
+                            batch_id,
+                            outs,
+                            filtered,
+                            cost,
+                            cpu if threads else 0.0,
+                            0,
+                            queued if self.queued_reported else 0.0,
+                        )
+                    ],
                 )
             except _PayloadLost as exc:
                 event = BatchFailed(
