@@ -32,6 +32,7 @@ from conveyor.media.transitions import (
     STRONG,
     WEAK,
     gradual_codes,
+    merge_transitions,
     runs,
 )
 from conveyor.resources import Resources
@@ -193,17 +194,6 @@ def shrink(frames: np.ndarray) -> np.ndarray:
     ).astype(np.int16)
 
 
-def merged(stretches: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """``(first, last)`` stretches with those that overlap or touch made one, in order."""
-    out: list[tuple[int, int]] = []
-    for a, b in sorted(stretches):
-        if out and a <= out[-1][1] + 1:
-            out[-1] = (out[-1][0], max(out[-1][1], b))
-        else:
-            out.append((a, b))
-    return out
-
-
 def changing_stretches(
     frames: np.ndarray,
     fps: float,
@@ -239,7 +229,9 @@ def changing_stretches(
     doubtful = np.zeros(n, dtype=bool)
     with np.errstate(invalid="ignore"):
         doubtful[t] = change[t] > RISE * calm + RISE_FLOOR  # NaN: neither side measured
-    stretches = merged([(max(0, a - lag), min(n - 1, b + lag)) for a, b in runs(doubtful)])
+    stretches = merge_transitions(
+        [(max(0, a - lag), min(n - 1, b + lag)) for a, b in runs(doubtful)]
+    )
     return [(a, b) for a, b in stretches if not any(a - 2 <= c <= b + 2 for c in cuts)]
 
 
@@ -454,7 +446,7 @@ class HybridDetector(AdaptiveDetector):
         ]
         asks = [
             (max(0, a - context), min(len(frames), b + 1 + context), a, b)
-            for a, b in merged(changing_stretches(frames, meta.fps, cuts, small) + sags)
+            for a, b in merge_transitions(changing_stretches(frames, meta.fps, cuts, small) + sags)
             if a < hi and b >= lo
         ]
         if not asks:
