@@ -223,6 +223,8 @@ def changing_stretches(
     # each side's stretch, NaN where it reaches past the video: before t, change[t - side :
     # t - gap], is padded[t : t + width]; after it, change[t + gap + 1 : t + side + 1]
     width = side - gap
+    if width < 1:  # at a frame or two a second no side has a frame: nothing stands out
+        return []
     padded = np.concatenate([np.full(side, np.nan), change, np.full(side, np.nan)])
     stretch = np.lib.stride_tricks.sliding_window_view(padded, width)
     calm = np.fmin(_level(stretch[t]), _level(stretch[t + gap + 1 + side]))

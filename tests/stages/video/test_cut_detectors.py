@@ -123,6 +123,9 @@ def test_a_dissolve_is_a_changing_stretch_unless_a_cut_explains_it() -> None:
     # the dissolve, frames 90-119, is inside what TransNetV2 sees (with its context)
     assert first - TRANSNET_CONTEXT <= 90 and last >= 110
     assert changing_stretches(frames, 30.0, cuts=[100]) == []
+    # at a frame or two a second (a time-lapse) the sides hold no frame: nothing stands out
+    assert changing_stretches(frames[::30], 1.0) == []
+    assert len(changing_stretches(frames[::3], 10.0)) == 1
 
 
 def test_the_hybrid_never_asks_about_frames_repeated_past_the_video(
