@@ -259,11 +259,11 @@ class Threads(ProcessingStage[Any, Any]):
 
 
 class SpinOnCoreZero(ProcessingStage[int, int]):
-    """Each task spins 20 ms of CPU; every worker runs on core 0 alone, so two of them wait
-    for it half the time."""
+    """Each task spins 20 ms of CPU; every worker runs on core 0 alone, so three of them
+    wait for it two thirds of the time."""
 
     resources = Resources(cpus=1)
-    num_workers = 2
+    num_workers = 3
 
     def setup(self, worker: WorkerInfo) -> None:
         os.sched_setaffinity(0, {0})

@@ -489,9 +489,8 @@ def test_time_waiting_for_a_core_is_measured_apart_from_a_stage_s_work() -> None
 
 
 def check_core_wait_apart(backend: Any) -> None:
-    """Two workers on one core: a task's wall time is well over its work while both run,
-    and what sizes the stage (its measured task time) is the work (its CPU time), not the
-    wait."""
+    """Three workers on one core: a task's wall time is well over its work, and what sizes
+    the stage (its measured task time) is the work (its CPU time), not the wait."""
     from tests.engine.test_controller import Snapshots
 
     monitor = Snapshots()
@@ -501,6 +500,7 @@ def check_core_wait_apart(backend: Any) -> None:
     assert sorted(result.outputs) == list(range(60))
     stats = result.stats["SpinOnCoreZero"]
     work = stats.cpu_s / 60
-    assert stats.mean_service_s >= 1.3 * work  # the wall time: the workers share one core
+    assert stats.mean_service_s >= 1.5 * work  # the wall time: the workers share one core
     measured = [s.task_time_s for t in monitor.ticks for s in t.stages if s.task_time_s]
-    assert measured and measured[-1] == pytest.approx(work, rel=0.25)
+    # the work and what a call costs besides (Ray's round trip), without the wait
+    assert measured and 0.8 * work <= measured[-1] < 0.7 * stats.mean_service_s
