@@ -570,6 +570,7 @@ def test_results_equal_the_local_backend(address: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)  # 19-25 s alone; Ray Data's tasks start slowly on a loaded machine
 def test_ray_data_executor_returns_the_same_result(address: str, tmp_path: Path) -> None:
     local = _local_reference()
     result = Pipeline("p", st.item_pipeline_stages()).run(
@@ -601,6 +602,7 @@ def test_ray_data_executor_returns_the_same_result(address: str, tmp_path: Path)
 
 # -- the benchmarks' Ray engines ------------------------------------------------------------
 @pytest.mark.slow
+@pytest.mark.timeout(300)  # 32-39 s alone, three engines one after another
 def test_benchmarks_run_the_ray_engines(
     address: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
