@@ -116,13 +116,8 @@ def doubtful_sags(values: np.ndarray, fps: float, cuts: Sequence[int] = ()) -> l
     model, which takes each shot's variance as steady, cannot tell them apart, and the hybrid
     detector asks TransNetV2. Between steady shots the model holds, and a looser fit is no
     dissolve."""
-    n = len(values)
-    gap, span = max(1, round(LEVEL_GAP_S * fps)), max(2, round(LEVEL_SPAN_S * fps))
-    before, after = _side_levels(values, 0, n, gap, span)
-    with np.errstate(invalid="ignore"):
-        sag = values < SAG_RATIO * np.fmin(before, after)
     doubtful = []
-    for a, b in runs(sag):
+    for a, b in runs(_sagging(values, 0, len(values), fps)):
         if b - a + 1 < MIN_SAG_FRAMES or any(a - 3 <= c <= b + 3 for c in cuts):
             continue
         fits = _fits(values, a, b, fps)
@@ -132,6 +127,15 @@ def doubtful_sags(values: np.ndarray, fps: float, cuts: Sequence[int] = ()) -> l
         if not _steady(values, start, length, fps, depth):
             doubtful.append((start, start + length))
     return doubtful
+
+
+def _sagging(values: np.ndarray, lo: int, hi: int, fps: float) -> np.ndarray:
+    """Whether each frame of ``[lo, hi)`` sags: under ``SAG_RATIO`` of the lower of its two
+    sides' levels (False where neither side is measured)."""
+    gap, span = max(1, round(LEVEL_GAP_S * fps)), max(2, round(LEVEL_SPAN_S * fps))
+    before, after = _side_levels(values, lo, hi, gap, span)
+    with np.errstate(invalid="ignore"):
+        return values[lo:hi] < SAG_RATIO * np.fmin(before, after)  # NaN compares false
 
 
 def _step(length: int) -> int:
@@ -289,11 +293,7 @@ class VarianceDissolves:
         n = len(values)
         decided = n if final else max(len(self._sag), n - self._gap - self._span)
         if decided > len(self._sag):
-            lo = len(self._sag)
-            before, after = _side_levels(values, lo, decided, self._gap, self._span)
-            with np.errstate(invalid="ignore"):
-                levels = np.fmin(before, after)  # NaN only where both sides are
-                sag = values[lo:decided] < SAG_RATIO * levels  # NaN compares false
+            sag = _sagging(values, len(self._sag), decided, self.fps)
             self._sag = np.concatenate([self._sag, sag])
         found: list[Transition] = []
         base = self._from
