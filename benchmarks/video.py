@@ -480,6 +480,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     user.add_argument("--repeats", type=int, default=1, help="runs of each contender")
     user.add_argument("--outputs", type=Path, default=None, help="keep the runs' outputs here")
     user.add_argument(
+        "--inline",
+        action="store_true",
+        help="also our stages in one process, without the engine (video_inline.py)",
+    )
+    user.add_argument(
         "--baseline",
         type=Path,
         default=None,
@@ -557,7 +562,9 @@ def user_main(p: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str,
         sources["small"] = make_small_videos(
             args.cache, args.small_videos, args.small_seconds, width, height, args.fps
         )
-    figures = {"user": user_figures(cases, sources, args.repeats, args.outputs, args.baseline)}
+    figures = {
+        "user": user_figures(cases, sources, args.repeats, args.outputs, args.baseline, args.inline)
+    }
     if args.json is not None:
         args.json.write_text(json.dumps(figures, indent=1, default=str) + "\n")
     return figures

@@ -10,7 +10,11 @@ Each contender is a command, run as a subprocess and measured the same way:
 - ``before`` (with ``--baseline CONVEYOR``): the same command line run by the ``conveyor``
   command of another version (an earlier commit installed apart), so that a change is
   measured against what it replaces in one sitting: ``ours / before`` for the first clip
-  (at most 1x) and the CPU per video-hour (at most 0.9x, the shots target).
+  (at most 1x) and the CPU per video-hour (at most 0.9x, the shots target);
+- ``inline`` (with ``--inline``, fixed and small): ``python benchmarks/video_inline.py INPUT
+  OUT``, our own stages in one process without the engine, so that ``ours / plain`` splits
+  into what the stages' work costs (``inline / plain``) and what the engine adds
+  (``ours / inline``).
 
 Cases (``--cases``): ``fixed`` (the generated 720p30 videos, 4 of 60 s by default), ``small``
 (``--small-videos`` videos of 2 s at 160x90 in nested folders: copies, under other names, of
@@ -94,11 +98,12 @@ def make_small_videos(
 
 
 def commands(
-    case: str, source: Path, output: Path, baseline: Path | None = None
+    case: str, source: Path, output: Path, baseline: Path | None = None, inline: bool = False
 ) -> dict[str, list[str]]:
     """The contenders' command lines for ``case``; with ``baseline`` (the ``conveyor``
     command of another version, e.g. installed from an earlier commit) also ``before``, the
-    same command line run by it."""
+    same command line run by it; with ``inline`` (not for shots) also ``inline``, our stages
+    in one process without the engine (``video_inline.py``)."""
     beside = Path(sys.executable).with_name("conveyor")
     conveyor = [str(beside)] if beside.exists() else [sys.executable, "-m", "conveyor"]
     options = ["--no-live"] if case == "shots" else [*FIXED_OPTIONS, "--no-live"]
@@ -108,6 +113,10 @@ def commands(
     if case != "shots":
         script = [sys.executable, str(BENCHMARKS / "plain_video.py"), str(source), str(output)]
         found["plain"] = script
+        if inline:
+            found["inline"] = [
+                sys.executable, str(BENCHMARKS / "video_inline.py"), str(source), str(output)
+            ]  # fmt: skip
     return found
 
 
@@ -238,16 +247,17 @@ def run_case(
     repeats: int,
     keep: bool,
     baseline: Path | None = None,
+    inline: bool = False,
 ) -> list[Run]:
     """Every contender of ``case``, ``repeats`` times, alternating their order."""
     runs = []
     for repeat in range(repeats):
-        names = list(commands(case, source, outputs, baseline))
+        names = list(commands(case, source, outputs, baseline, inline))
         for position, name in enumerate(names if repeat % 2 == 0 else names[::-1]):
             output = outputs / f"{case}-{name}-{repeat}"
             shutil.rmtree(output, ignore_errors=True)
             print(f"  [{case}] {name}, repeat {repeat + 1} of {repeats} ...", flush=True)
-            cmd = commands(case, source, output, baseline)[name]
+            cmd = commands(case, source, output, baseline, inline)[name]
             log = outputs / f"{case}-{name}-{repeat}.log"
             figures = measure(cmd, output, log)
             run = Run(case, name, repeat, position, **figures)
@@ -323,6 +333,14 @@ def targets(case: str, summary: dict[str, Any], cores: int = 0) -> list[dict[str
         if cores:
             ceiling = {at: _ceiling(plain, at, cores) for at in ("median", "best")}
             add(f"ceiling: plain's CPU work on {cores} cores", ceiling, "(physical limit)", None)
+    if "inline" in summary and plain:  # what the stages cost, and what the engine adds
+        for label, (a, b) in {
+            "CPU-s per video-hour, inline / plain (the stages' work)": ("inline", "plain"),
+            "CPU-s per video-hour, ours / inline (the engine's cost)": ("ours", "inline"),
+        }.items():
+            figure = "cpu_s_per_video_hour"
+            values = {at: _ratio(summary[a][figure][at], summary[b][figure][at]) for at in AT}
+            add(label, values, "(what ours / plain is made of)", None)
     if "before" in summary:  # the same command of the version before, side by side
         before = summary["before"]
         for label, figure, limit in (
@@ -345,6 +363,13 @@ def targets(case: str, summary: dict[str, Any], cores: int = 0) -> list[dict[str
         target = "<= today's (run this on the commit before)"
         add("first clip s, ours", ours["first_clip_s"], target, None)
     return rows
+
+
+AT = ("median", "best")
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
 
 
 def _ceiling(plain: dict[str, Any], at: str, cores: int) -> float | None:
@@ -428,6 +453,7 @@ def user_figures(
     repeats: int,
     outputs: Path | None,
     baseline: Path | None = None,
+    inline: bool = False,
 ) -> dict[str, Any]:
     """Run and report ``cases`` (each one's videos in ``sources``); the figures. Outputs are
     kept in ``outputs`` when given, else made in a temporary folder and removed."""
@@ -438,7 +464,7 @@ def user_figures(
     found: dict[str, Any] = {}
     try:
         for case in cases:
-            runs = run_case(case, sources[case], root, repeats, keep, baseline)
+            runs = run_case(case, sources[case], root, repeats, keep, baseline, inline)
             found[case] = report(case, runs, cores or 1)
     finally:
         if not keep:

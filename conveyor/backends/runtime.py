@@ -153,6 +153,11 @@ class Tidier:
     glibc's ``malloc_trim`` then hands the freed pages back to the machine where many are
     free (``TRIM_ABOVE_BYTES``), which costs more (the next batch faults them in again)
     and so runs less often.
+
+    What the first task built to stay (the modules a stage imports on first use, their
+    caches) is frozen too, after that task: a stage that collects on its own (the motion
+    tally, after each clip) would otherwise walk it again every time: a third of a
+    millisecond per clip in the transcoder, 1% of what a 2 s video costs it.
     """
 
     SHARE = 0.005
@@ -165,6 +170,7 @@ class Tidier:
         self._busy = 0.0  # busy seconds in all
         self._due = [0.0] * len(self._steps)  # when each step runs next, in busy seconds
         self._next = 0.0  # the earliest of them
+        self._first = True  # no task has ended yet
 
     def freeze(self) -> None:
         gc.collect()
@@ -172,6 +178,9 @@ class Tidier:
 
     def after(self, busy_s: float) -> None:
         """Call after each task (or batch) with the seconds it took."""
+        if self._first:
+            self._first = False
+            self.freeze()  # what the first task left behind is garbage and is collected
         self._busy += busy_s
         if self._busy < self._next:
             return

@@ -18,12 +18,37 @@ class Node:
 
 def test_tidying_frees_the_cycles_a_task_left_behind() -> None:
     tidier = Tidier()
-    a, b = Node(), Node()
-    a.other, b.other = b, a
-    alive = weakref.ref(a)
-    del a, b
-    tidier.after(0.1)
-    assert alive() is None
+    try:
+        for _ in range(2):  # after the first task (which also freezes) and after later ones
+            a, b = Node(), Node()
+            a.other, b.other = b, a
+            alive = weakref.ref(a)
+            del a, b
+            tidier.after(10.0)
+            assert alive() is None
+    finally:
+        gc.unfreeze()
+
+
+def test_what_the_first_task_built_to_stay_is_frozen_after_it() -> None:
+    """A module the first task imported (here: a cache it filled) is left out of every later
+    collection; what it left as garbage is freed, not frozen."""
+    tidier = Tidier()
+    cache = [Node() for _ in range(1000)]  # kept by the stage, as a lazily imported module
+    garbage = Node()
+    garbage.other = garbage
+    gone = weakref.ref(garbage)
+    del garbage
+    before = gc.get_freeze_count()
+    try:
+        tidier.after(0.1)
+        assert gone() is None
+        assert gc.get_freeze_count() >= before + len(cache)
+        frozen = gc.get_freeze_count()
+        tidier.after(0.1)  # only once
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
 
 
 def test_each_step_takes_a_bounded_share_of_the_busy_time() -> None:

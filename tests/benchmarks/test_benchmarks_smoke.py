@@ -386,8 +386,9 @@ def test_video_elastic_threads_a_b(
 def test_video_user_quick(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    """``--user``: our command and the plain script as subprocesses, one 3 s video (fixed)
-    and two of 2 s (small), each measured from its start: first clip, tree CPU, wall."""
+    """``--user``: our command, the plain script and our stages without the engine
+    (``--inline``) as subprocesses, one 3 s video (fixed) and two of 2 s (small), each
+    measured from its start: first clip, tree CPU, wall."""
     import av
 
     bench = load("video", monkeypatch)
@@ -397,13 +398,14 @@ def test_video_user_quick(
         [
             *["--user", "--cases", "fixed,small", "--videos", "1", "--seconds", "3", *size],
             *["--small-videos", "2", "--cache", str(tmp_path / "cache"), "--outputs", str(outputs)],
+            "--inline",
         ]
     )
     out = capsys.readouterr().out
     plain = load("plain_video", monkeypatch)
     for case, videos, seconds in (("fixed", 1, 3.0), ("small", 2, 2.0)):
         runs = {r["contender"]: r for r in figures["user"][case]["runs"]}
-        assert set(runs) == {"ours", "plain"}
+        assert set(runs) == {"ours", "plain", "inline"}
         for r in runs.values():
             assert r["returncode"] == 0 and r["lingering"] == 0
             assert 0 < r["first_clip_s"] <= r["wall_s"]
@@ -411,6 +413,14 @@ def test_video_user_quick(
             # the tree's CPU from RUSAGE_CHILDREN: at least what sampling its processes saw
             assert 0 < r["sampled_cpu_s"] <= r["cpu_s"] + 0.1
         assert runs["ours"]["clips_kept"] == runs["plain"]["clips_kept"] == videos
+        # the same stages without the engine: the same clips, rows and records
+        assert runs["inline"]["clips_kept"] == videos
+        ours, inline = outputs / f"{case}-ours-0", outputs / f"{case}-inline-0"
+        for folder in ("clips", "metas", "metadata", "videos"):
+            names = sorted(p.relative_to(ours).as_posix() for p in (ours / folder).rglob("*"))
+            assert names and names == sorted(
+                p.relative_to(inline).as_posix() for p in (inline / folder).rglob("*")
+            )
         # the plain script's clips: decodable H.264, cut where the fixed splitter cuts
         lines = (outputs / f"{case}-plain-0" / "clips.jsonl").read_text().splitlines()
         made = [json.loads(line) for line in lines]
@@ -425,6 +435,7 @@ def test_video_user_quick(
                 assert sum(1 for _ in container.decode(stream)) == meta["frames"]
         assert f"[user {case}] targets (judged on the medians)" in out
     assert "first clip, ours / plain" in out and "wall speed-up, ours vs plain" in out
+    assert "inline / plain (the stages' work)" in out and "ours / inline" in out
 
 
 def test_semdedup_tiny(
