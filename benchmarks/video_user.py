@@ -314,12 +314,7 @@ def targets(case: str, summary: dict[str, Any], cores: int = 0) -> list[dict[str
         rows.append({"figure": label, **values, "target": target, "met": met, "spec": spec})
 
     def versus(label: str, figure: str, limit: float, at_least: bool = False) -> None:
-        values = {
-            at: ours[figure][at] / plain[figure][at]
-            if ours[figure][at] is not None and plain.get(figure, {}).get(at)
-            else None
-            for at in ("median", "best")
-        }
+        values = {at: _ratio(ours[figure][at], plain.get(figure, {}).get(at)) for at in AT}
         median = values["median"]
         met = None if median is None else (median >= limit if at_least else median <= limit)
         add(label, values, f"{'>=' if at_least else '<='} {limit:g}x plain", met)
@@ -331,7 +326,7 @@ def targets(case: str, summary: dict[str, Any], cores: int = 0) -> list[dict[str
         versus("CPU-s per video-hour, ours / plain", "cpu_s_per_video_hour", limit)
         versus("wall speed-up, ours vs plain", "video_hours_per_hour", 1.5, at_least=True)
         if cores:
-            ceiling = {at: _ceiling(plain, at, cores) for at in ("median", "best")}
+            ceiling = {at: _ceiling(plain, at, cores) for at in AT}
             add(f"ceiling: plain's CPU work on {cores} cores", ceiling, "(physical limit)", None)
     if "inline" in summary and plain:  # what the stages cost, and what the engine adds
         for label, (a, b) in {
@@ -347,12 +342,7 @@ def targets(case: str, summary: dict[str, Any], cores: int = 0) -> list[dict[str
             ("first clip, ours / before", "first_clip_s", 1.0),
             ("CPU-s per video-hour, ours / before", "cpu_s_per_video_hour", 0.9),
         ):
-            values = {
-                at: ours[figure][at] / before[figure][at]
-                if ours[figure][at] is not None and before[figure][at]
-                else None
-                for at in ("median", "best")
-            }
+            values = {at: _ratio(ours[figure][at], before[figure][at]) for at in AT}
             met = None if values["median"] is None else values["median"] <= limit
             add(label, values, f"<= {limit:g}x before", met)
     if case == "shots":

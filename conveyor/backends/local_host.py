@@ -30,8 +30,7 @@ from collections import deque
 from multiprocessing.connection import Connection
 from typing import Any
 
-from conveyor.backends.core_wait import core_wait_s
-from conveyor.backends.runtime import MemoryGauge, StageRunner, lower_priority
+from conveyor.backends.runtime import BatchClock, MemoryGauge, StageRunner, lower_priority
 from conveyor.backends.shm_store import ShmStore
 from conveyor.backends.wire import (
     Done,
@@ -200,7 +199,7 @@ def worker_main(fd: int, runner: StageRunner, store: ShmStore) -> int:
             failed: list[Failed] = []
             consumed: list[Handle] = []
             for batch_id, handles in batches:
-                begun, cpu, queued = time.perf_counter(), time.process_time(), core_wait_s()
+                clock = BatchClock()
                 waited = 0.0
                 try:
                     tasks = [get(h) for h in handles]
@@ -223,9 +222,10 @@ def worker_main(fd: int, runner: StageRunner, store: ShmStore) -> int:
                 ended.append(batch_id)
                 made.append(out_handles)
                 gave_nothing.append(filtered)
-                busy_s.append(time.perf_counter() - begun - waited)
-                cpu_s.append(time.process_time() - cpu)
-                queued_s.append(core_wait_s() - queued)
+                busy, cpu, queued = clock.read(waited)
+                busy_s.append(busy)
+                cpu_s.append(cpu)
+                queued_s.append(queued)
                 consumed.extend(handles)
             done = Done(ended, made, gave_nothing, busy_s, cpu_s, queued_s, failed, gauge.read())
             send(pickle.dumps(done, protocol=5))

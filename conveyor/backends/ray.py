@@ -59,8 +59,7 @@ import ray
 import ray.exceptions
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from conveyor.backends.core_wait import core_wait_s
-from conveyor.backends.runtime import MemoryGauge, StageRunner, lower_priority
+from conveyor.backends.runtime import BatchClock, MemoryGauge, StageRunner, lower_priority
 from conveyor.backends.shm_store import claim_dir, sweep_stale
 from conveyor.backends.wire import (
     Ended,
@@ -309,7 +308,7 @@ class _Worker:
         stored: list[Any] = []
         room = RECORD_INLINE_MAX
         for batch_id, items in batches:
-            begun, cpu, queued = time.perf_counter(), time.process_time(), core_wait_s()
+            clock = BatchClock()
             mark = len(stored)
             try:
                 labels = [label for label, _ in items]
@@ -332,8 +331,7 @@ class _Worker:
                 del stored[mark:]
                 records.append(Failed(batch_id, _error(exc)))
                 continue
-            busy, cpu = time.perf_counter() - begun, time.process_time() - cpu
-            queued = core_wait_s() - queued
+            busy, cpu, queued = clock.read()
             records.append(Ran(batch_id, entries, filtered, busy, cpu, queued, self.gauge.read()))
         return records, stored
 
@@ -343,7 +341,7 @@ class _Worker:
         Time spent paused at a ``yield`` is not busy time."""
         runner = self.runner
         assert runner is not None, "stream() before a successful setup()"
-        begun, cpu, queued = time.perf_counter(), time.process_time(), core_wait_s()
+        clock = BatchClock()
         waited = 0.0
         try:
             labels = [label for label, _ in items]
@@ -362,8 +360,7 @@ class _Worker:
         except Exception as exc:  # noqa: BLE001 - a task failure, retried by the driver
             yield Raised(_error(exc))
             return
-        busy = time.perf_counter() - begun - waited
-        cpu, queued = time.process_time() - cpu, core_wait_s() - queued
+        busy, cpu, queued = clock.read(waited)
         yield Ended(runner.filtered, busy, cpu, queued, self.gauge.read())
 
     def stop(self) -> bool:

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
+from conveyor.backends.core_wait import core_wait_s
 from conveyor.cluster import NodeInfo, WorkerInfo
 from conveyor.engine.policies.priority import fit_niceness
 from conveyor.stage import ProcessingStage, declared_names, yields_outputs
@@ -139,6 +140,27 @@ class HeapTrim:
         with contextlib.suppress(OSError, AttributeError, TypeError):
             return cls(ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim)
         return None
+
+
+class BatchClock:
+    """A batch's three clocks, started together when it starts and read together when it
+    ends: its busy (wall) time, the CPU time of the worker's process, and how long its thread
+    waited for a core (``core_wait``), which every backend's workers report apart."""
+
+    __slots__ = ("_cpu", "_queued", "_wall")
+
+    def __init__(self) -> None:
+        self._wall, self._cpu = time.perf_counter(), time.process_time()
+        self._queued = core_wait_s()
+
+    def read(self, paused_s: float = 0.0) -> tuple[float, float, float]:
+        """Busy, CPU and core-wait seconds so far; ``paused_s`` (a generator waiting for
+        room downstream) is not busy time."""
+        return (
+            time.perf_counter() - self._wall - paused_s,
+            time.process_time() - self._cpu,
+            core_wait_s() - self._queued,
+        )
 
 
 class Tidier:

@@ -260,8 +260,7 @@ class VirtualBackend:
                             filtered,
                             cost,
                             cpu if threads else 0.0,
-                            0,
-                            queued if self.queued_reported else 0.0,
+                            queued_s=queued if self.queued_reported else 0.0,
                         )
                     ],
                 )
