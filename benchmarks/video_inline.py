@@ -3,8 +3,9 @@
 ``conveyor video INPUT OUTPUT --splitter fixed --no-quality --no-embed --no-tags`` runs its
 stages (list, probe, split, transcode, motion, write) as pools of worker processes. This
 script runs the same stages, built by the same ``build_video_pipeline``, one after the other
-in this one process, each task all the way to the writer before the next (depth first), each
-stage through the ``StageRunner`` its workers use (so memory is tidied as there). It writes
+in this one process, each task all the way to the writer before the next (depth first; the
+writer takes them in its batches), each stage through the ``StageRunner`` its workers use (so
+memory is tidied as there). It writes
 what the command writes, except ``summary.json`` (here: seconds of video and clips kept) and
 the event log.
 
@@ -43,14 +44,27 @@ def run_inline(config: VideoConfig) -> dict[str, Any]:
         runner.setup()
         runners.append(runner)
     begun = time.perf_counter()
+    last = len(runners) - 1
+    # the writer takes batches (short videos share a clip table), as the engine gives it
+    # when its input comes faster than it waits (``batch_wait_s``)
+    batch = specs[last].batch_size
+    held: tuple[list[Any], list[str]] = ([], [])
     try:
         pending: list[tuple[int, Any, str]] = [(0, EmptyTask(), "0")]
         while pending:
             index, task, label = pending.pop()
+            if index == last:
+                held[0].append(task)
+                held[1].append(label)
+                if len(held[0]) == batch:
+                    runners[last].run(*held)
+                    held = ([], [])
+                continue
             outputs, labels, _ = runners[index].run([task], [label])
-            if index + 1 < len(runners):
-                made = zip(reversed(outputs), reversed(labels), strict=True)
-                pending.extend((index + 1, out, lab) for out, lab in made)
+            made = zip(reversed(outputs), reversed(labels), strict=True)
+            pending.extend((index + 1, out, lab) for out, lab in made)
+        if held[0]:
+            runners[last].run(*held)
     finally:
         for runner in runners:
             runner.teardown()

@@ -252,8 +252,7 @@ def video(
         typer.Option(
             "--meta-json/--no-meta-json",
             help="Also write each clip's meta as metas/<clip_id>.json (the clip table, "
-            "metadata/<video_id>.parquet, is always written; at millions of clips, turn "
-            "this off).",
+            "metadata/*.parquet, is always written; at millions of clips, turn this off).",
         ),
     ] = True,
     shards: Annotated[

@@ -127,6 +127,7 @@ class Pipeline:
                     name=name,
                     resources=stage.resources,
                     batch_size=stage.batch_size,
+                    batch_wait_s=stage.batch_wait_s,
                     num_workers=stage.num_workers,
                     stage=stage,
                     has_node_setup=stage.overrides("setup_on_node"),
@@ -158,7 +159,10 @@ class Pipeline:
             kind = stage.kind() if callable(stage.kind) else type(stage).__name__
             lines.append(f"  {spec.index + 1}. {spec.name} [{kind}]")
             lines.append(f"     resources: {spec.resources.describe()}")
-            lines.append(f"     batch_size: {spec.batch_size}   workers: {pin}")
+            batch = f"{spec.batch_size}"
+            if spec.batch_size > 1 and spec.batch_wait_s is not None:
+                batch += f" (or what came within {spec.batch_wait_s:g} s)"
+            lines.append(f"     batch_size: {batch}   workers: {pin}")
             if spec.timeout_s is not None:
                 lines.append(f"     timeout_s: {spec.timeout_s:g} per batch")
             ins, outs = declared_names(stage.inputs()), declared_names(stage.outputs())

@@ -35,6 +35,13 @@ class ProcessingStage(Generic[In, Out]):
     name: str = "ProcessingStage"
     resources: Resources = Resources(cpus=1.0)
     batch_size: int = 1
+    #: with ``batch_size`` > 1, the longest (seconds) a task waits in the stage's queue for
+    #: its batch to fill: then what is there goes as a smaller batch. For a stage whose
+    #: batches cost mostly per call (one file for the whole batch), so that it batches
+    #: when its input trickles in. ``None``: a batch goes full, or smaller only once the
+    #: stage's input has ended. Either way nothing waits while the run has yet to make its
+    #: first output (no task has reached the last stage)
+    batch_wait_s: float | None = None
     num_workers: int | None = None
     #: modules the stage's code imports lazily that are slow to import (``"torch"``): the local
     #: backend imports them once per machine, before forking the stage's workers, so workers
@@ -107,6 +114,7 @@ class ProcessingStage(Generic[In, Out]):
         name: str = _UNSET,
         resources: Resources = _UNSET,
         batch_size: int = _UNSET,
+        batch_wait_s: float | None = _UNSET,
         num_workers: int | None = _UNSET,
         timeout_s: float | None = _UNSET,
     ) -> ProcessingStage[In, Out]:
@@ -116,6 +124,7 @@ class ProcessingStage(Generic[In, Out]):
             ("name", name),
             ("resources", resources),
             ("batch_size", batch_size),
+            ("batch_wait_s", batch_wait_s),
             ("num_workers", num_workers),
             ("timeout_s", timeout_s),
         ):
@@ -150,6 +159,16 @@ def validate_stage(stage: ProcessingStage[Any, Any]) -> None:
         raise ValueError(f"stage {label!r}: batch_size must be an int, got {stage.batch_size!r}")
     if stage.batch_size < 1:
         raise ValueError(f"stage {label!r}: batch_size must be >= 1, got {stage.batch_size}")
+    wait = stage.batch_wait_s
+    if wait is not None and (
+        isinstance(wait, bool)
+        or not isinstance(wait, (int, float))
+        or not math.isfinite(wait)
+        or wait < 0
+    ):
+        raise ValueError(
+            f"stage {label!r}: batch_wait_s must be None or seconds >= 0, got {wait!r}"
+        )
     preload = stage.preload_modules
     if not isinstance(preload, tuple) or not all(isinstance(m, str) and m for m in preload):
         raise ValueError(

@@ -209,6 +209,8 @@ class Controller:
         self._next_autoscale = 0.0
         self._last_autoscale = -math.inf
         self._next_tick = 0.0
+        # when the oldest partial batch that waits to fill (``batch_wait_s``) is due
+        self._batch_due = math.inf
         self._startup_s: float | None = None
         self._first_output_s: float | None = None
         self._closed = False
@@ -271,7 +273,8 @@ class Controller:
                 if self._finished():
                     break
                 now = backend.now()
-                wait = max(0.0, min(self._next_autoscale, self._next_tick) - now)
+                due = min(self._next_autoscale, self._next_tick, self._batch_due)
+                wait = max(0.0, due - now)
                 events = backend.poll(wait)
                 for event in events:
                     self._on_event(event)
@@ -405,13 +408,14 @@ class Controller:
             self.admitted += 1
             handle = self.backend.put(task, label)
             self.lineage.follow(label, handle, key)
-            first.queue.push(Entry(handle))
+            first.queue.push(Entry(handle), self.backend.now())
 
     # -- dispatch -------------------------------------------------------------------------
     def _upstream_done(self, index: int) -> bool:
         return self.source_done if index == 0 else self.stages[index - 1].done
 
     def _dispatch(self) -> None:
+        self._batch_due = math.inf
         for index in range(len(self.stages) - 1, -1, -1):
             stage = self.stages[index]
             if stage.queue:
@@ -445,7 +449,8 @@ class Controller:
         upstream_done = self._upstream_done(index)
         while queue.fresh and self._may_feed(index):
             full_batches = len(queue.fresh) // batch_size
-            if not full_batches and not upstream_done:
+            partial = not full_batches and not upstream_done
+            if partial and not self._partial_due(stage):
                 return  # wait for a full batch; the remainder goes once upstream is done
             worker = pool.feedable(depth, queue.fresh[0].handle.node, avoid)
             if worker is None or not self.cpu_book.may_start(worker, stage.spec, self._filling()):
@@ -460,13 +465,29 @@ class Controller:
                 fair = math.ceil(max(1, full_batches) / pool.ready_count)
                 count = max(1, min(count, fair, MAX_BATCHES_PER_MESSAGE))
             if not upstream_done:
-                count = min(count, full_batches)  # never a partial batch before the end
+                # never a partial batch before the end, but for one that waited its time
+                count = 1 if partial else min(count, full_batches)
             if stage.spec.timeout_s is not None or stage.spec.streams:
                 # each batch's start is then known, and so is when it is late; and a
                 # generator's batch is allowed outputs while it runs, not while it waits
                 count = 1
             batches = [queue.take(batch_size, worker.node) for _ in range(count) if queue.fresh]
             self._send(index, worker, batches, alone=False)
+
+    def _partial_due(self, stage: StageState) -> bool:
+        """Whether the stage's queue, too short for a batch, goes as a smaller one now: while
+        no task has reached the last stage (nothing waits for the first output), or once its
+        oldest task has waited ``batch_wait_s``; else the controller wakes when it has."""
+        wait = stage.spec.batch_wait_s
+        if wait is None:
+            return False
+        if self._filling():
+            return True
+        due = stage.queue.fresh[0].since + wait
+        if self.backend.now() >= due:
+            return True
+        self._batch_due = min(self._batch_due, due)
+        return False
 
     @staticmethod
     def _depth(stage: StageState) -> int:
@@ -703,9 +724,9 @@ class Controller:
                     lineage.live(handle.label, 1)
         nxt = index + 1
         if nxt < len(self.stages):
-            push = self.stages[nxt].queue.push
+            push, now = self.stages[nxt].queue.push, self.backend.now()
             for handle in outputs:
-                push(Entry(handle))
+                push(Entry(handle), now)
         else:
             self.final.extend(outputs)
             self.final_bytes += sum(h.nbytes for h in outputs)
@@ -806,7 +827,7 @@ class Controller:
         nxt = index + 1
         if nxt == seek.stage:
             self.stages[nxt].stats.recovered += 1
-            self.stages[nxt].queue.push(Entry(handle, attempts=seek.attempts))
+            self.stages[nxt].queue.push(Entry(handle, attempts=seek.attempts), self.backend.now())
         else:
             self.stages[nxt].queue.push_suspect(Entry(handle, seek=seek))
 
@@ -910,9 +931,11 @@ class Controller:
                 if batch.entries[0].together is not None:
                     stage.queue.push_suspect(batch.entries[0])  # a batch tried as a whole
                     continue
-                push = stage.queue.push_suspect if batch.alone else stage.queue.push
                 for entry in batch.entries:
-                    push(entry)
+                    if batch.alone:
+                        stage.queue.push_suspect(entry)
+                    else:
+                        stage.queue.push(entry, entry.since)
         for batch in batches:
             stage.in_flight_tasks -= len(batch.entries)
             streams.keep_sent(batch)
@@ -955,7 +978,7 @@ class Controller:
             late = self._pop_batch(worker.worker_id, batch_id)
             if late is not None:
                 for entry in late.entries:
-                    stage.queue.push(entry)
+                    stage.queue.push(entry, entry.since)  # its wait goes on
         n = len(batch.entries)
         what = f"a batch of {n} input{'s' if n != 1 else ''}"
         late = f"ran {elapsed:.1f} s"

@@ -71,7 +71,8 @@ class RunStarted:
     description: str
     executor: str
     backend: str
-    #: per stage: name, cpus, gpus, gpu_memory_gb, batch_size, num_workers, timeout_s
+    #: per stage: name, cpus, gpus, gpu_memory_gb, batch_size, batch_wait_s, num_workers,
+    #: timeout_s
     stages: tuple[dict[str, Any], ...]
     #: node_id, cpus, gpus, gpu_memory_gb per node
     nodes: tuple[dict[str, Any], ...]

@@ -30,6 +30,8 @@ class Entry:
     ``seek``: set on a source (and its descendants) being run again to make a lost input of
     a later stage; only outputs on the way to that input are kept.
 
+    ``since``: when it joined the queue (the backend's clock; ``batch_wait_s`` counts from it).
+
     ``sent``: ids of outputs an earlier attempt of a generator stage sent on before it failed;
     the next attempt makes them again (same position, same id) and they are dropped, not
     sent twice. ``together``: the other inputs of a generator batch that sent outputs made
@@ -37,12 +39,13 @@ class Entry:
     (the suspect queue holds the first entry only; bytes count them all).
     """
 
-    __slots__ = ("attempts", "handle", "seek", "sent", "together")
+    __slots__ = ("attempts", "handle", "seek", "sent", "since", "together")
 
     def __init__(self, handle: Handle, attempts: int = 0, seek: Seek | None = None) -> None:
         self.handle = handle
         self.attempts = attempts
         self.seek = seek
+        self.since = 0.0
         self.sent: set[str] | None = None
         self.together: list[Entry] | None = None
 
@@ -82,7 +85,8 @@ class EdgeQueue:
         if self.bytes > self.hwm_bytes:
             self.hwm_bytes = self.bytes
 
-    def push(self, entry: Entry) -> None:
+    def push(self, entry: Entry, now: float = 0.0) -> None:
+        entry.since = now
         self.fresh.append(entry)
         self.bytes += entry.handle.nbytes
         self._grew()

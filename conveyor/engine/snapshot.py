@@ -107,6 +107,7 @@ def run_started(
             "gpu_memory_gb": s.spec.resources.gpu_memory_gb,
             "memory_gb": s.spec.resources.memory_gb,
             "batch_size": s.spec.batch_size,
+            "batch_wait_s": s.spec.batch_wait_s,
             "num_workers": s.spec.num_workers,
             "timeout_s": s.spec.timeout_s,
         }

@@ -27,6 +27,9 @@ class StageSpec:
     has_node_setup: bool = False
     #: seconds a batch may run before its worker is killed (``ProcessingStage.timeout_s``)
     timeout_s: float | None = None
+    #: the longest a task waits for its batch to fill before a partial batch goes
+    #: (``ProcessingStage.batch_wait_s``; ``None``: until full or the stage's input ends)
+    batch_wait_s: float | None = None
     #: the most threads a batch may get while cores idle (``ProcessingStage.max_threads``)
     max_threads: int | None = None
     #: ``process``/``process_batch`` is a generator: outputs leave as they are made

@@ -6,6 +6,9 @@
     OUT/filtered_clips/<clip_id>.mp4     filtered clips (only with write_filtered)
     OUT/metadata/<video_id>.parquet      the clip table: one row per clip made, kept or
                                          filtered (``conveyor.media.table``)
+    OUT/metadata/group-<hash>.parquet    the same for videos written together: short ones,
+                                         each whole in one task and without embeddings,
+                                         share one table (``ClipWriter.process_batch``)
     OUT/metas/<clip_id>.json             the same, a file per clip (only with meta_json)
     OUT/embeddings/<video_id>.parquet    clip_id, embedding: one row per kept clip
     OUT/text_embeddings/<video_id>.parquet  clip_id, text, embedding (when text is embedded)
@@ -21,9 +24,11 @@
 written under ``.conveyor/tmp`` and renamed into place (on an object store: uploaded whole,
 which the store publishes at once), so a reader never sees half a file. A video is *complete*
 once its ``videos/<relative path>.json`` exists: that record is written last, after every
-clip, meta, clip-table row and embedding of the video. Before a video's first
-file is written its clip ids are logged in staging (``intent``), so a run killed half-way can
-remove exactly what the unfinished video left behind before doing it again. A shard is filled
+clip, meta, clip-table row and embedding of the video; it names the table that holds
+the video's rows (``clip_table``). Before a video's first file is written its clip ids (and
+its table) are logged in staging (``intent``), so a run killed half-way can remove exactly
+what the unfinished video left behind before doing it again: its files, and its rows from a
+table it shares (``drop_from_group``). A shard is filled
 under ``.conveyor/shards`` from complete videos only and renamed into ``shards/`` once full,
 after its index; ``conveyor.stages.video.shards`` says how a resumed run keeps every clip in
 one shard.
@@ -101,6 +106,18 @@ class OutputLayout:
 
     def clip_table_path(self, vid: str) -> StoragePath:
         return self.metadata / f"{vid}.parquet"
+
+    def group_table_path(self, vids: Sequence[str]) -> StoragePath:
+        """The table shared by videos ``vids``, named by them: writing the same group again
+        replaces it, and another group never does."""
+        digest = hashlib.sha256("\n".join(sorted(vids)).encode()).hexdigest()[:GROUP_HASH]
+        return self.metadata / f"{GROUP_PREFIX}{digest}.parquet"
+
+    def table_of(self, vid: str, record: dict[str, Any] | None) -> StoragePath:
+        """Where a complete video's rows are: the table its record names (a record from
+        before tables were shared names none: its own)."""
+        name = (record or {}).get("clip_table")
+        return self.root / name if name else self.clip_table_path(vid)
 
     def embedding_path(self, vid: str) -> StoragePath:
         return self.embeddings / f"{vid}.parquet"
@@ -243,16 +260,23 @@ class OutputLayout:
         vid = video_id(relative_path)
         removed = 0
         ids: set[str] = set()
+        tables: set[str] = set()
         staging = self.staging_dir(vid)
         for intent in staging.glob("intent-*.json"):
-            with contextlib.suppress(OSError, ValueError):
-                ids.update(json.loads(intent.read_text()).get("clip_ids", []))
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                logged = json.loads(intent.read_text())
+                ids.update(logged.get("clip_ids", []))
+                tables.add(logged.get("clip_table") or "")
         record = self.read_record(relative_path)
         if record is not None:
             ids.update(record.get("clips", []))
+            tables.add(record.get("clip_table") or "")
         for cid in ids:
             for path in (self.clip_path(cid), self.clip_path(cid, False), self.meta_path(cid)):
                 removed += _unlink(path)
+        for name in sorted(tables):
+            if is_group_table(name):
+                self.drop_from_group(name, vid)
         for path in (
             self.clip_table_path(vid),
             self.embedding_path(vid),
@@ -263,6 +287,62 @@ class OutputLayout:
         remove_tree(staging)
         return removed
 
+    def drop_from_group(self, name: str, vid: str) -> int:
+        """Rewrite the shared table ``name`` (``metadata/group-...parquet``) with only the
+        rows of videos other than ``vid`` whose records name it (removed when none is left);
+        returns rows dropped.
+
+        A video redone (its source changed, or its writing failed after the table was
+        written) leaves its rows behind in the group it was written with; its new rows are
+        elsewhere. The rule reads only records, so writers dropping rows from one table at
+        once agree on the result; on a local output they also take turns (a lock)."""
+        table = self.root / name
+        with self._locked(table):
+            try:
+                rows = self.read_table(table)
+            except FileNotFoundError:
+                return 0
+            sources = dict(
+                zip(
+                    rows.column("video_id").to_pylist(),
+                    rows.column("source_video").to_pylist(),
+                    strict=True,
+                )
+            )
+            keep = {
+                v
+                for v, source in sources.items()
+                if v != vid and (self.read_record(source) or {}).get("clip_table") == name
+            }
+            if len(keep) == len(sources):
+                return 0
+            import pyarrow as pa
+            import pyarrow.compute as pc
+
+            members = pa.array(sorted(keep), type=pa.string())
+            kept = rows.filter(pc.is_in(rows.column("video_id"), members))
+            if kept.num_rows:
+                self.write_parquet(table, kept)
+            else:
+                _unlink(table)
+            return rows.num_rows - kept.num_rows
+
+    @contextlib.contextmanager
+    def _locked(self, table: StoragePath) -> Iterator[None]:
+        """Hold a lock named for ``table`` (local outputs; a store has none to take)."""
+        if not isinstance(table, Path) or not isinstance(self.tmp, Path):
+            yield
+            return
+        import fcntl
+
+        self.tmp.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.tmp / f"{table.name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
     def sweep_tmp(self) -> int:
         """Delete temporary files a killed run left (only one run may use ``root`` at once)."""
         if isinstance(self.tmp, Path) and not self.tmp.is_dir():
@@ -271,6 +351,16 @@ class OutputLayout:
         for path in self.tmp.iterdir():
             removed += _unlink(path)
         return removed
+
+
+#: a shared clip table's name: this, then ``GROUP_HASH`` hex digits of its videos' ids
+GROUP_PREFIX = "group-"
+GROUP_HASH = 20
+
+
+def is_group_table(name: str | None) -> bool:
+    """Whether ``name`` (``metadata/...parquet``) is a table shared by several videos."""
+    return name is not None and name.rsplit("/", 1)[-1].startswith(GROUP_PREFIX)
 
 
 #: the longest file name most file systems take, in bytes (ext4, XFS, APFS, NTFS in UTF-16)

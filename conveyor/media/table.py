@@ -1,8 +1,9 @@
-"""The clip table: every clip's meta as one Parquet row, ``metadata/<video_id>.parquet``.
+"""The clip table: every clip's meta as one Parquet row, ``metadata/<video_id>.parquet`` (or
+``metadata/group-<hash>.parquet``, shared by short videos written together).
 
 Millions of clips make millions of ``metas/<clip_id>.json`` files, which a file system lists
-slowly and a query engine reads one by one. The table holds the same fields, one file per
-video, under one schema for every video of every run, so that
+slowly and a query engine reads one by one. The table holds the same fields, a file per
+video (or per batch of short ones), under one schema for every video of every run, so that
 ``pyarrow.dataset.dataset("OUT/metadata")``, DuckDB (``read_parquet('OUT/metadata/*.parquet')``)
 or Polars (``scan_parquet``) read the whole output as one table:
 
@@ -90,9 +91,14 @@ def clip_table(vid: str, metas: Sequence[dict[str, Any]]) -> Any:
 
     Raises ``ValueError`` for a score without a column: a filter whose score the table
     would drop silently is a bug to fix where it is made (``SCORE_NAMES``)."""
+    return videos_table([(vid, metas)])
+
+
+def videos_table(videos: Sequence[tuple[str, Sequence[dict[str, Any]]]]) -> Any:
+    """One table of several videos' clips (``(video id, metas)`` each), in that order."""
     import pyarrow as pa
 
-    rows = [_row(vid, meta) for meta in metas]
+    rows = [_row(vid, meta) for vid, metas in videos for meta in metas]
     return pa.Table.from_pylist(rows, schema=clip_schema())
 
 

@@ -102,9 +102,14 @@ def build_video_pipeline(config: VideoConfig) -> Pipeline:
         from conveyor.stages.video.text_embed import TextEmbedder
 
         stages.append(TextEmbedder().with_(resources=model_resources))
-    stages.append(
-        ClipWriter(config.output, write_filtered=config.write_filtered, meta_json=config.meta_json)
+    writer = ClipWriter(
+        config.output, write_filtered=config.write_filtered, meta_json=config.meta_json
     )
+    if config.embed or config.embeds_text:
+        # every kept clip has a vector, so no video shares a table: a batch would only hold
+        # records back
+        writer = writer.with_(batch_size=1, batch_wait_s=None)
+    stages.append(writer)
     if config.shards == "webdataset":
         from conveyor.stages.video.shards import ShardWriter
 

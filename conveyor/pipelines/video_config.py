@@ -106,7 +106,7 @@ class VideoConfig:
     dedup_threshold: float = 0.95
     write_filtered: bool = False
     #: also write each clip's meta as ``metas/<clip_id>.json`` beside the clip table
-    #: (``metadata/<video_id>.parquet``, always written). On by default: the metas are what
+    #: (``metadata/*.parquet``, always written). On by default: the metas are what
     #: outputs have held from the start, and scripts, the demo and the benchmarks read them;
     #: at millions of clips, turn them off (a file per clip is what a file system and a
     #: bucket listing handle worst) and read the table

@@ -133,6 +133,9 @@ class StageScenario:
     model: ModelSpec
     resources: ResourcesSpec = field(default_factory=ResourcesSpec)
     batch_size: int = 1
+    #: a partial batch goes once its oldest task waited this long
+    #: (``ProcessingStage.batch_wait_s``; a ``per_batch`` model shows what it saves)
+    batch_wait_s: float | None = None
     num_workers: int | None = None
     #: seconds a batch may run before its worker is killed (``ProcessingStage.timeout_s``)
     timeout_s: float | None = None
@@ -253,7 +256,12 @@ class Scenario:
             self.name,
             [
                 (YieldingModelledStage if s.streams else ModelledStage)(
-                    s.name, s.resources.build(), s.batch_size, s.num_workers, s.timeout_s
+                    s.name,
+                    s.resources.build(),
+                    s.batch_size,
+                    s.num_workers,
+                    s.timeout_s,
+                    s.batch_wait_s,
                 )
                 for s in self.stages
             ],
@@ -291,12 +299,14 @@ class ModelledStage(ProcessingStage[Any, Any]):
         batch_size: int,
         num_workers: int | None,
         timeout_s: float | None = None,
+        batch_wait_s: float | None = None,
     ) -> None:
         self.name = name
         self.resources = resources
         self.batch_size = batch_size
         self.num_workers = num_workers
         self.timeout_s = timeout_s
+        self.batch_wait_s = batch_wait_s
 
     def process(self, task: Any) -> Any:
         raise RuntimeError(
@@ -513,6 +523,8 @@ def _check(s: Scenario, origin: str) -> None:
         names.add(stage.name)
         if stage.batch_size < 1:
             raise fail(f"{at}.batch_size", f"must be >= 1, got {stage.batch_size}")
+        if stage.batch_wait_s is not None and not stage.batch_wait_s >= 0:
+            raise fail(f"{at}.batch_wait_s", f"must be >= 0, got {stage.batch_wait_s}")
         if stage.num_workers is not None and stage.num_workers < 1:
             raise fail(f"{at}.num_workers", f"must be >= 1 (or left out), got {stage.num_workers}")
         try:

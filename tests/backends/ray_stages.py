@@ -361,3 +361,35 @@ class Stalls(ProcessingStage[int, int]):
         for j in range(task):
             time.sleep(self.gap_s)
             yield j
+
+
+class Paced(ProcessingStage[Any, Any]):
+    """Passes each task on after ``cost_s`` of sleep: an input that trickles in."""
+
+    resources = Resources(cpus=0.5)
+    num_workers = 1
+
+    def __init__(self, cost_s: float) -> None:
+        self.cost_s = cost_s
+
+    def process(self, task: Any) -> Any:
+        time.sleep(self.cost_s)
+        return task
+
+
+class BatchSizes(ProcessingStage[Any, int]):
+    """Outputs the size of each batch it gets (up to 8, waiting ``batch_wait_s`` at most)."""
+
+    resources = Resources(cpus=0.5)
+    batch_size = 8
+
+    def __init__(self, batch_wait_s: float | None) -> None:
+        self.batch_wait_s = batch_wait_s
+
+    def process_batch(self, tasks: list[Any]) -> list[int]:
+        return [len(tasks)]
+
+
+def partial_batches(sizes: list[int]) -> int:
+    """Batches under 8 before the last (which may be short anyway)."""
+    return sum(n < 8 for n in sizes[:-1])

@@ -18,7 +18,14 @@ from conveyor.backends.shm_store import INLINE_LIMIT, ShmStore, sweep_stale
 from conveyor.cluster import NodeInfo, WorkerInfo
 from conveyor.errors import BackendError
 from conveyor.executors import StreamingExecutor
-from tests.backends.ray_stages import Nice, SpinOnCoreZero, Threads
+from tests.backends.ray_stages import (
+    BatchSizes,
+    Nice,
+    Paced,
+    SpinOnCoreZero,
+    Threads,
+    partial_batches,
+)
 
 
 class RecordEnv(ProcessingStage[int, tuple[str, str]]):
@@ -504,3 +511,14 @@ def check_core_wait_apart(backend: Any) -> None:
     measured = [s.task_time_s for t in monitor.ticks for s in t.stages if s.task_time_s]
     # the work and what a call costs besides (Ray's round trip), without the wait
     assert measured and 0.8 * work <= measured[-1] < 0.7 * stats.mean_service_s
+
+
+def test_a_batch_that_waited_batch_wait_s_goes_partial(tmp_path: Path) -> None:
+    # an input every 50 ms into batches of 8: with a 0.1 s wait each holds two or three
+    pipeline = Pipeline("p", [Paced(0.05), BatchSizes(0.1)])
+    sizes = pipeline.run(StreamingExecutor(LocalBackend(num_cpus=2)), range(40)).outputs
+    assert sum(sizes) == 40 and max(sizes) <= 8
+    assert partial_batches(sizes) >= 3
+    full = Pipeline("p", [Paced(0.01), BatchSizes(None)])
+    sizes = full.run(StreamingExecutor(LocalBackend(num_cpus=2)), range(40)).outputs
+    assert sorted(sizes) == [8] * 5  # without a wait: full batches only

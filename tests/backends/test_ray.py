@@ -380,6 +380,12 @@ def test_a_journal_resumes_on_ray(address: str, tmp_path: Path) -> None:
     assert sorted(taken[:14] + rest.outputs) == list(range(40))
 
 
+def test_a_batch_that_waited_batch_wait_s_goes_partial_on_ray(address: str) -> None:
+    sizes = run([st.Paced(0.05), st.BatchSizes(0.1)], range(40), RayBackend(address)).outputs
+    assert sum(sizes) == 40 and max(sizes) <= 8
+    assert st.partial_batches(sizes) >= 3
+
+
 # -- generator stages ---------------------------------------------------------------------
 def test_a_generators_outputs_leave_as_they_are_made_on_ray(address: str, tmp_path: Path) -> None:
     # 4 s of outputs: the first must arrive well before the last is made, even when a busy

@@ -13,6 +13,7 @@ from conveyor.engine.events import RunSnapshot
 from conveyor.engine.policies.autoscale import AutoscaleConfig
 from conveyor.executors import BatchExecutor, StreamingExecutor
 from conveyor.result import RunResult
+from tests.backends.ray_stages import BatchSizes
 from tests.engine.virtual_backend import VirtualBackend
 
 
@@ -551,3 +552,38 @@ def test_without_first_output_first_upstream_stages_keep_taking_work() -> None:
     backend, first_model, threads, first_sink = _fill_run(first_output_first=False)
     assert threads is None  # a decoder's batch held the other core when it was sent
     assert _sent_between(backend, {"feed", "decode"}, first_model, first_sink)
+
+
+def _trickle(batch_wait_s: float | None) -> list[tuple[str, list[int]]]:
+    # one input every 0.1 s into a consumer of 8 that costs nothing
+    backend = VirtualBackend(cpus=4, service_s={"feed": 0.1, "BatchSizes": 1e-6})
+    pipeline = Pipeline("p", [Pass("feed").with_(num_workers=1), BatchSizes(batch_wait_s)])
+    result = pipeline.run(StreamingExecutor(backend), initial_tasks=range(60))
+    assert sum(result.outputs) == 60
+    return [sizes for name, sizes in backend.submitted if name == "BatchSizes"]
+
+
+def test_a_partial_batch_goes_once_its_oldest_task_waited_batch_wait_s() -> None:
+    waited = [n for sizes in _trickle(0.35) for n in sizes]
+    # the run's first output waits for nothing: the first input goes alone
+    assert waited[0] == 1
+    # then each batch holds what came within 0.35 s (an input every 0.1 s): 3 or 4, not 8
+    assert all(3 <= n <= 4 for n in waited[1:-1]), waited
+    # without a wait every batch is full but the last
+    full = [n for sizes in _trickle(None) for n in sizes]
+    assert full[:-1] == [8] * (len(full) - 1) and sum(full) == 60
+
+
+def test_batch_wait_s_zero_sends_what_is_there() -> None:
+    sizes = [n for s in _trickle(0.0) for n in s]
+    assert sizes == [1] * 60
+
+
+def test_batch_wait_s_is_validated_and_set_by_with_() -> None:
+    stage = BatchSizes(None).with_(batch_wait_s=0.5)
+    assert stage.batch_wait_s == 0.5
+    assert Pipeline("p", [stage]).build()[0].batch_wait_s == 0.5
+    assert "batch_size: 8 (or what came within 0.5 s)" in Pipeline("p", [stage]).describe()
+    for bad in (-1, float("nan"), "1", True):
+        with pytest.raises(ValueError, match="batch_wait_s"):
+            BatchSizes(None).with_(batch_wait_s=bad)

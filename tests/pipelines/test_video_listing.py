@@ -26,9 +26,11 @@ runner = CliRunner()
 EDGE_TASKS = 4
 #: sources listed before their records are read together, in the run below
 BATCH = 8
-#: a batch being checked, plus what six stages' queues and two CPUs' workers hold: the
-#: most sources the fast pipeline can have taken ahead of its outputs (measured: 40-60)
-WINDOW = 120
+#: a batch being checked, plus what six stages' queues and two CPUs' workers hold (a
+#: message of a fast stage carries up to 2 ms of its work: dozens of failed probes), and the
+#: writer's batch of 32: the most sources the fast pipeline can have taken ahead of its
+#: outputs (measured: 89-126, before the writer batched too)
+WINDOW = 200
 OPTIONS = ["--splitter", "fixed", "--no-quality", "--no-embed", "--no-tags", "--no-live"]
 
 

@@ -1,8 +1,11 @@
-"""The simulator models hung tasks: the real controller kills their workers at timeout_s."""
+"""The simulator models hung tasks (the real controller kills their workers at timeout_s)
+and batches that wait to fill (``batch_wait_s``)."""
 
 from __future__ import annotations
 
-from conveyor.sim import parse_scenario_text, simulate
+import pytest
+
+from conveyor.sim import ScenarioError, parse_scenario_text, simulate
 from conveyor.sim.report import format_report
 
 SCENARIO = """
@@ -45,3 +48,33 @@ def test_the_simulated_backend_is_a_public_backend() -> None:
     from conveyor.backends.simulated import SimulatedBackend as Defined
 
     assert SimulatedBackend is Defined
+
+
+WRITER = """
+name: writer
+cluster:
+  - {name: n, cpus: 4}
+stages:
+  - name: encode
+    num_workers: 1
+    model: {service: {mean: 0.02}}
+  - name: write
+    batch_size: 32
+    batch_wait_s: 0.5
+    model: {service: {mean: 0.01}, per_batch: true}
+source: {tasks: 2000}
+"""
+
+
+def test_a_writer_that_pays_per_call_batches_what_trickles_in() -> None:
+    # 50 inputs a second into a writer that costs 10 ms a call whatever the batch holds:
+    # waiting 0.5 s gathers ~25 an input, so its calls cost a tenth of one per input
+    waits = simulate(parse_scenario_text(WRITER)).result
+    alone = simulate(parse_scenario_text(WRITER.replace("batch_wait_s: 0.5", "batch_wait_s: 0")))
+    assert waits.counts["outputs"] == alone.result.counts["outputs"] == 2000
+    assert waits.stats["write"].busy_s < alone.result.stats["write"].busy_s / 10
+
+
+def test_batch_wait_s_in_a_scenario_is_checked() -> None:
+    with pytest.raises(ScenarioError, match=r"stages\[1\].batch_wait_s: must be >= 0"):
+        parse_scenario_text(WRITER.replace("batch_wait_s: 0.5", "batch_wait_s: -1"))

@@ -36,7 +36,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from conveyor.media.layout import OutputLayout
+from conveyor.media.layout import OutputLayout, is_group_table
 from conveyor.media.table import clip_metas
 from conveyor.media.tar_shards import (
     DEFAULT_SHARD_MB,
@@ -51,7 +51,7 @@ from conveyor.media.tar_shards import (
 )
 from conveyor.resources import Resources
 from conveyor.stage import ProcessingStage
-from conveyor.storage import ObjectPath
+from conveyor.storage import ObjectPath, StoragePath
 from conveyor.tasks.video import VideoTask, video_id
 
 __all__ = [
@@ -81,6 +81,7 @@ class ShardBook(TarShardBook):
             )
         super().__init__(shards, work, target_bytes, layout.write_json)
         self.layout = layout
+        self._last: tuple[StoragePath, Any] | None = None
 
     @classmethod
     def load(cls, layout: OutputLayout, target_bytes: int) -> ShardBook:
@@ -89,12 +90,13 @@ class ShardBook(TarShardBook):
         book.take_up()
         return book
 
-    def add_video(self, vid: str, kept: Sequence[str]) -> int:
-        """Append the kept clips of a complete video that no shard holds yet, in order;
-        returns how many were added."""
+    def add_video(self, vid: str, record: dict[str, Any]) -> int:
+        """Append the kept clips of a complete video (its record) that no shard holds yet,
+        in order; returns how many were added."""
+        kept = record["kept"]
 
         def samples(todo: list[str]) -> Iterator[tuple[str, Members]]:
-            metas = self._metas(vid, todo)
+            metas = self._metas(vid, todo, self.layout.table_of(vid, record))
             vectors = self._embeddings(vid)
             for cid in todo:
                 yield cid, _sample(cid, self.layout, metas[cid], vectors.get(cid))
@@ -102,15 +104,19 @@ class ShardBook(TarShardBook):
         return self.add_group(vid, kept, samples)
 
     # -- reading a video back -------------------------------------------------------------
-    def _metas(self, vid: str, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
-        """The metas of ``ids``: from the video's clip table, else (an output written
-        before tables) from ``metas/``."""
+    def _metas(self, vid: str, ids: Sequence[str], table: StoragePath) -> dict[str, dict[str, Any]]:
+        """The metas of ``ids``: from the video's clip table (its rows of a shared one),
+        else (an output written before tables) from ``metas/``."""
         if not ids:
             return {}
         layout = self.layout
-        table = layout.clip_table_path(vid)
         if table.exists():
-            return {m["clip_id"]: m for m in clip_metas(layout.read_table(table))}
+            rows = self._read(table)
+            if is_group_table(table.name):
+                import pyarrow.compute as pc
+
+                rows = rows.filter(pc.equal(rows.column("video_id"), vid))
+            return {m["clip_id"]: m for m in clip_metas(rows)}
         metas = {}
         for cid in ids:
             try:
@@ -121,6 +127,12 @@ class ShardBook(TarShardBook):
                     f"{layout.meta_path(cid)} exists"
                 ) from None
         return metas
+
+    def _read(self, table: StoragePath) -> Any:
+        """A clip table, the last one read kept: the videos sharing one come in a row."""
+        if self._last is None or self._last[0] != table:
+            self._last = (table, self.layout.read_table(table))
+        return self._last[1]
 
     def _embeddings(self, vid: str) -> dict[str, Any]:
         import numpy as np
@@ -190,7 +202,7 @@ class ShardWriter(ProcessingStage[VideoTask, VideoTask]):
         if self._book is None:
             self._book = ShardBook.load(OutputLayout(self.output), shard_bytes(self.shard_mb))
         try:
-            self._book.add_video(video.video_id, video.record["kept"])
+            self._book.add_video(video.video_id, video.record)
         except BaseException:
             self._book = None  # what is on disk is the truth: taken up again next time
             raise
@@ -212,5 +224,5 @@ def finish_shards(
             continue
         record = layout.read_record(relative)
         if record is not None:
-            book.add_video(vid, record["kept"])
+            book.add_video(vid, record)
     book.close()

@@ -13,7 +13,8 @@ is removed. What a chunk says once (transitions, errors, damaged
 packets) rides on one of its parts, so adding the records up counts it once. Two workers
 finishing a video's last parts at once both finalise it, writing identical files: harmless,
 and no lock is needed. A video that arrives whole in one task (every short video) has
-nothing to gather: its intent is the only file staged, and its record is written at once.
+nothing to gather: its intent is the only file staged, and its record is written at once;
+those without embeddings that come in one batch share one clip table (``ClipWriter``).
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import dataclass
 from typing import Any
 
-from conveyor.media.layout import OutputLayout
-from conveyor.media.table import clip_table
+from conveyor.media.layout import OutputLayout, is_group_table
+from conveyor.media.table import clip_table, videos_table
 from conveyor.resources import Resources
 from conveyor.stage import ProcessingStage
 from conveyor.stages.video.text_embed import clip_text
@@ -106,9 +108,17 @@ class ClipWriter(ProcessingStage[VideoTask, VideoTask]):
     ``write_filtered``; every clip made gets a row in its video's clip table and, with
     ``meta_json``, a ``metas/<clip_id>.json`` too. Returns the chunk without its bytes,
     frames and vectors, so what reaches the driver stays small.
+
+    Videos that arrive whole and carry no embeddings (short videos) share one clip table per
+    batch (``metadata/group-<hash>.parquet``, ``process_batch``): a Parquet file of one row
+    costs more than everything else the writer does for a 2 s video, and millions of
+    one-row files are slow to list and read. A batch takes what arrived within
+    ``batch_wait_s``, so a video's record waits that long at most; its clips do not wait.
     """
 
     resources = Resources(cpus=0.25)
+    batch_size = 32
+    batch_wait_s = 0.5
 
     def __init__(
         self,
@@ -122,16 +132,67 @@ class ClipWriter(ProcessingStage[VideoTask, VideoTask]):
         self.meta_json = meta_json
         self._layout: OutputLayout | None = None
 
-    def process(self, task: VideoTask) -> VideoTask:
-        video = task.data
+    def _output(self) -> OutputLayout:
         if self._layout is None:
             self._layout = OutputLayout(self.output)
-        layout = self._layout
+        return self._layout
+
+    def process_batch(self, tasks: list[VideoTask]) -> list[VideoTask]:
+        sharing = [t.data for t in tasks if _shares_table(t.data)]
+        if len(sharing) < 2:
+            return [self.process(task) for task in tasks]
+        layout = self._output()
+        table = layout.group_table_path([v.video_id for v in sharing])
+        name = f"{layout.metadata.name}/{table.name}"
+        written = [self._write_clips(video, layout, name) for video in sharing]
+        rows = [(v.video_id, w.metas) for v, w in zip(sharing, written, strict=True) if w.metas]
+        if rows:
+            layout.write_parquet(table, videos_table(rows))
+        for video, w in zip(sharing, written, strict=True):
+            record = _chunk_record(video, w.made)
+            video.record = _video_record(video, [record], False, name if w.metas else None)
+            layout.write_json(layout.video_record(video.relative_path), video.record)
+        for video, w in zip(sharing, written, strict=True):
+            layout.remove_staging(layout.staging_dir(video.video_id), [w.intent])
+        return [_stripped(t) if _shares_table(t.data) else self.process(t) for t in tasks]
+
+    def process(self, task: VideoTask) -> VideoTask:
+        video = task.data
+        layout = self._output()
+        own = f"{layout.metadata.name}/{layout.clip_table_path(video.video_id).name}"
+        # a try after a failure comes alone, here: an intent its failed try left names the
+        # table that try may have written the video's rows to
+        earlier = _logged_table(_intent(layout, video)) if video.whole else None
+        w = self._write_clips(video, layout, own)
+        clips = clip_table(video.video_id, w.metas) if w.metas else None
+        kept = [c for c in w.made if c.kept]
+        table = _embedding_table(kept, "embedding")
+        texts = _embedding_table(kept, "text_embedding", with_text=True)
+        record = _chunk_record(video, w.made)
+        if video.whole:
+            # the whole video in one task (every short video): nothing to gather from staging
+            video.record = self._finalise(video, layout, [record], clips, table, texts)
+            layout.remove_staging(layout.staging_dir(video.video_id), [w.intent])
+            if earlier is not None and earlier != own and is_group_table(earlier):
+                # (after the record: a reader never misses the video's rows)
+                layout.drop_from_group(earlier, video.video_id)
+            return _stripped(task)
         staging = layout.staging_dir(video.video_id)
-        name = f"{video.chunk_index:06d}-{video.part:06d}"
-        intent = staging / f"intent-{name}.json"
+        part = _part_name(video)
+        for staged, prefix in ((clips, "clips"), (table, "embed"), (texts, "text")):
+            if staged is not None:
+                layout.write_parquet(staging / f"{prefix}-{part}.parquet", staged)
+        layout.write_json(staging / f"chunk-{part}.json", record)
+        video.record = self._finalise_if_complete(video, layout, staging)
+        return _stripped(task)
+
+    def _write_clips(self, video: Video, layout: OutputLayout, table: str) -> _Written:
+        """Log the intent (clip ids, and the table their rows go to), then write the clips
+        and their metas."""
+        intent = _intent(layout, video)
         # the staging folder is made by the first write into it
-        layout.write_json(intent, {"clip_ids": [c.clip_id for c in video.clips]})
+        ids = [c.clip_id for c in video.clips]
+        layout.write_json(intent, {"clip_ids": ids, "clip_table": table})
         made = [c for c in video.clips if c.encoded is not None]  # the writer needs bytes
         metas = []
         for clip in made:
@@ -145,22 +206,7 @@ class ClipWriter(ProcessingStage[VideoTask, VideoTask]):
             metas.append(clip_meta(clip, video, location))
             if self.meta_json:
                 layout.write_json(layout.meta_path(clip.clip_id), metas[-1])
-        clips = clip_table(video.video_id, metas) if metas else None
-        kept = [c for c in made if c.kept]
-        table = _embedding_table(kept, "embedding")
-        texts = _embedding_table(kept, "text_embedding", with_text=True)
-        record = _chunk_record(video, made)
-        if video.whole:
-            # the whole video in one task (every short video): nothing to gather from staging
-            video.record = self._finalise(video, layout, [record], clips, table, texts)
-            layout.remove_staging(staging, [intent])
-            return _stripped(task)
-        for staged, prefix in ((clips, "clips"), (table, "embed"), (texts, "text")):
-            if staged is not None:
-                layout.write_parquet(staging / f"{prefix}-{name}.parquet", staged)
-        layout.write_json(staging / f"chunk-{name}.json", record)
-        video.record = self._finalise_if_complete(video, layout, staging)
-        return _stripped(task)
+        return _Written(intent, made, metas)
 
     def _finalise_if_complete(
         self, video: Video, layout: OutputLayout, staging: StoragePath
@@ -205,9 +251,49 @@ class ClipWriter(ProcessingStage[VideoTask, VideoTask]):
                 layout.write_parquet(path, table)
             else:
                 path.unlink(missing_ok=True)
-        record = _video_record(video, records, embeddings is not None and embeddings.num_rows > 0)
+        has_rows = clips is not None and clips.num_rows > 0
+        own = f"{layout.metadata.name}/{layout.clip_table_path(vid).name}" if has_rows else None
+        has_embeddings = embeddings is not None and embeddings.num_rows > 0
+        record = _video_record(video, records, has_embeddings, own)
         layout.write_json(layout.video_record(video.relative_path), record)
         return record
+
+
+def _part_name(video: Video) -> str:
+    return f"{video.chunk_index:06d}-{video.part:06d}"
+
+
+def _intent(layout: OutputLayout, video: Video) -> StoragePath:
+    return layout.staging_dir(video.video_id) / f"intent-{_part_name(video)}.json"
+
+
+def _shares_table(video: Video) -> bool:
+    """A video whose rows go to its batch's shared table: whole in this task, and without
+    embeddings (those stay a table per video, which ``deduplicate`` rewrites)."""
+    return video.whole and not any(
+        c.embedding is not None or c.text_embedding is not None
+        for c in video.clips
+        if c.encoded is not None and c.kept
+    )
+
+
+def _logged_table(intent: StoragePath) -> str | None:
+    """The table an intent names (``None``: no intent, or one from before tables were
+    named)."""
+    try:
+        logged = json.loads(intent.read_bytes())
+    except (FileNotFoundError, ValueError):
+        return None
+    return logged.get("clip_table") if isinstance(logged, dict) else None
+
+
+@dataclass(slots=True)
+class _Written:
+    """What ``ClipWriter._write_clips`` wrote for one task."""
+
+    intent: StoragePath
+    made: list[Clip]
+    metas: list[dict[str, Any]]
 
 
 def _complete(records: list[dict[str, Any]]) -> bool:
@@ -261,7 +347,7 @@ def _chunk_record(video: Video, made: list[Clip]) -> dict[str, Any]:
 
 
 def _video_record(
-    video: Video, chunks: list[dict[str, Any]], has_embeddings: bool
+    video: Video, chunks: list[dict[str, Any]], has_embeddings: bool, clip_table: str | None
 ) -> dict[str, Any]:
     chunks = sorted(chunks, key=lambda r: (r["chunk_index"], r["part"]))
     errors: dict[str, str] = {}
@@ -303,6 +389,9 @@ def _video_record(
         # [c, c - 1]) and the time of each boundary's middle
         "transitions": [list(t) for t in transitions],
         "boundaries_s": [round((a + b + 1) / 2 / fps, 4) for a, b in transitions] if fps else [],
+        # the table holding its clips' rows: its own, or one shared with the videos written
+        # with it (``metadata/group-<hash>.parquet``; None: it made no clip)
+        "clip_table": clip_table,
         "embeddings": f"embeddings/{video.video_id}.parquet" if has_embeddings else None,
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }

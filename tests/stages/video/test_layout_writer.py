@@ -233,7 +233,10 @@ def test_a_chunk_is_staged_with_its_intent_first(tmp_path: Path) -> None:
         "intent-000000-000000.json",
     ]
     intent = read_json(staging / "intent-000000-000000.json")
-    assert intent == {"clip_ids": [kept.clip_id, filtered.clip_id, broken.clip_id]}
+    assert intent == {
+        "clip_ids": [kept.clip_id, filtered.clip_id, broken.clip_id],
+        "clip_table": f"metadata/{video_id('v.mp4')}.parquet",
+    }
     record = read_json(staging / "chunk-000000-000000.json")
     assert record["clips"] == [kept.clip_id, filtered.clip_id]
     assert record["kept"] == [kept.clip_id]
