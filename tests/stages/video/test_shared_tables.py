@@ -177,3 +177,17 @@ def test_shards_read_a_video_s_metas_from_its_shared_table(tmp_path: Path) -> No
         members = tar.getnames()
     ids = [c.clip_id for t in written for c in t.data.clips]
     assert members == [f"{cid}.{ext}" for cid in ids for ext in ("mp4", "json")]
+
+
+def test_a_shared_table_in_a_bucket_loses_a_redone_video_s_rows(bucket: str) -> None:
+    output = f"{bucket}/out"
+    written = ClipWriter(output).process_batch([short(name) for name in NAMES])
+    layout = OutputLayout(output)
+    (table,) = layout.metadata.glob("*.parquet")
+    assert table.name.startswith("group-") and layout.read_table(table).num_rows == len(NAMES)
+    layout.reset(NAMES[0])
+    rows = layout.read_table(table)
+    assert rows.column("video_id").to_pylist() == [t.data.video_id for t in written[1:]]
+    for name in NAMES[1:]:
+        layout.reset(name)
+    assert not table.exists()
