@@ -154,7 +154,8 @@ class ClipWriter(ProcessingStage[VideoTask, VideoTask]):
             layout.write_json(layout.video_record(video.relative_path), video.record)
         for video, w in zip(sharing, written, strict=True):
             layout.remove_staging(layout.staging_dir(video.video_id), [w.intent])
-        return [_stripped(t) if _shares_table(t.data) else self.process(t) for t in tasks]
+        shared = {id(v) for v in sharing}
+        return [_stripped(t) if id(t.data) in shared else self.process(t) for t in tasks]
 
     def process(self, task: VideoTask) -> VideoTask:
         video = task.data
