@@ -113,6 +113,10 @@ class OutputLayout:
         digest = hashlib.sha256("\n".join(sorted(vids)).encode()).hexdigest()[:GROUP_HASH]
         return self.metadata / f"{GROUP_PREFIX}{digest}.parquet"
 
+    def table_name(self, table: StoragePath) -> str:
+        """How records and intents name a clip table: ``metadata/<file>``."""
+        return f"{self.metadata.name}/{table.name}"
+
     def table_of(self, vid: str, record: dict[str, Any] | None) -> StoragePath:
         """Where a complete video's rows are: the table its record names (a record from
         before tables were shared names none: its own)."""

@@ -36,7 +36,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from conveyor.media.layout import OutputLayout, is_group_table
+from conveyor.media.layout import OutputLayout
 from conveyor.media.table import clip_metas
 from conveyor.media.tar_shards import (
     DEFAULT_SHARD_MB,
@@ -111,11 +111,11 @@ class ShardBook(TarShardBook):
             return {}
         layout = self.layout
         if table.exists():
-            rows = self._read(table)
-            if is_group_table(table.name):
-                import pyarrow.compute as pc
+            import pyarrow.compute as pc
 
-                rows = rows.filter(pc.equal(rows.column("video_id"), vid))
+            # its own rows: all of its own table, some of one it shares
+            rows = self._read(table)
+            rows = rows.filter(pc.equal(rows["video_id"], vid))
             return {m["clip_id"]: m for m in clip_metas(rows)}
         metas = {}
         for cid in ids:

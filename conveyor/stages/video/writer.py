@@ -143,7 +143,7 @@ class ClipWriter(ProcessingStage[VideoTask, VideoTask]):
             return [self.process(task) for task in tasks]
         layout = self._output()
         table = layout.group_table_path([v.video_id for v in sharing])
-        name = f"{layout.metadata.name}/{table.name}"
+        name = layout.table_name(table)
         written = [self._write_clips(video, layout, name) for video in sharing]
         rows = [(v.video_id, w.metas) for v, w in zip(sharing, written, strict=True) if w.metas]
         if rows:
@@ -160,7 +160,7 @@ class ClipWriter(ProcessingStage[VideoTask, VideoTask]):
     def process(self, task: VideoTask) -> VideoTask:
         video = task.data
         layout = self._output()
-        own = f"{layout.metadata.name}/{layout.clip_table_path(video.video_id).name}"
+        own = layout.table_name(layout.clip_table_path(video.video_id))
         # a try after a failure comes alone, here: an intent its failed try left names the
         # table that try may have written the video's rows to
         earlier = _logged_table(_intent(layout, video)) if video.whole else None
@@ -253,7 +253,7 @@ class ClipWriter(ProcessingStage[VideoTask, VideoTask]):
             else:
                 path.unlink(missing_ok=True)
         has_rows = clips is not None and clips.num_rows > 0
-        own = f"{layout.metadata.name}/{layout.clip_table_path(vid).name}" if has_rows else None
+        own = layout.table_name(layout.clip_table_path(vid)) if has_rows else None
         has_embeddings = embeddings is not None and embeddings.num_rows > 0
         record = _video_record(video, records, has_embeddings, own)
         layout.write_json(layout.video_record(video.relative_path), record)
