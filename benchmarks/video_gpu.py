@@ -9,16 +9,20 @@ this machine:
   has video encoders (A100, H100 and H200 have none: it then encodes with libx264 and takes
   no GPU share);
 - ``batch``: ``BatchExecutor`` with the same GPUs, one stage at a time;
+- ``cpu-decode`` (when named in ``--contenders``): streaming with the GPUs, every frame
+  decoded on the CPUs (``decoder="cpu"``), for what decoding on NVDEC changes (``streaming``
+  decodes the shot detector's small frames and the transcoder's input on NVDEC);
 - ``cpu-only`` (when named in ``--contenders``): streaming with the GPUs hidden, for what
   they change.
 
 For each: video-hours per wall hour, wall seconds per video-hour (times the GPU count: the
-GPU time a video-hour holds the machine's GPUs), GPU busy seconds per video-hour (NVML's
-utilisation integrated over the run: the time a kernel ran), NVENC and NVDEC busy seconds,
-peak GPU memory, first clip on disk, and per stage its GPU share, busy and CPU seconds per
-video-hour and workers. For scale, NeMo Curator's DGX Cloud write-up gives about 195 s of GPU
-per video-hour streaming and 352 s batch (its pipeline and GPUs differ). Prints; asserts
-nothing.
+GPU time a video-hour holds the machine's GPUs), CPU seconds per video-hour, GPU busy
+seconds per video-hour (NVML's utilisation integrated over the run: the time a kernel ran),
+NVENC and NVDEC busy seconds, peak GPU memory, first clip on disk, what decoded the videos
+(their records' ``decoders`` and ``shot_decoders``, and the first reason NVDEC could not),
+and per stage its GPU share, NVDEC units, busy and CPU seconds per video-hour and workers.
+For scale, NeMo Curator's DGX Cloud write-up gives about 195 s of GPU per video-hour
+streaming and 352 s batch (its pipeline and GPUs differ). Prints; asserts nothing.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from conveyor.executors import BatchExecutor, StreamingExecutor
 from conveyor.monitor import EventLog
 from conveyor.pipelines.video import VideoConfig, build_video_pipeline
 
-CONTENDERS = ("streaming", "batch", "cpu-only")
+CONTENDERS = ("streaming", "batch", "cpu-decode", "cpu-only")
 #: NeMo Curator's DGX Cloud write-up: GPU seconds per hour of video
 WRITE_UP = {"streaming": 195.0, "batch": 352.0}
 
@@ -108,6 +112,7 @@ def environment() -> dict[str, Any]:
     import av
     import torch
 
+    from conveyor.media.decode import nvdec_works
     from conveyor.stages.video.transcode import nvenc_works
 
     env: dict[str, Any] = {
@@ -117,6 +122,7 @@ def environment() -> dict[str, Any]:
         "av": av.__version__,
         "nvenc_opens": nvenc_works(),
         "h264_cuvid_built_in": "h264_cuvid" in av.codecs_available,
+        "nvdec_opens": nvdec_works(),
     }
     print("environment: " + ", ".join(f"{k}={v}" for k, v in env.items()), flush=True)
     return env
@@ -136,7 +142,25 @@ def stage_gpu_shares(config: VideoConfig) -> dict[str, float]:
     return {s.name: s.resources.gpus for s in build_video_pipeline(config).build()}
 
 
-def run(label: str, config: VideoConfig, executor: Any) -> tuple[Result, dict[str, float]]:
+def stage_nvdecs(config: VideoConfig) -> dict[str, float]:
+    return {s.name: s.resources.nvdecs for s in build_video_pipeline(config).build()}
+
+
+def decoder_tally(output: Path) -> dict[str, Any]:
+    """What decoded the run's videos, from their records: how many videos each list of
+    ``decoders`` and ``shot_decoders`` names, and the first reason NVDEC could not."""
+    tally: dict[str, Any] = {"decoders": {}, "shot_decoders": {}, "fallback": None}
+    for path in sorted((output / "videos").rglob("*.json")):
+        record = json.loads(path.read_text())
+        for key in ("decoders", "shot_decoders"):
+            name = "+".join(record.get(key) or []) or "-"
+            tally[key][name] = tally[key].get(name, 0) + 1
+        reason = record.get("decoder_fallback") or record.get("shot_decoder_fallback")
+        tally["fallback"] = tally["fallback"] or reason
+    return tally
+
+
+def run(label: str, config: VideoConfig, executor: Any) -> tuple[Result, dict[str, Any]]:
     with GpuSampler() as gpu:
         result = run_engine(label, config, executor)
     figures = {
@@ -144,20 +168,23 @@ def run(label: str, config: VideoConfig, executor: Any) -> tuple[Result, dict[st
         "nvenc_busy_s": gpu.encoder_s,
         "nvdec_busy_s": gpu.decoder_s,
         "peak_gpu_memory": gpu.peak_memory,
+        "decoded_by": decoder_tally(Path(config.output)),
     }
     print(
         f"  {label}: {result.video_s / 60:.1f} min of video in {result.wall_s:.1f} s, "
-        f"GPU busy {gpu.busy_s:.1f} s, first clip {fmt(result.first_clip_s, '.1f')} s",
+        f"GPU busy {gpu.busy_s:.1f} s, first clip {fmt(result.first_clip_s, '.1f')} s; "
+        f"decoded by {figures['decoded_by']}",
         flush=True,
     )
     return result, figures
 
 
 def report(
-    results: dict[str, tuple[Result, dict[str, float]]],
+    results: dict[str, tuple[Result, dict[str, Any]]],
     shares: dict[str, float],
     gpu_count: int,
     cores: float,
+    nvdecs: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     rows, out = [], {}
     for label, (r, g) in results.items():
@@ -169,6 +196,7 @@ def report(
             "wall_s": r.wall_s,
             "video_hours_per_hour": r.hours_per_hour,
             "wall_s_per_video_hour": wall,
+            "cpu_s_per_video_hour": r.cpu_s * per_hour,
             "gpu_held_s_per_video_hour": wall * gpus_here,
             "gpu_busy_s_per_video_hour": g["gpu_busy_s"] * per_hour,
             "nvenc_busy_s_per_video_hour": g["nvenc_busy_s"] * per_hour,
@@ -181,6 +209,7 @@ def report(
             "stage_cpu_s_per_video_hour": {n: v * per_hour for n, v in r.stage_cpu_s.items()},
             "stage_workers": r.stage_workers,
             "stage_tasks": r.stage_tasks,
+            "decoded_by": g["decoded_by"],
         }
         out[label] = figures
         rows.append(
@@ -190,9 +219,11 @@ def report(
                 fmt(r.wall_s, ".1f"),
                 fmt(r.hours_per_hour, ".2f"),
                 fmt(wall, ".0f"),
+                fmt(figures["cpu_s_per_video_hour"], ".0f"),
                 fmt(figures["gpu_held_s_per_video_hour"], ".0f"),
                 fmt(figures["gpu_busy_s_per_video_hour"], ".1f"),
                 fmt(figures["nvenc_busy_s_per_video_hour"], ".1f"),
+                fmt(figures["nvdec_busy_s_per_video_hour"], ".1f"),
                 mb(g["peak_gpu_memory"]),
                 fmt(r.first_clip_s, ".1f"),
                 str(r.clips_kept),
@@ -209,9 +240,11 @@ def report(
                 "wall s",
                 "video h/h",
                 "wall s/vh",
+                "CPU s/vh",
                 "GPU held s/vh",
                 "GPU busy s/vh",
                 "NVENC s/vh",
+                "NVDEC s/vh",
                 "peak GPU MB",
                 "first clip s",
                 "clips kept",
@@ -230,18 +263,21 @@ def report(
     if "streaming" in out and "batch" in out and out["batch"]["video_hours_per_hour"]:
         ratio = out["streaming"]["video_hours_per_hour"] / out["batch"]["video_hours_per_hour"]
         print(f"  streaming / batch: {ratio:.2f}x")
-    if "streaming" in out and "cpu-only" in out and out["cpu-only"]["video_hours_per_hour"]:
-        ratio = out["streaming"]["video_hours_per_hour"] / out["cpu-only"]["video_hours_per_hour"]
-        print(f"  streaming with GPUs / CPUs alone: {ratio:.2f}x")
+    for other, what in (("cpu-only", "CPUs alone"), ("cpu-decode", "decoding on the CPUs")):
+        if "streaming" in out and other in out and out[other]["video_hours_per_hour"]:
+            speed = out["streaming"]["video_hours_per_hour"] / out[other]["video_hours_per_hour"]
+            cpu = out["streaming"]["cpu_s_per_video_hour"] / out[other]["cpu_s_per_video_hour"]
+            print(f"  streaming / {what}: {speed:.2f}x the speed, {cpu:.2f}x the CPU")
     names = list(next(iter(results.values()))[0].stage_busy_s)
     print(
         table(
             "per stage, per video-hour: busy s (summed over workers) and CPU s; peak workers",
-            ["stage", "GPU share", *(f"{c} busy/cpu/w" for c in out)],
+            ["stage", "GPU share", "NVDECs", *(f"{c} busy/cpu/w" for c in out)],
             [
                 [
                     n,
                     fmt(shares.get(n, 0.0), ".4g"),
+                    fmt((nvdecs or {}).get(n, 0.0), ".4g"),
                     *(
                         f"{fmt(f['stage_busy_s_per_video_hour'].get(n), '.0f')}/"
                         f"{fmt(f['stage_cpu_s_per_video_hour'].get(n), '.0f')}/"
@@ -322,17 +358,23 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     out_root = Path(tempfile.mkdtemp(prefix="conveyor-bench-video-gpu-"))
     if args.repeat > 1:
         source = repeated(source, args.repeat, out_root / "inputs")
-    results: dict[str, tuple[Result, dict[str, float]]] = {}
+    results: dict[str, tuple[Result, dict[str, Any]]] = {}
     shares: dict[str, float] = {}
+    nvdecs: dict[str, float] = {}
     try:
         for label in chosen:
             # the same work both ways: TransNetV2 on every frame (auto picks the hybrid
             # detector where no GPU is used)
             config = VideoConfig(
-                str(source), str(out_root / label), gpus=label != "cpu-only", detector="transnetv2"
+                str(source),
+                str(out_root / label),
+                gpus=label != "cpu-only",
+                detector="transnetv2",
+                decoder="cpu" if label == "cpu-decode" else "auto",
             )
-            if label != "cpu-only":
+            if label in ("streaming", "batch"):
                 shares = figures["gpu_shares"] = stage_gpu_shares(config)
+                nvdecs = figures["stage_nvdecs"] = stage_nvdecs(config)
             print(f"  {label} ...", flush=True)
             if label == "batch":
                 executor: Any = BatchExecutor(LocalBackend(num_cpus=cpus))
@@ -345,7 +387,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     LocalBackend(num_cpus=cpus, num_gpus=gpus), monitors=monitors
                 )
             results[label] = run(label, config, executor)
-            figures["contenders"] = report(results, shares, gpu_count, cpus)
+            figures["contenders"] = report(results, shares, gpu_count, cpus, nvdecs)
             if args.json is not None:  # after each contender: a run cut short keeps its figures
                 args.json.write_text(json.dumps(figures, indent=1, default=str) + "\n")
     finally:

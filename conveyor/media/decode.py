@@ -158,11 +158,12 @@ class DecodeNote:
     fallback: str | None = None
 
 
-def nvdec_decoder(stream: Any) -> Any:
+def nvdec_decoder(stream: Any, resize: tuple[int, int] | None = None) -> Any:
     """An opened NVDEC decoder for ``stream`` (its ``decode(packet)`` gives frames in system
     memory, NV12 or P010); ``NvdecUnavailable`` says why NVDEC cannot take this video: a
     codec without an NVDEC decoder, a pixel format it does not decode, a build of FFmpeg
-    without it, or no GPU driver."""
+    without it, or no GPU driver. ``resize`` = (width, height): the GPU's scaler shrinks
+    each frame before it is copied to memory (``nvdec_size``)."""
     import av
 
     context = stream.codec_context
@@ -179,10 +180,87 @@ def nvdec_decoder(stream: Any) -> Any:
         if context.extradata:
             decoder.extradata = context.extradata
         decoder.width, decoder.height = context.width, context.height
+        if resize is not None:
+            decoder.options = {"resize": f"{resize[0]}x{resize[1]}"}
         decoder.open()
     except Exception as exc:  # noqa: BLE001 - any failure: the CPU decodes this video
         raise NvdecUnavailable(f"{name} does not open: {describe_error(exc)}") from None
     return decoder
+
+
+def nvdec_size(target: tuple[int, int], source: tuple[int, int]) -> tuple[int, int]:
+    """The size NVDEC's scaler gives frames wanted at ``target`` from a ``source`` video:
+    four times the target, never larger than the source, in even numbers (NV12 halves the
+    colour planes). The CPU then shrinks these small frames the rest of the way with the
+    scaler the stage always uses, so frames look as the CPU path makes them (a one-step
+    26x shrink on the GPU would alias), while the copy from the GPU stays a few kilobytes.
+    """
+    width = min(source[0], 4 * target[0])
+    height = min(source[1], 4 * target[1])
+    return max(2, width // 2 * 2), max(2, height // 2 * 2)
+
+
+class DecoderPool:
+    """Opened decoders kept between decodes, so that a worker opens one per kind of video
+    rather than one per window: opening an NVDEC decoder creates a CUDA context, tens of
+    milliseconds of CPU, against a few seconds of video a window holds.
+
+    ``acquire(stream, resize)`` lends a decoder opened for this stream's codec, extradata,
+    size and ``resize`` (flushed, so that nothing of an earlier decode comes out of it), or
+    opens one with ``opener``; the ``with`` block's end puts it back, up to ``keep`` of them
+    (the least recently used go). A decoder is lent to one decode at a time: a decode
+    started inside another gets its own.
+    """
+
+    def __init__(self, opener: Any = nvdec_decoder, keep: int = 2) -> None:
+        self.opener = opener
+        self.keep = keep
+        self.opened = 0  # for inspection: decoders opened so far
+        self._idle: list[tuple[tuple[Any, ...], Any]] = []
+
+    @contextlib.contextmanager
+    def acquire(self, stream: Any, resize: tuple[int, int] | None = None) -> Iterator[Any]:
+        context = stream.codec_context
+        key = (context.name, bytes(context.extradata or b""), context.width, context.height)
+        key += (resize,)
+        found = next((i for i, (k, _) in enumerate(self._idle) if k == key), None)
+        if found is None:
+            decoder = self.opener(stream, resize)
+            self.opened += 1
+        else:
+            decoder = self._idle.pop(found)[1]
+            decoder.flush_buffers()
+        try:
+            yield decoder
+        finally:
+            self._idle.append((key, decoder))
+            del self._idle[: max(0, len(self._idle) - self.keep)]
+
+
+#: the process's NVDEC decoders (a worker process decodes for one stage)
+NVDEC_POOL = DecoderPool()
+
+
+def check_decoder(decoder: str) -> str:
+    """``decoder`` if it is one of ``DECODERS``; a ``ValueError`` naming them otherwise."""
+    if decoder not in DECODERS:
+        raise ValueError(f"decoder must be one of {', '.join(DECODERS)}, got {decoder!r}")
+    return decoder
+
+
+def decodes_on_nvdec(decoder: str, worker: Any) -> bool:
+    """Whether a stage asking for ``decoder`` decodes on NVDEC on ``worker`` (in its
+    ``setup``): ``auto`` where the worker has a GPU, ``nvdec`` always, where a worker
+    without a GPU is a mistake of the stage's resources, said at once rather than as a
+    fallback on every video."""
+    has_gpu = bool(worker.gpu_ids)
+    if decoder == "nvdec" and not has_gpu:
+        raise RuntimeError(
+            "decoder='nvdec' needs a GPU on the worker: give the stage a GPU share or NVDEC "
+            "units (Resources(gpus=...) or Resources(nvdecs=...)), or decode with 'auto' or "
+            "'cpu'"
+        )
+    return decoder == "nvdec" or (decoder == "auto" and has_gpu)
 
 
 _NVDEC: bool | None = None
@@ -695,6 +773,7 @@ def decode_range(
     damage: Damage | None = None,
     motion_vectors: bool = False,
     nvdec: DecodeNote | None = None,
+    nvdec_resize: tuple[int, int] | None = None,
 ) -> Iterator[tuple[float, Any]]:
     """``(seconds, av.VideoFrame)`` for every frame in ``[start_s, end_s)``, from one seek.
 
@@ -707,7 +786,8 @@ def decode_range(
     whole (``deinterlaced``). ``damage`` counts the packets skipped. ``motion_vectors``:
     frames carry the codec's motion vectors (``open_video``). ``nvdec``: decode on the
     GPU's NVDEC where it takes the video (no motion vectors then), and say in the note
-    which decoder ran and why the CPU did where NVDEC could not.
+    which decoder ran and why the CPU did where NVDEC could not; ``nvdec_resize``: NVDEC's
+    frames come out at that size (``nvdec_size``), the CPU's at the video's.
     """
     with contextlib.ExitStack() as stack:
         source = _source(path, stack)
@@ -716,11 +796,11 @@ def decode_range(
                 source.seek(0)
             with _capture():
                 container, stream = open_video(source, threads, motion_vectors)
-            with container:
+            with container, contextlib.ExitStack() as lent:
                 decode = None
                 if nvdec is not None:
                     try:
-                        decode = nvdec_decoder(stream).decode
+                        decode = lent.enter_context(NVDEC_POOL.acquire(stream, nvdec_resize)).decode
                         nvdec.decoder, nvdec.fallback = "nvdec", None
                     except NvdecUnavailable as exc:
                         nvdec.decoder, nvdec.fallback = "cpu", str(exc)

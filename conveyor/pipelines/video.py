@@ -49,11 +49,9 @@ def build_video_pipeline(config: VideoConfig) -> Pipeline:
     from conveyor.stages.video.base import FrameConsumer
 
     gpus = config.use_gpus
+    # the transcoder takes a GPU share for its NVENC
     nvenc = gpus and _nvenc_expected(config.encoder)
-    # the transcoder takes a GPU share for its NVENC, or for its NVDEC (every NVIDIA
-    # data-centre GPU has one)
-    video_engines = nvenc or (gpus and config.decoder != "cpu")
-    small, captioner = gpu_shares(config, video_engines) if gpus else (0.0, 0.0)
+    small, captioner = gpu_shares(config, nvenc) if gpus else (0.0, 0.0)
     model_resources = Resources(cpus=1, gpus=small) if gpus else Resources(cpus=1)
     stages: list[ProcessingStage[Any, Any]] = [
         VideoReader(config.input, config.output, limit=config.limit)
@@ -65,7 +63,7 @@ def build_video_pipeline(config: VideoConfig) -> Pipeline:
             )
         )
     else:
-        stages += _shot_stages(config, model_resources, gpus)
+        stages += _shot_stages(config, model_resources)
     motion = (
         MotionFilter(
             config.motion_threshold,
@@ -89,8 +87,10 @@ def build_video_pipeline(config: VideoConfig) -> Pipeline:
         motion_patch=motion.patch if motion is not None and from_source else None,
         decoder=config.decoder,
     )
-    if video_engines:
+    if nvenc:
         transcoder = transcoder.with_(resources=Resources(cpus=1, gpus=small))
+    elif _nvdec_expected(config):
+        transcoder = transcoder.with_(resources=Resources(cpus=1, nvdecs=TRANSCODER_NVDECS))
     stages.append(transcoder)
     if motion is not None:
         # judging from the source's vectors it compares two numbers: a quarter of a CPU
@@ -119,11 +119,19 @@ def build_video_pipeline(config: VideoConfig) -> Pipeline:
 
 #: what a captioner's worker asks for: a vision-language model is the one large model here
 CAPTIONER_GPU_SHARE = 0.5
+#: NVDEC units a worker keeps busy (estimates; the GPU benchmark measures NVDEC's busy
+#: time): a transcoder decodes at its encoder's pace, which libx264 on a core or two keeps
+#: to tens of 720p frames a second, a small part of what one decoder unit decodes; the shot
+#: detector's decoder does nothing but decode, and takes half a unit, so that one worker of
+#: each fits a GPU of a single unit (a V100)
+TRANSCODER_NVDECS = 0.05
+SHOT_DECODER_NVDECS = 0.5
 
 
 def gpu_shares(config: VideoConfig, nvenc: bool) -> tuple[float, float]:
     """The GPU share each small GPU stage's worker asks for, and the captioner's; ``nvenc``:
-    the transcoder takes one (for NVENC or NVDEC).
+    the transcoder takes one, for NVENC (decoding on NVDEC takes decoder units instead, not
+    a share of the GPU's compute, which would cap the transcoders at a few per GPU).
 
     Streaming runs every stage at once, so one worker of each GPU stage must fit on one GPU
     together (a one-GPU machine is the commonest GPU machine): the captioner takes half a GPU
@@ -176,8 +184,14 @@ def _nvenc_expected(encoder: str) -> bool:
     return nvenc_works() if detect_gpus().physical_ids else True
 
 
+def _nvdec_expected(config: VideoConfig) -> bool:
+    """Whether decoding stages take NVDEC units: on GPUs, unless told to decode on the CPU
+    (every NVIDIA data-centre GPU has NVDEC; where it cannot take a video, the CPU does)."""
+    return config.use_gpus and config.decoder != "cpu"
+
+
 def _shot_stages(
-    config: VideoConfig, model_resources: Resources, gpus: bool
+    config: VideoConfig, model_resources: Resources
 ) -> list[ProcessingStage[Any, Any]]:
     from conveyor.stages.video.cut_detectors import SCENEDETECT_WIDTH, detector_for
     from conveyor.stages.video.shots import (
@@ -202,15 +216,20 @@ def _shot_stages(
     detector: ProcessingStage[Any, Any]
     if name == "transnetv2":
         detector = TransNetV2Detector(threshold).with_(
-            resources=model_resources, batch_size=8 if gpus else 1
+            resources=model_resources, batch_size=8 if config.use_gpus else 1
         )
-        window_s, decoder = config.detection_window_s, ShotFrameDecoder()
+        window_s = config.detection_window_s
+        decoder = ShotFrameDecoder(decoder=config.decoder)
     else:
         # PySceneDetect's detectors see frames as it does (256 wide); a detector costs less
         # than the decode, so longer windows save the context each window decodes again
         detector = detector_for(name, threshold)
         window_s = max(config.detection_window_s, 20.0)
-        decoder = ShotFrameDecoder(size=None, width=SCENEDETECT_WIDTH, scaler="opencv")
+        decoder = ShotFrameDecoder(
+            size=None, width=SCENEDETECT_WIDTH, scaler="opencv", decoder=config.decoder
+        )
+    if _nvdec_expected(config):
+        decoder = decoder.with_(resources=Resources(cpus=1, nvdecs=SHOT_DECODER_NVDECS))
     windows = ShotWindows(window_s, TRANSNET_CONTEXT, rules.first_clip_certain_s)
     return [windows, decoder, detector, ShotSplitter(rules, config.clips_per_chunk)]
 

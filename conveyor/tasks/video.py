@@ -244,6 +244,11 @@ class Video:
     #: where NVDEC was asked for and could not take the video, why (the writer records both)
     decoder: str | None = None
     decoder_fallback: str | None = None
+    #: what decoded the shot detector's frames of this video's windows since the chunk
+    #: before (``"nvdec"``, ``"cpu"``), and where NVDEC was asked for and could not take
+    #: them, why (the writer records both)
+    shot_decoders: list[str] = field(default_factory=list)
+    shot_decoder_fallback: str | None = None
     #: size and modification time of the source when listed: a changed file is redone
     source_size: int = 0
     source_mtime: float = 0.0
@@ -283,14 +288,18 @@ class Video:
             parts=1,
             window=None,
             transitions=[],
+            decoder=None,
+            decoder_fallback=None,
+            shot_decoders=[],
+            shot_decoder_fallback=None,
         )
 
     def part_of(self, index: int, count: int, clips: list[Clip]) -> Video:
         """A copy of this chunk holding ``clips`` as its part ``index`` of ``count``.
 
-        What the chunk says once for all its clips (its transitions, errors and damaged
-        packets so far) rides on part 0 only, so that the writer records it once whatever
-        order the parts arrive in.
+        What the chunk says once for all its clips (its transitions, errors, damaged
+        packets and shot decoders so far) rides on part 0 only, so that the writer records
+        it once whatever order the parts arrive in.
         """
         first = index == 0
         return replace(
@@ -301,6 +310,8 @@ class Video:
             transitions=list(self.transitions) if first else [],
             errors=dict(self.errors) if first else {},
             damaged_packets=self.damaged_packets if first else 0,
+            shot_decoders=list(self.shot_decoders) if first else [],
+            shot_decoder_fallback=self.shot_decoder_fallback if first else None,
         )
 
 

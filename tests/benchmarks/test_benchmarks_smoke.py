@@ -321,6 +321,54 @@ def test_video_gpu_rewrites_the_shipped_scenario_from_its_saved_figures(
     assert "no GPU here" in capsys.readouterr().err
 
 
+def test_video_gpu_reports_what_decoding_on_nvdec_changes_and_what_decoded_each_video(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The figures of a GPU run, from results as the runs give them: CPU seconds per
+    video-hour, the ratios to decoding on the CPUs, and the records' decoders counted."""
+    bench = load("video_gpu", monkeypatch)
+    records = tmp_path / "out" / "videos"
+    records.mkdir(parents=True)
+    for name, decoders, shots, reason in (
+        ("a", ["nvdec"], ["nvdec"], None),
+        ("b", ["cpu"], ["cpu"], "NVDEC does not decode yuv444p"),
+        ("c", ["cpu", "nvdec"], ["nvdec"], None),
+    ):
+        record = {"decoders": decoders, "shot_decoders": shots, "decoder_fallback": reason}
+        (records / f"{name}.json").write_text(json.dumps(record))
+    tally = bench.decoder_tally(tmp_path / "out")
+    assert tally == {
+        "decoders": {"nvdec": 1, "cpu": 1, "cpu+nvdec": 1},
+        "shot_decoders": {"nvdec": 2, "cpu": 1},
+        "fallback": "NVDEC does not decode yuv444p",
+    }
+
+    def result(label: str, wall_s: float, cpu_s: float) -> object:
+        stages = {"ShotFrameDecoder": 10.0, "ClipTranscoder": 100.0}
+        return bench.Result(
+            label, wall_s=wall_s, video_s=1800.0, cpu_s=cpu_s, stage_busy_s=stages,
+            stage_cpu_s=stages, stage_workers={"ShotFrameDecoder": 1, "ClipTranscoder": 12},
+            stage_tasks={"ShotFrameDecoder": (30, 30), "ClipTranscoder": (10, 40)},
+        )  # fmt: skip
+
+    gpu = {"gpu_busy_s": 2.0, "nvenc_busy_s": 0.0, "nvdec_busy_s": 30.0, "peak_gpu_memory": 0}
+    out = bench.report(
+        {
+            "streaming": (result("streaming", 90.0, 900.0), {**gpu, "decoded_by": tally}),
+            "cpu-decode": (result("cpu-decode", 120.0, 1800.0), {**gpu, "decoded_by": {}}),
+        },
+        {"ShotFrameDecoder": 0.0},
+        1,
+        16.0,
+        {"ShotFrameDecoder": 1.0, "ClipTranscoder": 0.1},
+    )
+    assert out["streaming"]["cpu_s_per_video_hour"] == pytest.approx(1800.0)
+    assert out["streaming"]["nvdec_busy_s_per_video_hour"] == pytest.approx(60.0)
+    assert out["streaming"]["decoded_by"] == tally
+    printed = capsys.readouterr().out
+    assert "streaming / decoding on the CPUs: 1.33x the speed, 0.50x the CPU" in printed
+
+
 def test_video_quick(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

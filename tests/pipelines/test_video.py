@@ -353,6 +353,9 @@ def test_shot_pipeline_finds_cuts_and_keeps_clips_inside_shots(tmp_path: Path) -
     record = check_layout(output)["cuts.mp4"]
     for cut in truth.cuts_s:
         assert any(abs(b - cut) <= 1.5 / truth.fps for b in record["boundaries_s"])
+    # no GPU: every frame decoded on the CPU, as asked
+    assert record["decoders"] == record["shot_decoders"] == ["cpu"]
+    assert record["decoder_fallback"] is record["shot_decoder_fallback"] is None
     for clip in record["clips"]:
         start, end = json.loads((output / "metas" / f"{clip}.json").read_text())["span"]
         assert not any(start < cut < end for cut in truth.cuts_s)
@@ -479,9 +482,9 @@ def test_one_worker_of_every_gpu_stage_fits_on_one_gpu(tmp_path: Path) -> None:
         VideoConfig(str(tmp_path), "o", gpus=True, encoder="libx264", decoder="cpu")
     )
     assert "ClipTranscoder" not in cpu_encoder and set(cpu_encoder.values()) == {0.25}
-    # x264 on the CPU, but the source decoded on the GPU's NVDEC: a share all the same
+    # x264 on the CPU and the source decoded on the GPU's NVDEC: decoder units, no share
     nvdec = gpu_load(VideoConfig(str(tmp_path), "o", gpus=True, encoder="libx264"))
-    assert "ClipTranscoder" in nvdec and sum(nvdec.values()) <= 1.0
+    assert nvdec == cpu_encoder
     assert gpu_load(VideoConfig(str(tmp_path), "o", gpus=False)) == {}
     # the tagger runs its own network where the embedder runs another
     other = tmp_path / "embedder.pt"
@@ -498,20 +501,44 @@ def test_one_worker_of_every_gpu_stage_fits_on_one_gpu(tmp_path: Path) -> None:
     assert gpu_shares(VideoConfig(str(tmp_path), "o", gpu_share=0.1), nvenc=True) == (0.1, 0.0)
 
 
-def test_a_gpu_without_video_encoders_lends_the_transcoder_a_share_only_to_decode(
+def decoder_units(config: VideoConfig) -> dict[str, float]:
+    return {
+        s.name: s.resources.nvdecs
+        for s in build_video_pipeline(config).build()
+        if s.resources.nvdecs
+    }
+
+
+def test_a_gpu_without_video_encoders_lends_the_decoding_stages_nvdec_units_not_compute(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """On an A100, H100 or H200 (NVDEC, no NVENC) the transcoder and the shot detector's
+    decoder ask for decoder units: a share of the GPU's compute would cap the transcoders,
+    which encode on the CPUs, at a few per GPU."""
     from conveyor.backends import devices
+    from conveyor.pipelines.video import SHOT_DECODER_NVDECS, TRANSCODER_NVDECS
     from conveyor.stages.video import transcode
 
     monkeypatch.setattr(devices, "detect_gpus", lambda: devices.GpuInventory(("0",), 141.0))
-    monkeypatch.setattr(transcode, "nvenc_works", lambda: False)  # an A100, H100 or H200
+    monkeypatch.setattr(transcode, "nvenc_works", lambda: False)
     on_cpu = VideoConfig(str(tmp_path), "o", gpus=True, decoder="cpu")
-    assert "ClipTranscoder" not in gpu_load(on_cpu)
+    assert "ClipTranscoder" not in gpu_load(on_cpu) and decoder_units(on_cpu) == {}
     config = VideoConfig(str(tmp_path), "o", gpus=True)  # decoder auto: NVDEC decodes
-    assert "ClipTranscoder" in gpu_load(config)
-    transcoder = next(s for s in build_video_pipeline(config).stages if s.name == "ClipTranscoder")
-    assert transcoder.encoder == "libx264" and transcoder.decoder == "auto"
+    assert gpu_load(config) == gpu_load(on_cpu)
+    assert decoder_units(config) == {
+        "ShotFrameDecoder": SHOT_DECODER_NVDECS,
+        "ClipTranscoder": TRANSCODER_NVDECS,
+    }
+    # one worker of each fits a GPU of any model we know, the V100's single unit too
+    least = min(decs for decs, _ in devices.VIDEO_ENGINES.values())
+    assert least >= SHOT_DECODER_NVDECS + TRANSCODER_NVDECS
+    stages = {s.name: s for s in build_video_pipeline(config).stages}
+    assert stages["ClipTranscoder"].encoder == "libx264"
+    assert stages["ClipTranscoder"].decoder == stages["ShotFrameDecoder"].decoder == "auto"
+    # PySceneDetect's detectors read whole frames decoded on NVDEC the same way
+    hybrid = VideoConfig(str(tmp_path), "o", gpus=True, detector="hybrid")
+    assert decoder_units(hybrid)["ShotFrameDecoder"] == SHOT_DECODER_NVDECS
+    assert decoder_units(VideoConfig(str(tmp_path), "o", gpus=False)) == {}  # the CPU decodes
     monkeypatch.setattr(transcode, "nvenc_works", lambda: True)
     assert "ClipTranscoder" in gpu_load(on_cpu)
 
@@ -529,6 +556,9 @@ def test_the_gpu_pipeline_runs_on_one_gpu(inputs: Path, tmp_path: Path) -> None:
     ok = [r for r in records(out).values() if r["status"] == "ok"]
     assert ok and all(r["decoders"] == ["cpu"] for r in ok)
     assert all("cuvid" in r["decoder_fallback"] for r in ok)
+    # so did the shot detector's decoder, on NVDEC units of the GPU, window by window
+    assert all(r["shot_decoders"] == ["cpu"] for r in ok)
+    assert all("h264_cuvid does not open" in r["shot_decoder_fallback"] for r in ok)
 
 
 def test_decoder_nvdec_on_declared_gpus_decodes_each_video_on_the_cpu_saying_why(
@@ -542,6 +572,7 @@ def test_decoder_nvdec_on_declared_gpus_decodes_each_video_on_the_cpu_saying_why
     run_fixed(inputs, out, "3", "--no-quality", "--decoder", "nvdec", "--gpus", "1")
     ok = [r for r in records(out).values() if r["status"] == "ok"]
     assert len(ok) == 2 and all(r["decoders"] == ["cpu"] for r in ok)
+    assert all(r["shot_decoders"] == [] for r in ok)  # fixed stride: no shot detection
     assert all("h264_cuvid does not open" in r["decoder_fallback"] for r in ok)
 
 

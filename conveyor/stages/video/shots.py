@@ -16,7 +16,14 @@ from typing import Any
 
 import numpy as np
 
-from conveyor.media.decode import decode_range
+from conveyor.media.decode import (
+    DecodeNote,
+    check_decoder,
+    decode_range,
+    decodes_on_nvdec,
+    nvdec_size,
+)
+from conveyor.media.errors import describe_error
 from conveyor.media.transitions import gradual_codes, runs
 from conveyor.resources import Resources
 from conveyor.stages.video.base import ELASTIC_THREADS, TorchStage, VideoStage
@@ -84,6 +91,15 @@ class ShotFrameDecoder(VideoStage):
     as PySceneDetect does: its detectors' thresholds were tuned on such frames (with FFmpeg's
     filter, the adaptive detector cut twice inside a moving texture where PySceneDetect did
     not), and at 640x360 and 1280x720 it costs 0.8-0.85x as much.
+
+    ``decoder``: ``"auto"`` decodes on the GPU's NVDEC where the worker has a GPU (give the
+    stage ``Resources(nvdecs=1)``: it keeps a decoder unit busy, not the GPU's compute),
+    ``"nvdec"`` asks for it, ``"cpu"`` never uses it. With ``ffmpeg`` NVDEC's own scaler
+    shrinks the frames to four times the size wanted (``nvdec_size``) before they leave the
+    GPU; with ``opencv`` they come whole, as the CPU decodes them (H.264's decode is exact,
+    so the detectors see the same pixels). A video NVDEC cannot take is decoded on the CPU,
+    and the window says why (``Video.decoder_fallback``, the video's record
+    ``shot_decoder_fallback``).
     """
 
     resources = Resources(cpus=1)
@@ -93,6 +109,7 @@ class ShotFrameDecoder(VideoStage):
         size: tuple[int, int] | None = TRANSNET_SIZE,
         width: int | None = None,
         scaler: str = "ffmpeg",
+        decoder: str = "auto",
     ):
         if (size is None) == (width is None):
             raise ValueError("give exactly one of size=(width, height) or width")
@@ -101,6 +118,11 @@ class ShotFrameDecoder(VideoStage):
         self.size = size
         self.width = width
         self.scaler = scaler
+        self.decoder = check_decoder(decoder)
+        self._nvdec = False
+
+    def setup(self, worker: Any) -> None:
+        self._nvdec = decodes_on_nvdec(self.decoder, worker)
 
     def _size(self, video: Video) -> tuple[int, int]:
         if self.size is not None:
@@ -119,14 +141,59 @@ class ShotFrameDecoder(VideoStage):
         last = window.end + window.context  # exclusive
         out = np.empty((last - first, height, width, 3), dtype=np.uint8)
         filled = np.zeros(last - first, dtype=bool)
-        lo, hi = max(0, first), min(meta.num_frames, last)
-        threads = max(1, round(self.resources.cpus))
+        note = DecodeNote() if self._nvdec else None
+        if note is None:
+            self._decode(video, out, filled)
+            video.decoder = "cpu"
+        else:
+            import av
+
+            try:
+                self._decode(video, out, filled, note)
+                gave = bool(filled.any()) or note.decoder != "nvdec"
+                reason = "NVDEC gave no frame of it"
+            except av.FFmpegError as exc:
+                gave, reason = note.decoder != "nvdec", f"NVDEC failed: {describe_error(exc)}"
+                if gave:
+                    raise  # the CPU failed: as without NVDEC
+            if not gave:  # the CPU decodes this window, and says why
+                filled[:] = False
+                self._decode(video, out, filled)
+                note.decoder, note.fallback = "cpu", reason
+            video.decoder, video.decoder_fallback = note.decoder, note.fallback
+        if filled.any():
+            _fill_gaps(out, filled)
+        else:  # no frame at all: damage, or a screen recording that showed nothing new
+            out[:] = 0  # one still picture, in which nothing is detected
+        window.frames = out
+        return None
+
+    def _decode(
+        self, video: Video, out: np.ndarray, filled: np.ndarray, note: DecodeNote | None = None
+    ) -> None:
+        """Decode the window's frames into ``out``, marking each in ``filled``; ``note``:
+        on NVDEC where it takes the video."""
+        window, meta = video.window, video.metadata
+        assert window is not None and meta is not None
+        height, width = out.shape[1:3]
+        first = window.start - window.context
+        lo, hi = max(0, first), min(meta.num_frames, window.end + window.context)
         if self.scaler == "opencv":
             import cv2
+        resize = None
+        if note is not None and self.scaler == "ffmpeg":
+            resize = nvdec_size((width, height), (meta.width, meta.height))
         # a damaged stretch costs its own frames only (the clips over it fail when they are
         # transcoded): shots on either side of it are still found
         for t, frame in decode_range(
-            video.path, meta, lo / meta.fps, hi / meta.fps, threads=threads, any_damage=True
+            video.path,
+            meta,
+            lo / meta.fps,
+            hi / meta.fps,
+            threads=max(1, round(self.resources.cpus)),
+            any_damage=True,
+            nvdec=note,
+            nvdec_resize=resize,
         ):
             index = round(t * meta.fps)
             if not lo <= index < hi or filled[index - first]:
@@ -139,12 +206,6 @@ class ShotFrameDecoder(VideoStage):
             else:
                 out[index - first] = frame.to_ndarray(width=width, height=height, format="rgb24")
             filled[index - first] = True
-        if filled.any():
-            _fill_gaps(out, filled)
-        else:  # no frame at all: damage, or a screen recording that showed nothing new
-            out[:] = 0  # one still picture, in which nothing is detected
-        window.frames = out
-        return None
 
 
 def _fill_gaps(frames: np.ndarray, filled: np.ndarray) -> None:

@@ -261,6 +261,9 @@ class _Progress:
     errors: dict[str, str] | None = None
     #: transitions not yet reported with a chunk
     transitions: list[tuple[int, int]] = field(default_factory=list)
+    #: what decoded the windows' frames, and why not NVDEC, not yet reported with a chunk
+    decoders: set[str] = field(default_factory=set)
+    fallback: str | None = None
     #: runs of gradual evidence (dissolves or content), and transitions found but not yet
     #: given to the clipper because an open run before them may still become one
     gradual: GradualRuns | None = None
@@ -342,6 +345,9 @@ class ShotSplitter(VideoStage):
             window = part.window
             assert window is not None
             progress.end = max(progress.end, window.end)
+            if part.decoder is not None:
+                progress.decoders.add(part.decoder)
+            progress.fallback = progress.fallback or part.decoder_fallback
             if part.failed or progress.errors is not None:
                 progress.errors = {**(progress.errors or {}), **part.errors}
                 continue
@@ -370,7 +376,9 @@ class ShotSplitter(VideoStage):
         progress.next_chunk += len(chunks)
         if chunks:
             chunks[0].transitions = progress.transitions
-            progress.transitions = []
+            chunks[0].shot_decoders = sorted(progress.decoders)
+            chunks[0].shot_decoder_fallback = progress.fallback
+            progress.transitions, progress.decoders, progress.fallback = [], set(), None
         return chunks
 
     def _emit(self, task: VideoTask, videos: list[Video]) -> list[VideoTask]:

@@ -21,8 +21,14 @@ from typing import Any
 
 import numpy as np
 
-from conveyor.media.decode import DECODERS, Damage, DecodeNote, decode_range
-from conveyor.media.errors import describe_error, input_errors
+from conveyor.media.decode import (
+    Damage,
+    DecodeNote,
+    check_decoder,
+    decode_range,
+    decodes_on_nvdec,
+)
+from conveyor.media.errors import InputError, describe_error, input_errors
 from conveyor.resources import Resources
 from conveyor.stages.video.base import ELASTIC_THREADS, VideoStage
 from conveyor.stages.video.frames import FrameSampler, model_size
@@ -173,8 +179,9 @@ class ClipTranscoder(VideoStage):
 
     ``decoder``: ``"auto"`` decodes on the GPU's NVDEC where the worker has a GPU, ``"nvdec"``
     asks for it (a worker without a GPU fails its setup), ``"cpu"`` never uses it. A video
-    NVDEC cannot take (codec, pixel format, no driver) is decoded on the CPU, with the
-    reason in its record (``Video.decoder_fallback``); NVDEC exports no motion vectors, so
+    NVDEC cannot take (codec, pixel format, no driver) is decoded on the CPU, as are the
+    clips left when NVDEC fails or gives no frame half way, with the reason in its record
+    (``Video.decoder_fallback``); NVDEC exports no motion vectors, so
     a ``MotionFilter`` then scores the clip from its own.
 
     ``process`` is a generator: each clip of the chunk leaves as part ``k`` of ``n`` of it
@@ -220,23 +227,15 @@ class ClipTranscoder(VideoStage):
         self.deinterlace = deinterlace
         self.short_side = short_side
         self.motion_patch = motion_patch
-        if decoder not in DECODERS:
-            raise ValueError(f"decoder must be one of {', '.join(DECODERS)}, got {decoder!r}")
-        self.decoder = decoder
+        self.decoder = check_decoder(decoder)
         self._codec = "libx264"
         self._nvdec = False
 
     def setup(self, worker: Any) -> None:
         sweep_scratch(_scratch_dir())
-        has_gpu = bool(worker.gpu_ids)
-        self._codec = self._choose(has_gpu)
-        if self.decoder == "nvdec" and not has_gpu:
-            raise RuntimeError(
-                "decoder='nvdec' needs a GPU on the worker: give the stage a GPU share "
-                "(Resources(gpus=...)), or decode with 'auto' or 'cpu'"
-            )
+        self._codec = self._choose(bool(worker.gpu_ids))
         # NVDEC where the worker has a GPU; each video it cannot take is decoded on the CPU
-        self._nvdec = self.decoder == "nvdec" or (self.decoder == "auto" and has_gpu)
+        self._nvdec = decodes_on_nvdec(self.decoder, worker)
 
     def _choose(self, has_gpu: bool) -> str:
         if self.encoder == "libx264" or (self.encoder == "auto" and not has_gpu):
@@ -282,19 +281,20 @@ class ClipTranscoder(VideoStage):
             for clip in self._transcode(clips, video, damage, nvdec):
                 sent.add(clip.clip_id)
                 yield clip
-        except av.InvalidDataError as exc:
-            if len(clips) == 1:
-                clips[0].fail(self.name, describe_error(exc))
-                yield clips[0]
-                return
-            # a stretch too damaged to decode: each clip not yet sent is tried on its own,
-            # so that the damage fails only the clips it is in
-            for clip in clips:
-                if clip.clip_id not in sent:
+        except input_errors() as exc:
+            rest = [clip for clip in clips if clip.clip_id not in sent]
+            if nvdec is not None and nvdec.decoder == "nvdec":
+                # NVDEC gave up on a stream it had opened for (or called it damaged): the
+                # CPU decodes what is left, and is the judge of damage
+                nvdec.decoder, nvdec.fallback = "cpu", f"NVDEC failed: {describe_error(exc)}"
+                yield from self._each_clip(rest, video, damage)
+            elif isinstance(exc, av.InvalidDataError) and len(clips) > 1:
+                # a stretch too damaged to decode: each clip not yet sent is tried on its
+                # own, so that the damage fails only the clips it is in
+                for clip in rest:
                     yield from self._each_clip([clip], video, damage, nvdec)
-        except input_errors() as exc:  # the source cannot be read: the rest fail with it
-            for clip in clips:
-                if clip.clip_id not in sent:
+            else:  # the clip's stretch, or the whole source, cannot be read
+                for clip in rest:
                     clip.fail(self.name, describe_error(exc))
                     yield clip
 
@@ -324,9 +324,11 @@ class ClipTranscoder(VideoStage):
             motion_vectors=cut.grid is not None,
             nvdec=nvdec,
         )
+        seen = False
         try:
             with contextlib.closing(frames):
                 for t, frame in frames:
+                    seen = True
                     index = round(t * meta.fps)
                     decoded = _Decoded(frame, cut)
                     for clip in pending:
@@ -340,6 +342,8 @@ class ClipTranscoder(VideoStage):
                             if work is None:
                                 work = open_[clip.clip_id] = cut.start(clip)
                             work.add(decoded, t)
+            if not seen and nvdec is not None and nvdec.decoder == "nvdec":
+                raise InputError("NVDEC gave no frame of the clips' stretch")
             for clip in pending:
                 if clip.clip_id not in done:
                     yield self._close(clip, open_, done, damage)

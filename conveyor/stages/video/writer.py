@@ -344,7 +344,15 @@ def _chunk_record(video: Video, made: list[Clip]) -> dict[str, Any]:
         "damaged_packets": video.damaged_packets,
         "decoder": video.decoder,
         "decoder_fallback": video.decoder_fallback,
+        "shot_decoders": list(video.shot_decoders),
+        "shot_decoder_fallback": video.shot_decoder_fallback,
     }
+
+
+def _first(chunks: list[dict[str, Any]], key: str) -> Any:
+    """The first of the chunks' ``key`` that is set (chunk records of older runs may lack
+    it)."""
+    return next((c[key] for c in chunks if c.get(key)), None)
 
 
 def _video_record(
@@ -383,9 +391,10 @@ def _video_record(
         # what decoded the clips (the GPU's NVDEC, or the CPU), and why the CPU did where
         # NVDEC was asked for and could not take the video
         "decoders": sorted({c["decoder"] for c in chunks if c.get("decoder")}),
-        "decoder_fallback": next(
-            (c["decoder_fallback"] for c in chunks if c.get("decoder_fallback")), None
-        ),
+        "decoder_fallback": _first(chunks, "decoder_fallback"),
+        # the same for the shot detector's small frames (empty: no shot detection)
+        "shot_decoders": sorted({d for c in chunks for d in c.get("shot_decoders", [])}),
+        "shot_decoder_fallback": _first(chunks, "shot_decoder_fallback"),
         # shot boundaries the detector found: frames (inclusive; a hard cut before frame c is
         # [c, c - 1]) and the time of each boundary's middle
         "transitions": [list(t) for t in transitions],

@@ -23,6 +23,7 @@ from conveyor.stages.video.transcode import ClipTranscoder, output_size
 from conveyor.tasks.video import Clip, VideoTask
 
 from .conftest import INTERLACED_SOURCES, Media, combing, write_interlaced
+from .decoders import drained, refusing, silent
 
 #: overlapping clips starting between key frames (every 24 frames), the last at the end
 SPANS = [(18, 30), (24, 40), (40, 48)]
@@ -220,6 +221,35 @@ def test_nvdec_takes_only_what_it_decodes() -> None:
         nvdec_decoder(stream("ffv1"))
     with pytest.raises(NvdecUnavailable, match="NVDEC does not decode yuv444p"):
         nvdec_decoder(stream("h264", "yuv444p"))
+
+
+@pytest.mark.parametrize(
+    ("opener", "reason"),
+    [
+        (refusing, "NVDEC failed: InvalidDataError"),
+        (drained, "NVDEC failed: EOFError"),
+        (silent, "NVDEC failed: NVDEC gave no frame of the clips' stretch"),
+    ],
+)
+def test_a_chunk_nvdec_opens_for_but_cannot_decode_is_decoded_on_the_cpu(
+    media: Media, monkeypatch: pytest.MonkeyPatch, opener: Any, reason: str
+) -> None:
+    """NVDEC opened for the video, then refused its packets, gave up, or gave nothing:
+    the CPU decodes the chunk's clips, every one is made, and the parts say why."""
+    from conveyor.media import decode
+
+    monkeypatch.setattr(decode, "NVDEC_POOL", decode.DecoderPool(opener, keep=0))
+    source = noise_video(media, ".mp4")
+    task = media.task(source.path, media.metadata(source.path), SPANS)
+    stage = ClipTranscoder(encoder="libx264", preset="ultrafast")
+    stage.setup(WorkerInfo("w", "ClipTranscoder", "n", gpu_ids=(0,)))
+    parts = list(stage.process(task))
+    assert_parts(parts, task)
+    for part in parts:
+        assert part.data.decoder == "cpu"
+        assert (part.data.decoder_fallback or "").startswith(reason)
+    for clip in task.data.clips:
+        assert_good_clip(clip, (160, 120))
 
 
 def test_nvdec_decodes_where_it_works(media: Media) -> None:

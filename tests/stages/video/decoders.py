@@ -1,0 +1,48 @@
+"""Decoders opened as the NVDEC pool opens NVDEC's, for the pool and the fallbacks to be
+tried where no NVDEC is: the stream's own CPU decoder, and two that open and then cannot
+decode, each the way NVDEC can fail."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def software(stream: Any, resize: tuple[int, int] | None = None) -> Any:
+    """The stream's own CPU decoder, opened as the pool opens NVDEC's (from the stream's
+    parameters, apart from the container): the pool's lending, flushing and reuse are the
+    same whichever decoder it keeps."""
+    import av
+
+    context = stream.codec_context
+    decoder = av.CodecContext.create(context.name, "r")
+    if context.extradata:
+        decoder.extradata = context.extradata
+    decoder.width, decoder.height = context.width, context.height
+    decoder.open()
+    return decoder
+
+
+def refusing(stream: Any, resize: tuple[int, int] | None = None) -> Any:
+    """A decoder that opens but takes none of the video's packets (a PNG decoder fed H.264),
+    as NVDEC does with a stream it opened for and then cannot decode."""
+    import av
+
+    decoder = av.CodecContext.create("png", "r")
+    decoder.open()
+    return decoder
+
+
+def drained(stream: Any, resize: tuple[int, int] | None = None) -> Any:
+    """A decoder that opens and then fails on its first packet with an error that is not
+    damage (it was told the stream had ended), as NVDEC does when its driver gives up."""
+    decoder = software(stream)
+    decoder.decode(None)
+    return decoder
+
+
+def silent(stream: Any, resize: tuple[int, int] | None = None) -> Any:
+    """A decoder that takes every packet and gives no frame (the stream's own, told to skip
+    every frame), as NVDEC could with a stream it misreads without a word."""
+    decoder = software(stream)
+    decoder.skip_frame = "ALL"
+    return decoder
