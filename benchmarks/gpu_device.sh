@@ -10,8 +10,9 @@
 #           bash benchmarks/gpu_device.sh check                         (carry it; < 10 min)
 #
 # `check` runs the NVDEC tests (they skip where NVDEC does not open), then
-# benchmarks/video_gpu.py: the shots pipeline with NVDEC against decoding on the CPUs, in
-# one run, its figures as JSON in $OUT (or .device/out).
+# benchmarks/video_gpu.py: the shots pipeline with NVDEC against decoding on the CPUs, and
+# with a 2B captioner (random weights), in one run; its figures as JSON in $OUT (or
+# .device/out), written after each contender, so a run cut short keeps what it measured.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 here=.device
@@ -44,7 +45,8 @@ check)
     "$python" -m pytest -q -p no:cacheprovider -o addopts="" \
         tests/stages/video/test_nvdec.py tests/stages/video/test_transcode.py -k "nvdec" \
         2>&1 | tee "$out/nvdec_tests.log" || true
-    timeout 480 "$python" benchmarks/video_gpu.py --contenders streaming,cpu-decode --videos 16 \
+    timeout 500 "$python" benchmarks/video_gpu.py --contenders streaming,cpu-decode,captioned \
+        --videos 12 --cache "$here/cache" \
         --json "$out/video_gpu.json" 2>&1 | tee "$out/video_gpu.log"
     ;;
 *)

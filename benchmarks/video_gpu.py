@@ -13,7 +13,13 @@ this machine:
   decoded on the CPUs (``decoder="cpu"``), for what decoding on NVDEC changes (``streaming``
   decodes the shot detector's small frames and the transcoder's input on NVDEC);
 - ``cpu-only`` (when named in ``--contenders``): streaming with the GPUs hidden, for what
-  they change.
+  they change;
+- ``captioned`` (when named in ``--contenders``): streaming with the GPUs and a captioner of
+  realistic cost: a LLaVA of 2.1 billion parameters with random weights
+  (``conveyor.samples.vlm``, built once into the cache and loaded through the captioner's
+  own path), 4 frames and 64 new tokens a clip, 8 clips a batch. From the run's event log:
+  the captioner's busy fraction over the steady part of the run (NeMo Curator's write-up
+  shows its GPU stages over 99.5% busy) and its GPU-held seconds per video-hour.
 
 For each: video-hours per wall hour, wall seconds per video-hour (times the GPU count: the
 GPU time a video-hour holds the machine's GPUs), CPU seconds per video-hour, GPU busy
@@ -46,7 +52,9 @@ from conveyor.executors import BatchExecutor, StreamingExecutor
 from conveyor.monitor import EventLog
 from conveyor.pipelines.video import VideoConfig, build_video_pipeline
 
-CONTENDERS = ("streaming", "batch", "cpu-decode", "cpu-only")
+CONTENDERS = ("streaming", "batch", "cpu-decode", "cpu-only", "captioned")
+#: the captioner's model in the cache: a 2B LLaVA of random weights (its size's cost)
+CAPTION_MODEL = "llava-2b-random"
 #: NeMo Curator's DGX Cloud write-up: GPU seconds per hour of video
 WRITE_UP = {"streaming": 195.0, "batch": 352.0}
 
@@ -160,7 +168,32 @@ def decoder_tally(output: Path) -> dict[str, Any]:
     return tally
 
 
-def run(label: str, config: VideoConfig, executor: Any) -> tuple[Result, dict[str, Any]]:
+def caption_model(cache: Path) -> Path:
+    """The 2B captioner in ``cache``, built there the first time (a minute on a GPU
+    machine's CPUs, 4.2 GB in bfloat16)."""
+    from conveyor.samples.vlm import write_random_llava
+
+    path = cache / CAPTION_MODEL
+    if not (path / "config.json").exists():
+        print(f"  building a 2B LLaVA with random weights in {path} ...", flush=True)
+        params = write_random_llava(path, "2b")
+        print(f"  {params / 1e9:.2f} billion parameters", flush=True)
+    return path
+
+
+def stage_busy_fractions(events: Path) -> dict[str, float]:
+    """Each stage's busy fraction over the steady part of the run its event log holds
+    (the run report's own analysis: after warm-up, before the drain)."""
+    from conveyor.report.analysis import analyse
+    from conveyor.report.load import load_events
+
+    verdict = analyse(load_events(events).run)
+    return {name: summary.busy for name, summary in verdict.stages.items()}
+
+
+def run(
+    label: str, config: VideoConfig, executor: Any, events: Path | None = None
+) -> tuple[Result, dict[str, Any]]:
     with GpuSampler() as gpu:
         result = run_engine(label, config, executor)
     figures = {
@@ -169,6 +202,7 @@ def run(label: str, config: VideoConfig, executor: Any) -> tuple[Result, dict[st
         "nvdec_busy_s": gpu.decoder_s,
         "peak_gpu_memory": gpu.peak_memory,
         "decoded_by": decoder_tally(Path(config.output)),
+        "steady_busy": stage_busy_fractions(events) if events is not None else {},
     }
     print(
         f"  {label}: {result.video_s / 60:.1f} min of video in {result.wall_s:.1f} s, "
@@ -210,6 +244,7 @@ def report(
             "stage_workers": r.stage_workers,
             "stage_tasks": r.stage_tasks,
             "decoded_by": g["decoded_by"],
+            "steady_busy": g.get("steady_busy", {}),
         }
         out[label] = figures
         rows.append(
@@ -268,7 +303,16 @@ def report(
             speed = out["streaming"]["video_hours_per_hour"] / out[other]["video_hours_per_hour"]
             cpu = out["streaming"]["cpu_s_per_video_hour"] / out[other]["cpu_s_per_video_hour"]
             print(f"  streaming / {what}: {speed:.2f}x the speed, {cpu:.2f}x the CPU")
-    names = list(next(iter(results.values()))[0].stage_busy_s)
+    captioned = out.get("captioned")
+    if captioned is not None and "Captioner" in captioned["stage_busy_s_per_video_hour"]:
+        busy = captioned["steady_busy"].get("Captioner", float("nan"))
+        held = captioned["stage_busy_s_per_video_hour"]["Captioner"]
+        print(
+            f"  captioned: the captioner busy {busy:.1%} of the steady part of the run "
+            f"(the write-up: >= 99.5%); {held:.0f} busy s per video-hour on its GPU share; "
+            f"{captioned['video_hours_per_hour']:.2f} video-hours per wall hour"
+        )
+    names = list(dict.fromkeys(n for r, _ in results.values() for n in r.stage_busy_s))
     print(
         table(
             "per stage, per video-hour: busy s (summed over workers) and CPU s; peak workers",
@@ -371,11 +415,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 gpus=label != "cpu-only",
                 detector="transnetv2",
                 decoder="cpu" if label == "cpu-decode" else "auto",
+                caption_model=str(caption_model(args.cache)) if label == "captioned" else None,
             )
             if label in ("streaming", "batch"):
                 shares = figures["gpu_shares"] = stage_gpu_shares(config)
                 nvdecs = figures["stage_nvdecs"] = stage_nvdecs(config)
+            elif label == "captioned":  # the captioner takes half the GPU, the rest less
+                figures["captioned_gpu_shares"] = stage_gpu_shares(config)
             print(f"  {label} ...", flush=True)
+            events = None
             if label == "batch":
                 executor: Any = BatchExecutor(LocalBackend(num_cpus=cpus))
             else:
@@ -383,10 +431,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 monitors = []
                 if label == "streaming" and args.events is not None:
                     monitors.append(EventLog(args.events, report=True))
+                if label == "captioned":  # its busy fraction comes from the log
+                    events = out_root / "events-captioned"
+                    monitors.append(EventLog(events))
                 executor = StreamingExecutor(
                     LocalBackend(num_cpus=cpus, num_gpus=gpus), monitors=monitors
                 )
-            results[label] = run(label, config, executor)
+            results[label] = run(label, config, executor, events)
             figures["contenders"] = report(results, shares, gpu_count, cpus, nvdecs)
             if args.json is not None:  # after each contender: a run cut short keeps its figures
                 args.json.write_text(json.dumps(figures, indent=1, default=str) + "\n")

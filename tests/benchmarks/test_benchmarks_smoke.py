@@ -326,6 +326,10 @@ def test_video_gpu_reports_what_decoding_on_nvdec_changes_and_what_decoded_each_
 ) -> None:
     """The figures of a GPU run, from results as the runs give them: CPU seconds per
     video-hour, the ratios to decoding on the CPUs, and the records' decoders counted."""
+    from conveyor.report.analysis import analyse
+    from conveyor.report.load import load_events
+    from tests.report.events import three_stage_run, write_events
+
     bench = load("video_gpu", monkeypatch)
     records = tmp_path / "out" / "videos"
     records.mkdir(parents=True)
@@ -352,10 +356,19 @@ def test_video_gpu_reports_what_decoding_on_nvdec_changes_and_what_decoded_each_
         )  # fmt: skip
 
     gpu = {"gpu_busy_s": 2.0, "nvenc_busy_s": 0.0, "nvdec_busy_s": 30.0, "peak_gpu_memory": 0}
+    captioned = result("captioned", 100.0, 1000.0)
+    captioned.stage_busy_s["Captioner"] = 97.0  # type: ignore[attr-defined]
+    # the captioner's busy fraction: the run report's analysis of the run's event log
+    events = tmp_path / "events"
+    write_events(events / "events.jsonl", three_stage_run())
+    steady = bench.stage_busy_fractions(events)
+    assert steady == {n: s.busy for n, s in analyse(load_events(events).run).stages.items()}
+    steady["Captioner"] = 0.997
     out = bench.report(
         {
             "streaming": (result("streaming", 90.0, 900.0), {**gpu, "decoded_by": tally}),
             "cpu-decode": (result("cpu-decode", 120.0, 1800.0), {**gpu, "decoded_by": {}}),
+            "captioned": (captioned, {**gpu, "decoded_by": {}, "steady_busy": steady}),
         },
         {"ShotFrameDecoder": 0.0},
         1,
@@ -367,6 +380,8 @@ def test_video_gpu_reports_what_decoding_on_nvdec_changes_and_what_decoded_each_
     assert out["streaming"]["decoded_by"] == tally
     printed = capsys.readouterr().out
     assert "streaming / decoding on the CPUs: 1.33x the speed, 0.50x the CPU" in printed
+    assert "the captioner busy 99.7% of the steady part of the run" in printed
+    assert "194 busy s per video-hour on its GPU share" in printed
 
 
 def test_video_quick(

@@ -1,9 +1,5 @@
-"""Captioner on a tiny randomly initialised LLaVA built offline (tokenizer included).
-
-LLaVA rather than Qwen2-VL: Qwen2-VL's processor insists on a video processor, which needs
-torchvision, and that is not installed here; LLaVA's processor is a PIL image processor and
-a tokenizer, both of which can be assembled locally.
-"""
+"""Captioner on a tiny randomly initialised LLaVA built offline, tokenizer included
+(``conveyor.samples.vlm``)."""
 
 from __future__ import annotations
 
@@ -14,99 +10,17 @@ import numpy as np
 import pytest
 
 from conveyor.cluster import WorkerInfo
+from conveyor.samples.vlm import WORDS, write_random_llava
 from conveyor.stages.video.caption import Captioner, sample_frames
 from conveyor.tasks.video import Clip, Video, VideoTask
 
-SPECIAL = ["<unk>", "<pad>", "</s>", "<image>"]
-WORDS = "USER: ASSISTANT: a the video clip cat dog runs sits on grass Describe this in one "
-WORDS += "sentence. Say what happens"
-#: the LLaVA-1.5 prompt format, for a user message of images and text
-CHAT_TEMPLATE = (
-    "{% for message in messages %}{{ message['role'].upper() }}: "
-    "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
-    "{% for item in message['content'] %}{% if item['type'] == 'image' %}<image> "
-    "{% elif item['type'] == 'text' %}{{ item['text'] }}{% endif %}{% endfor %}{% endif %} "
-    "{% endfor %}{% if add_generation_prompt %}ASSISTANT:{% endif %}"
-)
 MAX_NEW_TOKENS = 6
-
-
-def build_tiny_llava(directory: Path) -> None:
-    """Save a LLaVA of a few thousand parameters with its processor: a word-level tokenizer
-    over a tiny vocabulary, a CLIP image processor at 28 x 28 (4 patches of 14: 4 image
-    tokens per frame) and a chat template."""
-    import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import (
-        CLIPVisionConfig,
-        LlamaConfig,
-        LlavaConfig,
-        LlavaForConditionalGeneration,
-        LlavaProcessor,
-        PreTrainedTokenizerFast,
-    )
-    from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
-
-    vocab = {word: i for i, word in enumerate(SPECIAL + WORDS.split())}
-    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    backend.decoder = decoders.WordPiece()  # joins words with spaces
-    backend.add_special_tokens(SPECIAL)  # "<image><image>" must split into two tokens
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=backend,
-        unk_token="<unk>",
-        pad_token="<pad>",
-        eos_token="</s>",
-        chat_template=CHAT_TEMPLATE,
-    )
-    image_processor = CLIPImageProcessorPil(
-        size={"shortest_edge": 28}, crop_size={"height": 28, "width": 28}
-    )
-    processor = LlavaProcessor(
-        image_processor=image_processor,
-        tokenizer=tokenizer,
-        patch_size=14,
-        vision_feature_select_strategy="default",
-        num_additional_image_tokens=1,  # CLIP's class token, dropped by "default"
-        chat_template=CHAT_TEMPLATE,
-    )
-    config = LlavaConfig(
-        vision_config=CLIPVisionConfig(
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=1,
-            num_attention_heads=4,
-            image_size=28,
-            patch_size=14,
-        ),
-        text_config=LlamaConfig(
-            vocab_size=len(vocab),
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=1,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=256,
-            bos_token_id=None,
-            eos_token_id=vocab["</s>"],
-            pad_token_id=vocab["<pad>"],
-        ),
-        image_token_id=vocab["<image>"],
-        vision_feature_select_strategy="default",
-        vision_feature_layer=-1,
-    )
-    torch.manual_seed(0)
-    model = LlavaForConditionalGeneration(config)
-    with torch.no_grad():  # special tokens never win: every caption is max_new_tokens words
-        model.lm_head.weight[: len(SPECIAL)] = 0.0
-    model.save_pretrained(directory)
-    processor.save_pretrained(directory)
 
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     directory = tmp_path_factory.mktemp("models") / "tiny-llava"
-    build_tiny_llava(directory)
+    write_random_llava(directory, "tiny")
     return directory
 
 
@@ -141,7 +55,7 @@ def test_captions_active_clips_in_one_batch(model_dir: Path) -> None:
     for clip in video.clips[:2]:
         caption = clip.captions["tiny-llava"]
         assert isinstance(caption, str) and caption
-        assert set(caption.split()) <= set(WORDS.split())
+        assert set(caption.split()) <= set(WORDS)
         assert len(caption.split()) == MAX_NEW_TOKENS  # only new tokens, not the prompt
         assert not clip.errors
     assert filtered.captions == {}
@@ -204,3 +118,28 @@ def test_sample_frames_spreads_over_the_clip() -> None:
     frames = np.arange(10)[:, None, None, None] * np.ones((1, 2, 2, 3), np.uint8)
     assert sample_frames(frames, 4)[:, 0, 0, 0].tolist() == [1, 3, 6, 8]
     assert sample_frames(frames[:3], 4)[:, 0, 0, 0].tolist() == [0, 1, 2]
+
+
+def test_the_2b_sample_model_has_the_size_of_a_small_production_captioner() -> None:
+    """What ``benchmarks/video_gpu.py`` captions with on a GPU: about two billion
+    parameters and 576 image tokens a frame, counted without building its weights."""
+    import torch
+    from PIL import Image
+    from transformers import LlavaForConditionalGeneration
+
+    from conveyor.samples.vlm import llava_config, llava_processor
+
+    with torch.device("meta"):
+        model = LlavaForConditionalGeneration(llava_config("2b"))
+    assert 1.9e9 < sum(p.numel() for p in model.parameters()) < 2.3e9
+    processor = llava_processor("2b")
+    inputs = processor(
+        text=["USER: <image> Describe this ASSISTANT:"],
+        images=[Image.new("RGB", (640, 360))],
+        return_tensors="pt",
+    )
+    assert inputs["pixel_values"].shape[-2:] == (336, 336)
+    assert (
+        int((inputs["input_ids"] == processor.tokenizer.convert_tokens_to_ids("<image>")).sum())
+        == 576
+    )
