@@ -1,13 +1,14 @@
 """Video curation with GPUs: the full shots pipeline with its models on CUDA, one run.
 
 The same generated 720p videos go through the default pipeline (TransNetV2 shot detection,
-transcoding, motion and quality filters, embeddings and tags) three ways, on every CPU of
-this machine:
+transcoding, motion and quality filters, embeddings and tags) in the ways named by
+``--contenders``, on every CPU of this machine:
 
 - ``streaming``: ``StreamingExecutor(LocalBackend)`` with the machine's GPUs: TransNetV2 and
-  the embedder (whose pass gives the tags too) on CUDA, the transcoder on NVENC where the GPU
-  has video encoders (A100, H100 and H200 have none: it then encodes with libx264 and takes
-  no GPU share);
+  the embedder (whose pass gives the tags too) on CUDA, the shot detector's frames and the
+  transcoder's input decoded on NVDEC, the transcoder on NVENC where the GPU has video
+  encoders (A100, H100 and H200 have none: it then encodes with libx264 and takes NVDEC
+  units, no GPU share);
 - ``batch``: ``BatchExecutor`` with the same GPUs, one stage at a time;
 - ``cpu-decode`` (when named in ``--contenders``): streaming with the GPUs, every frame
   decoded on the CPUs (``decoder="cpu"``), for what decoding on NVDEC changes (``streaming``

@@ -93,7 +93,8 @@ class ShotFrameDecoder(VideoStage):
     not), and at 640x360 and 1280x720 it costs 0.8-0.85x as much.
 
     ``decoder``: ``"auto"`` decodes on the GPU's NVDEC where the worker has a GPU (give the
-    stage ``Resources(nvdecs=1)``: it keeps a decoder unit busy, not the GPU's compute),
+    stage NVDEC units, ``Resources(nvdecs=...)``: it keeps a decoder busy, not the GPU's
+    compute),
     ``"nvdec"`` asks for it, ``"cpu"`` never uses it. With ``ffmpeg`` NVDEC's own scaler
     shrinks the frames to four times the size wanted (``nvdec_size``) before they leave the
     GPU; with ``opencv`` they come whole, as the CPU decodes them (H.264's decode is exact,
