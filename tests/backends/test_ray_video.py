@@ -81,3 +81,31 @@ def test_ray_data_executor_runs_the_fixed_stride_pipeline(
     assert data.result.completed, data.result.failures
     assert clips_by_video(tmp_path / "data") == clips_by_video(tmp_path / "local")
     assert data.summary["clips"] == local.summary["clips"]
+
+
+def test_on_declared_gpus_the_decoding_stages_take_nvdec_units_and_fall_back_per_video(
+    address: str, videos: Path, tmp_path: Path
+) -> None:
+    """On the cluster's declared GPUs the shot detector's decoder and the transcoder ask
+    for NVDEC units, not compute: Ray gives their workers a device, NVDEC is asked for,
+    and no driver takes it here, so every video is decoded on the CPU and says why."""
+    from conveyor.media.decode import nvdec_works
+
+    if nvdec_works():
+        pytest.skip("NVDEC works here: the videos are decoded on it")
+    changes = {"detector": "histogram", "max_clip_s": 3.0, "embed": False, "gpus": True}
+    out = tmp_path / "ray"
+    report = run_video(config(videos, out, **changes), StreamingExecutor(RayBackend(address)))
+    assert report.result.completed, report.result.failures
+    ok = [json.loads(p.read_text()) for p in (out / "videos").rglob("*.json")]
+    ok = [r for r in ok if r["status"] == "ok"]
+    assert len(ok) == 2
+    for record in ok:
+        assert record["decoders"] == record["shot_decoders"] == ["cpu"]
+        assert "h264_cuvid does not open" in record["decoder_fallback"]
+        assert "h264_cuvid does not open" in record["shot_decoder_fallback"]
+    # the same frames, so the same clips, as decoding on the CPU without GPUs
+    local = tmp_path / "local"
+    on_cpu = config(videos, local, **{**changes, "gpus": False})
+    assert run_video(on_cpu, StreamingExecutor(LocalBackend())).result.completed
+    assert clips_by_video(out) == clips_by_video(local)
