@@ -161,9 +161,11 @@ class DecodeNote:
 def nvdec_decoder(stream: Any, resize: tuple[int, int] | None = None) -> Any:
     """An opened NVDEC decoder for ``stream`` (its ``decode(packet)`` gives frames in system
     memory, NV12 or P010); ``NvdecUnavailable`` says why NVDEC cannot take this video: a
-    codec without an NVDEC decoder, a pixel format it does not decode, a build of FFmpeg
-    without it, or no GPU driver. ``resize`` = (width, height): the GPU's scaler shrinks
-    each frame before it is copied to memory (``nvdec_size``)."""
+    codec without an NVDEC decoder, a pixel format it does not decode, an odd width or
+    height, a build of FFmpeg without it, or no GPU driver (a size out of the decoder's
+    range fails at the first packet: the stages then decode on the CPU, saying why).
+    ``resize`` = (width, height): the GPU's scaler shrinks each frame before it is copied
+    to memory (``nvdec_size``)."""
     import av
 
     context = stream.codec_context
@@ -175,6 +177,10 @@ def nvdec_decoder(stream: Any, resize: tuple[int, int] | None = None) -> Any:
     pix_fmt = context.pix_fmt
     if pix_fmt is not None and pix_fmt not in _NVDEC_PIX_FMTS:
         raise NvdecUnavailable(f"NVDEC does not decode {pix_fmt}")
+    if context.width % 2 or context.height % 2:  # its NV12 surfaces halve both sides
+        raise NvdecUnavailable(
+            f"NVDEC does not decode an odd size ({context.width}x{context.height})"
+        )
     try:
         decoder = av.CodecContext.create(name, "r")
         if context.extradata:

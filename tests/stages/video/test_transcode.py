@@ -213,14 +213,18 @@ def test_nvdec_takes_only_what_it_decodes() -> None:
 
     from conveyor.media.decode import NvdecUnavailable, nvdec_decoder
 
-    def stream(codec: str, pix_fmt: str = "yuv420p") -> Any:
-        context = SimpleNamespace(name=codec, pix_fmt=pix_fmt, extradata=None, width=64, height=48)
+    def stream(codec: str, pix_fmt: str = "yuv420p", width: int = 64) -> Any:
+        context = SimpleNamespace(
+            name=codec, pix_fmt=pix_fmt, extradata=None, width=width, height=48
+        )
         return SimpleNamespace(codec_context=context)
 
     with pytest.raises(NvdecUnavailable, match="NVDEC has no decoder for ffv1"):
         nvdec_decoder(stream("ffv1"))
     with pytest.raises(NvdecUnavailable, match="NVDEC does not decode yuv444p"):
         nvdec_decoder(stream("h264", "yuv444p"))
+    with pytest.raises(NvdecUnavailable, match=r"NVDEC does not decode an odd size \(65x48\)"):
+        nvdec_decoder(stream("h264", width=65))
 
 
 @pytest.mark.parametrize(
