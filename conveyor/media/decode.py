@@ -803,10 +803,10 @@ def decode_range(
             with _capture():
                 container, stream = open_video(source, threads, motion_vectors)
             with container, contextlib.ExitStack() as lent:
-                decode = None
+                decoder = None
                 if nvdec is not None:
                     try:
-                        decode = lent.enter_context(NVDEC_POOL.acquire(stream, nvdec_resize)).decode
+                        decoder = lent.enter_context(NVDEC_POOL.acquire(stream, nvdec_resize))
                         nvdec.decoder, nvdec.fallback = "nvdec", None
                     except NvdecUnavailable as exc:
                         nvdec.decoder, nvdec.fallback = "cpu", str(exc)
@@ -819,7 +819,7 @@ def decode_range(
                     deinterlace and metadata.interlaced,
                     fresh,
                     damage,
-                    decode,
+                    decoder,
                 )
             if done:
                 return
@@ -834,10 +834,12 @@ def _decode_open(
     deinterlace: bool = False,
     fresh: bool = False,
     damage: Damage | None = None,
-    decode: Any = None,
+    decoder: Any = None,
 ) -> Generator[tuple[float, Any], None, bool]:
     """``decode_range``'s work once the container is open: False where the range is to be
-    read from the start of the file opened anew (``fresh``, read without seeking)."""
+    read from the start of the file opened anew (``fresh``, read without seeking).
+    ``decoder``: another decoder than the stream's (NVDEC), flushed at each seek as PyAV
+    flushes the stream's own, so that nothing decoded before the seek comes out after."""
     import av
 
     start_s, end_s = span
@@ -853,8 +855,10 @@ def _decode_open(
                 container.seek(int(origin / time_base) + start_pts, stream=stream)
             except av.FFmpegError:
                 continue
+            if decoder is not None:
+                decoder.flush_buffers()
         frames = _decode_from(
-            container, stream, start_pts, time_base, metadata.fps, any_damage, damage, decode
+            container, stream, start_pts, time_base, metadata.fps, any_damage, damage, decoder
         )
         if deinterlace:  # before the range is cut, so the filter sees each frame's neighbours
             frames = deinterlaced(frames)
@@ -883,7 +887,7 @@ def _past_damage(
     stream: Any,
     any_damage: bool = False,
     damage: Damage | None = None,
-    decode: Any = None,
+    decoder: Any = None,
 ) -> Iterator[Any]:
     """The stream's frames, skipping packets the decoder refuses as damaged, as FFmpeg's
     own tools do (a few flipped bits in a long file cost a moment of it, with the decoder
@@ -896,7 +900,7 @@ def _past_damage(
     for packet in container.demux(stream):
         packets += 1
         try:
-            frames = packet.decode() if decode is None else decode(packet)
+            frames = packet.decode() if decoder is None else decoder.decode(packet)
         except av.InvalidDataError:
             damaged += 1
             if damage is not None:
@@ -915,12 +919,12 @@ def _decode_from(
     fps: float,
     any_damage: bool = False,
     damage: Damage | None = None,
-    decode: Any = None,
+    decoder: Any = None,
 ) -> Iterator[tuple[float, Any]]:
     """Decoded frames with their seconds; frames without a timestamp follow the last one.
-    ``decode``: a packet's frames from another decoder than the stream's (NVDEC)."""
+    ``decoder``: another decoder than the stream's (NVDEC)."""
     last: float | None = None
-    frames = _past_damage(container, stream, any_damage, damage, decode)
+    frames = _past_damage(container, stream, any_damage, damage, decoder)
     for stamp, frame in trusted_stamps(frames):
         if stamp is None:
             t = 0.0 if last is None else last + 1 / fps

@@ -33,11 +33,23 @@ def refusing(stream: Any, resize: tuple[int, int] | None = None) -> Any:
 
 
 def drained(stream: Any, resize: tuple[int, int] | None = None) -> Any:
-    """A decoder that opens and then fails on its first packet with an error that is not
-    damage (it was told the stream had ended), as NVDEC does when its driver gives up."""
-    decoder = software(stream)
-    decoder.decode(None)
-    return decoder
+    """A decoder that opens and then fails on every packet with an error that is not
+    damage, as NVDEC does when its driver gives up: the stream's own, told the stream has
+    ended, and told again whenever it is flushed (at a seek, or lent again)."""
+
+    class Drained:
+        def __init__(self, decoder: Any) -> None:
+            self.decoder = decoder
+            self.flush_buffers()
+
+        def decode(self, packet: Any) -> Any:
+            return self.decoder.decode(packet)  # FFmpeg's EOFError: nothing more is taken
+
+        def flush_buffers(self) -> None:
+            self.decoder.flush_buffers()
+            self.decoder.decode(None)
+
+    return Drained(software(stream))
 
 
 def silent(stream: Any, resize: tuple[int, int] | None = None) -> Any:
@@ -45,4 +57,20 @@ def silent(stream: Any, resize: tuple[int, int] | None = None) -> Any:
     every frame), as NVDEC could with a stream it misreads without a word."""
     decoder = software(stream)
     decoder.skip_frame = "ALL"
+    return decoder
+
+
+def threaded(stream: Any, resize: tuple[int, int] | None = None) -> Any:
+    """The stream's own CPU decoder with four frame threads: it holds frames back, as
+    NVDEC's queue of surfaces does, so a decode that seeks without flushing it would get
+    frames of before the seek."""
+    import av
+
+    context = stream.codec_context
+    decoder = av.CodecContext.create(context.name, "r")
+    if context.extradata:
+        decoder.extradata = context.extradata
+    decoder.width, decoder.height = context.width, context.height
+    decoder.thread_type, decoder.thread_count = "FRAME", 4
+    decoder.open()
     return decoder

@@ -18,7 +18,7 @@ from conveyor.media.decode import DecodeNote, DecoderPool, decode_range, nvdec_s
 from conveyor.samples.video import Segment, SyntheticVideo, write_video
 from conveyor.stages.video.shots import TRANSNET_CONTEXT, ShotFrameDecoder
 from conveyor.tasks.video import VideoTask
-from tests.stages.video.decoders import drained, refusing, silent, software
+from tests.stages.video.decoders import drained, refusing, silent, software, threaded
 from tests.stages.video.shot_windows import windowed
 
 GPU = WorkerInfo("w", "ShotFrameDecoder", "n", gpu_ids=(0,))
@@ -174,7 +174,7 @@ def test_a_window_nvdec_opens_for_but_cannot_decode_is_decoded_on_the_cpu(
     video: SyntheticVideo, monkeypatch: pytest.MonkeyPatch, scaler: str, opener: Any, reason: str
 ) -> None:
     want, _ = decoded_windows(shot_decoder(scaler), video, 3.0)
-    monkeypatch.setattr(decode, "NVDEC_POOL", DecoderPool(opener, keep=0))  # one a window
+    monkeypatch.setattr(decode, "NVDEC_POOL", DecoderPool(opener))
     got, tasks = decoded_windows(shot_decoder(scaler), video, 3.0, GPU)
     assert_cpu_frames(got, want, tasks, reason)
 
@@ -202,3 +202,47 @@ def test_nvdec_decodes_the_shot_frames(tmp_path: Path, scaler: str) -> None:
     for a, b in zip(got, want, strict=True):
         difference = np.abs(a.astype(np.int16) - b.astype(np.int16)).mean()
         assert difference <= (1.0 if scaler == "opencv" else 6.0), difference
+
+
+def test_a_pooled_decoder_is_flushed_at_every_seek_of_a_decode(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MPEG-TS seeks land late, so a decode seeks again further back: what the lent decoder
+    held from the first landing must not come out after the second. Here MPEG-2 with
+    B-frames, decoded with frame threads: a decoder that holds frames back, as NVDEC's
+    queue of surfaces does."""
+    import av
+
+    from conveyor.samples.video import render_frames
+
+    path = tmp_path / "broadcast.ts"
+    with av.open(str(path), "w", format="mpegts") as container:
+        stream = container.add_stream("mpeg2video", rate=12)  # broadcast's codec
+        stream.width, stream.height, stream.pix_fmt = 160, 120, "yuv420p"
+        stream.options = {"bf": "2", "b": "1M"}  # B-frames: the decoder holds frames
+        stream.codec_context.gop_size = 24
+        for image in render_frames([Segment("pan", 16.0, 3)], 160, 120, 12):
+            container.mux(stream.encode(av.VideoFrame.from_ndarray(image, format="rgb24")))
+        container.mux(stream.encode(None))
+    monkeypatch.setattr(decode, "NVDEC_POOL", DecoderPool(threaded))
+    passes: list[int] = []  # each pass over the file: after a seek, or from its start
+    counted = decode._decode_from
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        passes.append(1)
+        return counted(*args, **kwargs)
+
+    monkeypatch.setattr(decode, "_decode_from", counting)
+    meta = decode.probe(str(path))
+    # past 10 s the second seek is one more seek in the open file, before it the file's start
+    for start, end in [(11.5, 12.5), (13.2, 15.0), (0.5, 1.5), (14.1, meta.duration_s)]:
+        passes.clear()
+        want = pixels(decode_range(str(path), meta, start, end))
+        on_cpu = len(passes)
+        passes.clear()
+        note = DecodeNote()
+        assert_same(pixels(decode_range(str(path), meta, start, end, nvdec=note)), want)
+        assert note.decoder == "nvdec"
+        # the second landing's frames are taken as they come, as the CPU's are: no stale
+        # frame of the first sends the decode back to the file's start
+        assert len(passes) == on_cpu == 2

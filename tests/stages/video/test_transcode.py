@@ -242,7 +242,7 @@ def test_a_chunk_nvdec_opens_for_but_cannot_decode_is_decoded_on_the_cpu(
     the CPU decodes the chunk's clips, every one is made, and the parts say why."""
     from conveyor.media import decode
 
-    monkeypatch.setattr(decode, "NVDEC_POOL", decode.DecoderPool(opener, keep=0))
+    monkeypatch.setattr(decode, "NVDEC_POOL", decode.DecoderPool(opener))
     source = noise_video(media, ".mp4")
     task = media.task(source.path, media.metadata(source.path), SPANS)
     stage = ClipTranscoder(encoder="libx264", preset="ultrafast")
