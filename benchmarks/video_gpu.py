@@ -53,10 +53,11 @@ from conveyor.backends.devices import detect_gpus
 from conveyor.executors import BatchExecutor, StreamingExecutor
 from conveyor.monitor import EventLog
 from conveyor.pipelines.video import VideoConfig, build_video_pipeline
+from conveyor.samples.vlm import SIZES
 
 CONTENDERS = ("streaming", "batch", "cpu-decode", "cpu-only", "captioned")
-#: the captioner's model in the cache: a 2B LLaVA of random weights (its size's cost)
-CAPTION_MODEL = "llava-2b-random"
+#: the captioner's model in the cache: a LLaVA of random weights (its size's cost)
+CAPTION_MODEL = "llava-{size}-random"
 #: NeMo Curator's DGX Cloud write-up: GPU seconds per hour of video
 WRITE_UP = {"streaming": 195.0, "batch": 352.0}
 
@@ -170,16 +171,16 @@ def decoder_tally(output: Path) -> dict[str, Any]:
     return tally
 
 
-def caption_model(cache: Path) -> Path:
-    """The 2B captioner in ``cache``, built there the first time (a minute on a GPU
-    machine's CPUs, 4.2 GB in bfloat16)."""
+def caption_model(cache: Path, size: str = "2b") -> Path:
+    """The captioner of ``size`` in ``cache``, built there the first time (``2b``: a minute
+    on a GPU machine's CPUs, 4.2 GB in bfloat16)."""
     from conveyor.samples.vlm import write_random_llava
 
-    path = cache / CAPTION_MODEL
+    path = cache / CAPTION_MODEL.format(size=size)
     if not (path / "config.json").exists():
-        print(f"  building a 2B LLaVA with random weights in {path} ...", flush=True)
-        params = write_random_llava(path, "2b")
-        print(f"  {params / 1e9:.2f} billion parameters", flush=True)
+        print(f"  building a {size} LLaVA with random weights in {path} ...", flush=True)
+        params = write_random_llava(path, size)
+        print(f"  {params / 1e9:.3g} billion parameters", flush=True)
     return path
 
 
@@ -367,6 +368,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     p.add_argument("--json", type=Path, default=None, help="write the figures as JSON")
     p.add_argument(
+        "--caption-size",
+        choices=sorted(SIZES),
+        default="2b",
+        help="the captioned run's model (tiny: a few thousand parameters, to try the run "
+        "quickly; its figures say nothing of a captioner's cost)",
+    )
+    p.add_argument(
         "--scenario-out",
         type=Path,
         default=None,
@@ -417,7 +425,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 gpus=label != "cpu-only",
                 detector="transnetv2",
                 decoder="cpu" if label == "cpu-decode" else "auto",
-                caption_model=str(caption_model(args.cache)) if label == "captioned" else None,
+                caption_model=(
+                    str(caption_model(args.cache, args.caption_size))
+                    if label == "captioned"
+                    else None
+                ),
                 # the captions' sentence embeddings (MiniLM, an 83 MB wheel) are not the
                 # GPU stage measured here
                 text_embed=False,

@@ -70,7 +70,9 @@ def write_random_llava(directory: str | Path, size: str = "tiny", seed: int = 0)
 
     dims = SIZES[size]
     torch.manual_seed(seed)
-    model = LlavaForConditionalGeneration(llava_config(size)).to(getattr(torch, dims.dtype))
+    # on a GPU where there is one: initialising two billion weights takes the CPUs minutes
+    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
+        model = LlavaForConditionalGeneration(llava_config(size)).to(getattr(torch, dims.dtype))
     with torch.no_grad():  # special tokens never win: every caption is max_new_tokens words
         model.lm_head.weight[: len(SPECIAL)] = 0.0
     model.save_pretrained(directory)

@@ -384,6 +384,41 @@ def test_video_gpu_reports_what_decoding_on_nvdec_changes_and_what_decoded_each_
     assert "194 busy s per video-hour on its GPU share" in printed
 
 
+def test_video_gpu_runs_its_captioned_contender_end_to_end_on_a_declared_gpu(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The run a lent GPU machine makes, on one declared GPU here (the models fall back to
+    the CPU, NVML reads nothing): the captioner's model built and loaded, the event log
+    analysed, the figures written. A tiny captioner: its cost is not what is checked."""
+    from conveyor.backends import devices, local
+
+    bench = load("video_gpu", monkeypatch)
+    declared = devices.GpuInventory(("0",), 80.0)
+    monkeypatch.setattr(bench, "detect_gpus", lambda: declared)
+    monkeypatch.setattr(local, "detect_gpus", lambda: declared)
+
+    class NoNvml:  # what GpuSampler reads, on a machine without NVML
+        busy_s = encoder_s = decoder_s = 0.0
+        peak_memory = 0
+
+        def __enter__(self) -> NoNvml:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+    monkeypatch.setattr(bench, "GpuSampler", NoNvml)
+    figures_path = tmp_path / "figures.json"
+    options = ["--contenders", "captioned", "--caption-size", "tiny", "--cpus", "2"]
+    bench.main([*options, *tiny_videos(tmp_path), "--json", str(figures_path)])
+    captioned = json.loads(figures_path.read_text())["contenders"]["captioned"]
+    assert captioned["clips_kept"] > 0
+    assert 0.0 <= captioned["steady_busy"]["Captioner"] <= 1.0
+    assert captioned["decoded_by"]["shot_decoders"] == {"cpu": 1}  # NVDEC asked, no driver
+    assert (tmp_path / "cache" / "llava-tiny-random" / "config.json").exists()
+    assert "the captioner busy" in capsys.readouterr().out
+
+
 def test_video_quick(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
