@@ -11,6 +11,10 @@ def software(stream: Any, resize: tuple[int, int] | None = None) -> Any:
     """The stream's own CPU decoder, opened as the pool opens NVDEC's (from the stream's
     parameters, apart from the container): the pool's lending, flushing and reuse are the
     same whichever decoder it keeps."""
+    return _own_decoder(stream)
+
+
+def _own_decoder(stream: Any, frame_threads: int = 0) -> Any:
     import av
 
     context = stream.codec_context
@@ -18,6 +22,8 @@ def software(stream: Any, resize: tuple[int, int] | None = None) -> Any:
     if context.extradata:
         decoder.extradata = context.extradata
     decoder.width, decoder.height = context.width, context.height
+    if frame_threads:
+        decoder.thread_type, decoder.thread_count = "FRAME", frame_threads
     decoder.open()
     return decoder
 
@@ -64,13 +70,4 @@ def threaded(stream: Any, resize: tuple[int, int] | None = None) -> Any:
     """The stream's own CPU decoder with four frame threads: it holds frames back, as
     NVDEC's queue of surfaces does, so a decode that seeks without flushing it would get
     frames of before the seek."""
-    import av
-
-    context = stream.codec_context
-    decoder = av.CodecContext.create(context.name, "r")
-    if context.extradata:
-        decoder.extradata = context.extradata
-    decoder.width, decoder.height = context.width, context.height
-    decoder.thread_type, decoder.thread_count = "FRAME", 4
-    decoder.open()
-    return decoder
+    return _own_decoder(stream, frame_threads=4)
