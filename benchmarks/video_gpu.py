@@ -149,12 +149,9 @@ def repeated(source: Path, times: int, folder: Path) -> Path:
     return folder
 
 
-def stage_gpu_shares(config: VideoConfig) -> dict[str, float]:
-    return {s.name: s.resources.gpus for s in build_video_pipeline(config).build()}
-
-
-def stage_nvdecs(config: VideoConfig) -> dict[str, float]:
-    return {s.name: s.resources.nvdecs for s in build_video_pipeline(config).build()}
+def stage_resource(config: VideoConfig, name: str = "gpus") -> dict[str, float]:
+    """What each stage's workers ask for of ``name`` (a ``Resources`` field)."""
+    return {s.name: getattr(s.resources, name) for s in build_video_pipeline(config).build()}
 
 
 def decoder_tally(output: Path) -> dict[str, Any]:
@@ -435,10 +432,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 text_embed=False,
             )
             if label in ("streaming", "batch"):
-                shares = figures["gpu_shares"] = stage_gpu_shares(config)
-                nvdecs = figures["stage_nvdecs"] = stage_nvdecs(config)
+                shares = figures["gpu_shares"] = stage_resource(config)
+                nvdecs = figures["stage_nvdecs"] = stage_resource(config, "nvdecs")
             elif label == "captioned":  # the captioner takes half the GPU, the rest less
-                figures["captioned_gpu_shares"] = stage_gpu_shares(config)
+                figures["captioned_gpu_shares"] = stage_resource(config)
             print(f"  {label} ...", flush=True)
             events = None
             if label == "batch":
@@ -487,7 +484,7 @@ def scenario_from(
     nvenc = environment["nvenc_opens"]
     if shares is None:  # figures from before they were recorded: today's pipeline's
         config = VideoConfig(".", ".", gpus=True, encoder="auto" if nvenc else "libx264")
-        shares = stage_gpu_shares(config)
+        shares = stage_resource(config)
     gpu = (environment["gpus"] or ["GPU"])[0]
     per_second = streaming["video_s"] / 3600  # per video-hour figures -> seconds in the run
     lines = [
