@@ -84,8 +84,15 @@ STEPS_PER_FRAME = 100
 SNAP_S = 0.001
 
 
+class EncodeError(RuntimeError):
+    """The encoder failed, not the source: never counted against the video or NVDEC. With
+    ``encoder="auto"`` an NVENC failure sends the clips left to libx264; otherwise the
+    engine retries the chunk (``max_attempts``) and then records the video failed."""
+
+
 class _ClipEncoder:
-    """One clip's MP4 being written (to a scratch file, so the index can go first)."""
+    """One clip's MP4 being written (to a scratch file, so the index can go first). FFmpeg's
+    errors in it are ``EncodeError``: the decoder's are the source's (``input_errors``)."""
 
     def __init__(
         self,
@@ -102,7 +109,38 @@ class _ClipEncoder:
         prefix = f"{SCRATCH_PREFIX}{os.getpid()}-"
         fd, self.path = tempfile.mkstemp(suffix=".mp4", prefix=prefix, dir=_scratch_dir())
         os.close(fd)
-        self.container = av.open(self.path, "w", format="mp4", options={"movflags": "+faststart"})
+        self.codec = codec
+        with self._encoding():
+            self.container = av.open(
+                self.path, "w", format="mp4", options={"movflags": "+faststart"}
+            )
+            self._open(codec, options, size, rate, threads, rotation, sample_aspect)
+        self.size = size
+        self.rate = rate
+        self.frames = 0
+        self._origin: float | None = None
+        self._last_pts = -1
+
+    @contextlib.contextmanager
+    def _encoding(self) -> Iterator[None]:
+        import av
+
+        try:
+            yield
+        except av.FFmpegError as exc:
+            self.discard()
+            raise EncodeError(f"{self.codec} failed: {describe_error(exc)}") from exc
+
+    def _open(
+        self,
+        codec: str,
+        options: dict[str, str],
+        size: tuple[int, int],
+        rate: Fraction,
+        threads: int,
+        rotation: int,
+        sample_aspect: tuple[int, int],
+    ) -> None:
         stream = self.container.add_stream(codec, rate=rate)
         stream.width, stream.height = size
         stream.pix_fmt = "yuv420p"
@@ -119,11 +157,6 @@ class _ClipEncoder:
         self._step_s = float(self.time_base)  # per frame, float arithmetic, not Fraction's
         stream.codec_context.time_base = self.time_base
         self.stream = stream
-        self.size = size
-        self.rate = rate
-        self.frames = 0
-        self._origin: float | None = None
-        self._last_pts = -1
 
     def add(self, frame: Any, t: float) -> None:
         """Append ``frame``, shown ``t`` seconds into the source."""
@@ -142,13 +175,15 @@ class _ClipEncoder:
         # decoder marked intra, and an intra-only source (MJPEG, ProRes, FFV1...) marks all
         frame.pict_type = _ANY_PICTURE
         self._last_pts = pts
-        self.container.mux(self.stream.encode(frame))
+        with self._encoding():  # the encoder opens at its first frame (NVENC may refuse)
+            self.container.mux(self.stream.encode(frame))
         self.frames += 1
 
     def finish(self) -> bytes:
         try:
-            self.container.mux(self.stream.encode(None))
-            self.container.close()
+            with self._encoding():
+                self.container.mux(self.stream.encode(None))
+                self.container.close()
             with open(self.path, "rb") as source:
                 return source.read()
         finally:
@@ -166,7 +201,9 @@ class ClipTranscoder(VideoStage):
     send each on the moment its encoder closes.
 
     ``encoder``: ``"libx264"``, ``"h264_nvenc"`` or ``"auto"`` (NVENC where the worker has a
-    GPU and NVENC opens, else libx264). ``preset``/``crf`` tune libx264 (NVENC uses ``cq``);
+    GPU and NVENC opens, else libx264; NVENC refusing later sends the clips left to libx264).
+    An encoder's failure is never the source's: it is an ``EncodeError``, which the engine
+    retries. ``preset``/``crf`` tune libx264 (NVENC uses ``cq``);
     ``max_height`` scales larger sources down. An interlaced source is deinterlaced
     (``deinterlace``, FFmpeg's bwdif at the source's frame rate), since an H.264 clip is
     progressive and players would show its fields combed. A clip with no decodable frame
@@ -281,6 +318,15 @@ class ClipTranscoder(VideoStage):
             for clip in self._transcode(clips, video, damage, nvdec):
                 sent.add(clip.clip_id)
                 yield clip
+        except EncodeError as exc:
+            if self._codec != "h264_nvenc" or self.encoder != "auto":
+                raise  # not the source's fault: the engine retries the chunk
+            # NVENC chosen by "auto" and then refused (out of sessions, a driver reset):
+            # libx264 encodes the clips left, and every clip after them on this worker
+            log.warning("%s; encoding with libx264 from now on", exc)
+            self._codec = "libx264"
+            rest = [clip for clip in clips if clip.clip_id not in sent]
+            yield from self._each_clip(rest, video, damage, nvdec)
         except input_errors() as exc:
             rest = [clip for clip in clips if clip.clip_id not in sent]
             if nvdec is not None and nvdec.decoder == "nvdec":

@@ -271,6 +271,82 @@ def test_nvdec_decodes_where_it_works(media: Media) -> None:
         assert_good_clip(clip, (160, 120))
 
 
+def test_an_encoder_that_cannot_open_is_the_encoders_failure_not_the_sources(
+    media: Media, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """NVENC asked for and refused (here: no driver, as when out of sessions): an
+    ``EncodeError`` the engine retries, never a clip failed as if its source were bad; with
+    ``encoder="auto"`` libx264 takes over and every clip is made."""
+    if transcode.nvenc_works():
+        pytest.skip("NVENC opens here: the refusal cannot be seen")
+    monkeypatch.setattr(transcode, "nvenc_works", lambda: True)  # it passed at setup
+    source = noise_video(media, ".mp4")
+    gpu = WorkerInfo("w", "ClipTranscoder", "n", gpu_ids=(0,))
+    task = media.task(source.path, media.metadata(source.path), SPANS)
+    asked = ClipTranscoder(encoder="h264_nvenc", decoder="cpu")
+    asked.setup(gpu)
+    with pytest.raises(transcode.EncodeError, match=r"^h264_nvenc failed: "):
+        list(asked.process(task))
+    assert not any(clip.errors for clip in task.data.clips)
+
+    task = media.task(source.path, media.metadata(source.path), SPANS)
+    auto = ClipTranscoder(preset="ultrafast", decoder="cpu")
+    auto.setup(gpu)
+    assert auto._codec == "h264_nvenc"
+    with caplog.at_level(logging.WARNING):
+        parts = list(auto.process(task))
+    assert "h264_nvenc failed" in caplog.text and "libx264 from now on" in caplog.text
+    assert auto._codec == "libx264"
+    assert_parts(parts, task)
+    for clip in task.data.clips:
+        assert_good_clip(clip, (160, 120))
+
+
+def test_nvenc_refusing_half_way_sends_the_clips_left_to_libx264_and_nvdec_keeps_decoding(
+    media: Media, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The chunk's first clip is encoded, then NVENC refuses the next: the clips sent stay
+    sent, the rest are encoded with libx264 from a new decode, and the records blame
+    neither the source nor NVDEC (a CPU decoder stands in for NVDEC, an encoder refusing
+    its second clip for NVENC)."""
+    from conveyor.media import decode
+
+    from .decoders import software
+
+    opened: list[str] = []
+
+    class Refusing(transcode._ClipEncoder):
+        def __init__(self, codec: str, options: dict[str, str], *args: Any) -> None:
+            opened.append(codec)
+            if codec == "h264_nvenc":
+                codec, options = "libx264", {"preset": "ultrafast"}
+            super().__init__(codec, options, *args)
+            self.refuse = opened.count("h264_nvenc") > 1 and opened[-1] == "h264_nvenc"
+
+        def add(self, frame: Any, t: float) -> None:
+            if self.refuse:
+                with self._encoding():
+                    raise av.error.OSError(5, "out of encoder sessions")
+            super().add(frame, t)
+
+    monkeypatch.setattr(transcode, "_ClipEncoder", Refusing)
+    monkeypatch.setattr(transcode, "nvenc_works", lambda: True)
+    monkeypatch.setattr(decode, "NVDEC_POOL", decode.DecoderPool(software))
+    source = noise_video(media, ".mp4")
+    spans = [(0, 12), (12, 24), (24, 36)]  # apart: the first is sent before the second opens
+    task = media.task(source.path, media.metadata(source.path), spans)
+    stage = ClipTranscoder(preset="ultrafast")
+    stage.setup(WorkerInfo("w", "ClipTranscoder", "n", gpu_ids=(0,)))
+    parts = list(stage.process(task))
+    assert opened == ["h264_nvenc", "h264_nvenc", "libx264", "libx264"]
+    assert [p.data.part for p in parts] == [0, 1, 2]
+    assert_parts(parts, task)
+    for part in parts:
+        assert part.data.decoder == "nvdec" and part.data.decoder_fallback is None
+    for clip in task.data.clips:
+        assert_good_clip(clip, (160, 120))
+
+
 # -- transcoding ----------------------------------------------------------------------------
 @pytest.mark.parametrize("suffix", sorted(CONTAINERS))
 def test_clips_of_every_container_are_h264_with_the_right_frames(media: Media, suffix: str) -> None:
