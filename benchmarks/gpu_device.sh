@@ -5,10 +5,13 @@
 # machine keeps between calls while it stays warm (.gitignore names .device/).
 #
 #   here:   bash benchmarks/gpu_device.sh prepare          # .device/wheels-{a,b}, ~82 MB
-#   there:  bash benchmarks/gpu_device.sh install .device/wheels-a      (carry it)
+#   there:  bash benchmarks/gpu_device.sh install .device/wheels-a && \
+#           bash benchmarks/gpu_device.sh paths                         (carry it; < 1 min)
 #   there:  bash benchmarks/gpu_device.sh install .device/wheels-b && \
 #           bash benchmarks/gpu_device.sh check                         (carry it; < 10 min)
 #
+# `paths` (PyAV is all it needs) runs benchmarks/nvdec_paths.py on 10 s videos: what each
+# way of decoding costs the CPUs, NVDEC's frames copied or kept on the GPU.
 # `check` runs the NVDEC tests (they skip where NVDEC does not open), then
 # benchmarks/video_gpu.py: the shots pipeline with NVDEC against decoding on the CPUs, and
 # with a 2B captioner (random weights), in one run; its figures as JSON in $OUT (or
@@ -38,6 +41,13 @@ install)
     "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
         --target "$here/site" "$folder"/*.whl
     ;;
+paths)
+    export PYTHONPATH="$PWD/$here/site:$PWD" PYTHONUNBUFFERED=1
+    out=${OUT:-$here/out}
+    mkdir -p "$out"
+    timeout 100 "$python" benchmarks/nvdec_paths.py --seconds 10 --cache "$here/cache" \
+        --json "$out/nvdec_paths.json" 2>&1 | tee "$out/nvdec_paths.log"
+    ;;
 check)
     export PYTHONPATH="$PWD/$here/site:$PWD" PYTHONUNBUFFERED=1
     out=${OUT:-$here/out}
@@ -51,7 +61,7 @@ check)
         --json "$out/video_gpu.json" 2>&1 | tee "$out/video_gpu.log"
     ;;
 *)
-    echo "usage: $0 prepare | install FOLDER | check" >&2
+    echo "usage: $0 prepare | install FOLDER | paths | check" >&2
     exit 2
     ;;
 esac

@@ -321,6 +321,36 @@ def test_video_gpu_rewrites_the_shipped_scenario_from_its_saved_figures(
     assert "no GPU here" in capsys.readouterr().err
 
 
+def test_nvdec_paths_measures_each_way_or_says_why_it_cannot(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every way of decoding over the same video: the CPU's give every frame and their
+    cost; NVDEC's give theirs too where a GPU takes them, else the reason."""
+    from conveyor.media.decode import nvdec_works
+
+    bench = load("nvdec_paths", monkeypatch)
+    saved = tmp_path / "paths.json"
+    figures = bench.main(
+        ["--seconds", "1", "--presets", "ultrafast", "--cache", str(tmp_path), "--json", str(saved)]
+    )
+    results = {r["way"]: r for r in figures["sources"]["ultrafast"]}
+    assert list(results) == list(bench.WAYS)
+    for way in ("cpu", "cpu-1", "cpu-1-small"):
+        assert results[way]["frames"] == 30 and results[way]["cpu_s_per_video_hour"] > 0
+        assert results[way]["format"] == "yuv420p"
+    for way in ("cuvid", "cuvid-small", "hwaccel"):
+        if nvdec_works():
+            assert results[way]["frames"] == 30
+        else:
+            assert results[way]["unavailable"]
+    assert json.loads(saved.read_text()) == figures
+    out = capsys.readouterr().out
+    assert "decoding 1 s of 720p30 (x264 ultrafast)" in out and "CPU-s per video-h" in out
+    with pytest.raises(SystemExit):
+        bench.main(["--ways", "cpu,gpu"])
+    assert "unknown --ways: gpu" in capsys.readouterr().err
+
+
 def test_video_gpu_reports_what_decoding_on_nvdec_changes_and_what_decoded_each_video(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

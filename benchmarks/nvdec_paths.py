@@ -1,0 +1,236 @@
+"""How a video's frames come out of a decoder and what each way costs the CPUs, one run.
+
+The stages decode on NVDEC through FFmpeg's ``*_cuvid`` decoders, which copy every frame to
+system memory (all that takes frames there runs on the CPUs: libx264, the models' frame
+sampler, the shot detector's last shrink). PyAV 18 can also keep NVDEC's frames on the GPU
+(``HWAccel("cuda", is_hw_owned=True)``, each plane a DLPack tensor), which would pay where
+nothing needs them on the CPU. This measures every way on the same generated 720p video,
+once as the benchmarks encode it (x264 ``ultrafast``: no CABAC, no deblocking, cheap to
+decode) and once as cameras and uploads are (x264 ``medium``):
+
+- ``cpu``: FFmpeg's own decoder, a thread per core (the stages' CPU path at its fastest);
+- ``cpu-1``: one thread (what a worker of one core gets);
+- ``cpu-1-small``: one thread, each frame shrunk to TransNetV2's 48 x 27 RGB (the shot
+  detector's decoder on the CPUs);
+- ``cuvid``: ``h264_cuvid``, frames copied at full size (the transcoder's input);
+- ``cuvid-small``: ``h264_cuvid`` with NVDEC's scaler shrinking each frame to 192 x 108
+  before the copy, then the CPU to 48 x 27 RGB (the shot detector's decoder on NVDEC,
+  ``nvdec_size``);
+- ``hwaccel``: FFmpeg's ``h264`` decoder on NVDEC (``hwaccel="cuda"``), frames copied;
+- ``hwaccel-gpu``: the same, frames kept on the GPU and shrunk there to TransNetV2's
+  48 x 27 RGB by torch (through DLPack), as a GPU model would take them.
+
+For each: frames, wall seconds, CPU seconds of this process (every thread), CPU seconds
+per video-hour, frames per second and the first frame's pixel format (``nv12`` from NVDEC,
+``yuv420p`` from the CPU, ``cuda`` kept on the GPU). A way that cannot run here (no GPU, no
+driver) says why instead. Prints; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from _common import fmt, table
+from video import _segments
+
+from conveyor.samples.video import write_video
+
+#: TransNetV2's frame size, and the one NVDEC's scaler gives it (``nvdec_size``)
+SMALL = (48, 27)
+NVDEC_SMALL = (192, 108)
+
+
+def source(cache: Path, seconds: float, preset: str) -> Path:
+    """The generated 720p30 video of the benchmarks (seed 0), encoded with ``preset``."""
+    path = cache / f"nvdec-paths-{seconds:g}s-1280x720@30-{preset}.mp4"
+    if not path.exists():
+        segments, fades = _segments(0, seconds)
+        part = path.with_suffix(".part.mp4")
+        write_video(part, segments, width=1280, height=720, fps=30, crossfades=fades, preset=preset)
+        part.rename(path)
+    return path
+
+
+class Tally:
+    """Frames decoded, and the pixel format the first came in (``cuda``: on the GPU; NVDEC
+    gives ``nv12`` where the CPU's decoder gives ``yuv420p``)."""
+
+    def __init__(self) -> None:
+        self.frames = 0
+        self.format: str | None = None
+
+    def add(self, frame: Any) -> None:
+        if self.format is None:
+            self.format = frame.format.name
+        self.frames += 1
+
+
+def decode_cpu(path: Path, threads: int, small: bool = False) -> Tally:
+    import av
+
+    tally = Tally()
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        stream.thread_type = "AUTO"
+        stream.codec_context.thread_count = threads  # 0: one per core
+        for frame in container.decode(stream):
+            if small:
+                _shrink_cpu(frame)
+            tally.add(frame)
+    return tally
+
+
+def decode_cuvid(path: Path, resize: tuple[int, int] | None) -> Tally:
+    import av
+
+    from conveyor.media.decode import nvdec_decoder
+
+    tally = Tally()
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        decoder = nvdec_decoder(stream, resize)
+        for packet in container.demux(stream):  # its last, empty packet drains the decoder
+            for frame in decoder.decode(packet):
+                if resize is not None:
+                    _shrink_cpu(frame)
+                tally.add(frame)
+    return tally
+
+
+def _shrink_cpu(frame: Any) -> Any:
+    """As the shot detector's decoder shrinks a frame (its ``ffmpeg`` scaler)."""
+    return frame.to_ndarray(width=SMALL[0], height=SMALL[1], format="rgb24")
+
+
+def decode_hwaccel(path: Path, on_gpu: bool) -> Tally:
+    import av
+    from av.codec.hwaccel import HWAccel
+
+    accel = HWAccel("cuda", allow_software_fallback=False, is_hw_owned=on_gpu)
+    shrink = _gpu_shrink() if on_gpu else None
+    tally = Tally()
+    kept: list[Any] = []
+    with av.open(str(path), hwaccel=accel) as container:
+        stream = container.streams.video[0]
+        for frame in container.decode(stream):
+            tally.add(frame)
+            if shrink is not None:
+                if tally.format != "cuda":
+                    raise RuntimeError(f"frames came in system memory ({tally.format})")
+                kept.append(shrink(frame))
+    if kept:
+        import torch
+
+        torch.cuda.synchronize()
+        if kept[0].shape != (SMALL[1], SMALL[0], 3):
+            raise RuntimeError(f"the GPU's frames came out {tuple(kept[0].shape)}")
+    return tally
+
+
+def _gpu_shrink() -> Callable[[Any], Any]:
+    """NV12 on the GPU to a 48 x 27 RGB tensor there, without a copy to memory."""
+    import torch
+    import torch.nn.functional as F
+
+    if not torch.cuda.is_available():
+        raise RuntimeError("torch sees no CUDA device")
+
+    def shrink(frame: Any) -> Any:
+        width, height = frame.width, frame.height
+        luma = torch.from_dlpack(frame.planes[0]).reshape(height, -1)[:, :width]
+        chroma = torch.from_dlpack(frame.planes[1]).reshape(height // 2, -1)[:, :width]
+        chroma = chroma.reshape(height // 2, width // 2, 2).permute(2, 0, 1)
+        size = (SMALL[1], SMALL[0])
+        y = F.interpolate(luma[None, None].float(), size=size, mode="area")[0, 0]
+        u, v = F.interpolate(chroma[None].float(), size=size, mode="area")[0] - 128.0
+        y = (y - 16.0) * (255.0 / 219.0)  # limited range, BT.709
+        rgb = torch.stack((y + 1.793 * v, y - 0.213 * u - 0.533 * v, y + 2.112 * u), dim=-1)
+        return rgb.clamp(0, 255).to(torch.uint8)
+
+    return shrink
+
+
+WAYS: dict[str, Callable[[Path], Tally]] = {
+    "cpu": lambda path: decode_cpu(path, 0),
+    "cpu-1": lambda path: decode_cpu(path, 1),
+    "cpu-1-small": lambda path: decode_cpu(path, 1, small=True),
+    "cuvid": lambda path: decode_cuvid(path, None),
+    "cuvid-small": lambda path: decode_cuvid(path, NVDEC_SMALL),
+    "hwaccel": lambda path: decode_hwaccel(path, False),
+    "hwaccel-gpu": lambda path: decode_hwaccel(path, True),
+}
+
+
+def measure(way: str, path: Path, seconds: float) -> dict[str, Any]:
+    """One way over one video: its figures, or why it cannot run here."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    try:
+        tally = WAYS[way](path)
+    except Exception as exc:  # noqa: BLE001 - any failure: this way is not available here
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        return {"way": way, "unavailable": f"{type(exc).__name__}: {text}"}
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    return {
+        "way": way,
+        "frames": tally.frames,
+        "format": tally.format,
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "cpu_s_per_video_hour": cpu * 3600 / seconds,
+        "frames_per_s": tally.frames / wall if wall > 0 else None,
+    }
+
+
+def _short(text: str, limit: int = 72) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--seconds", type=float, default=30.0, help="length of the video")
+    p.add_argument("--ways", default=",".join(WAYS), help=f"subset of {','.join(WAYS)}")
+    p.add_argument("--presets", default="ultrafast,medium", help="x264 presets of the sources")
+    p.add_argument("--cache", type=Path, default=Path("/tmp/conveyor-bench-videos"))
+    p.add_argument("--json", type=Path, default=None, help="write the figures as JSON")
+    args = p.parse_args(argv)
+    ways = [w for w in args.ways.split(",") if w]
+    if set(ways) - set(WAYS):
+        p.error(f"unknown --ways: {', '.join(sorted(set(ways) - set(WAYS)))}")
+    args.cache.mkdir(parents=True, exist_ok=True)
+    figures: dict[str, Any] = {"seconds": args.seconds, "sources": {}}
+    for preset in [p for p in args.presets.split(",") if p]:
+        path = source(args.cache, args.seconds, preset)
+        results = [measure(way, path, args.seconds) for way in ways]
+        figures["sources"][preset] = results
+        rows = [
+            [r["way"], "-", "-", "-", "-", "-", _short(r["unavailable"])]
+            if "unavailable" in r
+            else [
+                r["way"],
+                r["frames"],
+                fmt(r["wall_s"]),
+                fmt(r["cpu_s"]),
+                fmt(r["cpu_s_per_video_hour"], ".0f"),
+                fmt(r["frames_per_s"], ".0f"),
+                r["format"] or "",
+            ]
+            for r in results
+        ]
+        header = ["way", "frames", "wall s", "CPU s", "CPU-s per video-h", "frames/s", "format"]
+        title = f"decoding {args.seconds:g} s of 720p30 (x264 {preset}) on this machine"
+        print(table(title, header, rows))
+        print()
+        if args.json is not None:  # after each source: a run cut short keeps its figures
+            args.json.write_text(json.dumps(figures, indent=1) + "\n")
+    return figures
+
+
+if __name__ == "__main__":
+    main()
