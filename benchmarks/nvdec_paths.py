@@ -20,7 +20,13 @@ decode) and once as cameras and uploads are (x264 ``medium``):
 - ``hwaccel-gpu``: the same, frames kept on the GPU and shrunk there to TransNetV2's
   48 x 27 RGB by torch (through DLPack), as a GPU model would take them.
 
-For each: frames, wall seconds, CPU seconds of this process (every thread), CPU seconds
+With ``--encode N``, also what NVDEC's NV12 frames cost libx264 (``veryfast``, CRF 23, one
+thread, as the transcoder encodes) over the first ``N`` frames of the ``medium`` source,
+alternating, median of ``--repeats``: taken as they are (``nv12``, the transcoder's way),
+converted to yuv420p first (its way before), and the CPU decoder's yuv420p; and whether
+the three streams are the same bit for bit.
+
+For each way: frames, wall seconds, CPU seconds of this process (every thread), CPU seconds
 per video-hour, frames per second and the first frame's pixel format (``nv12`` from NVDEC,
 ``yuv420p`` from the CPU, ``cuda`` kept on the GPU). A way that cannot run here (no GPU, no
 driver) says why instead. Prints; asserts nothing.
@@ -32,6 +38,7 @@ import argparse
 import json
 import time
 from collections.abc import Callable
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -186,6 +193,66 @@ def measure(way: str, path: Path, seconds: float) -> dict[str, Any]:
     }
 
 
+ENCODINGS = ("nv12 as it is", "nv12 converted to yuv420p", "yuv420p from the CPU")
+
+
+def encoding_costs(path: Path, frames: int, repeats: int) -> dict[str, Any]:
+    """CPU seconds per video-hour libx264 takes over ``frames`` frames, each way."""
+    import hashlib
+    import io
+    import statistics
+
+    import av
+
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        rate = stream.average_rate or 30
+        cpu = [f for _, f in zip(range(frames), container.decode(stream), strict=False)]
+    nv12 = [f.reformat(format="nv12") for f in cpu]
+
+    def encode(source: list[Any], pix_fmt: str, convert: bool) -> tuple[float, str]:
+        out = av.open(io.BytesIO(), "w", format="mp4")
+        encoder = out.add_stream("libx264", rate=rate)
+        encoder.width, encoder.height = source[0].width, source[0].height
+        encoder.pix_fmt = pix_fmt
+        encoder.options = {"preset": "veryfast", "crf": "23"}
+        encoder.codec_context.thread_count = 1
+        encoder.codec_context.time_base = step = 1 / Fraction(rate)
+        digest = hashlib.sha256()
+        began = time.process_time()
+        for index, frame in enumerate(source):
+            if convert:
+                frame = frame.reformat(format="yuv420p")
+            frame.pts, frame.time_base = index, step
+            frame.pict_type = 0  # the encoder's own frame types, as the transcoder asks
+            for packet in encoder.encode(frame):
+                digest.update(bytes(packet))
+        for packet in encoder.encode(None):
+            digest.update(bytes(packet))
+        spent = time.process_time() - began
+        out.close()
+        return spent * 3600 * float(rate) / len(source), digest.hexdigest()
+
+    ways = {
+        ENCODINGS[0]: (nv12, "nv12", False),
+        ENCODINGS[1]: (nv12, "yuv420p", True),
+        ENCODINGS[2]: (cpu, "yuv420p", False),
+    }
+    costs: dict[str, list[float]] = {name: [] for name in ways}
+    digests: set[str] = set()
+    for _ in range(repeats):
+        for name, (source, pix_fmt, convert) in ways.items():
+            cost, digest = encode(source, pix_fmt, convert)
+            costs[name].append(cost)
+            digests.add(digest)
+    return {
+        "frames": len(cpu),
+        "cpu_s_per_video_hour": costs,
+        "median": {name: statistics.median(runs) for name, runs in costs.items()},
+        "same_stream": len(digests) == 1,
+    }
+
+
 def _short(text: str, limit: int = 72) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
@@ -199,6 +266,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--presets", default="ultrafast,medium", help="x264 presets of the sources")
     p.add_argument("--cache", type=Path, default=Path("/tmp/conveyor-bench-videos"))
     p.add_argument("--json", type=Path, default=None, help="write the figures as JSON")
+    p.add_argument(
+        "--encode", type=int, default=0, help="frames of libx264 per way (0: no encoding)"
+    )
+    p.add_argument("--repeats", type=int, default=5, help="runs of each encoding, alternating")
     args = p.parse_args(argv)
     ways = [w for w in args.ways.split(",") if w]
     if set(ways) - set(WAYS):
@@ -228,6 +299,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(table(title, header, rows))
         print()
         if args.json is not None:  # after each source: a run cut short keeps its figures
+            args.json.write_text(json.dumps(figures, indent=1) + "\n")
+    if args.encode:
+        encoding = figures["encoding"] = encoding_costs(
+            source(args.cache, args.seconds, "medium"), args.encode, args.repeats
+        )
+        rows = [
+            [name, fmt(encoding["median"][name], ".0f"), " ".join(f"{c:.0f}" for c in runs)]
+            for name, runs in encoding["cpu_s_per_video_hour"].items()
+        ]
+        title = (
+            f"libx264 veryfast, one thread, {encoding['frames']} frames of the medium source: "
+            f"the same stream each way: {'yes' if encoding['same_stream'] else 'NO'}"
+        )
+        print(table(title, ["frames given", "CPU-s per video-h (median)", "runs"], rows))
+        if args.json is not None:
             args.json.write_text(json.dumps(figures, indent=1) + "\n")
     return figures
 

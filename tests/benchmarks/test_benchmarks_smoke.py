@@ -350,6 +350,17 @@ def test_nvdec_paths_measures_each_way_or_says_why_it_cannot(
         bench.main(["--ways", "cpu,gpu"])
     assert "unknown --ways: gpu" in capsys.readouterr().err
 
+    # libx264 over NV12 as it is, converted, and the CPU's yuv420p: one stream, three costs
+    cache = ["--cache", str(tmp_path), "--presets", ""]
+    figures = bench.main(["--seconds", "1", *cache, "--encode", "6", "--repeats", "2"])
+    encoding = figures["encoding"]
+    assert encoding["frames"] == 6 and encoding["same_stream"] is True
+    assert list(encoding["median"]) == list(bench.ENCODINGS)
+    assert all(
+        len(runs) == 2 and min(runs) > 0 for runs in encoding["cpu_s_per_video_hour"].values()
+    )
+    assert "the same stream each way: yes" in capsys.readouterr().out
+
 
 def test_video_gpu_reports_what_decoding_on_nvdec_changes_and_what_decoded_each_video(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]

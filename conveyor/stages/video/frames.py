@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from conveyor.media.decode import to_rgb
 from conveyor.media.errors import InputError
 from conveyor.resources import Resources
 from conveyor.stages.video.base import ClipStage
@@ -161,7 +162,7 @@ class FrameSampler:
     def image(self, frame: Any) -> np.ndarray:
         """``frame`` as the models get it (an ``av.VideoFrame`` of the source)."""
         width, height = self.size
-        return _upright(frame.to_ndarray(width=width, height=height, format="rgb24"), self.rotation)
+        return _upright(to_rgb(frame, (width, height)), self.rotation)
 
     def keep(self, position: int, image: np.ndarray) -> None:
         self.kept[position] = image

@@ -22,6 +22,7 @@ from conveyor.media.decode import (
     decode_range,
     decodes_on_nvdec,
     nvdec_size,
+    to_rgb,
 )
 from conveyor.media.errors import describe_error
 from conveyor.media.transitions import gradual_codes, runs
@@ -200,12 +201,12 @@ class ShotFrameDecoder(VideoStage):
             if not lo <= index < hi or filled[index - first]:
                 continue
             if self.scaler == "opencv":
-                whole = frame.to_ndarray(format="rgb24")
+                whole = to_rgb(frame)
                 if whole.shape[:2] != (height, width):
                     whole = cv2.resize(whole, (width, height), interpolation=cv2.INTER_LINEAR)
                 out[index - first] = whole
             else:
-                out[index - first] = frame.to_ndarray(width=width, height=height, format="rgb24")
+                out[index - first] = to_rgb(frame, (width, height))
             filled[index - first] = True
 
 

@@ -71,3 +71,21 @@ def threaded(stream: Any, resize: tuple[int, int] | None = None) -> Any:
     NVDEC's queue of surfaces does, so a decode that seeks without flushing it would get
     frames of before the seek."""
     return _own_decoder(stream, frame_threads=4)
+
+
+def nv12(stream: Any, resize: tuple[int, int] | None = None) -> Any:
+    """The stream's own CPU decoder giving its frames in NV12, as NVDEC gives them (scaled
+    to ``resize``, as NVDEC's scaler does)."""
+
+    class Nv12:
+        def __init__(self, decoder: Any) -> None:
+            self.decoder = decoder
+
+        def decode(self, packet: Any) -> list[Any]:
+            size = {"width": resize[0], "height": resize[1]} if resize else {}
+            return [f.reformat(format="nv12", **size) for f in self.decoder.decode(packet)]
+
+        def flush_buffers(self) -> None:
+            self.decoder.flush_buffers()
+
+    return Nv12(software(stream))

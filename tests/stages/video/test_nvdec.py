@@ -179,6 +179,46 @@ def test_a_window_nvdec_opens_for_but_cannot_decode_is_decoded_on_the_cpu(
     assert_cpu_frames(got, want, tasks, reason)
 
 
+@pytest.mark.parametrize("scaler", ["ffmpeg", "opencv"])
+def test_frames_as_nvdec_gives_them_make_the_shot_frames_the_cpu_makes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scaler: str
+) -> None:
+    """The NVDEC path's own work on what NVDEC hands over (NV12, shrunk by its scaler for
+    TransNetV2), with a CPU decoder giving frames so standing in for it: every window says
+    NVDEC decoded it, and its frames are the CPU path's, exactly whole, close once shrunk
+    in two steps."""
+    from .decoders import nv12
+
+    segments = [Segment("pan", 2, 1), Segment("rings", 2, 2), Segment("checker", 2, 3)]
+    truth = write_video(tmp_path / "hd.mp4", segments, width=640, height=360, fps=30, gop=30)
+    want, _ = decoded_windows(shot_decoder(scaler, width=256), truth, 2.0)
+    monkeypatch.setattr(decode, "NVDEC_POOL", DecoderPool(nv12))
+    got, tasks = decoded_windows(shot_decoder(scaler, width=256), truth, 2.0, GPU)
+    assert all(t.data.decoder == "nvdec" and t.data.decoder_fallback is None for t in tasks)
+    for a, b in zip(got, want, strict=True):
+        if scaler == "opencv":
+            assert np.array_equal(a, b)
+        else:
+            assert np.abs(a.astype(np.int16) - b.astype(np.int16)).mean() <= 6.0
+
+
+def test_nv12_becomes_the_rgb_the_cpu_decoders_yuv420p_does(video: SyntheticVideo) -> None:
+    """Whole or scaled, NVDEC's NV12 gives the pixels the CPU decoder's yuv420p gives (at
+    its own size FFmpeg's direct NV12 path would filter the colour planes)."""
+    import av
+
+    from conveyor.media.decode import to_rgb
+
+    with av.open(video.path) as container:
+        frames = [f for _, f in zip(range(5), container.decode(video=0), strict=False)]
+    for frame in frames:
+        nv12 = frame.reformat(format="nv12")
+        assert np.array_equal(to_rgb(nv12), to_rgb(frame))
+        for size in ((48, 27), (frame.width, frame.height)):
+            assert np.array_equal(to_rgb(nv12, size), to_rgb(frame, size))
+        assert to_rgb(frame, (48, 27)).shape == (27, 48, 3)
+
+
 # -- on NVDEC, where it works ---------------------------------------------------------------
 needs_nvdec = pytest.mark.skipif(
     "not __import__('conveyor.media.decode', fromlist=['x']).nvdec_works()",

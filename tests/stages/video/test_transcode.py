@@ -347,6 +347,43 @@ def test_nvenc_refusing_half_way_sends_the_clips_left_to_libx264_and_nvdec_keeps
         assert_good_clip(clip, (160, 120))
 
 
+def test_nvdecs_nv12_goes_to_the_encoder_as_it_is_and_gives_the_same_clips(
+    media: Media, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Frames in NV12 (NVDEC's) are encoded without a conversion to yuv420p, into clips the
+    same bit for bit as from the CPU's decode; a clip scaled down is converted to NV12 as
+    it is scaled (a CPU decoder giving NV12 stands in for NVDEC)."""
+    from conveyor.media import decode
+
+    from .decoders import nv12
+
+    inputs: list[str] = []
+
+    class Spy(transcode._ClipEncoder):
+        def finish(self) -> bytes:
+            inputs.append(self.input_format)
+            return super().finish()
+
+    monkeypatch.setattr(transcode, "_ClipEncoder", Spy)
+    source = noise_video(media, ".mp4")
+    gpu = WorkerInfo("w", "ClipTranscoder", "n", gpu_ids=(0,))
+    clips: dict[str, list[bytes | None]] = {}
+    for decoder, max_height in (("cpu", None), ("nvdec", None), ("nvdec", 60)):
+        monkeypatch.setattr(decode, "NVDEC_POOL", decode.DecoderPool(nv12))
+        task = media.task(source.path, media.metadata(source.path), SPANS)
+        stage = ClipTranscoder(
+            encoder="libx264", preset="ultrafast", decoder=decoder, max_height=max_height
+        )
+        stage.setup(gpu)
+        parts = list(stage.process(task))
+        assert {p.data.decoder for p in parts} == {decoder}
+        for clip in task.data.clips:
+            assert_good_clip(clip, (80, 60) if max_height else (160, 120))
+        clips[f"{decoder}-{max_height}"] = [clip.encoded for clip in task.data.clips]
+    assert inputs == ["yuv420p"] * 3 + ["nv12"] * 6
+    assert clips["nvdec-None"] == clips["cpu-None"]
+
+
 # -- transcoding ----------------------------------------------------------------------------
 @pytest.mark.parametrize("suffix", sorted(CONTAINERS))
 def test_clips_of_every_container_are_h264_with_the_right_frames(media: Media, suffix: str) -> None:
