@@ -152,7 +152,9 @@ def video(
             "a video NVDEC cannot take is decoded on the CPU, with the reason in its record).",
         ),
     ] = DecoderChoice.auto,
-    preset: Annotated[str, typer.Option(help="libx264 preset.")] = "veryfast",
+    preset: Annotated[
+        str, typer.Option(help="libx264 preset, ultrafast to placebo (slower: smaller clips).")
+    ] = "veryfast",
     crf: Annotated[
         int, typer.Option(min=0, max=51, help="libx264 quality (lower is better).")
     ] = 23,

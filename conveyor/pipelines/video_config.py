@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from conveyor.media.decode import DECODERS
+from conveyor.stages.video.transcode import X264_PRESETS
 from conveyor.stages.video.video_type import DEFAULT_VIDEO_TYPES, split_labels
 
 Splitter = Literal["fixed", "shots"]
@@ -165,6 +166,8 @@ class VideoConfig:
             problems.append(f"limit must be >= 1, got {self.limit}")
         if not 0 <= self.crf <= 51:
             problems.append(f"crf must be in 0..51, got {self.crf}")
+        if self.preset not in X264_PRESETS:
+            problems.append(f"preset must be one of {', '.join(X264_PRESETS)}, got {self.preset!r}")
         if not 0 < self.dedup_threshold <= 1:
             problems.append(f"dedup_threshold must be in (0, 1], got {self.dedup_threshold}")
         if self.dedup and not self.embed:

@@ -744,6 +744,7 @@ def test_videos_too_short_for_a_clip_are_counted_and_say_why(inputs: Path, tmp_p
         (["video", "{input}", "out", "--detector", "sparkles"], "sparkles"),
         (["video", "{input}", "out", "--decoder", "nvdec", "--gpus", "0"], "--decoder nvdec"),
         (["video", "{input}", "out", "--decoder", "gpu"], "gpu"),
+        (["video", "{input}", "out", "--preset", "bogus"], "preset must be one of ultrafast"),
     ],
 )
 def test_command_usage_errors_exit_2(

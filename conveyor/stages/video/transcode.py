@@ -38,6 +38,19 @@ from conveyor.tasks.video import Clip, Video, VideoMetadata, VideoTask
 log = logging.getLogger(__name__)
 
 ENCODERS = ("auto", "libx264", "h264_nvenc")
+#: libx264's presets, fastest first (one it does not know fails at its first frame)
+X264_PRESETS = (
+    "ultrafast",
+    "superfast",
+    "veryfast",
+    "faster",
+    "fast",
+    "medium",
+    "slow",
+    "slower",
+    "veryslow",
+    "placebo",
+)
 
 
 def output_size(width: int, height: int, max_height: int | None) -> tuple[int, int]:
@@ -258,6 +271,8 @@ class ClipTranscoder(VideoStage):
             raise ValueError(f"encoder must be one of {', '.join(ENCODERS)}, got {encoder!r}")
         if not 0 <= crf <= 51:
             raise ValueError(f"crf must be in 0..51, got {crf}")
+        if preset not in X264_PRESETS:
+            raise ValueError(f"preset must be one of {', '.join(X264_PRESETS)}, got {preset!r}")
         if max_height is not None and max_height < 2:
             raise ValueError(f"max_height must be >= 2, got {max_height}")
         self.frame_rates = tuple(sorted({float(r) for r in frame_rates}))

@@ -147,6 +147,8 @@ def test_settings_are_validated() -> None:
         ClipTranscoder(encoder="libx265")
     with pytest.raises(ValueError, match="crf"):
         ClipTranscoder(crf=60)
+    with pytest.raises(ValueError, match=r"preset must be one of ultrafast, .*, got 'bogus'"):
+        ClipTranscoder(preset="bogus")
     with pytest.raises(ValueError, match="max_height"):
         ClipTranscoder(max_height=1)
 
