@@ -29,19 +29,24 @@ seconds per video-hour (NVML's utilisation integrated over the run: the time a k
 NVENC and NVDEC busy seconds, peak GPU memory, first clip on disk, what decoded the videos
 (their records' ``decoders`` and ``shot_decoders``, and the first reason NVDEC could not),
 and per stage its GPU share, NVDEC units, busy and CPU seconds per video-hour and workers.
-For scale, NeMo Curator's DGX Cloud write-up gives about 195 s of GPU per video-hour
+Before the contenders, libx264 alone encodes the first video's first 20 s once, one
+thread, at the pipeline's settings: its CPU seconds per video-hour are the floor of every
+contender's on a GPU without NVENC (A100, H100, H200), printed with each contender's ratio
+to it. For scale, NeMo Curator's DGX Cloud write-up gives about 195 s of GPU per video-hour
 streaming and 352 s batch (its pipeline and GPUs differ). Prints; asserts nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import shutil
 import tempfile
 import threading
 import time
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -179,6 +184,41 @@ def caption_model(cache: Path, size: str = "2b") -> Path:
         params = write_random_llava(path, size)
         print(f"  {params / 1e9:.3g} billion parameters", flush=True)
     return path
+
+
+def x264_floor(video: Path, preset: str, crf: int, seconds: float = 20.0) -> float:
+    """CPU seconds per video-hour libx264 alone takes to encode ``video``'s first
+    ``seconds`` once, one thread, as the transcoder encodes a clip: what a GPU without NVENC
+    leaves the CPUs whatever else moves to the GPU. Two passes, decoding alone and decoding
+    and encoding, so that the decode's cost drops out without holding frames in memory."""
+    import av
+
+    def spent(encode: bool) -> tuple[float, float]:
+        began = time.process_time()
+        with av.open(str(video)) as container, av.open(io.BytesIO(), "w", format="mp4") as out:
+            stream = container.streams.video[0]
+            rate = stream.average_rate or 30
+            encoder = out.add_stream("libx264", rate=rate)
+            encoder.width, encoder.height = stream.codec_context.width, stream.codec_context.height
+            encoder.pix_fmt = "yuv420p"
+            encoder.options = {"preset": preset, "crf": str(crf)}
+            encoder.codec_context.thread_count = 1
+            encoder.codec_context.time_base = step = 1 / Fraction(rate)
+            frames = 0
+            for frame in container.decode(stream):
+                if frames * step >= seconds:
+                    break
+                if encode:
+                    frame.pts, frame.time_base, frame.pict_type = frames, step, 0
+                    out.mux(encoder.encode(frame))
+                frames += 1
+            if encode:
+                out.mux(encoder.encode(None))
+        return time.process_time() - began, float(frames * step)
+
+    decoding, _ = spent(False)
+    both, shown = spent(True)
+    return max(0.0, both - decoding) * 3600 / max(shown, 1e-9)
 
 
 def stage_busy_fractions(events: Path) -> dict[str, float]:
@@ -412,6 +452,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     results: dict[str, tuple[Result, dict[str, Any]]] = {}
     shares: dict[str, float] = {}
     nvdecs: dict[str, float] = {}
+    defaults = VideoConfig(str(source), str(out_root / "unused"))
+    first = min(source.glob("*.mp4"))
+    floor = figures["x264_floor_cpu_s_per_video_hour"] = x264_floor(
+        first, defaults.preset, defaults.crf
+    )
+    print(
+        f"  libx264 alone ({defaults.preset}, CRF {defaults.crf}, one thread) encoding "
+        f"{first.name} once: {floor:.0f} CPU-s per video-hour, the floor without NVENC",
+        flush=True,
+    )
     try:
         for label in chosen:
             # the same work both ways: TransNetV2 on every frame (auto picks the hybrid
@@ -453,6 +503,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 )
             results[label] = run(label, config, executor, events)
             figures["contenders"] = report(results, shares, gpu_count, cpus, nvdecs)
+            if floor:
+                ours = figures["contenders"][label]["cpu_s_per_video_hour"]
+                print(f"  {label}: {ours / floor:.2f}x the CPU of libx264 alone")
             if args.json is not None:  # after each contender: a run cut short keeps its figures
                 args.json.write_text(json.dumps(figures, indent=1, default=str) + "\n")
     finally:

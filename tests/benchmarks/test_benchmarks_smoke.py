@@ -452,12 +452,31 @@ def test_video_gpu_runs_its_captioned_contender_end_to_end_on_a_declared_gpu(
     figures_path = tmp_path / "figures.json"
     options = ["--contenders", "captioned", "--caption-size", "tiny", "--cpus", "2"]
     bench.main([*options, *tiny_videos(tmp_path), "--json", str(figures_path)])
-    captioned = json.loads(figures_path.read_text())["contenders"]["captioned"]
+    figures = json.loads(figures_path.read_text())
+    captioned = figures["contenders"]["captioned"]
     assert captioned["clips_kept"] > 0
     assert 0.0 <= captioned["steady_busy"]["Captioner"] <= 1.0
     assert captioned["decoded_by"]["shot_decoders"] == {"cpu": 1}  # NVDEC asked, no driver
     assert (tmp_path / "cache" / "llava-tiny-random" / "config.json").exists()
-    assert "the captioner busy" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "the captioner busy" in out
+    # libx264 alone over the same video: the floor every contender's CPU is set against
+    assert figures["x264_floor_cpu_s_per_video_hour"] > 0
+    assert "the floor without NVENC" in out and "captioned: " in out
+    assert "x the CPU of libx264 alone" in out
+
+
+def test_the_x264_floor_is_the_encode_alone(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    """What it measures is the encoder: over the same frames, a slower preset costs more."""
+    from conveyor.samples.video import Segment, write_video
+
+    bench = load("video_gpu", monkeypatch)
+    video = write_video(
+        tmp_path / "v.mp4", [Segment("noise", 4.0, 1)], width=320, height=240, fps=24
+    )
+    fast = bench.x264_floor(Path(video.path), "ultrafast", 23, seconds=2.0)
+    slow = bench.x264_floor(Path(video.path), "slow", 23, seconds=2.0)
+    assert 0 < fast < slow
 
 
 def test_video_quick(
