@@ -128,11 +128,26 @@ class _ClipEncoder:
         fd, self.path = tempfile.mkstemp(suffix=".mp4", prefix=prefix, dir=_scratch_dir())
         os.close(fd)
         self.codec = codec
-        with self._encoding():
+        with self._encoding():  # a codec FFmpeg cannot set up fails here
             self.container = av.open(
                 self.path, "w", format="mp4", options={"movflags": "+faststart"}
             )
-            self._open(codec, options, size, rate, threads, rotation, sample_aspect)
+            stream = self.container.add_stream(codec, rate=rate)
+            stream.width, stream.height = size
+            stream.pix_fmt = "yuv420p"
+            stream.options = options
+            if codec == "libx264":
+                stream.codec_context.thread_count = threads
+            if rotation:
+                stream.set_display_rotation(rotation)  # players turn the clip as the source
+            if sample_aspect != (1, 1):  # and show it as wide as the source
+                stream.codec_context.sample_aspect_ratio = Fraction(*sample_aspect)
+            # a hundredth of a frame: a constant-rate source keeps evenly spaced stamps, and a
+            # variable-rate one (screen and phone recordings) keeps its timing
+            self.time_base = 1 / (rate * STEPS_PER_FRAME)
+            self._step_s = float(self.time_base)  # per frame, float arithmetic, not Fraction's
+            stream.codec_context.time_base = self.time_base
+            self.stream = stream
         self.size = size
         self.rate = rate
         self.input_format = "yuv420p"  # what frames are converted to, if not what they are
@@ -149,33 +164,6 @@ class _ClipEncoder:
         except av.FFmpegError as exc:
             self.discard()
             raise EncodeError(f"{self.codec} failed: {describe_error(exc)}") from exc
-
-    def _open(
-        self,
-        codec: str,
-        options: dict[str, str],
-        size: tuple[int, int],
-        rate: Fraction,
-        threads: int,
-        rotation: int,
-        sample_aspect: tuple[int, int],
-    ) -> None:
-        stream = self.container.add_stream(codec, rate=rate)
-        stream.width, stream.height = size
-        stream.pix_fmt = "yuv420p"
-        stream.options = options
-        if codec == "libx264":
-            stream.codec_context.thread_count = threads
-        if rotation:
-            stream.set_display_rotation(rotation)  # players turn the clip as the source
-        if sample_aspect != (1, 1):  # and show it as wide as the source
-            stream.codec_context.sample_aspect_ratio = Fraction(*sample_aspect)
-        # a hundredth of a frame: a constant-rate source keeps evenly spaced stamps, and a
-        # variable-rate one (screen and phone recordings) keeps its timing
-        self.time_base = 1 / (rate * STEPS_PER_FRAME)
-        self._step_s = float(self.time_base)  # per frame, float arithmetic, not Fraction's
-        stream.codec_context.time_base = self.time_base
-        self.stream = stream
 
     def add(self, frame: Any, t: float) -> None:
         """Append ``frame``, shown ``t`` seconds into the source."""
