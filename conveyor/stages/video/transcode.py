@@ -163,7 +163,7 @@ class _ClipEncoder:
             yield
         except av.FFmpegError as exc:
             self.discard()
-            raise EncodeError(f"{self.codec} failed: {describe_error(exc)}") from exc
+            raise EncodeError(f"encoding with {self.codec} failed: {describe_error(exc)}") from exc
 
     def add(self, frame: Any, t: float) -> None:
         """Append ``frame``, shown ``t`` seconds into the source."""

@@ -287,7 +287,7 @@ def test_an_encoder_that_cannot_open_is_the_encoders_failure_not_the_sources(
     task = media.task(source.path, media.metadata(source.path), SPANS)
     asked = ClipTranscoder(encoder="h264_nvenc", decoder="cpu")
     asked.setup(gpu)
-    with pytest.raises(transcode.EncodeError, match=r"^h264_nvenc failed: "):
+    with pytest.raises(transcode.EncodeError, match=r"^encoding with h264_nvenc failed: "):
         list(asked.process(task))
     assert not any(clip.errors for clip in task.data.clips)
 
