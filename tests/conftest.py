@@ -40,17 +40,38 @@ def live_children() -> list[psutil.Process]:
     return alive
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under ``pytest -n N`` (``make test``): the tests on the session's loopback Ray cluster
-    in two groups of about equal time (each worker that runs one starts its own cluster, on
-    ports of its own), and the tests that start private clusters in a third, so that no two
-    of those race. A no-op without pytest-xdist."""
+    """Under ``pytest -n N --dist loadgroup`` (``make test``): the tests on the session's
+    loopback Ray cluster in two groups of about equal time (each worker that runs one starts
+    its own cluster, on ports of its own, and stops it after the group's last test), and the
+    tests that start private clusters in a third, so that no two of those race. A no-op
+    without pytest-xdist."""
     for item in items:
         if "ray_cluster" in getattr(item, "fixturenames", ()):
             half = "a" if item.path.name == "test_ray.py" else "b"
             item.add_marker(pytest.mark.xdist_group(f"ray-cluster-{half}"))
         elif item.path.name.startswith("test_ray"):
             item.add_marker(pytest.mark.xdist_group("ray-private"))
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist sends the ids to be scheduled
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Put each group in its tests' ids, where pytest-xdist could not: it appends
+    ``@group`` to ``Item._nodeid``, which pytest 9 no longer reads (an id is a ``NodeId``
+    in ``Item._id``), so without this every group was spread over the workers."""
+    if not session.config.getoption("loadgroup", default=False):
+        return
+    for item in session.items:
+        marker = item.get_closest_marker("xdist_group")
+        if marker is None or not marker.args or "@" in item.nodeid:
+            continue
+        name = f"{item.nodeid}@{marker.args[0]}"
+        node_id = getattr(item, "_id", None)
+        if node_id is not None and hasattr(type(node_id), "parse"):
+            item._id = type(node_id).parse(name)
+        else:
+            item._nodeid = name
 
 
 @pytest.fixture(autouse=True)
