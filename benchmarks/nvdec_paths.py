@@ -4,9 +4,10 @@ The stages decode on NVDEC through FFmpeg's ``*_cuvid`` decoders, which copy eve
 system memory (all that takes frames there runs on the CPUs: libx264, the models' frame
 sampler, the shot detector's last shrink). PyAV 18 can also keep NVDEC's frames on the GPU
 (``HWAccel("cuda", is_hw_owned=True)``, each plane a DLPack tensor), which would pay where
-nothing needs them on the CPU. This measures every way on the same generated 720p video,
-once as the benchmarks encode it (x264 ``ultrafast``: no CABAC, no deblocking, cheap to
-decode) and once as cameras and uploads are (x264 ``medium``):
+nothing needs them on the CPU. This measures every way on the same generated video (720p
+unless ``--width``/``--height`` say otherwise), once as the benchmarks encode it (x264
+``ultrafast``: no CABAC, no deblocking, cheap to decode) and once as cameras and uploads
+are (x264 ``medium``):
 
 - ``cpu``: FFmpeg's own decoder, a thread per core (the stages' CPU path at its fastest);
 - ``cpu-1``: one thread (what a worker of one core gets);
@@ -52,13 +53,16 @@ SMALL = (48, 27)
 NVDEC_SMALL = (192, 108)
 
 
-def source(cache: Path, seconds: float, preset: str) -> Path:
-    """The generated 720p30 video of the benchmarks (seed 0), encoded with ``preset``."""
-    path = cache / f"nvdec-paths-{seconds:g}s-1280x720@30-{preset}.mp4"
+def source(cache: Path, seconds: float, preset: str, size: tuple[int, int] = (1280, 720)) -> Path:
+    """The generated 30 fps video of the benchmarks (seed 0) at ``size``, encoded with
+    ``preset``."""
+    path = cache / f"nvdec-paths-{seconds:g}s-{size[0]}x{size[1]}@30-{preset}.mp4"
     if not path.exists():
         segments, fades = _segments(0, seconds)
         part = path.with_suffix(".part.mp4")
-        write_video(part, segments, width=1280, height=720, fps=30, crossfades=fades, preset=preset)
+        write_video(
+            part, segments, width=size[0], height=size[1], fps=30, crossfades=fades, preset=preset
+        )
         part.rename(path)
     return path
 
@@ -262,6 +266,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--seconds", type=float, default=30.0, help="length of the video")
+    p.add_argument("--width", type=int, default=1280)
+    p.add_argument("--height", type=int, default=720)
     p.add_argument("--ways", default=",".join(WAYS), help=f"subset of {','.join(WAYS)}")
     p.add_argument("--presets", default="ultrafast,medium", help="x264 presets of the sources")
     p.add_argument("--cache", type=Path, default=Path("/tmp/conveyor-bench-videos"))
@@ -275,9 +281,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if set(ways) - set(WAYS):
         p.error(f"unknown --ways: {', '.join(sorted(set(ways) - set(WAYS)))}")
     args.cache.mkdir(parents=True, exist_ok=True)
-    figures: dict[str, Any] = {"seconds": args.seconds, "sources": {}}
+    figures: dict[str, Any] = {
+        "seconds": args.seconds,
+        "size": [args.width, args.height],
+        "sources": {},
+    }
     for preset in [p for p in args.presets.split(",") if p]:
-        path = source(args.cache, args.seconds, preset)
+        path = source(args.cache, args.seconds, preset, (args.width, args.height))
         results = [measure(way, path, args.seconds) for way in ways]
         figures["sources"][preset] = results
         rows = [
@@ -295,15 +305,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             for r in results
         ]
         header = ["way", "frames", "wall s", "CPU s", "CPU-s per video-h", "frames/s", "format"]
-        title = f"decoding {args.seconds:g} s of 720p30 (x264 {preset}) on this machine"
+        title = (
+            f"decoding {args.seconds:g} s of {args.width}x{args.height} at 30 fps "
+            f"(x264 {preset}) on this machine"
+        )
         print(table(title, header, rows))
         print()
         if args.json is not None:  # after each source: a run cut short keeps its figures
             args.json.write_text(json.dumps(figures, indent=1) + "\n")
     if args.encode:
-        encoding = figures["encoding"] = encoding_costs(
-            source(args.cache, args.seconds, "medium"), args.encode, args.repeats
-        )
+        medium = source(args.cache, args.seconds, "medium", (args.width, args.height))
+        encoding = figures["encoding"] = encoding_costs(medium, args.encode, args.repeats)
         rows = [
             [name, fmt(encoding["median"][name], ".0f"), " ".join(f"{c:.0f}" for c in runs)]
             for name, runs in encoding["cpu_s_per_video_hour"].items()
