@@ -197,6 +197,25 @@ def measure(way: str, path: Path, seconds: float) -> dict[str, Any]:
     }
 
 
+def one_thread_x264(
+    out: Any,
+    rate: Any,
+    size: tuple[int, int],
+    pix_fmt: str = "yuv420p",
+    preset: str = "veryfast",
+    crf: int = 23,
+) -> tuple[Any, Fraction]:
+    """A libx264 stream in ``out`` as the transcoder encodes a clip (one thread), and the
+    time base its frames are stamped in (one step a frame)."""
+    encoder = out.add_stream("libx264", rate=rate)
+    encoder.width, encoder.height = size
+    encoder.pix_fmt = pix_fmt
+    encoder.options = {"preset": preset, "crf": str(crf)}
+    encoder.codec_context.thread_count = 1
+    encoder.codec_context.time_base = step = 1 / Fraction(rate)
+    return encoder, step
+
+
 ENCODINGS = ("nv12 as it is", "nv12 converted to yuv420p", "yuv420p from the CPU")
 
 
@@ -216,12 +235,7 @@ def encoding_costs(path: Path, frames: int, repeats: int) -> dict[str, Any]:
 
     def encode(source: list[Any], pix_fmt: str, convert: bool) -> tuple[float, str]:
         out = av.open(io.BytesIO(), "w", format="mp4")
-        encoder = out.add_stream("libx264", rate=rate)
-        encoder.width, encoder.height = source[0].width, source[0].height
-        encoder.pix_fmt = pix_fmt
-        encoder.options = {"preset": "veryfast", "crf": "23"}
-        encoder.codec_context.thread_count = 1
-        encoder.codec_context.time_base = step = 1 / Fraction(rate)
+        encoder, step = one_thread_x264(out, rate, (source[0].width, source[0].height), pix_fmt)
         digest = hashlib.sha256()
         began = time.process_time()
         for index, frame in enumerate(source):

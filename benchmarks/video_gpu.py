@@ -46,11 +46,11 @@ import shutil
 import tempfile
 import threading
 import time
-from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 from _common import fmt, machine_line, mb, table
+from nvdec_paths import one_thread_x264
 from video import SCENARIO_TAIL, Result, make_videos, run_engine, scenario_stage
 
 from conveyor.backends import LocalBackend
@@ -198,12 +198,8 @@ def x264_floor(video: Path, preset: str, crf: int, seconds: float = 20.0) -> flo
         with av.open(str(video)) as container, av.open(io.BytesIO(), "w", format="mp4") as out:
             stream = container.streams.video[0]
             rate = stream.average_rate or 30
-            encoder = out.add_stream("libx264", rate=rate)
-            encoder.width, encoder.height = stream.codec_context.width, stream.codec_context.height
-            encoder.pix_fmt = "yuv420p"
-            encoder.options = {"preset": preset, "crf": str(crf)}
-            encoder.codec_context.thread_count = 1
-            encoder.codec_context.time_base = step = 1 / Fraction(rate)
+            size = (stream.codec_context.width, stream.codec_context.height)
+            encoder, step = one_thread_x264(out, rate, size, preset=preset, crf=crf)
             frames = 0
             for frame in container.decode(stream):
                 if frames * step >= seconds:
