@@ -65,10 +65,10 @@ class Clip:
         self.time_base, self.width, self.frames, self.motion = 1 / fps, width, 0, []
 
     def add(self, frame: av.VideoFrame) -> None:
-        for data in frame.side_data:
-            if data.type.name == "MOTION_VECTORS" and len(vectors := data.to_ndarray()):
-                length = np.hypot(vectors["motion_x"], vectors["motion_y"])
-                self.motion.append(float(np.mean(length / np.maximum(vectors["motion_scale"], 1))))
+        data = frame.side_data.get("MOTION_VECTORS")
+        if data is not None and len(vectors := data.to_ndarray()):
+            length = np.hypot(vectors["motion_x"], vectors["motion_y"])
+            self.motion.append(float(np.mean(length / np.maximum(vectors["motion_scale"], 1))))
         out = frame.reformat(self.stream.width, self.stream.height, "yuv420p")
         out.pts, out.time_base = self.frames, self.time_base  # frame n at n / fps
         out.pict_type = av.video.frame.PictureType.NONE  # the encoder picks key frames

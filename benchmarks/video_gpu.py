@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -343,8 +344,10 @@ def report(
     if captioned is not None and "Captioner" in captioned["stage_busy_s_per_video_hour"]:
         busy = captioned["steady_busy"].get("Captioner", float("nan"))
         held = captioned["stage_busy_s_per_video_hour"]["Captioner"]
+        # a run of a few clips may end before a snapshot (one a second) sees its worker ready
+        share = "(not measured: a run too short)" if math.isnan(busy) else f"{busy:.1%}"
         print(
-            f"  captioned: the captioner busy {busy:.1%} of the steady part of the run "
+            f"  captioned: the captioner busy {share} of the steady part of the run "
             f"(the write-up: >= 99.5%); {held:.0f} busy s per video-hour on its GPU share; "
             f"{captioned['video_hours_per_hour']:.2f} video-hours per wall hour"
         )

@@ -10,6 +10,7 @@ a container numbers its timestamps.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import math
 import os
@@ -77,6 +78,26 @@ def _source(path: str, stack: contextlib.ExitStack) -> Any:
     return stack.enter_context(ObjectPath(path).open("rb", block_size=READ_BLOCK))
 
 
+def open_input(source: Any) -> Any:
+    """``av.open`` for reading, whatever text the file's tags hold: a tag that is not UTF-8
+    (an old muxer's Latin-1 title) must not cost the video. PyAV 19 reads tags with
+    ``surrogateescape``, which never fails, and dropped the ``metadata_errors`` argument
+    that PyAV 18 and older need for that (PyAV 19 is what Python 3.12 and later install)."""
+    import av
+
+    if _strict_tags():
+        return av.open(source, metadata_errors="ignore")
+    return av.open(source)
+
+
+@functools.cache
+def _strict_tags() -> bool:
+    """Whether this PyAV reads tags strictly unless told not to (before 19)."""
+    import av
+
+    return int(av.__version__.split(".")[0]) < 19
+
+
 def main_video_stream(container: Any) -> Any | None:
     """The container's video, or None: its video stream that is not a cover picture (an
     MP4 or Matroska file may carry its artwork as a one-frame stream ahead of the video);
@@ -112,7 +133,7 @@ def open_video(path: Any, threads: int = 1, motion_vectors: bool = False) -> tup
     import av
 
     _quiet_logs()
-    container = av.open(path, metadata_errors="ignore")
+    container = open_input(path)
     stream = main_video_stream(container)
     if stream is None:
         container.close()
@@ -393,7 +414,7 @@ def probe(path: str, *, verify: bool = True) -> VideoMetadata:
             try:
                 import av
 
-                container = av.open(source, metadata_errors="ignore")
+                container = open_input(source)
             except (av.FFmpegError, UnicodeDecodeError) as exc:
                 raise InputError(_open_reason(exc, logs)) from None
         with container:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -454,11 +455,16 @@ def test_video_gpu_runs_its_captioned_contender_end_to_end_on_a_declared_gpu(
     figures = json.loads(figures_path.read_text())
     captioned = figures["contenders"]["captioned"]
     assert captioned["clips_kept"] > 0
-    assert 0.0 <= captioned["steady_busy"]["Captioner"] <= 1.0
     assert captioned["decoded_by"]["shot_decoders"] == {"cpu": 1}  # NVDEC asked, no driver
     assert (tmp_path / "cache" / "llava-tiny-random" / "config.json").exists()
     out = capsys.readouterr().out
-    assert "the captioner busy" in out
+    # its worker is ready for under a second of this run: the snapshots (one a second) may
+    # all miss it, and the figure then says it was not measured
+    busy = captioned["steady_busy"]["Captioner"]
+    if math.isnan(busy):
+        assert "the captioner busy (not measured: a run too short)" in out
+    else:
+        assert 0.0 <= busy <= 1.0 and f"the captioner busy {busy:.1%}" in out
     # libx264 alone over the same video: the floor every contender's CPU is set against
     assert figures["x264_floor_cpu_s_per_video_hour"] > 0
     assert "the floor without NVENC" in out and "captioned: " in out

@@ -188,11 +188,12 @@ def trimmed_mean(values: np.ndarray, share: float = TRIM) -> np.ndarray | float:
 
 
 def _vectors(frame: Any) -> np.ndarray | None:
-    for data in frame.side_data:
-        if data.type.name == "MOTION_VECTORS":
-            vectors = data.to_ndarray()
-            return vectors if len(vectors) else None
-    return None
+    # looked up by type: iterating gives the entries in PyAV 18, their types in PyAV 19
+    data = frame.side_data.get("MOTION_VECTORS")
+    if data is None:
+        return None
+    vectors = data.to_ndarray()
+    return vectors if len(vectors) else None
 
 
 class MotionFilter(ClipStage):

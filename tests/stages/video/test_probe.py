@@ -742,3 +742,27 @@ def test_mpeg_ts_files_joined_end_to_end_are_refused_with_the_remedy(tmp_path: P
     with pytest.raises(InputError, match=r"timestamps jump back by 3\.9 s after 3\.9 s .*remux"):
         probe(str(joined))
     assert probe(str(tmp_path / "a.ts")).num_frames == 48
+
+
+@pytest.mark.parametrize("suffix", [".mkv", ".mp4"])
+def test_a_tag_that_is_not_utf8_costs_nothing(tmp_path: Path, suffix: str) -> None:
+    # an old muxer's Latin-1 title ("café" as one byte e9): PyAV reading tags as strict UTF-8
+    # failed the file at opening; the same bytes in place of a marker keep the file valid
+    path = tmp_path / f"latin1{suffix}"
+    with av.open(str(path), "w") as container:
+        container.metadata["title"] = "caf@@@@"
+        stream = container.add_stream("libx264", rate=12)
+        stream.width, stream.height, stream.pix_fmt = 160, 120, "yuv420p"
+        for i in range(24):
+            picture = np.full((120, 160, 3), 10 * i, np.uint8)
+            frame = av.VideoFrame.from_ndarray(picture, format="rgb24")
+            frame.pts, frame.time_base = i, Fraction(1, 12)
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode(None))
+    data = path.read_bytes()
+    assert data.count(b"@@@@") == 1
+    path.write_bytes(data.replace(b"@@@@", b"\xe9 \xff\xfe"))
+    meta = probe(str(path))
+    assert (meta.width, meta.height, meta.num_frames) == (160, 120, 24)
+    got = list(decode_range(str(path), meta, 1.0, 1.5))
+    assert [round(t * 12) for t, _ in got] == list(range(12, 18))
