@@ -8,7 +8,7 @@ import time
 import weakref
 from typing import Any
 
-from conveyor.backends.runtime import Tidier
+from conveyor.backends.runtime import COLLECT_AGAIN_BYTES, Tidier, collect_cycles
 
 
 class Node:
@@ -65,6 +65,37 @@ def test_each_step_takes_a_bounded_share_of_the_busy_time() -> None:
     assert runs.count("quick") == 5
     tidier.after(100.0)
     assert runs.count("slow") == 2
+
+
+def test_a_step_that_found_its_work_worth_it_runs_after_the_next_task_whatever_it_cost():
+    runs: list[bool] = []
+    worth = iter([True, True, False, True])
+
+    def freeing() -> bool:  # costs 10 ms, as freeing a large cycle's memory may
+        runs.append(found := next(worth))
+        time.sleep(0.01)
+        return found
+
+    tidier = Tidier([freeing])
+    for _ in range(4):
+        tidier.after(0.3)  # 1.2 s busy: under 10 ms / SHARE, so a budgeted step runs once
+    # after each task while it frees a lot, then budgeted: not after the 4th task
+    assert runs == [True, True, False]
+    tidier.after(100.0)
+    assert runs == [True, True, False, True]
+
+
+def test_collecting_cycles_says_whether_it_freed_enough_to_run_again() -> None:
+    gc.collect()
+    big = {"data": bytearray(2 * COLLECT_AGAIN_BYTES)}
+    big["self"] = big
+    del big
+    assert collect_cycles() is True  # freed 16 MB (what malloc holds, else resident)
+    small = Node()
+    small.other = small
+    del small
+    assert collect_cycles() is False
+    assert collect_cycles(lambda: None) is False  # nothing to read: budgeted by its time
 
 
 def test_freezing_leaves_what_setup_built_out_of_later_collections() -> None:
