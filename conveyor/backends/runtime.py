@@ -220,7 +220,7 @@ class Tidier:
     """Frees what a worker's tasks left behind, each step (``steps``: by default a collection
     of reference cycles, then a heap trim) for at most ``SHARE`` of the worker's busy time.
 
-    A step that returns True (``collect_cycles`` when it handed back a lot) found its work
+    A step that returns True (``collect_cycles`` when it freed a lot) found its work
     worth doing and runs again after the next task, outside the budget: what it cost was
     mostly freeing memory that had to be freed anyway.
 
