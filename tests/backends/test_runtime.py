@@ -87,7 +87,7 @@ def test_a_step_that_found_its_work_worth_it_runs_after_the_next_task_whatever_i
 
 def test_collecting_cycles_says_whether_it_freed_enough_to_run_again() -> None:
     gc.collect()
-    big = {"data": bytearray(2 * COLLECT_AGAIN_BYTES)}
+    big = {"data": bytearray(b"\x01") * (2 * COLLECT_AGAIN_BYTES)}  # pages touched
     big["self"] = big
     del big
     assert collect_cycles() is True  # freed 16 MB (what malloc holds, else resident)
