@@ -154,9 +154,9 @@ def ray_head(temp: Path, log: Path, cpus: int, gpus: int, stop: dict[str, Any]) 
     """A private Ray head on 127.0.0.2 (free ports, own temp dir), started as NeMo Curator's
     ``RayClient`` starts one (``ray start --head --block``, dashboard included: Cosmos-Xenna
     lists actors through it); ``RAY_ADDRESS`` names it while it runs. Stopped by pid."""
-    from tests.backends.ray_cluster import HEAD_IP, free_port, free_range
+    from tests.backends.ray_cluster import HEAD_IP, free_ports, free_range
 
-    port = free_port(HEAD_IP)
+    port, *ports = free_ports(HEAD_IP, 11)  # distinct: Ray checks
     base = free_range(HEAD_IP, 100)
     args = [
         str(Path(sys.executable).with_name("ray")), "start", "--head", "--block",
@@ -164,22 +164,22 @@ def ray_head(temp: Path, log: Path, cpus: int, gpus: int, stop: dict[str, Any]) 
         f"--num-cpus={cpus}", f"--num-gpus={gpus}",
         f"--temp-dir={temp}", f"--object-store-memory={512 * MIB}",
         "--include-dashboard=true", f"--dashboard-host={HEAD_IP}",
-        f"--dashboard-port={free_port(HEAD_IP)}",
-        f"--ray-client-server-port={free_port(HEAD_IP)}",
-        f"--node-manager-port={free_port(HEAD_IP)}",
-        f"--object-manager-port={free_port(HEAD_IP)}",
-        f"--dashboard-agent-listen-port={free_port(HEAD_IP)}",
-        f"--dashboard-agent-grpc-port={free_port(HEAD_IP)}",
-        f"--metrics-export-port={free_port(HEAD_IP)}",
-        f"--runtime-env-agent-port={free_port(HEAD_IP)}",
+        f"--dashboard-port={ports[0]}",
+        f"--ray-client-server-port={ports[1]}",
+        f"--node-manager-port={ports[2]}",
+        f"--object-manager-port={ports[3]}",
+        f"--dashboard-agent-listen-port={ports[4]}",
+        f"--dashboard-agent-grpc-port={ports[5]}",
+        f"--metrics-export-port={ports[6]}",
+        f"--runtime-env-agent-port={ports[7]}",
         f"--min-worker-port={base}", f"--max-worker-port={base + 99}",
         "--disable-usage-stats",
     ]  # fmt: skip
     # the dashboard's and autoscaler's metrics ports, as NeMo Curator's init_cluster sets them
     env = dict(
         os.environ,
-        DASHBOARD_METRIC_PORT=str(free_port(HEAD_IP)),
-        AUTOSCALER_METRIC_PORT=str(free_port(HEAD_IP)),
+        DASHBOARD_METRIC_PORT=str(ports[8]),
+        AUTOSCALER_METRIC_PORT=str(ports[9]),
     )
     with open(log, "wb") as out:
         proc = subprocess.Popen(

@@ -28,10 +28,15 @@ HEAD_IP = "127.0.0.2"
 RANGE_FLOOR = 10100
 
 
-def free_port(host: str) -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+def free_ports(host: str, count: int) -> list[int]:
+    """``count`` distinct free ports: every socket stays bound until all are chosen, since
+    a port the kernel has just handed out and seen closed may be handed out again (Ray
+    refuses to start a node that names one port for two of its components)."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in socks:
+            sock.bind((host, 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
 
 
 def free_range(host: str, size: int) -> int:
@@ -58,6 +63,18 @@ def free_range(host: str, size: int) -> int:
 
 def _ray_cli() -> str:
     return str(Path(sys.executable).with_name("ray"))
+
+
+#: what a node's log says when a port it was given is taken (or given twice)
+PORT_TAKEN = ("is trying to use a port number", "Address already in use")
+
+
+class NodeExited(RuntimeError):
+    """A node's ``ray start`` ended while the cluster was starting; its log's tail says why."""
+
+    def __init__(self, ip: str, log: str) -> None:
+        super().__init__(f"ray node {ip} exited early:\n{log}")
+        self.log = log
 
 
 @dataclass
@@ -118,6 +135,7 @@ class LocalRayCluster:
         temp = self.root / "ray"  # one temp root: session dirs are per cluster below it
         temp.mkdir(parents=True, exist_ok=True)
         log = self.root / f"node-{ip}.log"
+        ports = free_ports(ip, 8 if head else 6)  # distinct: Ray checks
         args = [
             _ray_cli(),
             "start",
@@ -128,23 +146,23 @@ class LocalRayCluster:
             f'--resources={{"node-{ip}": 1}}',
             f"--temp-dir={temp}",
             f"--object-store-memory={self.object_store_bytes}",
-            f"--node-manager-port={free_port(ip)}",
-            f"--object-manager-port={free_port(ip)}",
-            f"--dashboard-agent-listen-port={free_port(ip)}",
-            f"--dashboard-agent-grpc-port={free_port(ip)}",
-            f"--metrics-export-port={free_port(ip)}",
-            f"--runtime-env-agent-port={free_port(ip)}",
+            f"--node-manager-port={ports[0]}",
+            f"--object-manager-port={ports[1]}",
+            f"--dashboard-agent-listen-port={ports[2]}",
+            f"--dashboard-agent-grpc-port={ports[3]}",
+            f"--metrics-export-port={ports[4]}",
+            f"--runtime-env-agent-port={ports[5]}",
             "--disable-usage-stats",
             "--include-log-monitor=false",
         ]
         base = free_range(ip, 100)
         args += [f"--min-worker-port={base}", f"--max-worker-port={base + 99}"]
         if head:
-            self.port = free_port(ip)
+            self.port = ports[6]
             args += [
                 "--head",
                 f"--port={self.port}",
-                f"--ray-client-server-port={free_port(ip)}",
+                f"--ray-client-server-port={ports[7]}",
                 "--include-dashboard=false",
                 # notice a lost node within about a second, not the default ~30 s
                 '--system-config={"health_check_period_ms": 500, '
@@ -167,9 +185,7 @@ class LocalRayCluster:
         while time.monotonic() < deadline:
             for node in self.nodes:
                 if node.proc.poll() is not None:
-                    raise RuntimeError(
-                        f"ray node {node.ip} exited early:\n{node.log.read_text()[-3000:]}"
-                    )
+                    raise NodeExited(node.ip, node.log.read_text()[-3000:])
             if self.alive_nodes() >= count:
                 return
             time.sleep(0.5)
@@ -196,11 +212,20 @@ class LocalRayCluster:
         lines = out.stdout.strip().splitlines()
         return int(lines[-1]) if lines and lines[-1].isdigit() else 0
 
-    def start(self, workers: int = 1) -> LocalRayCluster:
-        self._start(HEAD_IP, head=True)
-        for i in range(workers):
-            self._start(f"127.0.0.{3 + i}", head=False)
-        self._wait_nodes(1 + workers)
+    def start(self, workers: int = 1, tries: int = 2) -> LocalRayCluster:
+        """Start the nodes; where one exits because a port chosen for it was taken before
+        it bound it (by another cluster on this machine), start them all again on other
+        ports."""
+        try:
+            self._start(HEAD_IP, head=True)
+            for i in range(workers):
+                self._start(f"127.0.0.{3 + i}", head=False)
+            self._wait_nodes(1 + workers)
+        except NodeExited as exc:
+            self.stop()
+            if tries <= 1 or not any(m in exc.log for m in PORT_TAKEN):
+                raise
+            return self.start(workers, tries - 1)
         return self
 
     def add_node(self, ip: str, gpus: int | None = None) -> RayNode:

@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, ClassVar
 from unittest import mock
 
 import pytest
@@ -41,7 +41,12 @@ from conveyor.engine.messages import (  # noqa: E402
 from conveyor.executors import BatchExecutor, RayDataExecutor, StreamingExecutor  # noqa: E402
 from conveyor.stage import ProcessingStage  # noqa: E402
 from tests.backends import ray_stages as st  # noqa: E402
-from tests.backends.ray_cluster import RANGE_FLOOR, LocalRayCluster, free_range  # noqa: E402
+from tests.backends.ray_cluster import (  # noqa: E402
+    RANGE_FLOOR,
+    LocalRayCluster,
+    NodeExited,
+    free_range,
+)
 
 pytestmark = pytest.mark.timeout(120)
 REPO = Path(__file__).resolve().parents[2]
@@ -94,6 +99,94 @@ def test_worker_port_ranges_stay_clear_of_rays_fixed_ports() -> None:
             base = free_range("127.0.0.1", 100)
         assert base >= RANGE_FLOOR and base + 99 < 32768
         assert not base <= 10001 <= base + 99
+
+
+class _ReusingSocket:
+    """A socket whose kernel hands out the lowest port no open socket holds, as Linux may
+    hand out again a port it has just seen closed."""
+
+    open_ports: ClassVar[set[int]] = set()
+
+    def __init__(self) -> None:
+        self.port: int | None = None
+
+    def bind(self, address: tuple[str, int]) -> None:
+        self.port = min(set(range(50000, 50100)) - self.open_ports)
+        self.open_ports.add(self.port)
+
+    def getsockname(self) -> tuple[str, int]:
+        return ("127.0.0.2", self.port)
+
+    def close(self) -> None:
+        self.open_ports.discard(self.port)
+
+    def __enter__(self) -> _ReusingSocket:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@pytest.mark.parametrize("head", [True, False])
+def test_a_test_nodes_ports_are_distinct_even_where_the_kernel_reuses_a_closed_one(
+    head: bool, tmp_path: Path
+) -> None:
+    """Ray refuses to start a node that names one port for two of its components (a whole
+    group of Ray tests once failed at setup so: the object manager's port and the dashboard
+    agent's were one)."""
+    started: list[list[str]] = []
+    cluster = LocalRayCluster(tmp_path, port=1)
+    with (
+        mock.patch("tests.backends.ray_cluster.socket.socket", _ReusingSocket),
+        mock.patch(
+            "tests.backends.ray_cluster.subprocess.Popen",
+            side_effect=lambda args, **_: started.append(args) or mock.Mock(pid=1),
+        ),
+    ):
+        cluster._start("127.0.0.2", head=head)
+    names = [a.split("=")[0] for a in started[0]]
+    ports = [
+        a.split("=")[1]
+        for a, name in zip(started[0], names, strict=True)
+        if name.endswith("-port") and not name.endswith("worker-port")
+    ]
+    assert len(ports) == (8 if head else 6) and len(set(ports)) == len(ports)
+
+
+@pytest.mark.parametrize(
+    ("logs", "starts", "fails"),
+    [
+        (["ValueError: Ray component gcs is trying to use a port number 6"], 2, False),
+        (["OSError: [Errno 98] Address already in use"], 2, False),
+        (["Address already in use", "Address already in use"], 2, True),  # once more only
+        (["ModuleNotFoundError: No module named 'ray.scripts'"], 1, True),  # not worth one
+    ],
+)
+def test_a_test_cluster_whose_port_was_taken_starts_once_more_on_other_ports(
+    logs: list[str], starts: int, fails: bool, tmp_path: Path
+) -> None:
+    """Two clusters of one test run share the loopback addresses: one may take a port the
+    other chose before that one's node bound it."""
+    cluster = LocalRayCluster(tmp_path)
+    exits = iter(logs)
+
+    def wait(count: int) -> None:
+        log = next(exits, None)
+        if log is not None:
+            raise NodeExited("127.0.0.2", log)
+
+    with (
+        mock.patch.object(cluster, "_start") as start_node,
+        mock.patch.object(cluster, "_wait_nodes", side_effect=wait),
+        mock.patch.object(cluster, "stop") as stop,
+    ):
+        if fails:
+            with pytest.raises(NodeExited, match="exited early"):
+                cluster.start(workers=1)
+        else:
+            assert cluster.start(workers=1) is cluster
+    assert start_node.call_count == 2 * starts  # a head and a worker node each time
+    assert stop.call_count == len(logs)  # each exited start is cleared away
 
 
 @pytest.mark.parametrize(
