@@ -173,8 +173,12 @@ class TreeWatch:
         self.peak_rss = max(self.peak_rss, rss)
 
     def _loop(self) -> None:
-        while not self._stop.wait(SAMPLE_S):
+        """Quick samples first, then one every ``SAMPLE_S``: a run shorter than that (the
+        plain script on a tiny video) is still seen, its processes counted."""
+        wait = POLL_S
+        while not self._stop.wait(wait):
             self.sample()
+            wait = min(2 * wait, SAMPLE_S)
 
     def __enter__(self) -> TreeWatch:
         self._thread.start()

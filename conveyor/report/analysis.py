@@ -43,8 +43,9 @@ class Verdict:
     saturated: list[str]
     starved: list[str]
     blocked: list[str]
-    #: stages busy enough to look saturated whose workers mostly waited for a core (the
-    #: machine's CPUs were full): not bottlenecks of their own
+    #: stages busy enough to look saturated whose workers mostly waited for a core, or
+    #: whose work filled the cores with the other stages' (the machine's CPUs were full):
+    #: not bottlenecks of their own
     waiting: list[str]
     decisions: int
     changes_up: int
@@ -156,9 +157,16 @@ def analyse(run: RunLog) -> Verdict:
     waiting = []
     if "cpus" in machine.limits:
         # the cores were full: a stage busy mostly waiting for one is not saturated by its
-        # own work (a GPU stage's workers may be waiting for their GPU instead)
+        # own work, and where the run's own work filled them no CPU stage is (its workers
+        # take turns on them with the other stages'); a GPU stage's workers may be waiting
+        # for their GPU instead
         gpus = _stage_gpus(run)
-        waiting = [s for s in measured if s.computing < COMPUTING and not gpus.get(s.name, 0.0) > 0]
+        waiting = [
+            s
+            for s in measured
+            if (machine.run_filled_cores or s.computing < COMPUTING)
+            and not gpus.get(s.name, 0.0) > 0
+        ]
     candidates = [s for s in measured if s not in waiting]
     saturated = [s for s in candidates if s.busy >= SATURATED]
     bottleneck = _bottleneck(saturated, names)
@@ -380,10 +388,17 @@ def _verdict_lines(run: RunLog, v: Verdict) -> list[str]:
 
 def _stages_under_a_full_machine(v: Verdict) -> str:
     """How the stages looked while the machine was full: nothing saturated, several alike,
-    or busy stages that mostly waited for a core."""
+    busy stages whose work filled the cores together, or busy stages that mostly waited for
+    a core."""
     if len(v.saturated) > 1:
         busy = ", ".join(f"{n} {v.stages[n].busy:.0%}" for n in v.saturated)
         return f"{len(v.saturated)} stages were saturated alike ({busy} busy)"
+    if v.waiting and v.machine.run_filled_cores:
+        busy = ", ".join(f"{n} {v.stages[n].busy:.0%}" for n in v.waiting)
+        return (
+            f"Its own processes used {v.machine.run_cpus:.2f} of them: the stages' work filled "
+            f"the cores ({busy} busy), so no one stage was the limit"
+        )
     if v.waiting:
         parts = [
             f"{n} was {v.stages[n].busy:.0%} busy but computing only "

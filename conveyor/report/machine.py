@@ -59,6 +59,12 @@ class MachineLoad:
         return tuple(found)
 
     @property
+    def run_filled_cores(self) -> bool:
+        """The cores were full of the run's own work: it went as fast as they allowed, and
+        no one stage's workers could have had more of them (other programs left out)."""
+        return "cpus" in self.limits and _full(self.run_cpus, self.cores)
+
+    @property
     def others(self) -> float:
         """Cores other programs kept busy (0 where either use is not measured)."""
         return max(0.0, self.cores_busy - self.run_cpus)

@@ -65,6 +65,30 @@ def test_stages_busy_waiting_for_a_core_are_not_the_bottleneck(tmp_path: Path) -
     assert "or fewer other programs on this one" in first
 
 
+@pytest.mark.parametrize("others", [False, True])
+def test_a_stage_computing_on_cores_the_run_filled_is_not_the_bottleneck(
+    others: bool, tmp_path: Path
+) -> None:
+    """decode 95% busy and computing nearly all of it: where the run's own work filled the
+    cores, giving decode more workers would only take cores from the other stages, so the
+    cores are the limit; where other programs filled them, decode is the bottleneck and
+    the full cores are said next to it."""
+    events = shared_cores_run(busy=(0.95, 0.6, 0.5), computing=0.9)
+    verdict = _verdict(tmp_path, with_host(events, cores=2, busy=1.95, run=1.0 if others else 1.9))
+    assert verdict.limits == ("cpus",)
+    if others:
+        assert verdict.bottleneck == "decode" and verdict.waiting == []
+        assert verdict.lines[1].startswith("The machine's CPUs were full too")
+        return
+    assert verdict.bottleneck is None and verdict.waiting == ["decode"]
+    assert verdict.stages["decode"].state == "saturated"
+    assert verdict.lines[0].startswith(
+        "The machine's CPUs were the limit: 1.95 of 2 cores busy on average (2.0 s to 1m00s). "
+        "Its own processes used 1.90 of them: the stages' work filled the cores (decode 95% "
+        "busy), so no one stage was the limit. The stages share the cores by time"
+    ), verdict.lines[0]
+
+
 def test_a_stage_bound_run_keeps_its_bottleneck_verdict(tmp_path: Path) -> None:
     """infer (a GPU stage) is the bottleneck and the cores are half idle: nothing new."""
     plain = _verdict(tmp_path / "plain", three_stage_run())
