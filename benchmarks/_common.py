@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import itertools
 import math
 import os
@@ -728,13 +729,40 @@ def resource_row(m: Measurement, cores: float) -> list[str]:
     ]
 
 
+#: packages the benchmarks' processes import, whose bytecode ``machine_line`` looks for
+BYTECODE_PROBES = ("numpy", "pyarrow", "psutil", "av", "torch", "ray")
+
+
+def without_bytecode(names: Iterable[str] | None = None) -> list[str]:
+    """The installed ``names`` whose bytecode is missing. Every process then compiles them as
+    it imports them (1.8x the CPU of the test suite), which a pip-installed
+    environment never does: a run's figures would overstate the cost of starting processes,
+    and so ours against a one-process script. ``names``: ``BYTECODE_PROBES`` by default;
+    packages not installed are left out."""
+    missing = []
+    for name in BYTECODE_PROBES if names is None else names:
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
+            continue
+        if not os.path.exists(importlib.util.cache_from_source(spec.origin)):
+            missing.append(name)
+    return missing
+
+
 def machine_line(num_cpus: float) -> str:
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     vm = psutil.virtual_memory()
+    missing = without_bytecode()
+    bytecode = (
+        f"MISSING for {', '.join(missing)} (every process compiles them; `make bytecode`)"
+        if missing
+        else "compiled"
+    )
     return (
         f"machine: {usable_cores(num_cpus):g} usable cores (budget num_cpus={num_cpus:g}, "
         f"os.cpu_count()={os.cpu_count()}), {vm.total / 2**30:.1f} GiB RAM, "
-        f"load avg {load}, shm root {Path(default_root())}"
+        f"load avg {load}, shm root {Path(default_root())}, installed packages' bytecode "
+        f"{bytecode}"
     )
 
 

@@ -551,7 +551,8 @@ def user_main(p: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str,
     cases = [c for c in args.cases.split(",") if c]
     if set(cases) - set(CASES) or args.repeats < 1:
         p.error("unknown --cases, or --repeats under 1")
-    print(machine_line(float(os.cpu_count() or 1)))
+    machine = machine_line(float(os.cpu_count() or 1))
+    print(machine)
     sources = {}
     if {"fixed", "shots"} & set(cases):
         sources["fixed"] = sources["shots"] = make_videos(
@@ -562,9 +563,8 @@ def user_main(p: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str,
         sources["small"] = make_small_videos(
             args.cache, args.small_videos, args.small_seconds, width, height, args.fps
         )
-    figures = {
-        "user": user_figures(cases, sources, args.repeats, args.outputs, args.baseline, args.inline)
-    }
+    user = user_figures(cases, sources, args.repeats, args.outputs, args.baseline, args.inline)
+    figures = {"machine": machine, "user": user}
     if args.json is not None:
         args.json.write_text(json.dumps(figures, indent=1, default=str) + "\n")
     return figures
