@@ -38,7 +38,9 @@ prepare)
     ;;
 install)
     folder=${2:?"install needs the folder of wheels it carried"}
-    "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    # compiled as pip does by default: without bytecode each worker process would compile
+    # PyAV's modules as it starts (docs/measurements/2026-11-28-bytecode.md)
+    "$python" -m pip install -q --no-index --no-deps --no-cache-dir --upgrade \
         --target "$here/site" "$folder"/*.whl
     ;;
 paths)
