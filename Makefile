@@ -26,11 +26,8 @@ install: $(STAMP)
 # makes every process compile torch, Ray, PyAV... again as it starts: 1.8x the CPU of the test
 # suite (docs/measurements/2026-11-28-bytecode.md). Compiled again where it is missing (the
 # check takes a tenth of a second), and conveyor's own modules (an editable install has none)
-HAS_BYTECODE := import importlib.util as u, os, sys; \
-	sys.exit(not all(os.path.exists(u.cache_from_source(u.find_spec(m).origin)) \
-	for m in ("numpy", "pyarrow", "psutil")))
 bytecode: $(STAMP)
-	@$(PY) -c '$(HAS_BYTECODE)' || { echo "compiling $(VENV)'s bytecode, which is missing"; \
+	@$(PY) benchmarks/_bytecode.py || { echo "compiling $(VENV)'s bytecode, which is missing"; \
 		$(PY) -m compileall -qq -j 0 $(VENV)/lib >/dev/null || true; }
 	@$(PY) -m compileall -qq -j 0 conveyor >/dev/null || true
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import itertools
 import math
 import os
@@ -25,6 +24,7 @@ from typing import Any
 # inside a stage, every worker would pay the import (~0.1-0.2 s) on its first task.
 import numpy as np
 import psutil
+from _bytecode import without_bytecode
 
 from conveyor import Pipeline, ProcessingStage, Resources
 from conveyor.backends import LocalBackend
@@ -727,26 +727,6 @@ def resource_row(m: Measurement, cores: float) -> list[str]:
         fmt(util),
         fmt(m.load_1m),
     ]
-
-
-#: packages the benchmarks' processes import, whose bytecode ``machine_line`` looks for
-BYTECODE_PROBES = ("numpy", "pyarrow", "psutil", "av", "torch", "ray")
-
-
-def without_bytecode(names: Iterable[str] | None = None) -> list[str]:
-    """The installed ``names`` whose bytecode is missing. Every process then compiles them as
-    it imports them (1.8x the CPU of the test suite), which a pip-installed
-    environment never does: a run's figures would overstate the cost of starting processes,
-    and so ours against a one-process script. ``names``: ``BYTECODE_PROBES`` by default;
-    packages not installed are left out."""
-    missing = []
-    for name in BYTECODE_PROBES if names is None else names:
-        spec = importlib.util.find_spec(name)
-        if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
-            continue
-        if not os.path.exists(importlib.util.cache_from_source(spec.origin)):
-            missing.append(name)
-    return missing
 
 
 def machine_line(num_cpus: float) -> str:

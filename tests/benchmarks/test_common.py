@@ -18,8 +18,13 @@ def common(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     return importlib.import_module("_common")
 
 
+@pytest.fixture
+def bytecode(common: ModuleType) -> ModuleType:
+    return importlib.import_module("_bytecode")  # on the path ``common`` put it on
+
+
 def test_a_package_without_bytecode_is_named_until_it_is_compiled(
-    common: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    common: ModuleType, bytecode: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Runs whose processes compile their imports are told apart from a pip-installed
     environment's: the machine line names the packages whose bytecode is missing."""
@@ -28,14 +33,14 @@ def test_a_package_without_bytecode_is_named_until_it_is_compiled(
     (package / "__init__.py").write_text("VALUE = 1\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     importlib.invalidate_caches()
-    monkeypatch.setattr(common, "BYTECODE_PROBES", ("cvy_probe_package", "cvy_not_installed"))
+    monkeypatch.setattr(bytecode, "BYTECODE_PROBES", ("cvy_probe_package", "cvy_not_installed"))
 
-    assert common.without_bytecode() == ["cvy_probe_package"]
+    assert bytecode.without_bytecode() == ["cvy_probe_package"]
     assert "bytecode MISSING for cvy_probe_package (every process compiles them" in (
         common.machine_line(1)
     )
 
     py_compile.compile(str(package / "__init__.py"), doraise=True)  # as pip does on install
-    assert common.without_bytecode() == []
+    assert bytecode.without_bytecode() == []
     assert common.machine_line(1).endswith("installed packages' bytecode compiled")
-    assert common.without_bytecode(["cvy_not_installed"]) == []
+    assert bytecode.without_bytecode(["cvy_not_installed"]) == []
