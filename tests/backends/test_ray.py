@@ -440,7 +440,6 @@ def test_exceptions_are_retried_and_poison_is_recorded(address: str, tmp_path: P
     assert result.counts == {"inputs": 30, "outputs": 28, "filtered": 0, "failed": 2, "skipped": 0}
 
 
-@pytest.mark.slow
 def test_a_worker_killing_input_is_isolated(address: str) -> None:
     result = run([st.Poison(11, how="kill", batch_size=2)], range(30), RayBackend(address))
     assert sorted(result.outputs) == [i for i in range(30) if i != 11]
@@ -534,7 +533,6 @@ def test_a_generators_timeout_and_journal_on_ray(address: str, tmp_path: Path) -
     assert again.counts["skipped"] == 3
 
 
-@pytest.mark.slow
 def test_worker_killed_from_outside_is_replaced_and_nothing_is_lost(address: str) -> None:
     backend = RayBackend(address)
     stage = st.Slow("slow", 0.05)
@@ -651,7 +649,6 @@ def _comparable(result: Any) -> tuple[Any, ...]:
     return (sorted(result.outputs), result.counts, sorted(f.task for f in result.failures))
 
 
-@pytest.mark.slow
 def test_results_equal_the_local_backend(address: str) -> None:
     local = _local_reference()
     assert local.counts["outputs"] > 40  # fan-out happened

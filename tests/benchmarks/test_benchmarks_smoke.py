@@ -19,7 +19,8 @@ import pytest
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
-pytestmark = pytest.mark.slow
+#: the benchmarks whose smoke runs take seconds of CPU: `make test-slow` and CI run them
+slow = pytest.mark.slow
 
 
 def load(name: str, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
@@ -125,6 +126,7 @@ def test_streams_quick(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFi
     assert set(figures["outputs_per_s"]) == {"list", "generator"}
 
 
+@slow
 def test_dedup_quality_quick(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
     bench = load("dedup_quality", monkeypatch)
     bench.main(["--docs", "3000", "--shapes", "20x6"])
@@ -132,6 +134,7 @@ def test_dedup_quality_quick(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Cap
     assert "precision" in out and "recall" in out
 
 
+@slow
 def test_shots_quick(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
@@ -182,6 +185,7 @@ def test_shots_quick(
     assert set(again["contenders"]) == {"PySceneDetect API adaptive"}
 
 
+@slow
 def test_shots_older_quick(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
     """The older set scored without and with the variance sag, from one detection."""
     bench = load("shots_older", monkeypatch)
@@ -193,6 +197,7 @@ def test_shots_older_quick(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Captu
     assert "without sag" in capsys.readouterr().out
 
 
+@slow
 def test_shots_without_ffmpeg_lists_scenes_only(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
@@ -211,6 +216,7 @@ def test_shots_without_ffmpeg_lists_scenes_only(
     assert "split-video skipped" in out
 
 
+@slow
 def test_shots_speed_quick(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
@@ -425,6 +431,7 @@ def test_video_gpu_reports_what_decoding_on_nvdec_changes_and_what_decoded_each_
     assert "194 busy s per video-hour on its GPU share" in printed
 
 
+@slow
 def test_video_gpu_runs_its_captioned_contender_end_to_end_on_a_declared_gpu(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -484,6 +491,7 @@ def test_the_x264_floor_is_the_encode_alone(monkeypatch: pytest.MonkeyPatch, tmp
     assert 0 < fast < slow
 
 
+@slow
 def test_video_quick(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
@@ -547,6 +555,7 @@ def test_video_elastic_threads_a_b(
     assert "streaming / streaming-own-cpus" in capsys.readouterr().out
 
 
+@slow
 def test_video_user_quick(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
@@ -608,6 +617,7 @@ def test_video_user_quick(
     assert "inline / plain (the stages' work)" in out and "ours / inline" in out
 
 
+@slow
 def test_semdedup_tiny(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
@@ -627,6 +637,7 @@ def test_semdedup_tiny(
     assert json.loads(saved.read_text())["growth"][0]["n"] == 3000
 
 
+@slow
 def test_video_many_full_runs_only(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
@@ -639,6 +650,7 @@ def test_video_many_full_runs_only(
     assert "0/-/-" in capsys.readouterr().out  # the exit codes' row
 
 
+@slow
 def test_video_many_quick(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
@@ -678,6 +690,7 @@ def test_video_many_quick(
     assert again["ratios"] == figures["ratios"] and "6 videos over 3" in capsys.readouterr().out
 
 
+@slow
 def test_image_quick(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
