@@ -99,7 +99,10 @@ def dedup(
     except SemanticDedupError as exc:
         raise fail(str(exc)) from None
     passes = ", ".join(f"{name} {s:.1f} s" for name, s in result.passes.items())
-    skipped = f" ({result.skipped:,} without an embedding left out)" if result.skipped else ""
+    missing = result.skipped - result.nonfinite
+    left_out = [f"{missing:,} without an embedding"] if missing else []
+    left_out += [f"{result.nonfinite:,} holding NaN or infinite values"] if result.nonfinite else []
+    skipped = f" ({' and '.join(left_out)} left out)" if left_out else ""
     typer.echo(
         f"{result.items:,} items{skipped}, {result.clusters:,} clusters: {result.duplicates:,} "
         f"duplicates at >= {threshold:g} in {result.wall_s:.1f} s ({passes})\n"

@@ -74,3 +74,18 @@ def test_a_failed_pass_exits_1_naming_the_file(tmp_path: Path) -> None:
     result = run(str(tmp_path / "ragged.parquet"), str(tmp_path / "out"))
     assert result.exit_code == 1
     assert "ragged.parquet" in result.output and "embeddings of 2 and of 1" in result.output
+
+
+def test_items_left_out_are_said_apart_by_why(tmp_path: Path) -> None:
+    """A missing embedding and one holding NaN are both left out; the line says which is
+    which, since a NaN usually means a broken model upstream."""
+    nan = float("nan")
+    vectors = [[1.0, 0.0], None, [nan, 1.0], [nan, nan], [1.0, 0.001], [0.0, 1.0]]
+    pq.write_table(pa.table({"id": list("abcdef"), "embedding": vectors}), tmp_path / "x.parquet")
+    result = run(str(tmp_path / "x.parquet"), str(tmp_path / "out"), "--threshold", "0.99")
+    assert result.exit_code == 0, result.output
+    assert (
+        "3 items (1 without an embedding and 2 holding NaN or infinite values left out)"
+        in result.output
+    )
+    assert "1 duplicates at >= 0.99" in result.output

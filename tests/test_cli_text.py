@@ -400,6 +400,22 @@ def test_empty_input_files(tmp_path: Path) -> None:
     assert [Path(p).name for p in s["files"]["empty"]] == ["a.jsonl", "b.jsonl"]
 
 
+def test_an_unreadable_file_is_an_error_not_an_empty_file(tmp_path: Path) -> None:
+    """A corrupt gzip gives no record, but it is not empty: it is listed once, as an error,
+    and the other file's documents are read."""
+    source = tmp_path / "in"
+    source.mkdir()
+    (source / "bad.jsonl.gz").write_bytes(b"\x1f\x8b not gzip at all")
+    (source / "good.jsonl").write_text('{"id": "a", "text": "one two three"}\n')
+    result = run(str(source), str(tmp_path / "out"), "--no-filters", "--no-langid")
+    assert result.exit_code == 0, result.output
+    s = summary(tmp_path / "out")
+    assert s["documents"]["in"] == 1 and s["files"]["empty"] == []
+    [error] = s["files"]["errors"]
+    assert Path(error["file"]).name == "bad.jsonl.gz" and "BadGzipFile" in error["reason"]
+    assert "empty file" not in result.output and "file error" in result.output
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

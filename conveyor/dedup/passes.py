@@ -20,7 +20,7 @@ from __future__ import annotations
 import io
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -39,8 +39,10 @@ class Sampled:
     chunk: int
     items: int
     sampled: int
-    #: rows with no embedding (null or empty): never compared, never marked
+    #: rows with no usable embedding (null, empty, NaN or infinite): never compared or marked
     skipped: int
+    #: of those, the rows whose embedding holds a NaN or an infinity
+    nonfinite: int = 0
 
 
 @dataclass(frozen=True)
@@ -75,9 +77,18 @@ def read_chunk(chunk: Chunk, names: list[str]) -> Any:
         return pq.ParquetFile(raw).read_row_groups(list(chunk.row_groups), columns=names)
 
 
-def embeddings(table: Any, column: str, where: str) -> tuple[np.ndarray, np.ndarray]:
-    """(float32 rows, indices of the table's rows they are): rows whose embedding is null or
-    empty are left out; a length unlike the others' is an error naming ``where``."""
+class Embeddings(NamedTuple):
+    vectors: np.ndarray
+    #: the table's rows they are
+    rows: np.ndarray
+    #: rows left out for a NaN or an infinity
+    nonfinite: int
+
+
+def embeddings(table: Any, column: str, where: str) -> Embeddings:
+    """The table's embeddings as float32 rows, and which rows they are. Rows whose embedding
+    is null, empty, or holds a NaN or an infinity (nothing it is compared with would mean
+    anything) are left out; a length unlike the others' is an error naming ``where``."""
     import pyarrow as pa
 
     array = table.column(column).combine_chunks()
@@ -88,14 +99,15 @@ def embeddings(table: Any, column: str, where: str) -> tuple[np.ndarray, np.ndar
         dim = array.type.list_size
         start = array.offset * dim
         flat = array.values.slice(start, len(array) * dim).to_numpy(zero_copy_only=False)
-        matrix = np.asarray(flat, dtype=np.float32).reshape(len(array), dim)
+        with np.errstate(over="ignore"):  # a float64 beyond float32's range: left out below
+            matrix = np.asarray(flat, dtype=np.float32).reshape(len(array), dim)
         keep = np.flatnonzero(valid) if dim else np.zeros(0, np.int64)
-        return matrix[keep], keep
+        return _finite(matrix[keep], keep)
     offsets = array.offsets.to_numpy()
     lengths = np.diff(offsets)
     keep = np.flatnonzero(valid & (lengths > 0))
     if not len(keep):
-        return np.zeros((0, 0), np.float32), keep
+        return Embeddings(np.zeros((0, 0), np.float32), keep, 0)
     dim = int(lengths[keep[0]])
     odd = keep[lengths[keep] != dim]
     if len(odd):
@@ -105,7 +117,18 @@ def embeddings(table: Any, column: str, where: str) -> tuple[np.ndarray, np.ndar
         )
     values = array.values.to_numpy(zero_copy_only=False)
     take = (offsets[keep][:, None] + np.arange(dim)[None, :]).reshape(-1)
-    return np.asarray(values[take], dtype=np.float32).reshape(len(keep), dim), keep
+    with np.errstate(over="ignore"):
+        vectors = np.asarray(values[take], dtype=np.float32).reshape(len(keep), dim)
+    return _finite(vectors, keep)
+
+
+def _finite(vectors: np.ndarray, rows: np.ndarray) -> Embeddings:
+    """Without the rows that hold a NaN or an infinity (also a float64 too large for float32):
+    they would make k-means fail and match nothing."""
+    finite = np.isfinite(vectors).all(axis=1)
+    if finite.all():
+        return Embeddings(vectors, rows, 0)
+    return Embeddings(vectors[finite], rows[finite], int(len(rows) - finite.sum()))
 
 
 def _save_npy(path: StoragePath, array: np.ndarray) -> None:
@@ -165,11 +188,11 @@ class SampleEmbeddings(ProcessingStage[Chunk, Sampled]):
 
     def process(self, chunk: Chunk) -> Sampled:
         table = read_chunk(chunk, [self.columns.embedding])
-        vectors, kept = embeddings(table, self.columns.embedding, chunk.path)
+        vectors, kept, nonfinite = embeddings(table, self.columns.embedding, chunk.path)
         draw = np.random.default_rng([self.seed, chunk.index]).random(len(vectors))
         sample = normalise(vectors[draw < self.fraction])
         _save_npy(location(self.work) / "sample" / f"chunk-{chunk.index:06d}.npy", sample)
-        return Sampled(chunk.index, len(kept), len(sample), chunk.rows - len(kept))
+        return Sampled(chunk.index, len(kept), len(sample), chunk.rows - len(kept), nonfinite)
 
 
 class TrainCentroids(ProcessingStage[Any, Trained]):
@@ -263,7 +286,7 @@ class AssignClusters(ProcessingStage[Chunk, Assigned]):
             self.setup(None)
         assert self._buckets is not None
         table = read_chunk(chunk, self.columns.read)
-        vectors, kept = embeddings(table, self.columns.embedding, chunk.path)
+        vectors, kept, _ = embeddings(table, self.columns.embedding, chunk.path)
         clusters = len(self._buckets)
         if not len(kept):
             return Assigned(chunk.index, np.zeros(clusters, np.int64))

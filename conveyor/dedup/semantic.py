@@ -65,13 +65,15 @@ class SemanticDedupResult:
     duplicates: int
     clusters: int
     threshold: float
-    #: rows with a null or empty embedding: never compared, never marked
+    #: rows with no usable embedding (null, empty, NaN or infinite): never compared or marked
     skipped: int
     duplicates_path: str
     report_path: str
     wall_s: float
     #: seconds of each pass
     passes: dict[str, float] = field(default_factory=dict)
+    #: of the skipped rows, those whose embedding holds a NaN or an infinity
+    nonfinite: int = 0
 
 
 def _absolute(path: str | os.PathLike[str]) -> str:
@@ -151,7 +153,7 @@ def semantic_dedup(
     clusters = n_clusters or default_clusters(items)
     id_type = files[0].id_type if files else pa.string()
     passes: dict[str, float] = {}
-    skipped = duplicates = 0
+    skipped = nonfinite = duplicates = 0
     trained_clusters = 0
     if items:
         from conveyor.dedup.passes import (
@@ -169,6 +171,7 @@ def semantic_dedup(
             plan,
         ).outputs
         skipped = sum(s.skipped for s in sampled)
+        nonfinite = sum(s.nonfinite for s in sampled)
         if items - skipped:
             trained = run_pass(
                 Pipeline(
@@ -211,6 +214,7 @@ def semantic_dedup(
         report_path=str(root / REPORT),
         wall_s=time.perf_counter() - started,
         passes={k: round(v, 3) for k, v in passes.items()},
+        nonfinite=nonfinite,
     )
     report = {
         **asdict(result),

@@ -146,10 +146,14 @@ def build_summary(
         records_per_file[seg["file_index"]] += seg.get("records", seg["lines"])
     empty = [f.path for f in listing.files if f.size == 0]
     read_whole = {f.index for f in listing.files} if config.limit is None else set()
+    unreadable = {entry["file"] for entry in file_errors}  # listed as errors, not as empty
     empty += [
         f.path
         for f in listing.files
-        if f.size > 0 and f.index in read_whole and records_per_file.get(f.index, -1) == 0
+        if f.size > 0
+        and f.index in read_whole
+        and records_per_file.get(f.index, -1) == 0
+        and f.path not in unreadable
     ]
     documents = counts.documents
     wall = max(wall_s, 1e-9)

@@ -217,6 +217,25 @@ def test_items_without_an_embedding_are_skipped_and_counted(tmp_path: Path) -> N
     assert marked(tmp_path / "out").to_pylist()[0]["duplicate_of"] == "a"
 
 
+@pytest.mark.parametrize("fixed", [False, True])
+def test_items_whose_embedding_is_not_finite_are_skipped_and_counted(
+    tmp_path: Path, fixed: bool
+) -> None:
+    """A NaN or an infinity (or a float64 beyond float32's range) made k-means fail with a
+    message naming nothing; such rows are left out like missing ones, and counted apart."""
+    nan, inf = float("nan"), float("inf")
+    rows = [[1.0, 0.0], [nan, 0.0], [0.0, inf], [1e300, 0.0], [1.0, 0.001], [0.0, 1.0]]
+    kind = pa.list_(pa.float64(), 2) if fixed else pa.list_(pa.float64())
+    table = pa.table({"id": list("abcdef"), "embedding": pa.array(rows, kind)})
+    (tmp_path / "in").mkdir()
+    pq.write_table(table, tmp_path / "in" / "x.parquet")
+    result = semantic_dedup(tmp_path / "in", tmp_path / "out", threshold=0.99, n_clusters=2)
+    assert (result.items, result.skipped, result.nonfinite, result.duplicates) == (3, 3, 3, 1)
+    assert marked(tmp_path / "out").to_pylist()[0]["id"] == "e"
+    report = json.loads((tmp_path / "out" / "dedup.json").read_text())
+    assert (report["skipped"], report["nonfinite"]) == (3, 3)
+
+
 def test_no_rows_gives_an_empty_table(tmp_path: Path) -> None:
     (tmp_path / "in").mkdir()
     empty = pa.table(
