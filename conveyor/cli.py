@@ -65,7 +65,7 @@ _EXECUTOR = Annotated[
 ]
 
 
-@app.command()
+@app.command(short_help="Curate generated videos with the full CPU pipeline; check them.")
 def demo(
     workdir: Annotated[
         Path | None,
@@ -107,7 +107,7 @@ def demo(
         raise typer.Exit(code=1)
 
 
-@app.command("text-demo")
+@app.command("text-demo", short_help="Curate a generated web-text corpus; check the filters.")
 def text_demo(
     workdir: Annotated[
         Path | None,
@@ -158,14 +158,17 @@ def _print_report_path(monitors: list[object], label: str = "report:") -> None:
         typer.echo(f"{label} {html}")
 
 
-app.command()(video)
-app.command(name="report")(report_command)
-app.command()(text)
-app.command()(dedup)
-app.command()(image)
+# one line each in `conveyor --help` (each command's own --help says the rest)
+app.command(short_help="Videos to filtered, embedded H.264 clips; resumes.")(video)
+app.command(name="report", short_help="Write DIR/report.html from DIR/events.jsonl.")(
+    report_command
+)
+app.command(short_help="JSONL or Parquet text: filters, language ID, dedup.")(text)
+app.command(short_help="Near-duplicates by the cosine similarity of embeddings.")(dedup)
+app.command(short_help="Images to WebDataset shards: filters, embeddings, dedup; resumes.")(image)
 
 
-@app.command()
+@app.command(short_help="Run a scenario on the simulated backend's virtual clock.")
 def simulate(
     scenario: Annotated[
         str | None,

@@ -19,6 +19,16 @@ def test_help_lists_the_demo_command() -> None:
     assert "--version" in result.output
 
 
+def test_help_gives_each_command_one_line_at_80_columns() -> None:
+    """Each command's whole docstring, wrapped where its source lines end, made the list
+    ragged and 30 lines long; its own ``--help`` says the rest."""
+    result = runner.invoke(app, ["--help"], env={"COLUMNS": "80"})
+    assert result.exit_code == 0
+    box = result.output.split("Commands")[1].split("╰")[0]
+    names = [line.split()[1] for line in box.splitlines()[1:]]
+    assert names == ["demo", "text-demo", "video", "report", "text", "dedup", "image", "simulate"]
+
+
 def test_version() -> None:
     result = runner.invoke(app, ["--version"])
     assert result.exit_code == 0
