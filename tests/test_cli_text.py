@@ -416,6 +416,19 @@ def test_an_unreadable_file_is_an_error_not_an_empty_file(tmp_path: Path) -> Non
     assert "empty file" not in result.output and "file error" in result.output
 
 
+def test_a_malformed_parquet_row_is_shown_as_a_row(tmp_path: Path) -> None:
+    """A JSONL line prints as ``file:line``; a Parquet row, counted from 0, says it is one
+    (``file:1`` read as the first line)."""
+    source = tmp_path / "in"
+    source.mkdir()
+    texts = ["one two three", None]
+    pq.write_table(pa.table({"id": ["a", "b"], "text": texts}), source / "p.parquet")
+    result = run(str(source), str(tmp_path / "out"), "--no-filters", "--no-langid")
+    assert result.exit_code == 0, result.output
+    assert f"{source / 'p.parquet'} row 1: field 'text' is null" in result.output
+    assert summary(tmp_path / "out")["malformed_lines"]["lines"][0]["row"] == 1
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

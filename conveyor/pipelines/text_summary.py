@@ -257,13 +257,13 @@ def print_summary(summary: dict[str, Any], console: Console, max_lines: int = 10
     if malformed["total"]:
         console.print(f"[yellow]{malformed['total']:,} malformed line(s)[/] (skipped):")
         for entry in malformed["lines"][:max_lines]:
-            where = "line" if "line" in entry else "row"
-            number = entry.get(where)
-            console.print(
-                f"  {entry['file']}:{number if number is not None else '?'}: {entry['reason']}",
-                markup=False,
-                highlight=False,
+            number = entry.get("line", entry.get("row"))
+            number = "?" if number is None else number
+            # file:line as editors write it; a Parquet row (counted from 0) says so
+            where = (
+                f"{entry['file']}:{number}" if "line" in entry else f"{entry['file']} row {number}"
             )
+            console.print(f"  {where}: {entry['reason']}", markup=False, highlight=False)
         if malformed["total"] > max_lines:
             console.print(f"  ... and {malformed['total'] - max_lines:,} more (summary.json)")
     if files["empty"]:
