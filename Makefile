@@ -35,8 +35,8 @@ demo: bytecode
 	$(VENV)/bin/conveyor demo
 
 # `make test` leaves out the tests marked slow (end-to-end pipelines on Ray clusters,
-# kill-and-resume runs, the benchmarks' smoke runs: about 45% of the suite's CPU) so that it
-# takes minutes on 2 cores; `make test-slow` runs those, and CI (.ci/run) runs both
+# kill-and-resume runs, the benchmarks' smoke runs: 43% of the suite's CPU) so that it
+# takes minutes on 2 cores; `make test-slow` runs those, `make test-all` everything (.ci/run)
 test: TEST_SELECTION := not slow
 test-slow: TEST_SELECTION := slow
 test-all: TEST_SELECTION :=
