@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pickle
+
 
 class ConveyorError(Exception):
     """Base of every error Conveyor raises on purpose."""
@@ -32,6 +34,26 @@ class PermanentError(ConveyorError):
     The input is recorded as a failure at once instead of being retried; use it for bad
     data (a malformed record, an unreadable file), not for flaky resources.
     """
+
+
+class UnpicklablePayload(PermanentError, TypeError):
+    """A stage returned (or a run was given) an object that cannot be pickled, so it cannot
+    go to another process. Pickling it again gives the same error, so the input fails at
+    once instead of being run ``max_attempts`` times for nothing."""
+
+    #: what makes an object unpicklable: pickle's own error, and what objects raise from
+    #: ``__reduce__`` (locks, open files, sockets: TypeError; local classes: AttributeError)
+    CAUSES = (pickle.PicklingError, TypeError, AttributeError, ValueError)
+
+    @classmethod
+    def of(cls, obj: object, exc: BaseException) -> UnpicklablePayload:
+        kind = type(obj)
+        return cls(
+            f"a {kind.__module__}.{kind.__qualname__} cannot be pickled to pass it to another "
+            f"process ({type(exc).__name__}: {exc}); a stage's outputs must be data (arrays, "
+            "bytes, strings, dicts, dataclasses), not handles such as locks, open files or "
+            "clients"
+        )
 
 
 class BackendError(ConveyorError):

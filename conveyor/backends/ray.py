@@ -88,7 +88,7 @@ from conveyor.engine.messages import (
     WorkerStopped,
 )
 from conveyor.engine.spec import StageSpec
-from conveyor.errors import BackendError
+from conveyor.errors import BackendError, UnpicklablePayload
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +150,10 @@ def _dumps(obj: Any, sizes: list[int] | None) -> bytes:
     except Exception:  # noqa: BLE001 - classes defined in __main__ or a function: by value
         if sizes is not None:
             sizes.clear()
+    try:
         return cloudpickle.dumps(obj, protocol=5, buffer_callback=callback)
+    except UnpicklablePayload.CAUSES as exc:
+        raise UnpicklablePayload.of(obj, exc) from exc
 
 
 def encode(obj: Any, inline_ok: bool = True) -> _Encoded:

@@ -24,6 +24,7 @@ from typing import Any
 import cloudpickle
 
 from conveyor.engine.messages import Handle
+from conveyor.errors import UnpicklablePayload
 
 INLINE_LIMIT = 32 * 1024
 _MAGIC = b"CVY1"
@@ -125,7 +126,10 @@ class ShmStore:
 
     def put(self, obj: Any, label: str) -> Handle:
         buffers: list[pickle.PickleBuffer] = []
-        data = cloudpickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
+        try:
+            data = cloudpickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
+        except UnpicklablePayload.CAUSES as exc:
+            raise UnpicklablePayload.of(obj, exc) from exc
         size = len(data) + sum(b.raw().nbytes for b in buffers)
         if size <= INLINE_LIMIT and not buffers:
             return Handle(data, size, label)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -139,7 +140,8 @@ class FlakyOnce(ProcessingStage[int, int]):
 
 
 class Poison(ProcessingStage[int, int]):
-    """Raises, raises ``PermanentError``, kills its own worker, or hangs on one input."""
+    """Raises, raises ``PermanentError``, returns what cannot be pickled, kills its own
+    worker, or hangs on one input."""
 
     resources = Resources(cpus=0.5)
 
@@ -157,6 +159,8 @@ class Poison(ProcessingStage[int, int]):
                 raise PermanentError(f"malformed {task}")
             if self.how == "hang":
                 time.sleep(3600)
+            if self.how == "unpicklable":
+                return threading.Lock()  # type: ignore[return-value]
             os.kill(os.getpid(), signal.SIGKILL)
         time.sleep(self.cost_s)
         return task

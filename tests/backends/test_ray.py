@@ -440,6 +440,14 @@ def test_exceptions_are_retried_and_poison_is_recorded(address: str, tmp_path: P
     assert result.counts == {"inputs": 30, "outputs": 28, "filtered": 0, "failed": 2, "skipped": 0}
 
 
+def test_an_output_that_cannot_be_pickled_fails_its_input_at_once(address: str) -> None:
+    result = run([st.Poison(5, how="unpicklable", batch_size=2)], range(10), RayBackend(address))
+    assert sorted(result.outputs) == [i for i in range(10) if i != 5]
+    [record] = result.failures
+    assert (record.task, record.error_type, record.attempts) == ("5", "UnpicklablePayload", 1)
+    assert "_thread.lock cannot be pickled" in record.message
+
+
 def test_a_worker_killing_input_is_isolated(address: str) -> None:
     result = run([st.Poison(11, how="kill", batch_size=2)], range(30), RayBackend(address))
     assert sorted(result.outputs) == [i for i in range(30) if i != 11]

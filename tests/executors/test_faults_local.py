@@ -60,6 +60,20 @@ def test_max_attempts_is_honoured() -> None:
     assert result.stats["Poison"].retried == 0
 
 
+@pytest.mark.parametrize("executor_type", EXECUTORS)
+def test_an_output_that_cannot_be_pickled_fails_its_input_at_once(executor_type: type) -> None:
+    """Pickling it again would fail again: one attempt, a message saying what and why,
+    and its batch mate goes on."""
+    result = Pipeline("p", [Poison(5, how="unpicklable", batch_size=2)]).run(
+        executor_type(LocalBackend(num_cpus=2)), initial_tasks=range(10)
+    )
+    assert sorted(result.outputs) == [i for i in range(10) if i != 5]
+    [record] = result.failures
+    assert (record.task, record.error_type, record.attempts) == ("5", "UnpicklablePayload", 1)
+    assert record.message.startswith("a _thread.lock cannot be pickled to pass it to another")
+    assert "a stage's outputs must be data" in record.message
+
+
 def test_exception_in_a_batch_does_not_fail_its_batch_mates() -> None:
     result = Pipeline("p", [Poison(7, batch_size=4)]).run(
         StreamingExecutor(LocalBackend(num_cpus=2)), initial_tasks=range(16)
