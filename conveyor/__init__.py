@@ -28,6 +28,7 @@ _EXPORTS = {
     "StageSetupError": "conveyor.errors",
     "StageStats": "conveyor.result",
     "TaskTimeout": "conveyor.errors",
+    "UnpicklablePayload": "conveyor.errors",
     "processing_stage": "conveyor.stage",
 }
 
@@ -47,6 +48,7 @@ __all__ = [
     "StageSetupError",
     "StageStats",
     "TaskTimeout",
+    "UnpicklablePayload",
     "__version__",
     "processing_stage",
 ]
@@ -61,6 +63,7 @@ if TYPE_CHECKING:
         PipelineBuildError,
         StageSetupError,
         TaskTimeout,
+        UnpicklablePayload,
     )
     from conveyor.pipeline import Pipeline
     from conveyor.resources import Resources
