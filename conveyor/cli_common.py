@@ -1,8 +1,11 @@
-"""What the commands share: where workers run, how a bad option ends a command, and how a run
-is watched (Prometheus metrics on a port, an event log with a ``report.html``)."""
+"""What the commands share: where workers run, how a bad option ends a command, one run per
+output, and how a run is watched (Prometheus metrics on a port, an event log with a
+``report.html``)."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -65,6 +68,22 @@ def fail(message: str, code: int = 2) -> typer.Exit:
     """Print ``error: message`` on stderr; raise the returned exit (2: a bad input or option)."""
     typer.echo(f"error: {message}", err=True)
     return typer.Exit(code=code)
+
+
+@contextlib.contextmanager
+def hold_output(output: str) -> Iterator[None]:
+    """Hold OUTPUT's lock (``conveyor.output_lock``) from before the command writes anything
+    there, its event log included, until it ends; another run holding it ends this command
+    with exit 1 and a line naming that run."""
+    from conveyor.errors import OutputInUse
+    from conveyor.output_lock import output_lock
+
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(output_lock(output))
+        except OutputInUse as exc:
+            raise fail(str(exc), 1) from None
+        yield
 
 
 METRICS_PORT = Annotated[

@@ -11,7 +11,16 @@ from typing import Annotated
 
 import typer
 
-from conveyor.cli_common import ADDRESS, BACKEND, CPUS, MEMORY_GB, BackendChoice, Machine, fail
+from conveyor.cli_common import (
+    ADDRESS,
+    BACKEND,
+    CPUS,
+    MEMORY_GB,
+    BackendChoice,
+    Machine,
+    fail,
+    hold_output,
+)
 
 
 class DedupExecutor(StrEnum):
@@ -84,16 +93,17 @@ def dedup(
     except (ImportError, ValueError, ConveyorError) as exc:
         raise fail(str(exc), 2 if isinstance(exc, ValueError) else 1) from None
     try:
-        result = semantic_dedup(
-            sources,
-            output,
-            id_column=id_column,
-            embedding_column=embedding_column,
-            threshold=threshold,
-            n_clusters=clusters,
-            executor=engine,
-            order_by=tuple(order_by or ()),
-        )
+        with hold_output(output):
+            result = semantic_dedup(
+                sources,
+                output,
+                id_column=id_column,
+                embedding_column=embedding_column,
+                threshold=threshold,
+                n_clusters=clusters,
+                executor=engine,
+                order_by=tuple(order_by or ()),
+            )
     except PassFailed as exc:
         raise fail(str(exc), 1) from None
     except SemanticDedupError as exc:

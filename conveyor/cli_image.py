@@ -24,6 +24,7 @@ from conveyor.cli_common import (
     REPORT,
     BackendChoice,
     Machine,
+    hold_output,
 )
 from conveyor.cli_common import fail as _fail
 
@@ -153,6 +154,7 @@ def image(
     from rich.console import Console
 
     from conveyor.pipelines.image import ImageConfig, check_resume, clear_output
+    from conveyor.pipelines.video import check_output_place
     from conveyor.stages.image.sources import IMAGE_EXTENSIONS, ImageInputError, ImageSources
     from conveyor.storage import normalize
 
@@ -184,29 +186,35 @@ def image(
             limit=limit,
             gpus=None if gpus is None else gpus > 0,
         )
-        if overwrite:
-            clear_output(config.output)
-        check_resume(config)
-    except (ValueError, OSError, ImportError) as exc:  # a ConfigMismatch among them
+        check_output_place(config.output)
+    except (ValueError, OSError, ImportError) as exc:
         raise _fail(str(exc)) from None
-    try:
-        sources = ImageSources(
-            config.input,
-            config.output,
-            images_per_task=config.images_per_task,
-            limit=config.limit,
-        )
-        empty = sources.empty()  # plans as far as the first part
-    except ImageInputError as exc:
-        raise _fail(str(exc)) from None
-    except (OSError, ImportError, ValueError) as exc:  # a store refusing, unreachable, ...
-        raise _fail(f"INPUT {exc}", 1) from None
-    if empty:
-        wanted = " ".join((*IMAGE_EXTENSIONS, ".tar", ".parquet"))
-        raise _fail(f"no images in {config.input} (looked for {wanted}, recursively)")
-    machine = Machine(cpus, gpus, memory_gb)
-    watch = (metrics_port, report, settings)
-    _run(config, sources, executor, backend, address, machine, live, Console(), watch)
+    # held from before --overwrite clears the output until the run ends
+    with hold_output(config.output):
+        try:
+            if overwrite:
+                clear_output(config.output)
+            check_resume(config)
+        except (ValueError, OSError, ImportError) as exc:  # a ConfigMismatch among them
+            raise _fail(str(exc)) from None
+        try:
+            sources = ImageSources(
+                config.input,
+                config.output,
+                images_per_task=config.images_per_task,
+                limit=config.limit,
+            )
+            empty = sources.empty()  # plans as far as the first part
+        except ImageInputError as exc:
+            raise _fail(str(exc)) from None
+        except (OSError, ImportError, ValueError) as exc:  # a store refusing, unreachable, ...
+            raise _fail(f"INPUT {exc}", 1) from None
+        if empty:
+            wanted = " ".join((*IMAGE_EXTENSIONS, ".tar", ".parquet"))
+            raise _fail(f"no images in {config.input} (looked for {wanted}, recursively)")
+        machine = Machine(cpus, gpus, memory_gb)
+        watch = (metrics_port, report, settings)
+        _run(config, sources, executor, backend, address, machine, live, Console(), watch)
 
 
 def _run(

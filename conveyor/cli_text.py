@@ -23,6 +23,7 @@ from conveyor.cli_common import (
     REPORT,
     BackendChoice,
     Machine,
+    hold_output,
 )
 from conveyor.cli_common import fail as _fail
 
@@ -258,7 +259,8 @@ def text(
         raise _fail(f"INPUT {exc}") from None
     watch = (metrics_port, report, settings)
     machine = Machine(cpus, 0, memory_gb)
-    _run(config, listing, executor, backend, address, machine, live, Console(), watch)
+    with hold_output(config.output):  # before the event log goes there
+        _run(config, listing, executor, backend, address, machine, live, Console(), watch)
 
 
 def _executor(

@@ -23,6 +23,7 @@ from conveyor.cli_common import (
     REPORT,
     BackendChoice,
     Machine,
+    hold_output,
 )
 from conveyor.cli_common import fail as _fail
 
@@ -304,6 +305,7 @@ def video(
 
     from conveyor.pipelines.video import (
         VideoConfig,
+        check_output_place,
         check_resume,
         clear_output,
         default_journal,
@@ -387,17 +389,23 @@ def video(
                 "--decoder nvdec: this machine has no GPU (NVDEC is an NVIDIA GPU's video "
                 "decoder): use --decoder auto or cpu, or declare GPUs with --gpus"
             )
-        if overwrite:
-            clear_output(config.output)
-        check_resume(config)
-    except (ValueError, OSError, ImportError) as exc:  # a ConfigMismatch among them
+        check_output_place(config.output)
+    except (ValueError, OSError, ImportError) as exc:
         raise _fail(str(exc)) from None
-    console = Console()
-    if journal is None and executor is not VideoExecutor.ray_data:
-        journal = default_journal(config.output)
-    watch = _Watch(metrics_port, report, settings)
-    machine = Machine(cpus, gpus, memory_gb)
-    _run(config, executor, backend, address, machine, live, console, journal, watch)
+    # held from before --overwrite clears the output until the run ends
+    with hold_output(config.output):
+        try:
+            if overwrite:
+                clear_output(config.output)
+            check_resume(config)
+        except (ValueError, OSError, ImportError) as exc:  # a ConfigMismatch among them
+            raise _fail(str(exc)) from None
+        console = Console()
+        if journal is None and executor is not VideoExecutor.ray_data:
+            journal = default_journal(config.output)
+        watch = _Watch(metrics_port, report, settings)
+        machine = Machine(cpus, gpus, memory_gb)
+        _run(config, executor, backend, address, machine, live, console, journal, watch)
 
 
 def _check_nvenc() -> None:

@@ -56,6 +56,11 @@ class UnpicklablePayload(PermanentError, TypeError):
         )
 
 
+class OutputInUse(ConveyorError):
+    """Another run is writing to the output folder (``conveyor.output_lock``): the message
+    names it (process, host, since when, its command)."""
+
+
 class BackendError(ConveyorError):
     """The backend could not do what the controller asked (e.g. a worker shape fits no node)."""
 

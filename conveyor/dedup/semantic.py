@@ -134,7 +134,42 @@ def semantic_dedup(
     and cost more. ``order_by`` names columns that decide which item of a near-duplicate set
     is kept (the first, ascending; ties and the default: input order).
     ``executor`` runs the four passes (default: the streaming executor, local backend).
+
+    Only one run at a time writes an output folder: another one raises ``OutputInUse``
+    (``conveyor.output_lock``).
     """
+    from conveyor.output_lock import output_lock
+
+    with output_lock(output):
+        return _semantic_dedup(
+            inputs,
+            output,
+            id_column=id_column,
+            embedding_column=embedding_column,
+            threshold=threshold,
+            n_clusters=n_clusters,
+            executor=executor,
+            order_by=order_by,
+            partition_rows=partition_rows,
+            chunk_rows=chunk_rows,
+            seed=seed,
+        )
+
+
+def _semantic_dedup(
+    inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    output: str | os.PathLike[str],
+    *,
+    id_column: str = "id",
+    embedding_column: str = "embedding",
+    threshold: float = 0.95,
+    n_clusters: int | None = None,
+    executor: Executor | None = None,
+    order_by: str | Sequence[str] = (),
+    partition_rows: int = PARTITION_ROWS,
+    chunk_rows: int = CHUNK_ROWS,
+    seed: int = 0,
+) -> SemanticDedupResult:
     import pyarrow as pa
 
     started = time.perf_counter()

@@ -187,7 +187,23 @@ def run_image(
     run finished is skipped, its record counted. The run keeps the engine's journal in
     ``OUTPUT/.conveyor/journal``. Deduplication and packing run only when the stream
     completed, over every complete part; ``executor`` also runs the semantic dedup's passes.
+
+    Only one run at a time writes an output folder: another one raises ``OutputInUse``
+    (``conveyor.output_lock``).
     """
+    from conveyor.output_lock import output_lock
+
+    with output_lock(config.output):
+        return _run_image(config, executor, on_output=on_output, sources=sources)
+
+
+def _run_image(
+    config: ImageConfig,
+    executor: Executor | None = None,
+    *,
+    on_output: Callable[[Any], None] | None = None,
+    sources: ImageSources | None = None,
+) -> ImageRunReport:
     from conveyor.stages.image.dedup import deduplicate
     from conveyor.stages.image.layout import ImageLayout
     from conveyor.stages.image.shards import pack_shards

@@ -281,7 +281,24 @@ def run_text(
     ``on_output`` sees every last-stage output (a ``FileGroupTask`` whose metadata holds the
     counts); ``on_pass`` is told when a pass or the dedup step starts. Output shards are
     published (moved to ``part-NNNNN``) only when every pass completed.
+
+    Only one run at a time writes an output folder: another one raises ``OutputInUse``
+    (``conveyor.output_lock``).
     """
+    from conveyor.output_lock import output_lock
+
+    with output_lock(config.output):
+        return _run_text(config, executor, listing=listing, on_output=on_output, on_pass=on_pass)
+
+
+def _run_text(
+    config: TextConfig,
+    executor: Executor | None = None,
+    *,
+    listing: InputListing | None = None,
+    on_output: Callable[[Any], None] | None = None,
+    on_pass: Callable[[str], None] | None = None,
+) -> TextRunReport:
     from conveyor.stages.text.readers import list_inputs
     from conveyor.stages.text.writers import publish_shards
     from conveyor.storage import atomic_write

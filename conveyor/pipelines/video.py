@@ -456,7 +456,24 @@ def run_video(
     output's records as it comes, on a disk or a bucket alike. With ``journal`` (a local
     file, see ``default_journal``) the run also keeps the engine's journal: each video is
     a source task, recorded once all its clips are written.
+
+    Only one run at a time writes an output folder: another one raises ``OutputInUse``
+    (``conveyor.output_lock``).
     """
+    from conveyor.output_lock import output_lock
+
+    with output_lock(config.output):
+        return _run_video(config, executor, on_output=on_output, journal=journal, sources=sources)
+
+
+def _run_video(
+    config: VideoConfig,
+    executor: Executor | None = None,
+    *,
+    on_output: Callable[[Any], None] | None = None,
+    journal: str | os.PathLike[str] | None = None,
+    sources: VideoSources | None = None,
+) -> VideoRunReport:
     from conveyor.media.layout import OutputLayout
     from conveyor.stages.video.reader import VideoSources
 
