@@ -5,7 +5,7 @@ output, and how a run is watched (Prometheus metrics on a port, an event log wit
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -71,10 +71,16 @@ def fail(message: str, code: int = 2) -> typer.Exit:
 
 
 @contextlib.contextmanager
-def hold_output(output: str) -> Iterator[None]:
+def hold_output(
+    output: str,
+    clear: Callable[[str], object] | None = None,
+    check: Callable[[], object] | None = None,
+) -> Iterator[None]:
     """Hold OUTPUT's lock (``conveyor.output_lock``) from before the command writes anything
     there, its event log included, until it ends; another run holding it ends this command
-    with exit 1 and a line naming that run."""
+    with exit 1 and a line naming that run. Under the lock, ``clear(output)``
+    (``--overwrite``) then ``check()`` (can it be resumed?): a ValueError, OSError or
+    ImportError of theirs ends the command with exit 2."""
     from conveyor.errors import OutputInUse
     from conveyor.output_lock import output_lock
 
@@ -83,6 +89,13 @@ def hold_output(output: str) -> Iterator[None]:
             stack.enter_context(output_lock(output))
         except OutputInUse as exc:
             raise fail(str(exc), 1) from None
+        try:
+            if clear is not None:
+                clear(output)
+            if check is not None:
+                check()
+        except (ValueError, OSError, ImportError) as exc:  # a ConfigMismatch among them
+            raise fail(str(exc)) from None
         yield
 
 

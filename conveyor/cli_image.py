@@ -189,14 +189,8 @@ def image(
         check_output_place(config.output)
     except (ValueError, OSError, ImportError) as exc:
         raise _fail(str(exc)) from None
-    # held from before --overwrite clears the output until the run ends
-    with hold_output(config.output):
-        try:
-            if overwrite:
-                clear_output(config.output)
-            check_resume(config)
-        except (ValueError, OSError, ImportError) as exc:  # a ConfigMismatch among them
-            raise _fail(str(exc)) from None
+    clear = clear_output if overwrite else None
+    with hold_output(config.output, clear, lambda: check_resume(config)):
         try:
             sources = ImageSources(
                 config.input,

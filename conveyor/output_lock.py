@@ -15,18 +15,23 @@ runs into one bucket prefix are the user's to avoid.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import socket
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import ParamSpec, TypeVar
 
 from conveyor.errors import OutputInUse
 
 #: the lock file, at the output's top (``--overwrite`` clears ``.conveyor/`` under a held lock)
 LOCK_NAME = ".conveyor.lock"
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 #: locks this process holds, by file: [fd, depth] (the command and the pipeline it runs
 #: both take the lock; the inner one is a no-op)
@@ -76,6 +81,23 @@ def output_lock(output: str | os.PathLike[str]) -> Iterator[None]:
         if made:  # a run that stopped before writing leaves no empty output behind
             with contextlib.suppress(OSError):
                 path.parent.rmdir()
+
+
+def locks_output(
+    output_of: Callable[..., str | os.PathLike[str]],
+) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Run the decorated entry point (``run_video``...) holding the lock of the output that
+    ``output_of`` finds in its arguments."""
+
+    def decorate(run: Callable[P, R]) -> Callable[P, R]:
+        @functools.wraps(run)
+        def locked(*args: P.args, **kwargs: P.kwargs) -> R:
+            with output_lock(output_of(*args, **kwargs)):
+                return run(*args, **kwargs)
+
+        return locked
+
+    return decorate
 
 
 def _acquire(path: Path, output: str | os.PathLike[str]) -> int:

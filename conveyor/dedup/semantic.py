@@ -41,6 +41,7 @@ from conveyor.dedup.plan import (
     sample_size,
     scan,
 )
+from conveyor.output_lock import locks_output
 from conveyor.pipeline import Pipeline
 from conveyor.storage import atomic_write, is_url, location, remove_tree
 
@@ -113,6 +114,7 @@ def run_pass(pipeline: Pipeline, executor: Executor | None, tasks: list[Any]) ->
     return result
 
 
+@locks_output(lambda inputs, output, *_, **__: output)
 def semantic_dedup(
     inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     output: str | os.PathLike[str],
@@ -138,38 +140,6 @@ def semantic_dedup(
     Only one run at a time writes an output folder: another one raises ``OutputInUse``
     (``conveyor.output_lock``).
     """
-    from conveyor.output_lock import output_lock
-
-    with output_lock(output):
-        return _semantic_dedup(
-            inputs,
-            output,
-            id_column=id_column,
-            embedding_column=embedding_column,
-            threshold=threshold,
-            n_clusters=n_clusters,
-            executor=executor,
-            order_by=order_by,
-            partition_rows=partition_rows,
-            chunk_rows=chunk_rows,
-            seed=seed,
-        )
-
-
-def _semantic_dedup(
-    inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
-    output: str | os.PathLike[str],
-    *,
-    id_column: str = "id",
-    embedding_column: str = "embedding",
-    threshold: float = 0.95,
-    n_clusters: int | None = None,
-    executor: Executor | None = None,
-    order_by: str | Sequence[str] = (),
-    partition_rows: int = PARTITION_ROWS,
-    chunk_rows: int = CHUNK_ROWS,
-    seed: int = 0,
-) -> SemanticDedupResult:
     import pyarrow as pa
 
     started = time.perf_counter()

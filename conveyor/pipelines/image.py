@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from conveyor.output_lock import locks_output
 from conveyor.pipeline import Pipeline
 from conveyor.pipelines.image_config import ImageConfig
 from conveyor.pipelines.image_summary import ImageTally, build_summary
@@ -172,6 +173,7 @@ class ImageRunReport:
     wall_s: float
 
 
+@locks_output(lambda config, *_, **__: config.output)
 def run_image(
     config: ImageConfig,
     executor: Executor | None = None,
@@ -191,19 +193,6 @@ def run_image(
     Only one run at a time writes an output folder: another one raises ``OutputInUse``
     (``conveyor.output_lock``).
     """
-    from conveyor.output_lock import output_lock
-
-    with output_lock(config.output):
-        return _run_image(config, executor, on_output=on_output, sources=sources)
-
-
-def _run_image(
-    config: ImageConfig,
-    executor: Executor | None = None,
-    *,
-    on_output: Callable[[Any], None] | None = None,
-    sources: ImageSources | None = None,
-) -> ImageRunReport:
     from conveyor.stages.image.dedup import deduplicate
     from conveyor.stages.image.layout import ImageLayout
     from conveyor.stages.image.shards import pack_shards

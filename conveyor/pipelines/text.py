@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from conveyor.output_lock import locks_output
 from conveyor.pipeline import Pipeline
 from conveyor.pipelines.text_config import TextConfig
 from conveyor.pipelines.text_summary import TextCounts, build_summary
@@ -265,6 +266,7 @@ class TextRunReport:
         return [f for r in self.results for f in r.failures]
 
 
+@locks_output(lambda config, *_, **__: config.output)
 def run_text(
     config: TextConfig,
     executor: Executor | None = None,
@@ -285,20 +287,6 @@ def run_text(
     Only one run at a time writes an output folder: another one raises ``OutputInUse``
     (``conveyor.output_lock``).
     """
-    from conveyor.output_lock import output_lock
-
-    with output_lock(config.output):
-        return _run_text(config, executor, listing=listing, on_output=on_output, on_pass=on_pass)
-
-
-def _run_text(
-    config: TextConfig,
-    executor: Executor | None = None,
-    *,
-    listing: InputListing | None = None,
-    on_output: Callable[[Any], None] | None = None,
-    on_pass: Callable[[str], None] | None = None,
-) -> TextRunReport:
     from conveyor.stages.text.readers import list_inputs
     from conveyor.stages.text.writers import publish_shards
     from conveyor.storage import atomic_write

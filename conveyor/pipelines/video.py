@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from conveyor.output_lock import locks_output
 from conveyor.pipeline import Pipeline
 from conveyor.pipelines.video_config import (
     DEFAULT_THRESHOLDS,
@@ -439,6 +440,7 @@ class VideoRunReport:
     tally: RunTally | None = None
 
 
+@locks_output(lambda config, *_, **__: config.output)
 def run_video(
     config: VideoConfig,
     executor: Executor | None = None,
@@ -460,20 +462,6 @@ def run_video(
     Only one run at a time writes an output folder: another one raises ``OutputInUse``
     (``conveyor.output_lock``).
     """
-    from conveyor.output_lock import output_lock
-
-    with output_lock(config.output):
-        return _run_video(config, executor, on_output=on_output, journal=journal, sources=sources)
-
-
-def _run_video(
-    config: VideoConfig,
-    executor: Executor | None = None,
-    *,
-    on_output: Callable[[Any], None] | None = None,
-    journal: str | os.PathLike[str] | None = None,
-    sources: VideoSources | None = None,
-) -> VideoRunReport:
     from conveyor.media.layout import OutputLayout
     from conveyor.stages.video.reader import VideoSources
 
