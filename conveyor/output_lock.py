@@ -33,9 +33,9 @@ LOCK_NAME = ".conveyor.lock"
 P = ParamSpec("P")
 R = TypeVar("R")
 
-#: locks this process holds, by file: [fd, depth] (the command and the pipeline it runs
-#: both take the lock; the inner one is a no-op)
-_held: dict[Path, list[int]] = {}
+#: the lock files this process holds (the command and the pipeline it runs both take the
+#: lock: the inner hold is the outer one's; threads of one process are not told apart)
+_held: set[Path] = set()
 
 
 def lock_path(output: str | os.PathLike[str]) -> Path | None:
@@ -60,21 +60,16 @@ def output_lock(output: str | os.PathLike[str]) -> Iterator[None]:
     if path is None:
         yield
         return
-    held = _held.get(path)
-    if held is not None:
-        held[1] += 1
-        try:
-            yield
-        finally:
-            held[1] -= 1
+    if path in _held:
+        yield
         return
     made = not path.parent.exists()
     fd = _acquire(path, output)
-    _held[path] = [fd, 1]
+    _held.add(path)
     try:
         yield
     finally:
-        del _held[path]
+        _held.discard(path)
         with contextlib.suppress(OSError):
             os.unlink(path)  # before the lock goes: whoever opens the path next gets a new file
         os.close(fd)
