@@ -135,8 +135,8 @@ class _StageFn:
             begun, cpu = time.perf_counter(), time.process_time()
             outputs, out_labels, filtered, failures, retried = self._process(tasks, labels)
             busy, cpu = time.perf_counter() - begun, time.process_time() - cpu
-            for obj, label in zip(outputs, out_labels, strict=True):
-                out.append((TASK, label, _dumps(obj, None), None))
+            for data, label in zip(outputs, out_labels, strict=True):
+                out.append((TASK, label, data, None))
             for record in failures:
                 out.append((FAILURE, record.task, pickle.dumps(record), None))
             done = len(tasks) - len(failures)  # as the controller counts: inputs that finished
@@ -153,14 +153,20 @@ class _StageFn:
                 out.append((COUNTS, "", b"", blob))
         return _table(out)
 
-    def _process(
-        self, tasks: list[Any], labels: list[str]
-    ) -> tuple[list[Any], list[str], int, list[FailureRecord], int]:
-        """Run a batch; on an exception retry its inputs one at a time, as the controller does."""
+    def _run(self, tasks: list[Any], labels: list[str]) -> tuple[list[bytes], list[str], int]:
+        """A batch's outputs, pickled: one that cannot be fails its input here
+        (``UnpicklablePayload``, at once), not the Ray Data task that carries the batch."""
         runner = self.runner
         assert runner is not None
+        outputs, out_labels, filtered = runner.run(tasks, labels)
+        return [_dumps(obj, None) for obj in outputs], out_labels, filtered
+
+    def _process(
+        self, tasks: list[Any], labels: list[str]
+    ) -> tuple[list[bytes], list[str], int, list[FailureRecord], int]:
+        """Run a batch; on an exception retry its inputs one at a time, as the controller does."""
         try:
-            outputs, out_labels, filtered = runner.run(tasks, labels)
+            outputs, out_labels, filtered = self._run(tasks, labels)
             return outputs, out_labels, filtered, [], 0
         except Exception as exc:  # noqa: BLE001 - retried below, then recorded
             first = ErrorInfo.from_exception(exc)
@@ -172,7 +178,7 @@ class _StageFn:
                 retried += 1
                 attempts += 1
                 try:
-                    one, one_labels, one_filtered = runner.run([task], [label])
+                    one, one_labels, one_filtered = self._run([task], [label])
                 except Exception as exc:  # noqa: BLE001 - the next attempt, or a record
                     error = ErrorInfo.from_exception(exc)
                     final = error.permanent

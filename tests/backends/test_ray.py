@@ -697,6 +697,13 @@ def test_ray_data_executor_returns_the_same_result(address: str, tmp_path: Path)
     assert result.stats["FlakyOnce"].retried == 6
     assert result.counts == {"inputs": 30, "outputs": 29, "filtered": 0, "failed": 1, "skipped": 0}
     assert sorted(p.read_text() for p in tmp_path.glob("node-*")) == ["x", "x"]
+    # an output that cannot be pickled fails its input, not the Ray Data task of its batch
+    stages = [st.Poison(5, how="unpicklable")]
+    result = Pipeline("p", stages).run(RayDataExecutor(address), initial_tasks=range(8))
+    assert sorted(result.outputs) == [i for i in range(8) if i != 5]
+    assert [(f.task, f.error_type, f.attempts) for f in result.failures] == [
+        ("5", "UnpicklablePayload", 1)
+    ]
 
     with pytest.raises(StageSetupError, match="no model here"):
         Pipeline("p", [st.FailingSetup()]).run(RayDataExecutor(address), initial_tasks=range(3))
