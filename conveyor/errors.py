@@ -50,9 +50,9 @@ class UnpicklablePayload(PermanentError, TypeError):
         kind = type(obj)
         return cls(
             f"a {kind.__module__}.{kind.__qualname__} cannot be pickled to pass it to another "
-            f"process ({type(exc).__name__}: {exc}); a stage's outputs must be data (arrays, "
-            "bytes, strings, dicts, dataclasses), not handles such as locks, open files or "
-            "clients"
+            f"process ({type(exc).__name__}: {exc}); what goes between stages (a run's tasks, "
+            "a stage's outputs) must be data (arrays, bytes, strings, dicts, dataclasses), not "
+            "handles such as locks, open files or clients"
         )
 
 

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 import psutil
 import pytest
 
-from conveyor import Pipeline, ProcessingStage, Resources, StageSetupError
+from conveyor import Pipeline, ProcessingStage, Resources, StageSetupError, UnpicklablePayload
 from conveyor.backends import LocalBackend
 from conveyor.executors import BatchExecutor, StreamingExecutor
 from tests.backends.ray_stages import FlakyOnce, Poison
@@ -71,7 +72,17 @@ def test_an_output_that_cannot_be_pickled_fails_its_input_at_once(executor_type:
     [record] = result.failures
     assert (record.task, record.error_type, record.attempts) == ("5", "UnpicklablePayload", 1)
     assert record.message.startswith("a _thread.lock cannot be pickled to pass it to another")
-    assert "a stage's outputs must be data" in record.message
+    assert "what goes between stages (a run's tasks, a stage's outputs) must be data" in (
+        record.message
+    )
+
+
+def test_a_task_that_cannot_be_pickled_stops_the_run_saying_what_it_is() -> None:
+    """A run's own input is the caller's to fix: the run stops at once, naming its type."""
+    with pytest.raises(UnpicklablePayload, match=r"a _thread\.lock cannot be pickled"):
+        Pipeline("p", [Poison(-1)]).run(
+            StreamingExecutor(LocalBackend(num_cpus=2)), initial_tasks=[1, threading.Lock()]
+        )
 
 
 def test_exception_in_a_batch_does_not_fail_its_batch_mates() -> None:
