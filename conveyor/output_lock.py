@@ -41,15 +41,11 @@ _held: set[Path] = set()
 def lock_path(output: str | os.PathLike[str]) -> Path | None:
     """Where ``output``'s lock is, or ``None`` where there is none to take: a URL, or a path
     that cannot be a folder (the run's own checks say why)."""
-    from conveyor.storage import is_url
+    from conveyor.storage import is_url, nearest_existing
 
-    if is_url(output):
+    if is_url(output) or not nearest_existing(output).is_dir():
         return None
-    folder = Path(output).expanduser().absolute()
-    place = folder
-    while not place.exists() and place != place.parent:
-        place = place.parent
-    return folder / LOCK_NAME if place.is_dir() else None
+    return Path(output).expanduser().absolute() / LOCK_NAME
 
 
 @contextlib.contextmanager

@@ -92,6 +92,15 @@ def printable(name: str) -> str:
     return name
 
 
+def nearest_existing(path: str | os.PathLike[str]) -> Path:
+    """``path`` made absolute, or the nearest of its folders that exists: what decides
+    whether an output that is not there yet can be made a folder."""
+    place = Path(path).expanduser().absolute()
+    while not place.exists() and place != place.parent:
+        place = place.parent
+    return place
+
+
 def normalize(path: str | os.PathLike[str]) -> str:
     """The canonical spelling of a path or URL (``out/`` -> ``out``, ``s3://b/x/`` ->
     ``s3://b/x``), so that one place has one name in records and comparisons."""

@@ -399,13 +399,11 @@ def earlier_options(
 
 def check_output_place(output: str | os.PathLike[str]) -> None:
     """A local output, or the nearest of its folders that exists, must be a folder."""
-    from conveyor.storage import is_url
+    from conveyor.storage import is_url, nearest_existing
 
     if is_url(output):
         return
-    target = place = Path(output).expanduser().absolute()
-    while not place.exists() and place != place.parent:
-        place = place.parent
+    target, place = Path(output).expanduser().absolute(), nearest_existing(output)
     if not place.is_dir():
         where = "" if place == target else f" inside {place}, which"
         raise ValueError(f"output {output}{where} is a file, not a folder")
