@@ -263,8 +263,14 @@ class Threads(ProcessingStage[Any, Any]):
 
 
 class SpinOnCoreZero(ProcessingStage[int, int]):
-    """Each task spins 20 ms of CPU; every worker runs on core 0 alone, so three of them
-    wait for it two thirds of the time."""
+    """Each task spins ``WORK_S`` of its own thread's CPU; every worker runs on core 0 alone,
+    so three of them wait for it two thirds of the time.
+
+    The thread's clock, not the process's: a Ray worker's own threads (gRPC, the core
+    worker) run on the other cores and add to the process's CPU time, so a spin on that
+    clock could end after half its work, as it once did in CI."""
+
+    WORK_S = 0.02
 
     resources = Resources(cpus=1)
     num_workers = 3
@@ -273,8 +279,8 @@ class SpinOnCoreZero(ProcessingStage[int, int]):
         os.sched_setaffinity(0, {0})
 
     def process(self, task: int) -> int:
-        end = time.process_time() + 0.02
-        while time.process_time() < end:
+        end = time.thread_time() + self.WORK_S
+        while time.thread_time() < end:
             pass
         return task
 
