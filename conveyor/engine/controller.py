@@ -68,7 +68,7 @@ from conveyor.engine.policies.backpressure import (
     stream_grant,
     stream_window,
 )
-from conveyor.engine.policies.placement import Ledger
+from conveyor.engine.policies.placement import Ledger, fits_nowhere
 from conveyor.engine.policies.priority import stage_niceness
 from conveyor.engine.pool import Worker
 from conveyor.engine.queues import Entry, Seek
@@ -323,7 +323,14 @@ class Controller:
         self._autoscale(self.backend.now(), initial=True)
         self._reconcile()
         self._initial_workers = set(self.workers)
-        missing = [s.spec.name for s in self.stages if s.target > 0 and not s.pool.live_count]
+        missing = [s for s in self.stages if s.target > 0 and not s.pool.live_count]
+        for stage in missing:
+            why = fits_nowhere(stage.spec.resources, nodes)
+            if why is not None:
+                raise BackendError(
+                    f"no node can host a worker of stage {stage.spec.name!r} "
+                    f"({stage.spec.resources.describe()}): {why}"
+                )
         if missing:
             cpus, gpus = self.ledger.totals()
             units = ""
@@ -334,7 +341,8 @@ class Controller:
                     for kind, n in (("NVDEC", decoders), ("NVENC", encoders))
                 )
             raise BackendError(
-                f"no node can host a worker of stage(s) {', '.join(missing)} next to one worker "
+                f"no node can host a worker of stage(s) {', '.join(s.spec.name for s in missing)} "
+                "next to one worker "
                 f"of every other stage; the cluster has {cpus:g} CPUs and {gpus:g} GPUs{units} "
                 "(streaming runs all stages at once; BatchExecutor runs one at a time)"
             )

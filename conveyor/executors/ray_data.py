@@ -24,6 +24,7 @@ Data, and an input that crashes every worker fails the whole run.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import pickle
@@ -49,8 +50,9 @@ from conveyor.backends.runtime import StageRunner
 from conveyor.cluster import NodeInfo, WorkerInfo
 from conveyor.engine.journal import Journal, JournalKey
 from conveyor.engine.messages import ErrorInfo
+from conveyor.engine.policies.placement import fits_nowhere
 from conveyor.engine.spec import StageSpec
-from conveyor.errors import JournalError, StageSetupError
+from conveyor.errors import BackendError, JournalError, StageSetupError
 from conveyor.result import FailureRecord, RunResult, StageStats
 from conveyor.tasks.base import EmptyTask, Task
 
@@ -282,6 +284,7 @@ class RayDataRun:
                 "failed": 0,
                 "skipped": 0,
             }
+            self._check_fits()
             self._setup_on_nodes()
             ds = self._plan(rows)
             result.startup_s = time.perf_counter() - t0
@@ -342,6 +345,21 @@ class RayDataRun:
             rows.append({"kind": TASK, "label": label, "data": _dumps(task, None), "counts": None})
         return rows
 
+    def _check_fits(self) -> None:
+        """A stage no node can host fails the run before it starts: Ray would otherwise wait
+        for such an actor for ever (it reserves CPUs, so CPUs count here too)."""
+        nodes = _live_nodes()
+        if any(spec.resources.gpu_memory_gb for spec in self.specs):
+            memory = self._gpu_memory_gb()
+            nodes = [dataclasses.replace(node, gpu_memory_gb=memory) for node in nodes]
+        for spec in self.specs:
+            why = fits_nowhere(spec.resources, nodes, share_cpus=False)
+            if why is not None:
+                raise BackendError(
+                    f"no node can host a worker of stage {spec.name!r} "
+                    f"({spec.resources.describe()}): {why}"
+                )
+
     def _setup_on_nodes(self) -> None:
         """``setup_on_node`` of every stage that has one, on every live node, before the plan."""
         staged = [s for s in self.specs if s.has_node_setup]
@@ -350,16 +368,8 @@ class RayDataRun:
         fn = ray.remote(num_cpus=0, max_retries=0)(_node_setup)
         sys_path = [p for p in sys.path if p]
         pending = []
-        for node in ray.nodes():
-            if not node.get("Alive"):
-                continue
-            info = NodeInfo(
-                node["NodeID"],
-                float(node["Resources"].get("CPU", 0.0)),
-                int(node["Resources"].get("GPU", 0.0)),
-                address=node.get("NodeManagerAddress", ""),
-            )
-            strategy = NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
+        for info in _live_nodes():
+            strategy = NodeAffinitySchedulingStrategy(info.node_id, soft=False)
             for spec in staged:
                 ref = fn.options(scheduling_strategy=strategy).remote(
                     spec.payload, spec.name, info, sys_path
@@ -528,3 +538,17 @@ class RayDataExecutor:
 
 
 __all__ = ["RayDataExecutor", "RayDataRun"]
+
+
+def _live_nodes() -> list[NodeInfo]:
+    """The cluster's live nodes as Ray reports them (``node_id``: Ray's node id)."""
+    return [
+        NodeInfo(
+            node["NodeID"],
+            float(node["Resources"].get("CPU", 0.0)),
+            int(node["Resources"].get("GPU", 0.0)),
+            address=node.get("NodeManagerAddress", ""),
+        )
+        for node in ray.nodes()
+        if node.get("Alive")
+    ]

@@ -113,7 +113,7 @@ def test_a_stage_asking_for_units_no_gpu_has_is_a_clear_error() -> None:
             return task
 
     backend = LocalBackend(num_cpus=2, num_gpus=1, nvdecs_per_gpu=7, nvencs_per_gpu=0)
-    with pytest.raises(BackendError, match=r"no node can host a worker of stage.*0 NVENC units"):
+    with pytest.raises(BackendError, match=r"'Encode'.*needs 1 NVENC units of one GPU and no GP"):
         Pipeline("p", [Encode()]).run(StreamingExecutor(backend), range(3))
 
 
@@ -126,7 +126,7 @@ def test_gpu_memory_becomes_a_fraction_of_the_placed_gpu(tmp_path: Path) -> None
 
 def test_gpu_memory_without_known_gpu_memory_is_a_clear_error(tmp_path: Path) -> None:
     stage = RecordEnv(tmp_path, Resources(cpus=0.1, gpu_memory_gb=20), workers=1)
-    with pytest.raises(BackendError, match="no node can host a worker of stage"):
+    with pytest.raises(BackendError, match=r"gpu_memory_gb=20\): .* no node says how much"):
         Pipeline("p", [stage]).run(
             StreamingExecutor(LocalBackend(num_cpus=2, num_gpus=1)), range(2)
         )
@@ -134,8 +134,17 @@ def test_gpu_memory_without_known_gpu_memory_is_a_clear_error(tmp_path: Path) ->
 
 def test_stage_that_fits_nowhere_is_a_clear_error(tmp_path: Path) -> None:
     stage = RecordEnv(tmp_path, Resources(cpus=1, gpus=1), workers=1)
-    with pytest.raises(BackendError, match="0 GPUs"):
+    with pytest.raises(BackendError, match="needs a GPU and no node has one"):
         Pipeline("p", [stage]).run(StreamingExecutor(LocalBackend(num_cpus=2, num_gpus=0)), [1])
+
+
+def test_stages_that_fit_alone_but_not_together_say_so() -> None:
+    """Each stage fits the node; the two first workers do not fit it together."""
+    half = Resources(cpus=0.5, gpus=0.6)
+    stages = [RecordEnv(Path("/nonexistent"), half, workers=1).with_(name=n) for n in "ab"]
+    backend = LocalBackend(num_cpus=2, num_gpus=1)
+    with pytest.raises(BackendError, match=r"stage\(s\) b next to one worker of every other"):
+        Pipeline("p", stages).run(StreamingExecutor(backend), [1])
 
 
 class Lifecycle(ProcessingStage[int, int]):

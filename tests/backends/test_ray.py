@@ -38,6 +38,7 @@ from conveyor.engine.messages import (  # noqa: E402
     WorkerPlacement,
     WorkerReady,
 )
+from conveyor.errors import BackendError  # noqa: E402
 from conveyor.executors import BatchExecutor, RayDataExecutor, StreamingExecutor  # noqa: E402
 from conveyor.stage import ProcessingStage  # noqa: E402
 from tests.backends import ray_stages as st  # noqa: E402
@@ -222,6 +223,24 @@ def test_ray_data_bad_arguments_are_clear_errors(kwargs: dict[str, Any], message
         RayDataExecutor(**kwargs)
 
 
+@pytest.mark.parametrize(
+    ("executor", "resources", "message"),
+    [
+        ("streaming", Resources(cpus=0.5, gpus=64), "needs 64 GPUs on one node and no node"),
+        ("ray_data", Resources(cpus=0.5, gpus=64), "needs 64 GPUs on one node and no node"),
+        # Ray reserves CPUs for its actors: without this check Ray Data waited for ever
+        ("ray_data", Resources(cpus=1000), "needs 1000 CPUs on one node and no node has more"),
+    ],
+)
+def test_a_stage_no_node_can_host_is_refused_before_the_run(
+    address: str, executor: str, resources: Resources, message: str
+) -> None:
+    stage = st.Slow("huge", 0.0).with_(resources=resources)
+    chosen = StreamingExecutor(RayBackend(address)) if executor == "streaming" else None
+    with pytest.raises(BackendError, match=rf"stage 'huge' \(.*\): it {message}"):
+        Pipeline("p", [stage]).run(chosen or RayDataExecutor(address), initial_tasks=range(3))
+
+
 def test_joining_a_cluster_rejects_declared_resources(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     connection = RayConnection("127.0.0.2:1", num_cpus=2)
@@ -230,8 +249,6 @@ def test_joining_a_cluster_rejects_declared_resources(monkeypatch: pytest.Monkey
 
 
 def test_backend_used_before_open_is_a_clear_error() -> None:
-    from conveyor.errors import BackendError
-
     with pytest.raises(BackendError, match="RayBackend used before open"):
         RayBackend().nodes()
 

@@ -455,3 +455,54 @@ class Ledger:
         node = self.nodes.get(placement.node_id)
         if node is not None:
             self._move(node, resources, placement, +1)
+
+
+def fits_nowhere(
+    resources: Resources, nodes: Iterable[NodeInfo], share_cpus: bool = True
+) -> str | None:
+    """Why one worker of ``resources`` fits no node even with the cluster empty, or ``None``
+    when it fits some node.
+
+    The engine lets a stage's first worker share CPUs and host memory (``choose``'s
+    overcommit), so there only what cannot be shared stops it: GPUs, a GPU's memory, a GPU's
+    video engines. Where CPUs are reserved, never shared (``share_cpus=False``: Ray Data's
+    actors), CPUs stop it too. Said apart from a pipeline too large for the cluster as a
+    whole, since the fix differs: the stage's ``Resources``, not the cluster or the executor.
+    """
+    nodes = list(nodes)
+    empty = [NodeFree.of(node) for node in nodes]
+    if _rank(empty, resources, share_cpus, 0.0, True)[0] is not None:
+        return None
+    most_cpus = max((node.cpus for node in nodes), default=0.0)
+    if not share_cpus and resources.cpus > most_cpus:
+        most = f"no node has more than {most_cpus:g}"
+        return f"it needs {resources.cpus:g} CPUs on one node and {most}"
+    gpu_nodes = [node for node in nodes if node.gpus]
+    if not gpu_nodes:
+        return "it needs a GPU and no node has one"
+    if resources.whole_gpus > max(node.gpus for node in gpu_nodes):
+        most = max(node.gpus for node in gpu_nodes)
+        return f"it needs {resources.whole_gpus} GPUs on one node and no node has more than {most}"
+    if resources.gpu_memory_gb > 0:
+        known = [node.gpu_memory_gb for node in gpu_nodes if node.gpu_memory_gb]
+        if not known:
+            return (
+                f"it needs {resources.gpu_memory_gb:g} GB of a GPU's memory and no node says "
+                "how much its GPUs have (declare it, e.g. LocalBackend(gpu_memory_gb=80))"
+            )
+        if resources.gpu_memory_gb > max(known):
+            return (
+                f"it needs {resources.gpu_memory_gb:g} GB of one GPU's memory and the largest "
+                f"GPU has {max(known):g} GB (ask for whole GPUs with Resources(gpus=N))"
+            )
+    for kind, want, attr in (
+        ("NVDEC", resources.nvdecs, "nvdecs_per_gpu"),
+        ("NVENC", resources.nvencs, "nvencs_per_gpu"),
+    ):
+        counts = [getattr(node, attr) for node in gpu_nodes]
+        if want > 0 and None not in counts and want > max(counts):
+            return (
+                f"it needs {want:g} {kind} units of one GPU and no GPU has more than "
+                f"{max(counts):g}"
+            )
+    return "no node has what it asks for"

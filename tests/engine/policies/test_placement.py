@@ -9,7 +9,7 @@ import pytest
 from conveyor import Resources
 from conveyor.cluster import NodeInfo
 from conveyor.engine.messages import WorkerPlacement
-from conveyor.engine.policies.placement import Ledger, NodeFree, choose, gpu_share
+from conveyor.engine.policies.placement import Ledger, NodeFree, choose, fits_nowhere, gpu_share
 
 _ids = itertools.count()
 
@@ -556,3 +556,36 @@ def test_reserved_totals_follow_every_allocation_resize_and_release() -> None:
     for worker in ids:
         ledger.release(worker)
     assert ledger.reserved() == (0.0, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("resources", "nodes", "why"),
+    [
+        (Resources(cpus=64), [NodeInfo("a", cpus=2)], None),  # CPUs are shared by time
+        (Resources(memory_gb=1e6), [NodeInfo("a", cpus=2, memory_bytes=2**30)], None),
+        (Resources(gpus=0.5), [NodeInfo("a", cpus=2)], "needs a GPU and no node has one"),
+        (Resources(nvdecs=1), [NodeInfo("a", cpus=2)], "needs a GPU and no node has one"),
+        (
+            Resources(gpus=4),
+            [NodeInfo("a", cpus=8, gpus=2), NodeInfo("b", cpus=8, gpus=3)],
+            "needs 4 GPUs on one node and no node has more than 3",
+        ),
+        (
+            Resources(gpu_memory_gb=100),
+            [NodeInfo("a", cpus=8, gpus=1, gpu_memory_gb=80), NodeInfo("b", cpus=8, gpus=1)],
+            "the largest GPU has 80 GB",
+        ),
+        (Resources(gpu_memory_gb=10), [NodeInfo("a", cpus=8, gpus=1)], "no node says how much"),
+        (
+            Resources(nvencs=1),
+            [NodeInfo("a", cpus=8, gpus=1, nvdecs_per_gpu=7, nvencs_per_gpu=0)],
+            "needs 1 NVENC units of one GPU and no GPU has more than 0",
+        ),
+        (Resources(nvencs=1), [NodeInfo("a", cpus=8, gpus=1)], None),  # unknown: not a limit
+    ],
+)
+def test_what_a_lone_worker_cannot_fit_is_named(
+    resources: Resources, nodes: list[NodeInfo], why: str | None
+) -> None:
+    found = fits_nowhere(resources, nodes)
+    assert found == why if why is None else why in (found or "")
