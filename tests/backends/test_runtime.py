@@ -8,7 +8,10 @@ import time
 import weakref
 from typing import Any
 
-from conveyor.backends.runtime import COLLECT_AGAIN_BYTES, Tidier, collect_cycles
+import pytest
+
+from conveyor.backends import runtime
+from conveyor.backends.runtime import COLLECT_AGAIN_BYTES, BatchClock, Tidier, collect_cycles
 
 
 class Node:
@@ -181,3 +184,28 @@ def test_the_heap_is_trimmed_every_time_where_residency_cannot_be_read() -> None
     step()
     step()
     assert trims == [0, 0]
+
+
+def test_a_batch_s_wait_for_a_core_is_never_more_than_its_wall_time_less_its_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The kernel's wait count once ran past the wall time (a niced Ray worker on a loaded
+    machine); the work the thread did is kept."""
+    waits = iter([10.0, 12.0])  # 2 s of waiting in a batch of about 30 ms
+    monkeypatch.setattr(runtime, "core_wait_s", lambda: next(waits))
+    clock = BatchClock()
+    end = time.thread_time() + 0.02
+    while time.thread_time() < end:
+        pass
+    time.sleep(0.01)
+    busy, cpu, queued = clock.read()
+    assert cpu >= 0.02 and busy >= 0.03
+    assert 0.0 <= queued <= busy - 0.02  # the 20 ms the thread ran are work, not waiting
+
+
+def test_a_batch_s_wait_for_a_core_as_the_kernel_counts_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    waits = iter([10.0, 10.005])
+    monkeypatch.setattr(runtime, "core_wait_s", lambda: next(waits))
+    clock = BatchClock()
+    time.sleep(0.02)
+    assert clock.read()[2] == pytest.approx(0.005)
