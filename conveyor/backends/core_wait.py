@@ -21,6 +21,20 @@ _local = threading.local()
 _PATH = "/proc/thread-self/schedstat"
 
 
+def _forget_in_child() -> None:
+    """A forked child's thread is not its parent's: the file the parent's thread opened
+    names that thread (``thread-self`` is resolved when opened), so the child opens its own."""
+    global _local
+    fd = getattr(_local, "fd", None)
+    if fd is not None and fd >= 0:
+        os.close(fd)
+    _local = threading.local()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
+
+
 def core_wait_s() -> float:
     """Seconds the calling thread has waited for a core since it started (0.0: unknown)."""
     fd = getattr(_local, "fd", None)

@@ -1,16 +1,17 @@
-"""What every backend's workers do around a stage's code: tidying memory."""
+"""What every backend's workers do around a stage's code: tidying memory, timing batches."""
 
 from __future__ import annotations
 
 import gc
 import itertools
+import os
 import time
 import weakref
 from typing import Any
 
 import pytest
 
-from conveyor.backends import runtime
+from conveyor.backends import core_wait, runtime
 from conveyor.backends.runtime import COLLECT_AGAIN_BYTES, BatchClock, Tidier, collect_cycles
 
 
@@ -209,3 +210,27 @@ def test_a_batch_s_wait_for_a_core_as_the_kernel_counts_it(monkeypatch: pytest.M
     clock = BatchClock()
     time.sleep(0.02)
     assert clock.read()[2] == pytest.approx(0.005)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+def test_a_forked_child_reads_its_own_thread_s_wait() -> None:
+    """The parent's open file names the parent's thread; a child (a local worker is forked
+    from its host) must read its own."""
+    core_wait.core_wait_s()  # the parent's file is open
+    parent = core_wait._local.fd
+    if parent < 0:
+        pytest.skip("no /proc/thread-self/schedstat here")
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report which task its file names
+        try:
+            core_wait.core_wait_s()
+            os.write(write, os.readlink(f"/proc/self/fd/{core_wait._local.fd}").encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        named = pipe.read().decode()
+    os.waitpid(pid, 0)
+    assert named == f"/proc/{pid}/task/{pid}/schedstat"
+    assert core_wait._local.fd == parent  # the parent's own is kept
