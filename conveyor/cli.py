@@ -11,7 +11,14 @@ from typing import Annotated
 import typer
 
 import conveyor
-from conveyor.cli_common import METRICS_PORT, REPORT, close_monitors, report_path, run_monitors
+from conveyor.cli_common import (
+    METRICS_PORT,
+    REPORT,
+    close_monitors,
+    fail,
+    report_path,
+    run_monitors,
+)
 from conveyor.cli_dedup import dedup
 from conveyor.cli_image import image
 from conveyor.cli_report import report as report_command
@@ -84,10 +91,14 @@ def demo(
     settings = dict(locals())
     from rich.console import Console
 
-    from conveyor.demos.video import DEFAULT_WORKDIR, print_report, run_demo
+    from conveyor.demos.video import DEFAULT_WORKDIR, check_workdir, print_report, run_demo
 
     console = Console()
     root = workdir or DEFAULT_WORKDIR
+    try:
+        check_workdir(root)
+    except ValueError as exc:
+        raise fail(str(exc)) from None
     watch = run_monitors(root / "output", metrics_port, report, settings, console.print)
     try:
         outcome = run_demo(
@@ -127,10 +138,15 @@ def text_demo(
     settings = dict(locals())
     from rich.console import Console
 
+    from conveyor.demos import check_places
     from conveyor.demos.text import DEFAULT_WORKDIR, print_report, run_demo
 
     console = Console()
     root = workdir or DEFAULT_WORKDIR
+    try:
+        check_places(root)
+    except ValueError as exc:
+        raise fail(str(exc)) from None
     watch = run_monitors(root / "output", metrics_port, report, settings, console.print)
     try:
         outcome = run_demo(
@@ -200,6 +216,7 @@ def simulate(
     from conveyor.errors import BackendError
     from conveyor.sim import ScenarioError, format_report, resolve_scenario, shipped_scenarios
     from conveyor.sim import simulate as run_simulation
+    from conveyor.storage import check_output_place
 
     if list_scenarios:
         from conveyor.sim import parse_scenario_text
@@ -217,6 +234,10 @@ def simulate(
     except ScenarioError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(code=2) from None
+    try:
+        check_output_place(out)
+    except ValueError as exc:
+        raise fail(f"--out: {exc}") from None
     watch = run_monitors(out, metrics_port, report, settings)
     try:
         sim = run_simulation(

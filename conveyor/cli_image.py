@@ -154,9 +154,8 @@ def image(
     from rich.console import Console
 
     from conveyor.pipelines.image import ImageConfig, check_resume, clear_output
-    from conveyor.pipelines.video import check_output_place
     from conveyor.stages.image.sources import IMAGE_EXTENSIONS, ImageInputError, ImageSources
-    from conveyor.storage import normalize
+    from conveyor.storage import check_output_place, normalize
 
     if address is not None and backend is BackendChoice.local:
         raise _fail("--address needs --backend ray")

@@ -259,7 +259,10 @@ def text(
         raise _fail(f"INPUT {exc}") from None
     watch = (metrics_port, report, settings)
     machine = Machine(cpus, 0, memory_gb)
-    with hold_output(config.output):  # before the event log goes there
+    from conveyor.pipelines.text import check_output
+
+    # before the event log goes there
+    with hold_output(config.output, check=lambda: check_output(config.output)):
         _run(config, listing, executor, backend, address, machine, live, Console(), watch)
 
 

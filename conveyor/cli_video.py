@@ -303,15 +303,9 @@ def video(
     settings = dict(locals())  # the options as given, recorded with the run's event log
     from rich.console import Console
 
-    from conveyor.pipelines.video import (
-        VideoConfig,
-        check_output_place,
-        check_resume,
-        clear_output,
-        default_journal,
-    )
+    from conveyor.pipelines.video import VideoConfig, check_resume, clear_output, default_journal
     from conveyor.stages.video.video_type import DEFAULT_VIDEO_TYPES
-    from conveyor.storage import ObjectPath, location, normalize
+    from conveyor.storage import ObjectPath, check_output_place, location, normalize
 
     input, output = normalize(input), normalize(output)
     where = location(input)

@@ -101,6 +101,17 @@ def nearest_existing(path: str | os.PathLike[str]) -> Path:
     return place
 
 
+def check_output_place(output: str | os.PathLike[str]) -> None:
+    """``ValueError`` unless a local output, or the nearest of its folders that exists, is a
+    folder (a URL passes: a store has no files in the way of folders)."""
+    if is_url(output):
+        return
+    target, place = Path(output).expanduser().absolute(), nearest_existing(output)
+    if not place.is_dir():
+        where = "" if place == target else f" inside {place}, which"
+        raise ValueError(f"output {output}{where} is a file, not a folder")
+
+
 def normalize(path: str | os.PathLike[str]) -> str:
     """The canonical spelling of a path or URL (``out/`` -> ``out``, ``s3://b/x/`` ->
     ``s3://b/x``), so that one place has one name in records and comparisons."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 import conveyor
@@ -57,3 +58,37 @@ def test_demo_runs_a_tiny_dataset(tmp_path: Path) -> None:
     assert "finished in" not in result.output  # --no-live: no live view, no final table
     assert len(list((tmp_path / "input").glob("docs-*.jsonl"))) == 3
     assert len(list((tmp_path / "output").glob("part-*.parquet"))) == 2
+
+
+def test_a_demo_never_deletes_what_it_did_not_write(tmp_path: Path) -> None:
+    """``conveyor demo --workdir DIR`` replaces DIR/input whole: a file of the user's there
+    was deleted."""
+    notes = tmp_path / "input" / "my-notes.txt"
+    notes.parent.mkdir()
+    notes.write_text("precious")
+    result = runner.invoke(app, ["demo", "--workdir", str(tmp_path), "--no-live"])
+    assert result.exit_code == 2
+    assert "holds my-notes.txt, which the demo did not write" in result.output
+    assert notes.read_text() == "precious"
+    assert not (tmp_path / "output").exists()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["demo", "--workdir", "{file}"],
+        ["demo", "--workdir", "{tmp}"],  # its output/ is a file
+        ["text-demo", "--workdir", "{file}"],
+        ["simulate", "docs_3stage_1gpu_each", "--no-chart", "--out", "{file}"],
+        ["simulate", "docs_3stage_1gpu_each", "--no-chart", "--out", "{file}/sub"],
+    ],
+)
+def test_a_file_where_a_folder_goes_exits_2_before_anything_is_written(
+    tmp_path: Path, args: list[str]
+) -> None:
+    (tmp_path / "output").write_text("mine")
+    given = [a.format(file=tmp_path / "output", tmp=tmp_path) for a in args]
+    result = runner.invoke(app, given)
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("error: ") and "is a file" in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["output"]

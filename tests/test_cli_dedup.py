@@ -52,6 +52,8 @@ def test_planted_copies_through_the_command(tmp_path: Path) -> None:
         (["{in}", "{out}", "--address", "127.0.0.1:1"], "--address needs --backend ray"),
         (["{in}", "{out}", "--id-column", "nope"], "has no column 'nope'"),
         (["{tmp}/missing", "{out}"], "does not exist"),
+        # an output that is a file (the input itself here) failed in a pass, naming nothing
+        (["{in}", "{in}"], "in.parquet is a file, not a folder"),
     ],
 )
 def test_bad_input_or_option_exits_2_with_one_line(

@@ -387,6 +387,26 @@ def test_semantic_options_of_the_config() -> None:
             TextConfig("in", "out", dedup="semantic", **kwargs)
 
 
+def test_part_files_no_text_run_wrote_are_refused_not_replaced(tmp_path: Path) -> None:
+    """A run replaces every part-NNNNN file of its OUTPUT: ones without an earlier run's
+    summary beside them are someone else's, and were deleted."""
+    out = tmp_path / "out"
+    out.mkdir()
+    theirs = {"part-00000.jsonl": '{"text": "mine"}\n', "part-00001.jsonl": ""}
+    for name, text in theirs.items():
+        (out / name).write_text(text)
+    source = tmp_path / "docs.jsonl"
+    source.write_text('{"text": "hello"}\n')
+    result = run(str(source), str(out), "--dedup", "none")
+    assert result.exit_code == 2
+    assert "holds part-00000.jsonl, part-00001.jsonl, which no earlier text run" in result.output
+    assert {p.name: p.read_text() for p in out.iterdir()} == theirs  # no event log either
+    (out / "part-00001.jsonl").unlink()
+    (out / "part-00000.jsonl").unlink()
+    assert run(str(source), str(out), "--dedup", "none").exit_code == 0
+    assert run(str(source), str(out), "--dedup", "none").exit_code == 0  # its own: replaced
+
+
 def test_empty_input_files(tmp_path: Path) -> None:
     source = tmp_path / "in"
     source.mkdir()
@@ -437,7 +457,7 @@ def test_a_malformed_parquet_row_is_shown_as_a_row(tmp_path: Path) -> None:
         (["{tmp}/*.jsonl", "{out}"], "error: INPUT glob '{tmp}/*.jsonl' matches no file"),
         (["{empty}", "{out}"], "error: no input files under '{empty}'"),
         (["{data}", "{file}"], "error: OUTPUT '{file}' is a file, expected a directory"),
-        (["{data}", "{data}"], "error: OUTPUT is the INPUT directory"),
+        (["{data}", "{data}"], "error: OUTPUT is the INPUT folder"),
         (["{data}", "{out}", "--languages", "english"], "'english' is not a language code"),
         (["{data}", "{out}", "--languages", "xx"], "'xx' is not a language the fastText"),
         (

@@ -43,7 +43,7 @@ from conveyor.dedup.plan import (
 )
 from conveyor.output_lock import locks_output
 from conveyor.pipeline import Pipeline
-from conveyor.storage import atomic_write, is_url, location, remove_tree
+from conveyor.storage import atomic_write, check_output_place, is_url, location, remove_tree
 
 if TYPE_CHECKING:
     from conveyor.executors.base import Executor
@@ -144,6 +144,10 @@ def semantic_dedup(
 
     started = time.perf_counter()
     _check(threshold, n_clusters, partition_rows, chunk_rows)
+    try:
+        check_output_place(output)
+    except ValueError as exc:
+        raise SemanticDedupError(str(exc)) from None
     order = (order_by,) if isinstance(order_by, str) else tuple(order_by)
     columns = Columns(id_column, embedding_column, order)
     out = _absolute(output)

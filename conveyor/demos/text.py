@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from conveyor.backends.local import LocalBackend
+from conveyor.demos import check_places
 from conveyor.engine.events import Monitor
 from conveyor.executors import BatchExecutor, StreamingExecutor
 from conveyor.executors.base import Executor
@@ -257,6 +258,7 @@ def run_demo(
     """
     console = console or Console()
     root = Path(workdir)
+    check_places(root)
     input_dir, output_dir = root / "input", root / "output"
     started = time.perf_counter()
     sample = generate_sample_data(input_dir, files, docs_per_file, seed)

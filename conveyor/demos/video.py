@@ -23,6 +23,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from conveyor.demos import check_places
 from conveyor.samples.video import Segment, SyntheticVideo, write_bad_file, write_video
 
 if TYPE_CHECKING:
@@ -44,13 +45,47 @@ class DemoInput:
     damage: str | None = None
 
 
+def check_workdir(workdir: str | Path) -> None:
+    """``ValueError`` unless the demo may write ``workdir``: its ``input`` and ``output``
+    folders are folders (or not there yet), and ``input`` holds nothing but an earlier
+    demo's videos, since the demo replaces that folder whole."""
+    root = Path(workdir)
+    check_places(root)
+    inputs = root / "input"
+    if not inputs.is_dir():
+        return
+    ours = {relative for relative, _, _ in _specs(0)} | {BROKEN}
+    others = sorted(
+        str(path.relative_to(inputs))
+        for path in inputs.rglob("*")
+        if not path.is_dir() and str(path.relative_to(inputs)) not in ours
+    )
+    if others:
+        more = f" and {len(others) - 3} more" if len(others) > 3 else ""
+        raise ValueError(
+            f"--workdir: {inputs} holds {', '.join(others[:3])}{more}, which the demo did not "
+            "write, and the demo replaces that folder: give an empty or a demo's --workdir"
+        )
+
+
 def generate_demo_videos(directory: str | Path, seed: int = 0) -> list[DemoInput]:
     """Write the demo's inputs under ``directory`` (replacing earlier ones); about 70 s of
     video in five containers, plus one truncated file."""
     root = Path(directory)
     shutil.rmtree(root, ignore_errors=True)
+    made = [
+        DemoInput(relative, truth=write_video(root / relative, segments, **options))
+        for relative, segments, options in _specs(seed)
+    ]
+    write_bad_file(root / BROKEN, "truncated", seed)
+    made.append(DemoInput(BROKEN, damage="truncated"))
+    return made
+
+
+def _specs(seed: int) -> list[tuple[str, list[Segment], dict[str, Any]]]:
+    """The demo's videos: where each goes, its segments, how it is written."""
     s = seed * 100
-    specs: list[tuple[str, list[Segment], dict[str, Any]]] = [
+    return [
         (
             "studio/cuts.mp4",
             [
@@ -87,13 +122,6 @@ def generate_demo_videos(directory: str | Path, seed: int = 0) -> list[DemoInput
             {"width": 320, "height": 240, "fps": 15},
         ),
     ]
-    made = [
-        DemoInput(relative, truth=write_video(root / relative, segments, **options))
-        for relative, segments, options in specs
-    ]
-    write_bad_file(root / BROKEN, "truncated", seed)
-    made.append(DemoInput(BROKEN, damage="truncated"))
-    return made
 
 
 @dataclass
@@ -136,6 +164,7 @@ def run_demo(
 
     console = console or Console()
     root = Path(workdir)
+    check_workdir(root)
     input_dir, output_dir = root / "input", root / "output"
     started = time.perf_counter()
     inputs = generate_demo_videos(input_dir, seed)

@@ -141,8 +141,9 @@ def check_resume(config: ImageConfig) -> dict[str, Any] | None:
     ``FileNotFoundError`` for a shard without its index (``listing``).
     """
     from conveyor.media.tar_shards import listing
-    from conveyor.pipelines.video import check_output_place, earlier_options
+    from conveyor.pipelines.video import earlier_options
     from conveyor.stages.image.layout import ImageLayout
+    from conveyor.storage import check_output_place
 
     check_output_place(config.output)
     layout = ImageLayout(config.output)
@@ -150,15 +151,26 @@ def check_resume(config: ImageConfig) -> dict[str, Any] | None:
     return earlier_options(layout.config, config.fingerprint(), config.output)
 
 
+def owned(output: str | os.PathLike[str]) -> tuple[list[Path], list[Path]]:
+    """The folders and the files an image run writes under ``output``: what
+    ``--overwrite`` removes, and where no source may lie (``places``)."""
+    from conveyor.stages.image.layout import ImageLayout
+
+    layout = ImageLayout(output)
+    folders = [layout.metadata, layout.embeddings, layout.shards, layout.internal]
+    return folders, [layout.summary, layout.duplicates, layout.dedup_report]
+
+
 def clear_output(output: str | os.PathLike[str]) -> None:
     """Remove everything an image run writes under ``output`` (for ``--overwrite``)."""
     from conveyor.stages.image.layout import ImageLayout
 
     layout = ImageLayout(output)
-    for folder in (layout.metadata, layout.embeddings, layout.shards, layout.internal):
+    folders, files = owned(output)
+    for folder in folders:
         layout.remove_tree(folder)
-    for path in (layout.summary, layout.duplicates, layout.dedup_report):
-        path.unlink(missing_ok=True)
+    for file in files:
+        file.unlink(missing_ok=True)
 
 
 @dataclass

@@ -91,12 +91,13 @@ class ImageConfig:
                 "(a shard is filled by appending to a file)"
             )
         else:
+            from conveyor.pipelines.image import owned
+            from conveyor.pipelines.places import source_problems
+
             self.output = os.path.abspath(os.path.expanduser(normalize(os.fspath(self.output))))
-            if self.output in inputs:
-                problems.append(
-                    "OUTPUT is the INPUT folder: write to another folder (one inside INPUT is "
-                    "fine, it is not read)"
-                )
+            folders, files = owned(self.output)
+            names = [p.name for p in (*folders, *files)]
+            problems += source_problems(inputs, self.output, names)
         problems += self._number_problems()
         if self.dedup not in DEDUP_MODES:
             problems.append(f"dedup must be one of {', '.join(DEDUP_MODES)}, got {self.dedup!r}")

@@ -91,6 +91,29 @@ class TextLayout:
                 self.internal.rmdir()
 
 
+def check_output(output: str | os.PathLike[str]) -> None:
+    """A local OUTPUT must be a folder, and its ``part-NNNNN`` files an earlier text run's:
+    a run replaces every such file there (``publish_shards``), so ones that came from
+    elsewhere (no ``summary.json`` beside them) are refused rather than deleted."""
+    from conveyor.stages.text.writers import published_pattern
+
+    layout = TextLayout(output)
+    if not isinstance(layout.root, Path) or not layout.root.exists():
+        return
+    if not layout.root.is_dir():
+        raise NotADirectoryError(f"OUTPUT {os.fspath(output)!r} is a file, expected a directory")
+    if layout.summary.exists():
+        return
+    parts = sorted(p.name for p in layout.root.iterdir() if published_pattern().fullmatch(p.name))
+    if parts:
+        more = f" and {len(parts) - 3} more" if len(parts) > 3 else ""
+        raise ValueError(
+            f"OUTPUT {os.fspath(output)} holds {', '.join(parts[:3])}{more}, which no earlier "
+            f"text run wrote there (it has no {SUMMARY}), and a run replaces every part-NNNNN "
+            "file of its OUTPUT: move them, or write to another OUTPUT"
+        )
+
+
 # -- building -------------------------------------------------------------------------------
 @dataclass
 class TextPipelines:
@@ -294,9 +317,8 @@ def run_text(
     started = time.perf_counter()
     if listing is None:
         listing = list_inputs(config.input, exclude=[config.output])
+    check_output(config.output)
     layout = TextLayout(config.output)
-    if isinstance(layout.root, Path) and layout.root.is_file():
-        raise NotADirectoryError(f"OUTPUT {config.output!r} is a file, expected a directory")
     layout.clear_work()
     pipelines = build_text_pipelines(config)
     counts = TextCounts()

@@ -100,11 +100,13 @@ class TextConfig:
         if not self.output:
             problems.append("output must not be empty")
         inputs = [self.input] if isinstance(self.input, str) else list(self.input)
-        if self.output and self.output in inputs:
-            problems.append(
-                "OUTPUT is the INPUT directory: write to another directory (one inside INPUT "
-                "is fine, it is not read)"
-            )
+        if self.output:
+            from conveyor.pipelines.places import source_problems
+            from conveyor.pipelines.text import INTERNAL, SUMMARY
+            from conveyor.stages.text.writers import published_pattern
+
+            parts = published_pattern().fullmatch
+            problems += source_problems(inputs, self.output, (INTERNAL, SUMMARY), parts)
         if not self.text_field:
             problems.append("text_field must be a non-empty name")
         internal = ("_doc_id", "language", "language_score") if self.langid else ("_doc_id",)

@@ -368,6 +368,7 @@ def check_resume(config: VideoConfig) -> dict[str, Any] | None:
     for shards that cannot be resumed (``check_shards``).
     """
     from conveyor.media.layout import OutputLayout
+    from conveyor.storage import check_output_place
 
     check_output_place(config.output)
     if config.shards != "none":
@@ -397,33 +398,31 @@ def earlier_options(
     return earlier
 
 
-def check_output_place(output: str | os.PathLike[str]) -> None:
-    """A local output, or the nearest of its folders that exists, must be a folder."""
-    from conveyor.storage import is_url, nearest_existing
-
-    if is_url(output):
-        return
-    target, place = Path(output).expanduser().absolute(), nearest_existing(output)
-    if not place.is_dir():
-        where = "" if place == target else f" inside {place}, which"
-        raise ValueError(f"output {output}{where} is a file, not a folder")
-
-
-def clear_output(output: str | os.PathLike[str]) -> None:
-    """Remove everything a video run writes under ``output`` (for ``--overwrite``)."""
+def owned(output: str | os.PathLike[str]) -> tuple[list[StoragePath], list[StoragePath]]:
+    """The folders and the files a video run writes under ``output``: what ``--overwrite``
+    removes, and where no source may lie (``places``)."""
     from conveyor.media.layout import OutputLayout
     from conveyor.stages.video.dedup import DUPLICATES
     from conveyor.stages.video.dedup import REPORT as DEDUP_REPORT
 
     layout = OutputLayout(output)
-    for folder in (
+    folders = [
         layout.clips, layout.filtered_clips, layout.metas, layout.metadata, layout.embeddings,
         layout.text_embeddings, layout.videos, layout.shards, layout.internal,
-    ):  # fmt: skip
+    ]  # fmt: skip
+    return folders, [layout.summary, layout.root / DEDUP_REPORT, layout.root / DUPLICATES]
+
+
+def clear_output(output: str | os.PathLike[str]) -> None:
+    """Remove everything a video run writes under ``output`` (for ``--overwrite``)."""
+    from conveyor.media.layout import OutputLayout
+
+    layout = OutputLayout(output)
+    folders, files = owned(output)
+    for folder in folders:
         layout.remove_tree(folder)
-    layout.summary.unlink(missing_ok=True)
-    (layout.root / DEDUP_REPORT).unlink(missing_ok=True)
-    (layout.root / DUPLICATES).unlink(missing_ok=True)
+    for file in files:
+        file.unlink(missing_ok=True)
 
 
 @dataclass

@@ -8,6 +8,7 @@ pipeline is built.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -197,8 +198,20 @@ class VideoConfig:
             and not Path(self.embed_model).expanduser().exists()
         ):
             problems.append(f"embed model path {self.embed_model!r} does not exist")
+        problems += self._place_problems()
         if problems:
             raise ValueError("; ".join(problems))
+
+    def _place_problems(self) -> list[str]:
+        """No source may be the output folder or lie where the run writes."""
+        from conveyor.pipelines.places import source_problems
+        from conveyor.pipelines.video import owned
+
+        if not self.output:
+            return []
+        folders, files = owned(self.output)
+        sources = [self.input] if isinstance(self.input, (str, os.PathLike)) else self.input
+        return source_problems(sources, self.output, [p.name for p in (*folders, *files)])
 
     def _shard_problems(self) -> list[str]:
         from conveyor.storage import is_url
