@@ -2,8 +2,8 @@
 
 It only turns options into an ``ImageConfig`` and an executor; ``run_image`` does the rest.
 Exit codes: 0 when the run completes (bad images are listed, not fatal), 1 when a stage
-cannot start, a part's task failed or the run stops early, 2 for a bad INPUT, OUTPUT or
-option (one line saying why), 130 on Ctrl-C.
+cannot start, a part's task failed, every image failed or the run stops early, 2 for a bad
+INPUT, OUTPUT or option (one line saying why), 130 on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -273,6 +273,10 @@ def _run(
             f"[red]{len(report.result.failures)} task(s) failed[/]: their images are not in "
             "the output; run the same command again to retry them"
         )
+        raise typer.Exit(code=1)
+    images = report.summary["images"]
+    if images["in"] and images["failed"] == images["in"]:
+        console.print("[red]every image failed[/]: nothing was curated (why: above)")
         raise typer.Exit(code=1)
 
 

@@ -2,8 +2,8 @@
 
 It only turns options into a ``TextConfig`` and an executor; ``run_text`` does the rest.
 Exit codes: 0 when the run completes (malformed lines are counted and listed, not fatal),
-1 when a stage cannot start, a task failed or the run stops early, 2 for a bad INPUT, OUTPUT
-or option (one line saying why), 130 on Ctrl-C.
+1 when a stage cannot start, a task failed, every line was malformed or the run stops
+early, 2 for a bad INPUT, OUTPUT or option (one line saying why), 130 on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -353,6 +353,13 @@ def _run(
     if report.failures:
         console.print(
             f"[red]{len(report.failures)} task(s) failed[/]: the output lacks their documents"
+        )
+        raise typer.Exit(code=1)
+    documents = report.summary["documents"]
+    if documents["malformed"] and not documents["in"]:
+        console.print(
+            "[red]every line was malformed[/]: nothing was curated (why: above; a wrong "
+            "--text-field?)"
         )
         raise typer.Exit(code=1)
 

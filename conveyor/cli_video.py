@@ -2,7 +2,7 @@
 
 It only turns options into a ``VideoConfig`` and an executor; ``run_video`` does the rest.
 Exit codes: 0 when the run completes (failed videos are listed, not fatal), 1 when a stage
-cannot start or the run stops early, 2 for a missing INPUT or a bad option, 130 on Ctrl-C.
+cannot start, every video failed or the run stops early, 2 for a missing INPUT or a bad option, 130 on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -504,6 +504,10 @@ def _run(
     if html is not None:
         console.print(f"report:  {escape(str(html))}", soft_wrap=True)
     if not report.result.completed:
+        raise typer.Exit(code=1)
+    videos = report.summary["videos"]
+    if videos["failed"] and not videos["ok"]:
+        console.print("[red]every video failed[/]: nothing was curated (why: above)")
         raise typer.Exit(code=1)
 
 

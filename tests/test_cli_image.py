@@ -41,6 +41,16 @@ def test_a_run_lists_bad_images_exits_0_writes_its_report_and_resumes(
     assert "2 part(s) complete before, skipped" in again.output
 
 
+def test_a_run_where_every_image_failed_exits_1(tmp_path: Path) -> None:
+    source = tmp_path / "in"
+    source.mkdir()
+    (source / "a.jpg").write_text("not an image")
+    result = runner.invoke(app, ["image", str(source), str(tmp_path / "out"), *FAST])
+    assert result.exit_code == 1, result.output
+    assert "a.jpg [ImageDecoder]: not an image" in result.output
+    assert "every image failed" in result.output
+
+
 def test_metrics_are_served_on_the_loopback_address_with_the_batch_executor(
     folder: Path, tmp_path: Path
 ) -> None:

@@ -407,6 +407,16 @@ def test_part_files_no_text_run_wrote_are_refused_not_replaced(tmp_path: Path) -
     assert run(str(source), str(out), "--dedup", "none").exit_code == 0  # its own: replaced
 
 
+def test_every_line_malformed_exits_1(tmp_path: Path) -> None:
+    """A mistyped --text-field made every line malformed, and the run exited 0."""
+    source = tmp_path / "docs.jsonl"
+    source.write_text('{"id": 1, "text": "hello"}\n{"id": 2, "text": "world"}\n')
+    result = run(str(source), str(tmp_path / "out"), "--text-field", "body", "--dedup", "none")
+    assert result.exit_code == 1, result.output
+    assert "no field 'body' (fields: id, text)" in result.output
+    assert "every line was malformed" in result.output
+
+
 def test_empty_input_files(tmp_path: Path) -> None:
     source = tmp_path / "in"
     source.mkdir()

@@ -608,6 +608,16 @@ def run_fixed(inputs: Path, output: Path, clip_len: str, *extra: str) -> Any:
     return result
 
 
+def test_a_run_where_every_video_failed_exits_1(tmp_path: Path) -> None:
+    """Failed videos are listed, not fatal; but a run that curated nothing exited 0."""
+    source = tmp_path / "notes.mp4"
+    source.write_text("not a video")
+    args = [*fixed_command(source, tmp_path / "out", "3"), "--no-embed", "--no-tags", "--no-live"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1, result.output
+    assert "notes.mp4" in result.output and "every video failed" in result.output
+
+
 def test_command_runs_and_lists_failed_videos(inputs: Path, tmp_path: Path) -> None:
     output = tmp_path / "out"
     result = run_fixed(inputs, output, "3", "--no-quality")
