@@ -2,7 +2,8 @@
 
 It only turns options into a ``VideoConfig`` and an executor; ``run_video`` does the rest.
 Exit codes: 0 when the run completes (failed videos are listed, not fatal), 1 when a stage
-cannot start, every video failed or the run stops early, 2 for a missing INPUT or a bad option, 130 on Ctrl-C.
+cannot start, every video failed or the run stops early, 2 for a missing INPUT or a bad
+option, 130 on Ctrl-C.
 """
 
 from __future__ import annotations
