@@ -5,7 +5,7 @@ output, and how a run is watched (Prometheus metrics on a port, an event log wit
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -68,6 +68,25 @@ def fail(message: str, code: int = 2) -> typer.Exit:
     """Print ``error: message`` on stderr; raise the returned exit (2: a bad input or option)."""
     typer.echo(f"error: {message}", err=True)
     return typer.Exit(code=code)
+
+
+def refuse_unused(ctx: typer.Context, rules: Sequence[tuple[bool, Sequence[str], str]]) -> None:
+    """Exit 2 where an option given on the command line would have no effect: each rule is
+    (whether its options are idle, their parameter names, what they need). A value left at
+    its default is never refused, so only what the user typed is checked; silently ignored,
+    ``--splitter fixed --shot-threshold 0.5`` read as if the threshold had been used."""
+    flags = {p.name: p.opts[0] for p in ctx.command.params}
+    for idle, names, needs in rules:
+        given = [flags[n] for n in names if idle and _typed(ctx, n)]
+        if given:
+            verb = "has" if len(given) == 1 else "have"
+            raise fail(f"{', '.join(given)} {verb} no effect without {needs}")
+
+
+def _typed(ctx: typer.Context, name: str) -> bool:
+    """Whether option ``name`` was given on the command line (or in the environment)."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT")
 
 
 @contextlib.contextmanager

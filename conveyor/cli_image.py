@@ -25,6 +25,7 @@ from conveyor.cli_common import (
     BackendChoice,
     Machine,
     hold_output,
+    refuse_unused,
 )
 from conveyor.cli_common import fail as _fail
 
@@ -42,6 +43,7 @@ class ImageExecutor(StrEnum):
 
 
 def image(
+    ctx: typer.Context,
     input: Annotated[
         str,
         typer.Argument(
@@ -151,6 +153,7 @@ def image(
     kept images with metadata/, embeddings/ and summary.json to OUTPUT. Bad images are listed
     with their reasons; they never stop the run. Re-running the same command resumes."""
     settings = dict(locals())  # the options as given, recorded with the run's event log
+    del settings["ctx"]
     from rich.console import Console
 
     from conveyor.pipelines.image import ImageConfig, check_resume, clear_output
@@ -159,6 +162,18 @@ def image(
 
     if address is not None and backend is BackendChoice.local:
         raise _fail("--address needs --backend ray")
+    refuse_unused(
+        ctx,
+        [
+            (not quality, ["min_size", "max_aspect", "min_contrast"], "--quality"),
+            (not nsfw, ["nsfw_threshold"], "--nsfw"),
+            (aesthetic_model is None, ["aesthetic_threshold"], "--aesthetic-model"),
+            (not embed, ["embed_model"], "--embed"),
+            (dedup is not DedupChoice.phash, ["phash_distance"], "--dedup phash"),
+            (dedup is not DedupChoice.semantic, ["semantic_threshold", "semantic_clusters"],
+             "--dedup semantic"),
+        ]
+    )  # fmt: skip
     try:
         config = ImageConfig(
             input=normalize(input),

@@ -24,6 +24,7 @@ from conveyor.cli_common import (
     BackendChoice,
     Machine,
     hold_output,
+    refuse_unused,
 )
 from conveyor.cli_common import fail as _fail
 
@@ -50,6 +51,7 @@ def _switch(name: str, help: str) -> Any:
 
 
 def text(
+    ctx: typer.Context,
     input: Annotated[
         list[str],
         typer.Argument(
@@ -199,6 +201,7 @@ def text(
     Parquet or JSONL with every input field to OUTPUT, with summary.json. Malformed lines are
     counted and listed by file and line; they never stop the run."""
     settings = dict(locals())  # the options as given, recorded with the run's event log
+    del settings["ctx"]
     from rich.console import Console
 
     from conveyor.pipelines.text import TextConfig
@@ -209,6 +212,7 @@ def text(
     output = normalize(output)
     if address is not None and backend is BackendChoice.local:
         raise _fail("--address needs --backend ray")
+    refuse_unused(ctx, [(not languages, ["language_threshold"], "--languages")])
     where = location(output)
     try:
         if where.exists() and not where.is_dir():

@@ -25,6 +25,7 @@ from conveyor.cli_common import (
     BackendChoice,
     Machine,
     hold_output,
+    refuse_unused,
 )
 from conveyor.cli_common import fail as _fail
 
@@ -77,6 +78,7 @@ class VideoExecutor(StrEnum):
 
 
 def video(
+    ctx: typer.Context,
     input: Annotated[
         str,
         typer.Argument(
@@ -302,6 +304,7 @@ def video(
     (motion, quality, safety, overlay text, aesthetics), embed, tag, caption, and write clips,
     metas and embeddings to OUTPUT. Re-running the same command on the same OUTPUT resumes."""
     settings = dict(locals())  # the options as given, recorded with the run's event log
+    del settings["ctx"]
     from rich.console import Console
 
     from conveyor.pipelines.video import VideoConfig, check_resume, clear_output, default_journal
@@ -323,6 +326,24 @@ def video(
         and executor is not VideoExecutor.ray_data
     ):
         raise _fail("--address needs --backend ray (or --executor ray-data)")
+    fixed = splitter is SplitterChoice.fixed
+    refuse_unused(
+        ctx,
+        [
+            (fixed, ["detector", "shot_threshold", "max_clip", "max_len_mode", "crop"],
+             "--splitter shots"),
+            (not fixed, ["clip_len", "stride"], "--splitter fixed"),
+            (not motion, ["motion_threshold", "motion_patch_threshold", "motion_source"],
+             "--motion"),
+            (not nsfw, ["nsfw_threshold"], "--nsfw"),
+            (not overlay_text, ["overlay_text_threshold"], "--overlay-text"),
+            (aesthetic_model is None, ["aesthetic_threshold"], "--aesthetic-model"),
+            (video_type_model is None, ["video_types"], "--video-type-model"),
+            (not embed, ["embed_model"], "--embed"),
+            (not dedup, ["dedup_threshold"], "--dedup"),
+            (shards is ShardsChoice.none, ["shard_mb"], "--shards webdataset"),
+        ]
+    )  # fmt: skip
     if executor is VideoExecutor.ray_data and backend is BackendChoice.ray:
         raise _fail("--executor ray-data runs on Ray by itself: leave --backend at local")
     if journal is not None and executor is VideoExecutor.ray_data:

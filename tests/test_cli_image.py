@@ -80,6 +80,14 @@ def one_error_line(output: str) -> str:
         (["{folder}", "{tmp}/out", "--dedup", "fuzzy"], "Invalid value for '--dedup'"),
         (["{folder}", "{tmp}/out", "--address", "127.0.0.1:1"], "--address needs --backend ray"),
         (["{folder}", "{tmp}/out", "--aesthetic-model", "{tmp}/nope.pt"], "aesthetic model path"),
+        # an option that would have no effect with the others (it was silently ignored)
+        (
+            ["{folder}", "{tmp}/out", "--dedup", "exact", "--phash-distance", "30"],
+            "error: --phash-distance has no effect without --dedup phash",
+        ),
+        (["{folder}", "{tmp}/out", "--semantic-threshold", "0.9"], "without --dedup semantic"),
+        (["{folder}", "{tmp}/out", "--no-quality", "--min-size", "9"], "without --quality"),
+        (["{folder}", "{tmp}/out", "--no-nsfw", "--nsfw-threshold", "0.1"], "without --nsfw"),
     ],
 )
 def test_a_bad_input_or_option_exits_2_with_one_line(

@@ -496,6 +496,7 @@ def test_a_malformed_parquet_row_is_shown_as_a_row(tmp_path: Path) -> None:
             "semantic_threshold set semantic deduplication, which needs dedup='semantic'",
         ),
         (["{data}", "{out}", "--text-field", ""], "text_field must be a non-empty name"),
+        (["{data}", "{out}", "--language-threshold", "0.9"], "has no effect without --languages"),
         (["{data}", "{out}", "--memory-gb", "0.2"], "leaves nothing for workers"),
         (
             ["{data}", "{out}", "--backend", "ray", "--memory-gb", "4"],

@@ -755,6 +755,21 @@ def test_videos_too_short_for_a_clip_are_counted_and_say_why(inputs: Path, tmp_p
         (["video", "{input}", "out", "--decoder", "nvdec", "--gpus", "0"], "--decoder nvdec"),
         (["video", "{input}", "out", "--decoder", "gpu"], "gpu"),
         (["video", "{input}", "out", "--preset", "bogus"], "preset must be one of ultrafast"),
+        # an option that would have no effect with the others (it was silently ignored)
+        (
+            ["video", "{input}", "out", "--splitter", "fixed", "--shot-threshold", "0.5"],
+            "error: --shot-threshold has no effect without --splitter shots",
+        ),
+        (
+            ["video", "{input}", "out", "--splitter", "fixed", "--max-clip", "1", "--crop", "0"],
+            "error: --max-clip, --crop have no effect without --splitter shots",
+        ),
+        (["video", "{input}", "out", "--stride", "5"], "--stride has no effect without --splitter"),
+        (["video", "{input}", "out", "--dedup-threshold", "0.5"], "without --dedup"),
+        (["video", "{input}", "out", "--no-motion", "--motion-source", "clip"], "without --motion"),
+        (["video", "{input}", "out", "--aesthetic-threshold", "9"], "without --aesthetic-model"),
+        (["video", "{input}", "out", "--no-embed", "--embed-model", "x"], "without --embed"),
+        (["video", "{input}", "out", "--video-types", "a,b"], "without --video-type-model"),
     ],
 )
 def test_command_usage_errors_exit_2(
