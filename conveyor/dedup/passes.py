@@ -26,6 +26,7 @@ import numpy as np
 
 from conveyor.dedup.plan import Chunk, Columns, CompareTask, SemanticDedupError, buckets
 from conveyor.dedup.similarity import BestEarlier, best_earlier_within, normalise
+from conveyor.errors import PermanentError
 from conveyor.resources import Resources
 from conveyor.stage import ProcessingStage
 from conveyor.storage import StoragePath, atomic_write, location
@@ -369,7 +370,15 @@ class CompareClusters(ProcessingStage[CompareTask, Compared]):
 
     def _marks(self, ids: Any, matches: Any, similarity: np.ndarray) -> Any:
         import pyarrow as pa
+        import pyarrow.compute as pc
 
+        same = pc.equal(ids, matches)
+        if len(same) and pc.any(same).as_py():
+            twice = ids.filter(same)[0].as_py()
+            raise PermanentError(
+                f"id {twice!r} is on two rows that are near-duplicates of each other: the ids "
+                f"({self.columns.id}) must be unique, else duplicates.parquet would remove both"
+            )
         return pa.table(
             {"id": ids, "duplicate_of": matches, "similarity": pa.array(similarity, pa.float32())}
         )

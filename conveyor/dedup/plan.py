@@ -146,6 +146,8 @@ def scan(
         try:
             listing = list_inputs(one, exclude=exclude)
         except InputError as error:
+            if os.path.isdir(one):  # the text readers' message lists their JSONL suffixes too
+                raise SemanticDedupError(f"INPUT {os.fspath(one)!r} has no Parquet file") from None
             raise SemanticDedupError(str(error)) from None
         found = [f.path for f in listing.files if f.kind == "parquet"]
         named = [f.path for f in listing.files if f.path == os.fspath(one)]

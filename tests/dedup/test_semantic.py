@@ -285,6 +285,9 @@ def test_ids_of_two_types_and_files_that_are_not_parquet(tmp_path: Path) -> None
     (tmp_path / "text" / "a.jsonl").write_text("{}\n")
     with pytest.raises(SemanticDedupError, match=r"text' has no Parquet file"):
         semantic_dedup(tmp_path / "text", tmp_path / "out")
+    (tmp_path / "empty").mkdir()  # the text readers' message named their JSONL suffixes
+    with pytest.raises(SemanticDedupError, match=r"empty' has no Parquet file$"):
+        semantic_dedup(tmp_path / "empty", tmp_path / "out")
     (tmp_path / "broken.parquet").write_bytes(b"PAR1 not really")
     with pytest.raises(SemanticDedupError, match=r"broken\.parquet' is not a readable Parquet"):
         semantic_dedup(tmp_path / "broken.parquet", tmp_path / "out")
@@ -314,3 +317,13 @@ def test_embeddings_of_different_lengths_across_files(tmp_path: Path) -> None:
 def test_bad_options(tmp_path: Path, kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         semantic_dedup(tmp_path, tmp_path / "out", **kwargs)
+
+
+def test_an_id_on_two_near_duplicate_rows_fails_the_dedup(tmp_path: Path) -> None:
+    """``a`` twice came out as ``a`` duplicate of ``a``: removing by id lost both rows."""
+    from conveyor.dedup.semantic import PassFailed
+
+    write(tmp_path / "in", np.array([[1.0, 0, 0], [1.0, 0, 0], [0, 1.0, 0]]), ["a", "a", "b"], 1)
+    with pytest.raises(PassFailed, match="id 'a' is on two rows that are near-duplicates"):
+        semantic_dedup(tmp_path / "in", tmp_path / "out")
+    assert not (tmp_path / "out" / "duplicates.parquet").exists()
