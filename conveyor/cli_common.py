@@ -83,6 +83,23 @@ def refuse_unused(ctx: typer.Context, rules: Sequence[tuple[bool, Sequence[str],
             raise fail(f"{', '.join(given)} {verb} no effect without {needs}")
 
 
+def as_flags(ctx: typer.Context, message: str) -> str:
+    """``message`` (a config's, naming its fields) with each field an option of ``ctx``'s
+    command stands for written as that option: ``min_clip_s (5.0) is longer than
+    max_clip_s (1.0)`` reads ``--min-clip (5.0) is longer than --max-clip (1.0)``. Only
+    names with an underscore are read as fields, so plain words stay words."""
+    import re
+
+    flags = {p.name: p.opts[0] for p in ctx.command.params if p.opts[0].startswith("--")}
+
+    def flag(match: re.Match[str]) -> str:
+        name = match.group(0)
+        found = flags.get(name) or flags.get(name.removesuffix("_s"))
+        return found if found is not None and "_" in name else name
+
+    return re.sub(r"\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b", flag, message)
+
+
 def _typed(ctx: typer.Context, name: str) -> bool:
     """Whether option ``name`` was given on the command line (or in the environment)."""
     source = ctx.get_parameter_source(name)

@@ -24,6 +24,7 @@ from conveyor.cli_common import (
     REPORT,
     BackendChoice,
     Machine,
+    as_flags,
     hold_output,
     refuse_unused,
 )
@@ -202,7 +203,7 @@ def image(
         )
         check_output_place(config.output)
     except (ValueError, OSError, ImportError) as exc:
-        raise _fail(str(exc)) from None
+        raise _fail(as_flags(ctx, str(exc))) from None
     clear = clear_output if overwrite else None
     with hold_output(config.output, clear, lambda: check_resume(config)):
         try:

@@ -23,6 +23,7 @@ from conveyor.cli_common import (
     REPORT,
     BackendChoice,
     Machine,
+    as_flags,
     hold_output,
     refuse_unused,
 )
@@ -254,7 +255,7 @@ def text(
             chunk_bytes=max(1, int(chunk_mb * (1 << 20))),
         )
     except ValueError as exc:
-        raise _fail(str(exc)) from None
+        raise _fail(as_flags(ctx, str(exc))) from None
     try:
         listing = list_inputs(config.input, exclude=[config.output])
     except InputError as exc:

@@ -92,3 +92,10 @@ def test_a_file_where_a_folder_goes_exits_2_before_anything_is_written(
     assert result.exit_code == 2, result.output
     assert result.output.startswith("error: ") and "is a file" in result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["output"]
+
+
+def test_a_config_s_field_names_read_as_the_options_typed() -> None:
+    """``min_clip_s (5.0) is longer than max_clip_s (1.0)`` named no option the user knew."""
+    result = runner.invoke(app, ["video", ".", "out", "--min-clip", "5", "--max-clip", "1"])
+    assert result.exit_code == 2
+    assert result.output == "error: --min-clip (5.0) is longer than --max-clip (1.0)\n"

@@ -472,7 +472,7 @@ def test_a_malformed_parquet_row_is_shown_as_a_row(tmp_path: Path) -> None:
         (["{data}", "{out}", "--languages", "xx"], "'xx' is not a language the fastText"),
         (
             ["{data}", "{out}", "--bands", "7", "--rows", "3", "--num-perm", "20"],
-            "bands * rows must equal num_perm",
+            "bands * rows must equal --num-perm",
         ),
         (["{data}", "{out}", "--dedup", "exact", "--bands", "4"], "needs dedup='fuzzy'"),
         (["{data}", "{out}", "--address", "1.2.3.4:6379"], "--address needs --backend ray"),
@@ -481,21 +481,21 @@ def test_a_malformed_parquet_row_is_shown_as_a_row(tmp_path: Path) -> None:
         (["{data}", "{out}", "--threshold", "1.5"], "threshold must be in (0, 1]"),
         (
             ["{data}", "{out}", "--dedup", "semantic", "--semantic-threshold", "1.5"],
-            "error: semantic_threshold must be in (0, 1], got 1.5",
+            "error: --semantic-threshold must be in (0, 1], got 1.5",
         ),
         (
             ["{data}", "{out}", "--dedup", "semantic", "--semantic-threshold", "0"],
-            "error: semantic_threshold must be in (0, 1], got 0.0",
+            "error: --semantic-threshold must be in (0, 1], got 0.0",
         ),
         (
             ["{data}", "{out}", "--dedup", "semantic", "--semantic-clusters", "0"],
-            "error: semantic_clusters must be an int >= 1, got 0",
+            "error: --semantic-clusters must be an int >= 1, got 0",
         ),
         (
             ["{data}", "{out}", "--semantic-threshold", "0.9"],
-            "semantic_threshold set semantic deduplication, which needs dedup='semantic'",
+            "--semantic-threshold set semantic deduplication, which needs dedup='semantic'",
         ),
-        (["{data}", "{out}", "--text-field", ""], "text_field must be a non-empty name"),
+        (["{data}", "{out}", "--text-field", ""], "--text-field must be a non-empty name"),
         (["{data}", "{out}", "--language-threshold", "0.9"], "has no effect without --languages"),
         (["{data}", "{out}", "--memory-gb", "0.2"], "leaves nothing for workers"),
         (

@@ -749,7 +749,7 @@ def test_videos_too_short_for_a_clip_are_counted_and_say_why(inputs: Path, tmp_p
         (["video", "{input}", "out", "--encoder", "h264_nvenc"], "NVENC does not open"),
         (
             ["video", "{input}", "out", "--detector", "histogram", "--shot-threshold", "27"],
-            "shot_threshold for histogram must be in (0, 1)",
+            "--shot-threshold for histogram must be in (0, 1)",
         ),
         (["video", "{input}", "out", "--detector", "sparkles"], "sparkles"),
         (["video", "{input}", "out", "--decoder", "nvdec", "--gpus", "0"], "--decoder nvdec"),

@@ -171,8 +171,8 @@ def test_the_command_writes_shards_without_metas(inputs: Path, tmp_path: Path) -
     ("extra", "message"),
     [
         (["--shards", "zip"], "zip"),
-        (["--shards", "webdataset", "--shard-mb", "0"], "error: shard_mb must be a number of"),
-        (["--shards", "webdataset", "--shard-mb", "-1"], "error: shard_mb must be a number"),
+        (["--shards", "webdataset", "--shard-mb", "0"], "error: --shard-mb must be a number of"),
+        (["--shards", "webdataset", "--shard-mb", "-1"], "error: --shard-mb must be a number"),
         (["--shard-mb", "1"], "error: --shard-mb has no effect without --shards webdataset"),
         (["--shards", "webdataset"], "error: shards need a local output"),
     ],
