@@ -264,19 +264,25 @@ class Tidier:
 
     def after(self, busy_s: float) -> None:
         """Call after each task (or batch) with the seconds it took."""
-        if self._first:
-            self._first = False
-            self.freeze()  # what the first task left behind is garbage and is collected
         self._busy += busy_s
+        if self._first:
+            # what the first task left behind is garbage and is collected; the steps wait
+            # for the next task: run now they would find nothing and wait long for it
+            self._first = False
+            self.freeze()
+            return
         if self._busy < self._next:
             return
         for i, step in enumerate(self._steps):
             if self._busy >= self._due[i]:
-                started = time.perf_counter()
+                clock = BatchClock()
                 if step() is True:
                     self._due[i] = self._busy  # worth it: again after the next task
                 else:
-                    self._due[i] = self._busy + (time.perf_counter() - started) / self.SHARE
+                    # what the step took, less any wait for a core: on a loaded machine
+                    # that wait was most of it, and put the next step off far too long
+                    took, _, queued = clock.read()
+                    self._due[i] = self._busy + (took - queued) / self.SHARE
         self._next = min(self._due)
 
 
