@@ -89,7 +89,7 @@ def dedup(
     *sources, output = [normalize(i) for i in inputs]
     cls = BatchExecutor if executor is DedupExecutor.batch else StreamingExecutor
     try:
-        engine = cls(Machine(cpus, 0, memory_gb).backend(backend, address))
+        engine = cls(Machine(cpus, None, memory_gb).backend(backend, address))
     except (ImportError, ValueError, ConveyorError) as exc:
         raise fail(str(exc), 2 if isinstance(exc, ValueError) else 1) from None
     try:

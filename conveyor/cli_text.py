@@ -263,7 +263,7 @@ def text(
     except (OSError, ImportError, ValueError) as exc:  # a store refusing, unreachable, ...
         raise _fail(f"INPUT {exc}") from None
     watch = (metrics_port, report, settings)
-    machine = Machine(cpus, 0, memory_gb)
+    machine = Machine(cpus, None, memory_gb)
     from conveyor.pipelines.text import check_output
 
     # before the event log goes there

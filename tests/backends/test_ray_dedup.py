@@ -38,3 +38,26 @@ def test_semantic_dedup_on_ray_marks_what_local_marks(address: str, tmp_path: Pa
         for name in ("ray", "local")
     }
     assert marks["ray"] == marks["local"]
+
+
+@pytest.mark.parametrize("command", ["dedup", "text"])
+def test_the_commands_join_a_running_cluster(
+    command: str, address: str, tmp_path: Path
+) -> None:
+    """``--backend ray --address`` failed at once for ``conveyor text`` and ``conveyor
+    dedup``: they declared 0 GPUs, which only a private cluster takes."""
+    from typer.testing import CliRunner
+
+    from conveyor.cli import app
+
+    if command == "dedup":
+        vectors, ids = planted(200, seed=3)
+        write(tmp_path / "in", vectors, ids.tolist(), files=1)
+        source = tmp_path / "in"
+    else:
+        source = tmp_path / "docs.jsonl"
+        source.write_text('{"text": "a short document about the weather and the sea"}\n')
+    args = [command, str(source), str(tmp_path / "out"), "--backend", "ray", "--address", address]
+    result = CliRunner().invoke(app, [*args, *(["--no-live"] if command == "text" else [])])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "out" / ("dedup.json" if command == "dedup" else "summary.json")).exists()
