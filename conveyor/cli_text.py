@@ -213,7 +213,22 @@ def text(
     output = normalize(output)
     if address is not None and backend is BackendChoice.local:
         raise _fail("--address needs --backend ray")
-    refuse_unused(ctx, [(not languages, ["language_threshold"], "--languages")])
+
+    def off(switch: bool | None) -> bool:  # a rule's own switch, else --filters
+        return not (filters if switch is None else switch)
+
+    refuse_unused(
+        ctx,
+        [
+            (not languages, ["language_threshold"], "--languages"),
+            (off(word_count), ["min_words", "max_words"], "--word-count"),
+            (off(mean_word_length), ["min_mean_word_length", "max_mean_word_length"],
+             "--mean-word-length"),
+            (off(symbol_ratio), ["max_symbol_ratio"], "--symbol-ratio"),
+            (off(ellipsis_lines), ["max_ellipsis_lines"], "--ellipsis-lines"),
+            (off(repeated_lines), ["max_repeated_lines"], "--repeated-lines"),
+        ],
+    )  # fmt: skip
     where = location(output)
     try:
         if where.exists() and not where.is_dir():

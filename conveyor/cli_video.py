@@ -343,6 +343,9 @@ def video(
             (not embed, ["embed_model"], "--embed"),
             (not dedup, ["dedup_threshold"], "--dedup"),
             (shards is ShardsChoice.none, ["shard_mb"], "--shards webdataset"),
+            # Ray Data's executor takes no monitors
+            (executor is VideoExecutor.ray_data, ["metrics_port"],
+             "the streaming or batch executor"),
         ]
     )  # fmt: skip
     if executor is VideoExecutor.ray_data and backend is BackendChoice.ray:
@@ -501,6 +504,7 @@ def _run(
         f"[bold]conveyor video[/]: {config.input} -> {config.output} (videos are listed as "
         f"the run goes)\n  {pipeline.description}\n"
         f"  {kind.value} executor, {'Ray' if on_ray else 'local'} backend"
+        + (" (no live view, metrics or run report)" if kind is VideoExecutor.ray_data else "")
     )
     try:
         report = run_video(

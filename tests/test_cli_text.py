@@ -497,6 +497,11 @@ def test_a_malformed_parquet_row_is_shown_as_a_row(tmp_path: Path) -> None:
         ),
         (["{data}", "{out}", "--text-field", ""], "--text-field must be a non-empty name"),
         (["{data}", "{out}", "--language-threshold", "0.9"], "has no effect without --languages"),
+        (
+            ["{data}", "{out}", "--no-filters", "--min-words", "10", "--max-words", "99"],
+            "error: --min-words, --max-words have no effect without --word-count",
+        ),
+        (["{data}", "{out}", "--no-repeated-lines", "--max-repeated-lines", "0.5"], "without"),
         (["{data}", "{out}", "--memory-gb", "0.2"], "leaves nothing for workers"),
         (
             ["{data}", "{out}", "--backend", "ray", "--memory-gb", "4"],

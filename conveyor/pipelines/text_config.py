@@ -1,4 +1,4 @@
-"""``TextConfig``: everything the text pipeline can be told (the CLI's options, one for one),
+"""``TextConfig``: everything the text pipeline can be told (the CLI's options, and a few knobs for scripts only),
 checked when it is made: the heuristic rules that are on, the fuzzy and semantic dedup
 settings, and the options as plain values for ``summary.json``.
 
@@ -27,7 +27,7 @@ SEMANTIC_OPTIONS = ("semantic_threshold", "semantic_clusters")
 
 @dataclass
 class TextConfig:
-    """Everything the text pipeline can be told (the CLI's options, one for one).
+    """Everything the text pipeline can be told (the CLI's options, and a few knobs for scripts only).
 
     Each heuristic rule is on when its switch is ``True``, off when ``False``, and follows
     ``filters`` when ``None``.
@@ -69,6 +69,7 @@ class TextConfig:
     #: semantic: k-means clusters the documents are compared within (``None``: one per
     #: 10,000 documents)
     semantic_clusters: int | None = None
+    #: scripts only: partitions the dedup keys are spread over (``DedupKeys``)
     dedup_partitions: int = 16
     #: only the first ``limit`` records (non-blank lines, Parquet rows) of the input
     limit: int | None = None

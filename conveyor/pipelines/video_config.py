@@ -1,4 +1,4 @@
-"""``VideoConfig``: everything the video pipeline can be told (the CLI's options, one for one),
+"""``VideoConfig``: everything the video pipeline can be told (the CLI's options, and a few knobs for scripts only),
 checked when it is made, and the options that decide what a run writes (``fingerprint``).
 
 Its own module so that what reads a config (the summary, the CLI) needs nothing of how the
@@ -49,7 +49,7 @@ OUTPUT_OPTIONS = (
 
 @dataclass
 class VideoConfig:
-    """Everything the video pipeline can be told (the CLI's options, one for one)."""
+    """Everything the video pipeline can be told (the CLI's options, and a few knobs for scripts only)."""
 
     input: str | Sequence[str]
     output: str
@@ -66,7 +66,10 @@ class VideoConfig:
     max_len_mode: Literal["stride", "truncate"] = "stride"
     crop_s: float = 0.5
     shot_threshold: float | None = None  # default per detector
+    #: scripts only: seconds of video each detection task decodes, for TransNetV2 (the
+    #: PySceneDetect detectors take at least 20 s: a window's context is decoded twice)
     detection_window_s: float = 5.0
+    #: scripts only: clips per chunk of a video handed on together
     clips_per_chunk: int = 2
     encoder: str = "auto"
     #: where sources are decoded: auto (the GPU's NVDEC where a worker has a GPU), cpu, nvdec
@@ -120,8 +123,8 @@ class VideoConfig:
     limit: int | None = None
     #: run models (and NVENC) on GPUs: None = when this machine has any
     gpus: bool | None = None
-    #: the most of a GPU each model stage's worker asks for (less where one worker of every
-    #: GPU stage would not fit on one GPU together: ``gpu_shares``)
+    #: scripts only: the most of a GPU each model stage's worker asks for (less where one
+    #: worker of every GPU stage would not fit on one GPU together: ``gpu_shares``)
     gpu_share: float = 0.25
     description: str = field(default="", repr=False)
 
@@ -198,6 +201,10 @@ class VideoConfig:
             and not Path(self.embed_model).expanduser().exists()
         ):
             problems.append(f"embed model path {self.embed_model!r} does not exist")
+        if self.text_embed and not self.tags and self.caption_model is None:
+            problems.append(
+                "text_embed embeds each clip's caption or tags: give caption_model or keep tags"
+            )
         problems += self._place_problems()
         if problems:
             raise ValueError("; ".join(problems))
@@ -263,7 +270,7 @@ class VideoConfig:
     @property
     def embeds_text(self) -> bool:
         if self.text_embed is not None:
-            return self.text_embed and (self.tags or self.caption_model is not None)
+            return self.text_embed
         return self.caption_model is not None
 
     def fingerprint(self) -> dict[str, Any]:

@@ -770,6 +770,14 @@ def test_videos_too_short_for_a_clip_are_counted_and_say_why(inputs: Path, tmp_p
         (["video", "{input}", "out", "--aesthetic-threshold", "9"], "without --aesthetic-model"),
         (["video", "{input}", "out", "--no-embed", "--embed-model", "x"], "without --embed"),
         (["video", "{input}", "out", "--video-types", "a,b"], "without --video-type-model"),
+        (
+            ["video", "{input}", "out", "--no-tags", "--text-embed"],
+            "--text-embed embeds each clip's caption or tags: give --caption-model or keep tags",
+        ),
+        (
+            ["video", "{input}", "out", "--executor", "ray-data", "--metrics-port", "0"],
+            "--metrics-port has no effect without the streaming or batch executor",
+        ),
     ],
 )
 def test_command_usage_errors_exit_2(
