@@ -1,4 +1,4 @@
-"""``ImageConfig``: everything the image pipeline can be told (the CLI's options, and a few knobs for scripts only),
+"""``ImageConfig``: everything the image pipeline can be told (the CLI's options, and more),
 checked when it is made (the packages the options need among the checks), and the options
 that decide what a run writes (``fingerprint``).
 
@@ -32,7 +32,7 @@ OUTPUT_OPTIONS = (
 
 @dataclass
 class ImageConfig:
-    """Everything the image pipeline can be told (the CLI's options, and a few knobs for scripts only)."""
+    """Everything the image pipeline can be told (the CLI's options and some knobs for scripts)."""
 
     #: a folder, a file (image, tar shard, Parquet), a glob or a URL; or several
     input: str | Sequence[str]

@@ -1,4 +1,4 @@
-"""``TextConfig``: everything the text pipeline can be told (the CLI's options, and a few knobs for scripts only),
+"""``TextConfig``: everything the text pipeline can be told (the CLI's options, and more),
 checked when it is made: the heuristic rules that are on, the fuzzy and semantic dedup
 settings, and the options as plain values for ``summary.json``.
 
@@ -27,7 +27,7 @@ SEMANTIC_OPTIONS = ("semantic_threshold", "semantic_clusters")
 
 @dataclass
 class TextConfig:
-    """Everything the text pipeline can be told (the CLI's options, and a few knobs for scripts only).
+    """Everything the text pipeline can be told (the CLI's options and some knobs for scripts).
 
     Each heuristic rule is on when its switch is ``True``, off when ``False``, and follows
     ``filters`` when ``None``.

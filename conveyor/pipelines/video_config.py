@@ -1,4 +1,4 @@
-"""``VideoConfig``: everything the video pipeline can be told (the CLI's options, and a few knobs for scripts only),
+"""``VideoConfig``: everything the video pipeline can be told (the CLI's options, and more),
 checked when it is made, and the options that decide what a run writes (``fingerprint``).
 
 Its own module so that what reads a config (the summary, the CLI) needs nothing of how the
@@ -49,7 +49,7 @@ OUTPUT_OPTIONS = (
 
 @dataclass
 class VideoConfig:
-    """Everything the video pipeline can be told (the CLI's options, and a few knobs for scripts only)."""
+    """Everything the video pipeline can be told (the CLI's options and some knobs for scripts)."""
 
     input: str | Sequence[str]
     output: str
