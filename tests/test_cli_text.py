@@ -387,6 +387,27 @@ def test_semantic_options_of_the_config() -> None:
             TextConfig("in", "out", dedup="semantic", **kwargs)
 
 
+def test_each_rule_s_thresholds_and_the_dedup_partitions_reach_their_stages() -> None:
+    """The audit found no test setting these knobs."""
+    from conveyor.pipelines.text import TextConfig, build_text_pipelines
+
+    config = TextConfig(
+        "in", "out", min_words=3, max_words=9, min_mean_word_length=2.5,
+        max_mean_word_length=8.5, symbol_ratio=False, max_ellipsis_lines=0.5,
+        max_repeated_lines=0.75, dedup="fuzzy", dedup_partitions=5,
+    )  # fmt: skip
+    assert {type(r).__name__: vars(r) for r in config.rules()} == {
+        "WordCount": {"min_words": 3, "max_words": 9},
+        "MeanWordLength": {"min_length": 2.5, "max_length": 8.5},
+        "EllipsisLines": {"max_fraction": 0.5, "endings": ("...", "\u2026")},
+        "RepeatedLines": {"max_fraction": 0.75},
+    }
+    keys = [s for s in build_text_pipelines(config).first.stages if hasattr(s, "partitions")]
+    assert [s.partitions for s in keys] == [5]
+    only = TextConfig("in", "out", filters=False, symbol_ratio=True, max_symbol_ratio=0.25)
+    assert [(type(r).__name__, r.max_ratio) for r in only.rules()] == [("SymbolToWordRatio", 0.25)]
+
+
 def test_part_files_no_text_run_wrote_are_refused_not_replaced(tmp_path: Path) -> None:
     """A run replaces every part-NNNNN file of its OUTPUT: ones without an earlier run's
     summary beside them are someone else's, and were deleted."""

@@ -41,9 +41,7 @@ def test_semantic_dedup_on_ray_marks_what_local_marks(address: str, tmp_path: Pa
 
 
 @pytest.mark.parametrize("command", ["dedup", "text"])
-def test_the_commands_join_a_running_cluster(
-    command: str, address: str, tmp_path: Path
-) -> None:
+def test_the_commands_join_a_running_cluster(command: str, address: str, tmp_path: Path) -> None:
     """``--backend ray --address`` failed at once for ``conveyor text`` and ``conveyor
     dedup``: they declared 0 GPUs, which only a private cluster takes. (A process of its
     own: in this one Ray is already connected, and declared resources are not looked at.)"""

@@ -576,6 +576,22 @@ def test_decoder_nvdec_on_declared_gpus_decodes_each_video_on_the_cpu_saying_why
     assert all("h264_cuvid does not open" in r["decoder_fallback"] for r in ok)
 
 
+def test_thresholds_and_windows_reach_their_stages(tmp_path: Path) -> None:
+    """Each knob is read where it acts (the audit found no test naming these)."""
+    config = VideoConfig(
+        str(tmp_path), str(tmp_path / "out"), detector="transnetv2", detection_window_s=7.5,
+        motion_threshold=0.125, motion_patch_threshold=0.0625,
+    )  # fmt: skip
+    stages = {type(s).__name__: s for s in build_video_pipeline(config).stages}
+    assert stages["ShotWindows"].window_s == 7.5
+    motion = stages["MotionFilter"]
+    assert (motion.global_threshold, motion.patch_threshold) == (0.125, 0.0625)
+    # PySceneDetect's detectors take windows of 20 s at least
+    config = VideoConfig(str(tmp_path), str(tmp_path / "out"), detector="content")
+    stages = {type(s).__name__: s for s in build_video_pipeline(config).stages}
+    assert stages["ShotWindows"].window_s == 20.0
+
+
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
