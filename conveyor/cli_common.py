@@ -94,8 +94,7 @@ def as_flags(ctx: typer.Context, message: str) -> str:
 
     def flag(match: re.Match[str]) -> str:
         name = match.group(0)
-        found = flags.get(name) or flags.get(name.removesuffix("_s"))
-        return found if found is not None and "_" in name else name
+        return flags.get(name) or flags.get(name.removesuffix("_s")) or name
 
     return re.sub(r"\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b", flag, message)
 

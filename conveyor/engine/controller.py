@@ -325,12 +325,9 @@ class Controller:
         self._initial_workers = set(self.workers)
         missing = [s for s in self.stages if s.target > 0 and not s.pool.live_count]
         for stage in missing:
-            why = fits_nowhere(stage.spec.resources, nodes)
+            why = fits_nowhere(stage.spec.name, stage.spec.resources, nodes)
             if why is not None:
-                raise BackendError(
-                    f"no node can host a worker of stage {stage.spec.name!r} "
-                    f"({stage.spec.resources.describe()}): {why}"
-                )
+                raise BackendError(why)
         if missing:
             cpus, gpus = self.ledger.totals()
             units = ""

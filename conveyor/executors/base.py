@@ -53,7 +53,11 @@ class Run:
 
 
 class Executor:
-    """Runs built pipelines on a backend (``LocalBackend()`` unless given)."""
+    """Runs built pipelines on a backend (``LocalBackend()`` unless given).
+
+    ``edge_max_tasks`` bounds the queues between stages that run at the same time; a
+    stage-at-a-time executor (``BatchExecutor``) leaves them unbounded, since each stage's
+    whole output waits for the next stage anyway."""
 
     stage_at_a_time = False
 
@@ -82,9 +86,6 @@ class Executor:
                 f"{type(self).__name__}(autoscale_interval_s=2.0) (NeMo Curator's "
                 "config={...} dicts are taken by conveyor.curator's XennaExecutor)"
             )
-        #: ``edge_max_tasks`` bounds the queues between stages that run at the same time: a
-        #: stage-at-a-time executor (``BatchExecutor``) leaves them unbounded, since each
-        #: stage's whole output waits for the next stage anyway
         self.backend = backend
         self.config = ControllerConfig(
             max_attempts=max_attempts,

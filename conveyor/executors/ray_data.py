@@ -353,12 +353,9 @@ class RayDataRun:
             memory = self._gpu_memory_gb()
             nodes = [dataclasses.replace(node, gpu_memory_gb=memory) for node in nodes]
         for spec in self.specs:
-            why = fits_nowhere(spec.resources, nodes, share_cpus=False)
+            why = fits_nowhere(spec.name, spec.resources, nodes, share_cpus=False)
             if why is not None:
-                raise BackendError(
-                    f"no node can host a worker of stage {spec.name!r} "
-                    f"({spec.resources.describe()}): {why}"
-                )
+                raise BackendError(why)
 
     def _setup_on_nodes(self) -> None:
         """``setup_on_node`` of every stage that has one, on every live node, before the plan."""

@@ -458,10 +458,10 @@ class Ledger:
 
 
 def fits_nowhere(
-    resources: Resources, nodes: Iterable[NodeInfo], share_cpus: bool = True
+    stage: str, resources: Resources, nodes: Iterable[NodeInfo], share_cpus: bool = True
 ) -> str | None:
-    """Why one worker of ``resources`` fits no node even with the cluster empty, or ``None``
-    when it fits some node.
+    """Why one worker of ``stage`` (asking for ``resources``) fits no node even with the
+    cluster empty, as a sentence naming it; ``None`` when it fits some node.
 
     The engine lets a stage's first worker share CPUs and host memory (``choose``'s
     overcommit), so there only what cannot be shared stops it: GPUs, a GPU's memory, a GPU's
@@ -469,7 +469,13 @@ def fits_nowhere(
     actors), CPUs stop it too. Said apart from a pipeline too large for the cluster as a
     whole, since the fix differs: the stage's ``Resources``, not the cluster or the executor.
     """
-    nodes = list(nodes)
+    why = _lacking(resources, list(nodes), share_cpus)
+    if why is None:
+        return None
+    return f"no node can host a worker of stage {stage!r} ({resources.describe()}): {why}"
+
+
+def _lacking(resources: Resources, nodes: list[NodeInfo], share_cpus: bool) -> str | None:
     empty = [NodeFree.of(node) for node in nodes]
     if _rank(empty, resources, share_cpus, 0.0, True)[0] is not None:
         return None

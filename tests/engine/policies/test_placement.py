@@ -587,5 +587,6 @@ def test_reserved_totals_follow_every_allocation_resize_and_release() -> None:
 def test_what_a_lone_worker_cannot_fit_is_named(
     resources: Resources, nodes: list[NodeInfo], why: str | None
 ) -> None:
-    found = fits_nowhere(resources, nodes)
-    assert found == why if why is None else why in (found or "")
+    found = fits_nowhere("s", resources, nodes)
+    assert found == why if why is None else f"stage 's' ({resources.describe()}): it" in found
+    assert found is None or why in found
