@@ -32,7 +32,7 @@ OUTPUT_OPTIONS = (
 
 @dataclass
 class ImageConfig:
-    """Everything the image pipeline can be told (the CLI's options and some knobs for scripts)."""
+    """Everything the image pipeline can be told (the CLI's options, and more)."""
 
     #: a folder, a file (image, tar shard, Parquet), a glob or a URL; or several
     input: str | Sequence[str]

@@ -27,7 +27,7 @@ SEMANTIC_OPTIONS = ("semantic_threshold", "semantic_clusters")
 
 @dataclass
 class TextConfig:
-    """Everything the text pipeline can be told (the CLI's options and some knobs for scripts).
+    """Everything the text pipeline can be told (the CLI's options, and more).
 
     Each heuristic rule is on when its switch is ``True``, off when ``False``, and follows
     ``filters`` when ``None``.

@@ -49,7 +49,7 @@ OUTPUT_OPTIONS = (
 
 @dataclass
 class VideoConfig:
-    """Everything the video pipeline can be told (the CLI's options and some knobs for scripts)."""
+    """Everything the video pipeline can be told (the CLI's options, and more)."""
 
     input: str | Sequence[str]
     output: str
