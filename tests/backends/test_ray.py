@@ -248,6 +248,30 @@ def test_joining_a_cluster_rejects_declared_resources(monkeypatch: pytest.Monkey
         connection.connect()
 
 
+def test_what_a_connection_asks_ray_init_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The private cluster's settings and the caller's own reach ``ray.init``; joining a
+    cluster takes only the node address and the caller's (the knob audit found none of
+    these named by a test)."""
+    asked: list[dict[str, Any]] = []
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(RayConnection, "_init", staticmethod(lambda **kw: asked.append(kw)))
+    private = RayConnection(
+        None, num_cpus=3, num_gpus=1, object_store_memory=2**28, node_ip_address="127.0.0.3",
+        init_kwargs={"namespace": "mine"},
+    )  # fmt: skip
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    private.connect()
+    try:
+        wanted = {"num_cpus": 3, "num_gpus": 1, "object_store_memory": 2**28}
+        assert asked[0].items() >= {**wanted, "_node_ip_address": "127.0.0.3"}.items()
+        assert asked[0]["address"] == "local" and asked[0]["namespace"] == "mine"
+    finally:
+        private.disconnect()  # its private temporary folder
+    RayConnection("127.0.0.2:6390", init_kwargs={"namespace": "theirs"}).connect()
+    assert asked[1]["address"] == "127.0.0.2:6390" and asked[1]["namespace"] == "theirs"
+    assert "num_cpus" not in asked[1] and "object_store_memory" not in asked[1]
+
+
 def test_backend_used_before_open_is_a_clear_error() -> None:
     with pytest.raises(BackendError, match="RayBackend used before open"):
         RayBackend().nodes()
