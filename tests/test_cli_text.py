@@ -408,6 +408,18 @@ def test_each_rule_s_thresholds_and_the_dedup_partitions_reach_their_stages() ->
     assert [(type(r).__name__, r.max_ratio) for r in only.rules()] == [("SymbolToWordRatio", 0.25)]
 
 
+def test_chunk_mb_splits_a_large_file_into_byte_ranges(tmp_path: Path) -> None:
+    source = tmp_path / "big.jsonl"
+    line = json.dumps({"text": "word " * 40}) + "\n"
+    source.write_text(line * (1_300_000 // len(line)))  # 1.3 MB: three ranges of 0.5 MiB
+    for chunk_mb, ranges in (("0.5", 3), ("64", 1)):
+        out = tmp_path / f"out-{chunk_mb}"
+        result = run(str(source), str(out), "--dedup", "none", "--chunk-mb", chunk_mb)
+        assert result.exit_code == 0, result.output
+        stages = summary(out)["engine"][0]["stages"]
+        assert stages["TextPartitioner"]["tasks_out"] == ranges
+
+
 def test_part_files_no_text_run_wrote_are_refused_not_replaced(tmp_path: Path) -> None:
     """A run replaces every part-NNNNN file of its OUTPUT: ones without an earlier run's
     summary beside them are someone else's, and were deleted."""
