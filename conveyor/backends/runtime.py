@@ -353,14 +353,14 @@ class StageRunner:
         else:
             result = self.stage.process_batch(tasks)
             self.tidier.after(time.perf_counter() - started)
-            if result is None:
-                result = []
             if inspect.isgenerator(result):
                 result = list(result)
             if not isinstance(result, list):
+                # None too: a forgotten return dropped every input as filtered ([] filters)
+                hint = " (a missing return? [] filters every input)" if result is None else ""
                 raise TypeError(
                     f"stage {self.name!r}: process_batch must return a list, got "
-                    f"{type(result).__name__}"
+                    f"{type(result).__name__}{hint}"
                 )
             outputs = result
             if len(outputs) == len(tasks):

@@ -53,6 +53,25 @@ def test_persistent_exception_becomes_one_failure_record(executor_type: type) ->
     assert result.counts == {"inputs": 30, "outputs": 29, "filtered": 0, "failed": 1, "skipped": 0}
 
 
+class ForgetsReturn(ProcessingStage[int, int]):
+    batch_size = 4
+
+    def process_batch(self, tasks: list[int]) -> list[int]:
+        _ = [t * 2 for t in tasks]  # the slip: no return of it
+        return None  # type: ignore[return-value]
+
+
+def test_a_process_batch_that_returns_none_fails_rather_than_filters() -> None:
+    """A forgotten ``return`` filtered every input silently; ``[]`` still filters."""
+    result = Pipeline("p", [ForgetsReturn()]).run(
+        StreamingExecutor(LocalBackend(num_cpus=2), max_attempts=1), initial_tasks=range(4)
+    )
+    assert result.outputs == [] and result.counts["failed"] == 4
+    assert "process_batch must return a list, got NoneType (a missing return?" in str(
+        result.failures[0]
+    )
+
+
 def test_max_attempts_is_honoured() -> None:
     result = Pipeline("p", [Poison(3)]).run(
         StreamingExecutor(LocalBackend(num_cpus=2), max_attempts=1), initial_tasks=range(5)
