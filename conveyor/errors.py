@@ -12,6 +12,15 @@ class ConveyorError(Exception):
 class PipelineBuildError(ConveyorError, ValueError):
     """The pipeline cannot be built: an invalid stage, a name clash, a missing declared input."""
 
+    @classmethod
+    def not_copyable(cls, stage: str, exc: BaseException) -> PipelineBuildError:
+        """A stage that cannot be copied or pickled, so cannot reach its workers: it holds
+        something made for one process (a lock, an open file, a client)."""
+        return cls(
+            f"stage {stage!r} cannot be copied to its workers ({type(exc).__name__}: {exc}): "
+            "make locks, open files, clients and models in setup(), not in __init__"
+        )
+
 
 class StageSetupError(ConveyorError):
     """A stage's ``setup`` or ``setup_on_node`` raised; the run was stopped.

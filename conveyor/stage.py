@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
 from conveyor.cluster import NodeInfo, WorkerInfo
+from conveyor.errors import PipelineBuildError
 from conveyor.resources import Resources
 
 In = TypeVar("In")
@@ -119,7 +120,10 @@ class ProcessingStage(Generic[In, Out]):
         timeout_s: float | None = _UNSET,
     ) -> ProcessingStage[In, Out]:
         """A copy with the given settings replaced; ``num_workers`` pins the pool size."""
-        new = copy.deepcopy(self)
+        try:
+            new = copy.deepcopy(self)
+        except Exception as exc:  # TypeError, PicklingError, ...: whatever it holds
+            raise PipelineBuildError.not_copyable(self.name, exc) from exc
         for key, value in (
             ("name", name),
             ("resources", resources),

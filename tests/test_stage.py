@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
 
 from conveyor import CompositeStage, Pipeline, ProcessingStage, Resources, processing_stage
+from conveyor.backends import LocalBackend
 from conveyor.cluster import NodeInfo, WorkerInfo
+from conveyor.errors import PipelineBuildError
+from conveyor.executors import StreamingExecutor
 from conveyor.stage import FunctionStage, declared_names, validate_stage
 
 
@@ -435,3 +439,21 @@ def test_a_generator_stage_called_directly_gives_its_outputs_as_a_list() -> None
 
     assert yields_outputs(Split())
     assert Split().process_batch([2, 0, 3]) == [0, 1, 0, 1, 2]
+
+
+class HoldsALock(ProcessingStage[int, int]):
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+
+    def process(self, task: int) -> int:
+        return task
+
+
+def test_a_stage_that_cannot_reach_its_workers_says_what_to_do() -> None:
+    """A lock made in ``__init__`` failed deep in the engine with "cannot pickle
+    '_thread.lock' object", naming neither the stage nor the fix."""
+    message = r"stage 'HoldsALock' cannot be copied to its workers \(TypeError: .*lock.*setup\(\)"
+    with pytest.raises(PipelineBuildError, match=message):
+        HoldsALock().with_(batch_size=2)
+    with pytest.raises(PipelineBuildError, match=message):
+        Pipeline("p", [HoldsALock()]).run(StreamingExecutor(LocalBackend(num_cpus=1)), [1])

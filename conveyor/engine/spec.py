@@ -7,6 +7,7 @@ from typing import Any
 
 import cloudpickle
 
+from conveyor.errors import PipelineBuildError
 from conveyor.resources import Resources
 
 
@@ -40,5 +41,8 @@ class StageSpec:
     @property
     def payload(self) -> bytes:
         if self._payload is None:
-            self._payload = cloudpickle.dumps(self.stage, protocol=5)
+            try:
+                self._payload = cloudpickle.dumps(self.stage, protocol=5)
+            except Exception as exc:  # TypeError, PicklingError, ...: whatever it holds
+                raise PipelineBuildError.not_copyable(self.name, exc) from exc
         return self._payload
