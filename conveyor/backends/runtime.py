@@ -308,7 +308,20 @@ class StageRunner:
         self.tidier.freeze()
 
     def teardown(self) -> None:
-        self.stage.teardown()
+        """The stage's ``teardown``. Its failure cannot fail a task any more (every output
+        is reported by then), so it is said on stderr, which reaches the driver's console,
+        rather than lost: a teardown that flushes buffered rows may have lost data."""
+        try:
+            self.stage.teardown()
+        except Exception:  # noqa: BLE001 - said, then the worker stops as it would
+            import traceback
+
+            print(
+                f"conveyor: stage {self.name!r}, worker {self.worker.worker_id}: teardown "
+                f"failed:\n{traceback.format_exc()}",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def _check_inputs(self, tasks: list[Any], labels: list[str]) -> None:
         for task, label in zip(tasks, labels, strict=True):

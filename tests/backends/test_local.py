@@ -531,3 +531,22 @@ def test_a_batch_that_waited_batch_wait_s_goes_partial(tmp_path: Path) -> None:
     full = Pipeline("p", [Paced(0.01), BatchSizes(None)])
     sizes = full.run(StreamingExecutor(LocalBackend(num_cpus=2)), range(40)).outputs
     assert sorted(sizes) == [8] * 5  # without a wait: full batches only
+
+
+class FailsTeardown(ProcessingStage[int, int]):
+    def process(self, task: int) -> int:
+        return task
+
+    def teardown(self) -> None:
+        raise OSError("flush of buffered rows failed")
+
+
+def test_a_teardown_that_fails_is_said_not_lost(capfd: pytest.CaptureFixture[str]) -> None:
+    """It was swallowed without a word: a teardown that flushes buffered rows lost them."""
+    result = Pipeline("p", [FailsTeardown()]).run(
+        StreamingExecutor(LocalBackend(num_cpus=1)), range(3)
+    )
+    assert sorted(result.outputs) == [0, 1, 2]  # every output was reported before
+    err = capfd.readouterr().err
+    assert "conveyor: stage 'FailsTeardown', worker FailsTeardown-0: teardown failed" in err
+    assert "OSError: flush of buffered rows failed" in err
