@@ -173,11 +173,31 @@ class Pipeline:
         return "\n".join(lines)
 
     # -- run ------------------------------------------------------------------------------
-    def _executor(self, executor: Executor | None) -> Executor:
+    def _executor(self, executor: Executor | None, initial_tasks: Any) -> Executor:
+        """The executor to run on (``StreamingExecutor()`` unless given), once the two
+        arguments are known to be what they should: swapped or a class, they failed deep in
+        the engine with an ``AttributeError`` naming neither."""
         if executor is None:
             from conveyor.executors.streaming import StreamingExecutor
 
             executor = StreamingExecutor()
+        if isinstance(executor, type) or not callable(getattr(executor, "start", None)):
+            what = (
+                f"the class {executor.__name__}"
+                if isinstance(executor, type)
+                else _a(type(executor).__name__)
+            )
+            raise TypeError(
+                f"pipeline {self.name!r}: run(executor, initial_tasks) takes an executor "
+                f"first, such as StreamingExecutor(LocalBackend()), got {what}"
+            )
+        if initial_tasks is not None and (
+            isinstance(initial_tasks, (str, bytes)) or not hasattr(initial_tasks, "__iter__")
+        ):
+            raise TypeError(
+                f"pipeline {self.name!r}: initial_tasks must be an iterable of tasks, got "
+                f"{_a(type(initial_tasks).__name__)} (one task: [task])"
+            )
         return executor
 
     def run(
@@ -218,12 +238,13 @@ class Pipeline:
         asks for the next one.
         """
         specs = self.build()
+        chosen = self._executor(executor, initial_tasks)
         opened = None
         if journal is not None:
             opened = self._journal(journal, initial_tasks, journal_key)
         elif journal_key is not None:
             raise TypeError(f"pipeline {self.name!r}: journal_key= needs journal=PATH")
-        return self._executor(executor).start(
+        return chosen.start(
             specs,
             initial_tasks,
             pipeline_name=self.name,
@@ -252,3 +273,7 @@ class Pipeline:
 
     def __repr__(self) -> str:
         return f"Pipeline({self.name!r}, stages={[s.name for s in self.stages]})"
+
+
+def _a(noun: str) -> str:
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"

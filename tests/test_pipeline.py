@@ -109,6 +109,29 @@ def test_add_stage_rejects_non_stages(thing: Any) -> None:
         Pipeline("p").add_stage(thing)
 
 
+def test_run_s_arguments_swapped_or_a_class_are_clear_type_errors() -> None:
+    """Each failed deep in the engine with an AttributeError naming neither argument."""
+    from conveyor.backends import LocalBackend
+    from conveyor.executors import StreamingExecutor
+
+    pipeline = Pipeline("p", [Ident()])
+    for executor, got in (
+        (StreamingExecutor, "got the class StreamingExecutor"),
+        (LocalBackend(num_cpus=1), "got a LocalBackend"),
+        ([1, 2], "got a list"),
+    ):
+        with pytest.raises(TypeError, match=f"takes an executor first, .*, {got}"):
+            pipeline.run(executor, [1])  # type: ignore[arg-type]
+    executor = StreamingExecutor(LocalBackend(num_cpus=1))
+    for tasks, got in ((5, "got an int"), ("data.jsonl", "got a str")):
+        with pytest.raises(TypeError, match=f"initial_tasks must be an iterable of tasks, {got}"):
+            pipeline.run(executor, tasks)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"must be an instance, LocalBackend\(\), not the class"):
+        StreamingExecutor(LocalBackend)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="max_attempts must be an int >= 1, got '3'"):
+        StreamingExecutor(LocalBackend(num_cpus=1), max_attempts="3")  # type: ignore[arg-type]
+
+
 def test_repr_lists_stage_names() -> None:
     assert repr(Pipeline("p", [Ident(), Pair("x")])) == "Pipeline('p', stages=['Ident', 'Pair'])"
 

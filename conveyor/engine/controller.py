@@ -134,8 +134,9 @@ class ControllerConfig:
     first_output_first: bool = True
 
     def __post_init__(self) -> None:
-        if self.max_attempts < 1:
-            raise ValueError(f"max_attempts must be >= 1, got {self.max_attempts}")
+        attempts = self.max_attempts
+        if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+            raise ValueError(f"max_attempts must be an int >= 1, got {attempts!r}")
         if self.autoscale_interval_s <= 0:
             raise ValueError(f"autoscale_interval_s must be > 0, got {self.autoscale_interval_s}")
         if self.edge_max_tasks < 1:

@@ -79,6 +79,11 @@ class Executor:
             from conveyor.backends.local import LocalBackend
 
             backend = LocalBackend()
+        elif isinstance(backend, type):
+            raise TypeError(
+                f"{type(self).__name__}: the backend must be an instance, "
+                f"{backend.__name__}(), not the class {backend.__name__}"
+            )
         elif isinstance(backend, (dict, str)) or not callable(getattr(backend, "submit", None)):
             raise TypeError(
                 f"{type(self).__name__}: the first argument is the backend (LocalBackend(), "
