@@ -24,6 +24,7 @@ from typing import Any
 from conveyor.backends.core_wait import core_wait_s
 from conveyor.cluster import NodeInfo, WorkerInfo
 from conveyor.engine.policies.priority import fit_niceness
+from conveyor.errors import PermanentError
 from conveyor.stage import ProcessingStage, declared_names, yields_outputs
 from conveyor.tasks.base import StagePerf, Task
 
@@ -294,7 +295,7 @@ class StageRunner:
         self.name = name
         self.worker = worker
         self.per_task = not stage.overrides("process_batch")
-        self.required = sorted(declared_names(stage.inputs()) or ())
+        self._required: list[str] | None = None
         self.tidier = Tidier()
         #: the stage yields its outputs (``stream``); ``filtered`` is the last batch's count
         self.streams = yields_outputs(stage)
@@ -322,6 +323,20 @@ class StageRunner:
                 file=sys.stderr,
                 flush=True,
             )
+
+    @property
+    def required(self) -> list[str]:
+        """The input attributes the stage declares (``inputs()``), asked when the first batch
+        comes: after ``setup``, which ``inputs()`` may read. Raising there made the worker
+        die before it could say why ("worker process died during setup")."""
+        if self._required is None:
+            try:
+                self._required = sorted(declared_names(self.stage.inputs()) or ())
+            except Exception as exc:
+                raise PermanentError(
+                    f"stage {self.name!r}: inputs() raised {type(exc).__name__}: {exc}"
+                ) from exc
+        return self._required
 
     def _check_inputs(self, tasks: list[Any], labels: list[str]) -> None:
         for task, label in zip(tasks, labels, strict=True):

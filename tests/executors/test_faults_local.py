@@ -72,6 +72,36 @@ def test_a_process_batch_that_returns_none_fails_rather_than_filters() -> None:
     )
 
 
+class InputsFromSetup(ProcessingStage[dict, dict]):
+    """Declares its inputs from what setup made; with ``broken`` its inputs() raises."""
+
+    def __init__(self, broken: bool = False) -> None:
+        self.broken = broken
+
+    def setup(self, worker: Any) -> None:
+        self.columns = ["text"]
+
+    def inputs(self) -> list[str]:
+        if self.broken:
+            raise RuntimeError("no columns known")
+        return self.columns
+
+    def process(self, task: dict) -> dict:
+        return task
+
+
+def test_inputs_are_asked_after_setup_and_their_failure_is_said() -> None:
+    """inputs() was asked as the worker started, before setup: raising there, the worker
+    died and the run said only "worker process died during setup"."""
+    executor = StreamingExecutor(LocalBackend(num_cpus=1))
+    tasks = [{"text": "a"}, {"text": "b"}]
+    assert Pipeline("p", [InputsFromSetup()]).run(executor, tasks).outputs == tasks
+    result = Pipeline("p", [InputsFromSetup(broken=True)]).run(executor, tasks)
+    assert result.outputs == [] and result.counts["failed"] == 2
+    assert [(f.attempts, f.error_type) for f in result.failures] == [(1, "PermanentError")] * 2
+    assert "inputs() raised RuntimeError: no columns known" in result.failures[0].message
+
+
 def test_max_attempts_is_honoured() -> None:
     result = Pipeline("p", [Poison(3)]).run(
         StreamingExecutor(LocalBackend(num_cpus=2), max_attempts=1), initial_tasks=range(5)
