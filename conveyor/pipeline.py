@@ -244,14 +244,19 @@ class Pipeline:
             opened = self._journal(journal, initial_tasks, journal_key)
         elif journal_key is not None:
             raise TypeError(f"pipeline {self.name!r}: journal_key= needs journal=PATH")
-        return chosen.start(
-            specs,
-            initial_tasks,
-            pipeline_name=self.name,
-            journal=opened,
-            journal_key=journal_key,
-            description=self.description or "",
-        )
+        try:
+            return chosen.start(
+                specs,
+                initial_tasks,
+                pipeline_name=self.name,
+                journal=opened,
+                journal_key=journal_key,
+                description=self.description or "",
+            )
+        except BaseException:
+            if opened is not None:
+                opened.close()
+            raise
 
     def _journal(
         self,

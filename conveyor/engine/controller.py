@@ -1272,6 +1272,10 @@ class Controller:
                 monitor.on_tick(snap)
                 monitor.on_end(self.result)
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def close(self) -> None:
         """Stop every worker and close the journal (idempotent)."""
         if self._closed:

@@ -39,6 +39,11 @@ class Run:
     def result(self) -> RunResult:
         return self._controller.result
 
+    @property
+    def running(self) -> bool:
+        """Started and neither exhausted nor closed: its workers are on the backend."""
+        return self._iter is not None and not self._controller.closed
+
     def close(self) -> None:
         if self._iter is not None:
             self._iter.close()  # type: ignore[attr-defined]
@@ -104,6 +109,7 @@ class Executor:
             first_output_first=first_output_first,
         )
         self.monitors = list(monitors)
+        self._last: Run | None = None  # one run at a time holds the backend
 
     def start(
         self,
@@ -115,6 +121,14 @@ class Executor:
         journal_key: JournalKey | None = None,
         description: str = "",
     ) -> Run:
+        last = self._last
+        if last is not None and last.running:
+            raise RuntimeError(
+                f"{type(self).__name__} is still running pipeline "
+                f"{last._controller.pipeline_name!r} (a stream neither exhausted nor closed): "
+                f"finish or close() it before running {pipeline_name!r} on this executor, or "
+                "give that one an executor of its own"
+            )
         controller = Controller(
             specs,
             self.backend,
@@ -126,4 +140,5 @@ class Executor:
             journal_key=journal_key,
             description=description,
         )
-        return Run(controller)
+        self._last = Run(controller)
+        return self._last

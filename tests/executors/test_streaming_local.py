@@ -245,3 +245,16 @@ def test_streaming_runs_stages_that_only_fit_one_at_a_time_on_cpus() -> None:
     ]
     result = Pipeline("p", stages).run(streaming(), initial_tasks=range(20))
     assert sorted(result.outputs) == [i + 3 for i in range(20)]
+
+
+def test_an_executor_runs_one_pipeline_at_a_time() -> None:
+    """A second run on an executor whose stream was still open took the backend from under
+    it: the first then died on an AssertionError, its outputs lost."""
+    executor = StreamingExecutor(LocalBackend(num_cpus=1))
+    pipeline = Pipeline("p", [AddOne()])
+    with pipeline.stream(executor, range(20)) as first:
+        assert next(first) in range(1, 21)
+        with pytest.raises(RuntimeError, match="still running pipeline 'p'"):
+            pipeline.run(executor, range(3))
+        assert len([next(first), *first]) == 19  # the first run goes on, whole
+    assert sorted(pipeline.run(executor, range(3)).outputs) == [1, 2, 3]  # then the next
