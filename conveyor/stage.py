@@ -185,6 +185,14 @@ def validate_stage(stage: ProcessingStage[Any, Any]) -> None:
             + "; ".join(f"its {m} = {getattr(stage, m)!r} hides the method {m}()" for m in hidden)
             + " of ProcessingStage, which the engine calls: rename the attribute"
         )
+    asynchronous = [
+        m for m in ("process", "process_batch") if inspect.iscoroutinefunction(getattr(stage, m))
+    ]
+    if asynchronous:
+        raise ValueError(
+            f"stage {label!r}: {asynchronous[0]}() is async; the engine calls it in a worker "
+            "and takes what it returns: make it a plain method (asyncio.run inside if need be)"
+        )
     curator = _curator_style(stage)
     if curator:
         raise ValueError(
@@ -289,6 +297,12 @@ def processing_stage(
     """Turn a one-argument function into a stage instance (usable bare or with arguments)."""
 
     def wrap(function: Callable[[Any], Any]) -> FunctionStage:
+        if inspect.iscoroutinefunction(function):  # every task would fail on its coroutine
+            raise TypeError(
+                f"@processing_stage: {function.__name__!r} is async; a stage's function runs "
+                "in a worker as fn(task): make it a plain function (asyncio.run inside if need "
+                "be)"
+            )
         params = [
             p
             for p in inspect.signature(function).parameters.values()
@@ -323,6 +337,11 @@ def processing_stage(
         return stage
 
     if fn is not None:
+        if not callable(fn):  # @processing_stage("name"): the name given where fn goes
+            raise TypeError(
+                f"@processing_stage takes the function, or settings as keywords "
+                f"(@processing_stage(name=...)), got {fn!r}"
+            )
         return wrap(fn)
     return wrap
 

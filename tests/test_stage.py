@@ -457,3 +457,27 @@ def test_a_stage_that_cannot_reach_its_workers_says_what_to_do() -> None:
         HoldsALock().with_(batch_size=2)
     with pytest.raises(PipelineBuildError, match=message):
         Pipeline("p", [HoldsALock()]).run(StreamingExecutor(LocalBackend(num_cpus=1)), [1])
+
+
+def test_processing_stage_slips_are_said_at_definition() -> None:
+    """A name given where the function goes said "'tok' is not a callable object"; an async
+    function made every task fail on its unpicklable coroutine."""
+    with pytest.raises(TypeError, match=r"takes the function, or settings as keywords"):
+        processing_stage("tok")  # type: ignore[arg-type]
+
+    async def fetch(task: int) -> int:
+        return task
+
+    for decorate in (processing_stage, processing_stage(name="fetch")):
+        with pytest.raises(TypeError, match="'fetch' is async"):
+            decorate(fetch)
+
+
+class AsyncProcess(ProcessingStage[int, int]):
+    async def process(self, task: int) -> int:  # type: ignore[override]
+        return task
+
+
+def test_an_async_process_is_refused_when_the_pipeline_is_built() -> None:
+    with pytest.raises(ValueError, match=r"stage 'AsyncProcess': process\(\) is async"):
+        Pipeline("p", [AsyncProcess()]).build()
