@@ -75,7 +75,7 @@ def refuse_unused(ctx: typer.Context, rules: Sequence[tuple[bool, Sequence[str],
     (whether its options are idle, their parameter names, what they need). A value left at
     its default is never refused, so only what the user typed is checked; silently ignored,
     ``--splitter fixed --shot-threshold 0.5`` read as if the threshold had been used."""
-    flags = {p.name: p.opts[0] for p in ctx.command.params}
+    flags = _flags(ctx)
     for idle, names, needs in rules:
         given = [flags[n] for n in names if idle and _typed(ctx, n)]
         if given:
@@ -90,13 +90,19 @@ def as_flags(ctx: typer.Context, message: str) -> str:
     names with an underscore are read as fields, so plain words stay words."""
     import re
 
-    flags = {p.name: p.opts[0] for p in ctx.command.params if p.opts[0].startswith("--")}
+    flags = _flags(ctx)
 
     def flag(match: re.Match[str]) -> str:
         name = match.group(0)
         return flags.get(name) or flags.get(name.removesuffix("_s")) or name
 
     return re.sub(r"\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b", flag, message)
+
+
+def _flags(ctx: typer.Context) -> dict[str, str]:
+    """Each option of ``ctx``'s command by its parameter name: ``min_clip`` -> ``--min-clip``
+    (arguments, which have no flag, left out)."""
+    return {p.name: p.opts[0] for p in ctx.command.params if p.opts[0].startswith("--")}
 
 
 def _typed(ctx: typer.Context, name: str) -> bool:

@@ -40,6 +40,10 @@ class Run:
         return self._controller.result
 
     @property
+    def pipeline_name(self) -> str:
+        return self._controller.pipeline_name
+
+    @property
     def running(self) -> bool:
         """Started and neither exhausted nor closed: its workers are on the backend."""
         return self._iter is not None and not self._controller.closed
@@ -125,7 +129,7 @@ class Executor:
         if last is not None and last.running:
             raise RuntimeError(
                 f"{type(self).__name__} is still running pipeline "
-                f"{last._controller.pipeline_name!r} (a stream neither exhausted nor closed): "
+                f"{last.pipeline_name!r} (a stream neither exhausted nor closed): "
                 f"finish or close() it before running {pipeline_name!r} on this executor, or "
                 "give that one an executor of its own"
             )

@@ -96,8 +96,7 @@ class ImageConfig:
 
             self.output = os.path.abspath(os.path.expanduser(normalize(os.fspath(self.output))))
             folders, files = owned(self.output)
-            names = [p.name for p in (*folders, *files)]
-            problems += source_problems(inputs, self.output, names)
+            problems += source_problems(inputs, self.output, [*folders, *files])
         problems += self._number_problems()
         if self.dedup not in DEDUP_MODES:
             problems.append(f"dedup must be one of {', '.join(DEDUP_MODES)}, got {self.dedup!r}")

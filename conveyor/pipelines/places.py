@@ -11,6 +11,7 @@ from __future__ import annotations
 import glob
 import os
 from collections.abc import Callable, Iterable
+from typing import Any
 
 #: what the commands write next to any run's results (``conveyor.monitor.event_log``)
 MONITOR_FILES = ("events.jsonl", "report.html")
@@ -34,16 +35,17 @@ def _local_root(source: str) -> str | None:
 def source_problems(
     sources: Iterable[str | os.PathLike[str]],
     output: str | os.PathLike[str],
-    owned: Iterable[str],
+    owned: Iterable[Any],
     owns: Callable[[str], bool] | None = None,
 ) -> list[str]:
     """What is wrong with where the sources lie: one line per source that is the output
     folder itself, or lies in one of the names the run owns under it (``owned``: folders or
-    files; ``owns``: a test of other names there, such as the text run's ``part-NNNNN``)."""
+    files, as names or as their paths; ``owns``: a test of other names there, such as the
+    text run's ``part-NNNNN``)."""
     root = _local_root(os.fspath(output))
     if root is None:
         return []
-    names = {*owned, *MONITOR_FILES}
+    names = {getattr(place, "name", place) for place in owned} | set(MONITOR_FILES)
     problems = []
     for source in sources:
         where = _local_root(os.fspath(source))

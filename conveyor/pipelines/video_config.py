@@ -218,7 +218,7 @@ class VideoConfig:
             return []
         folders, files = owned(self.output)
         sources = [self.input] if isinstance(self.input, (str, os.PathLike)) else self.input
-        return source_problems(sources, self.output, [p.name for p in (*folders, *files)])
+        return source_problems(sources, self.output, [*folders, *files])
 
     def _shard_problems(self) -> list[str]:
         from conveyor.storage import is_url
