@@ -18,6 +18,7 @@ import os
 import resource
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -393,9 +394,9 @@ class StageRunner:
             outputs = result
             if len(outputs) == len(tasks):
                 out_labels = list(labels)
+                filtered = 0
             else:
-                out_labels = [f"{labels[0]}*{j}" for j in range(len(outputs))]
-            filtered = max(0, len(tasks) - len(outputs))
+                out_labels, filtered = Attribution(tasks, labels).labels(outputs)
         elapsed = time.perf_counter() - started
         perf = None
         for obj, label in zip(outputs, out_labels, strict=True):
@@ -435,13 +436,16 @@ class StageRunner:
                     self.filtered += 1
             return
         made = 0
-        sep = "." if len(tasks) == 1 else "*"
+        attribution = Attribution(tasks, labels) if len(tasks) > 1 else None
         for obj in _each(self.stage.process_batch(tasks)):
-            label = f"{labels[0]}{sep}{made}"
+            if attribution is None:
+                label = f"{labels[0]}.{made}"
+            else:
+                label = attribution.label(obj) or f"{labels[0]}*{made}"
             yield self._stamp(obj, label, started, len(tasks)), label
             made += 1
         after(clock() - started)
-        self.filtered = max(0, len(tasks) - made)
+        self.filtered = attribution.filtered() if attribution else max(0, len(tasks) - made)
 
     def _stamp(self, obj: Any, label: str, started: float, count: int) -> Any:
         if isinstance(obj, Task):
@@ -449,6 +453,74 @@ class StageRunner:
             elapsed = time.perf_counter() - started
             obj.stage_perf.append(StagePerf(self.name, elapsed, self.worker.worker_id, count))
         return obj
+
+
+#: values Python may share between unrelated places (small ints, short strings, ``()``):
+#: being one of the inputs says nothing of where such an output came from
+_SHAREABLE = (int, float, complex, str, bytes, bool, tuple, frozenset, type(None))
+
+
+class Attribution:
+    """Which input of a batch each output of ``process_batch`` was made from, where that can
+    be told: the input itself passed on (changed in place), or a task carrying its input's
+    ``task_id`` (as NeMo Curator's stages make their outputs).
+
+    An output told so is labelled as its input's (``7.0``, ``7.1``; ``7`` for a list's only
+    one), so it carries that input's lineage, and a generator batch that fails part way
+    fails only its culprit: its other inputs are tried again alone, and what they sent
+    already is known by its id. Any other output is the whole batch's (``first*j``).
+    """
+
+    def __init__(self, tasks: Sequence[Any], labels: Sequence[str]) -> None:
+        self._tasks = list(tasks)  # alive while ids are compared: an id is reused once freed
+        self._labels = labels
+        self._by_id = {id(t): i for i, t in enumerate(tasks) if not isinstance(t, _SHAREABLE)}
+        ids = [t.task_id if isinstance(t, Task) else "" for t in tasks]
+        self._by_task_id = {t: i for i, t in enumerate(ids) if t and ids.count(t) == 1}
+        self._made = [0] * len(self._tasks)
+        self._merged = 0
+
+    def _input(self, obj: Any) -> int | None:
+        index = self._by_id.get(id(obj))
+        if index is None and isinstance(obj, Task) and obj.task_id:
+            index = self._by_task_id.get(obj.task_id)
+        return index
+
+    def label(self, obj: Any) -> str | None:
+        """``obj``'s id as the next output of its input, or ``None`` if its input is not
+        known (it is the batch's)."""
+        index = self._input(obj)
+        if index is None:
+            self._merged += 1
+            return None
+        made = self._made[index]
+        self._made[index] = made + 1
+        return f"{self._labels[index]}.{made}"
+
+    def filtered(self) -> int:
+        """Inputs that gave nothing: those of which no output was made, where every output's
+        input was known; else as many as the outputs fall short of the inputs."""
+        if self._merged:
+            return max(0, len(self._tasks) - self._merged - sum(self._made))
+        return self._made.count(0)
+
+    def labels(self, outputs: list[Any]) -> tuple[list[str], int]:
+        """The ids of a whole list of outputs, and how many inputs gave nothing."""
+        found = [self._input(obj) for obj in outputs]
+        inputs = [i for i in found if i is not None]
+        if len(inputs) < len(found):
+            merged = [f"{self._labels[0]}*{j}" for j in range(len(outputs))]
+            return merged, max(0, len(self._tasks) - len(outputs))
+        counts = Counter(inputs)
+        per_input = [counts[i] for i in range(len(self._tasks))]
+        out: list[str] = []
+        for index in inputs:
+            if per_input[index] == 1:
+                out.append(self._labels[index])
+            else:
+                out.append(f"{self._labels[index]}.{self._made[index]}")
+                self._made[index] += 1
+        return out, per_input.count(0)
 
 
 def _each(result: Any) -> Iterator[Any]:

@@ -88,6 +88,16 @@ __all__ = ["FORGIVEN_LOSSES", "SUSPECT_NODE_S", "Controller", "ControllerConfig"
 log = logging.getLogger(__name__)
 
 
+def _together(message: str, inputs: int) -> str:
+    """A failure's message for each input of a batch tried again as a whole: which of them
+    caused it is not known (its outputs, made from the whole batch, had gone on)."""
+    return (
+        f"{message} (failed together with the {inputs} inputs of its batch: it had sent on "
+        "outputs made from the batch as a whole, so it was tried again as one; which input "
+        "caused it is not known)"
+    )
+
+
 def _ignore(event: Any) -> None:
     """What an event of a kind the controller does not know does."""
 
@@ -893,7 +903,7 @@ class Controller:
                     stage=stage.spec.name,
                     task=entry.handle.label,
                     error_type=error.type,
-                    message=error.message,
+                    message=_together(error.message, len(entries)) if whole else error.message,
                     traceback=error.traceback,
                     attempts=entry.attempts,
                 )

@@ -86,11 +86,12 @@ def _engine_failures(
     """Failures the engine recorded (a stage raised on every attempt), by part: each part
     is a source task of the run, labelled after its journal key."""
     from conveyor.engine.journal import key_label, source_key
+    from conveyor.engine.lineage import root_label
 
     by_label = {key_label(source_key(info)): info.index for info in pending}
     found: dict[int, list[dict[str, Any]]] = {}
     for record in records:
-        root = record.task.split(".", 1)[0].split("*", 1)[0]
+        root = root_label(record.task)
         index = by_label.get(root)
         if index is None and root.isdigit() and int(root) < len(pending):
             index = pending[int(root)].index  # a run without a journal labels by position

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from conveyor.engine.journal import key_label, source_key
+from conveyor.engine.lineage import root_label
 from conveyor.media.layout import OutputLayout
 
 if TYPE_CHECKING:
@@ -147,7 +148,7 @@ class RunTally:
         labels: dict[str, str] = {}
         for relative, (position, source) in self.open.items():
             labels[str(position)] = labels[key_label(source_key(source))] = relative
-        engine = _engine_failures(failures, lambda label: labels.get(_root(label)))
+        engine = _engine_failures(failures, lambda label: labels.get(root_label(label)))
         waiting = list(self.open)
         for start in range(0, len(waiting), READ_BATCH):
             chunk = waiting[start : start + READ_BATCH]
@@ -222,15 +223,10 @@ class RunTally:
         self.failures += [{"video": relative, **r} for r in reasons or [NOT_FINISHED]]
 
 
-def _root(label: str) -> str:
-    """The source task a label descends from ("7.2.0" and "7*1" come from "7")."""
-    return label.split(".", 1)[0].split("*", 1)[0]
-
-
 def video_of_label(label: str, pending: Sequence[VideoSource]) -> str | None:
     """The video a task label descends from: each video is a source task of the run, the
     ``i``-th labelled ``i`` (``pending[i]``), or with a journal after its key."""
-    root = _root(label)
+    root = root_label(label)
     if root.startswith("k"):
         return next((s.relative_path for s in pending if key_label(source_key(s)) == root), None)
     if not root.isdigit():

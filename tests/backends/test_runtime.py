@@ -7,17 +7,24 @@ import itertools
 import os
 import time
 import weakref
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 from conveyor.backends import core_wait, runtime
 from conveyor.backends.runtime import COLLECT_AGAIN_BYTES, BatchClock, Tidier, collect_cycles
+from conveyor.tasks.base import Task
 
 
 class Node:
     def __init__(self) -> None:
         self.other: Node | None = None
+
+
+@dataclass
+class Num(Task[list[int]]):
+    """A plain task for the lineage-id tests."""
 
 
 def test_tidying_frees_the_cycles_a_task_left_behind() -> None:
@@ -149,6 +156,60 @@ def test_a_generator_stage_streams_its_outputs_with_positional_ids() -> None:
 
     twice = StageRunner(Twice(), "twice", WorkerInfo("w", "twice", "n"))
     assert list(twice.stream([7], ["x"])) == [(7, "x.0"), (7, "x.1")]
+
+
+def test_a_batch_s_outputs_are_labelled_as_the_input_they_were_made_from_where_known() -> None:
+    """The input itself passed on, or a task carrying its input's ``task_id``, is that
+    input's; anything else (a small int equal to an input, a new object) is the batch's."""
+    from conveyor import ProcessingStage
+    from conveyor.backends.runtime import Attribution, StageRunner
+    from conveyor.cluster import WorkerInfo
+
+    docs = [Num(data=[i], task_id=f"t{i}") for i in range(3)]
+    attribution = Attribution(docs, ["a", "b", "c"])
+    assert attribution.label(docs[2]) == "c.0"
+    assert attribution.label(Num(data=[], task_id="t0")) == "a.0"
+    assert attribution.label(docs[2]) == "c.1"
+    assert attribution.filtered() == 1  # "b" gave nothing
+    assert attribution.label(Num(data=[])) is None
+    assert attribution.filtered() == 0  # 4 outputs of 3 inputs: none known to be filtered
+    # two inputs sharing a task_id: an output carrying it is not known to be either's
+    twins = [Num(data=[1], task_id="t"), Num(data=[2], task_id="t")]
+    assert Attribution(twins, ["a", "b"]).label(Num(data=[], task_id="t")) is None
+    # an int that equals an input (Python shares small ints) says nothing of its source
+    assert Attribution([1, 2], ["a", "b"]).label(2) is None
+    mutable = [{"n": 1}, {"n": 2}]
+    assert Attribution(mutable, ["a", "b"]).label(mutable[1]) == "b.0"
+
+    # a list: an input's only output keeps its id; several are numbered; filtered counted
+    assert Attribution(docs, ["a", "b", "c"]).labels([docs[2], docs[0]]) == (["c", "a"], 1)
+    assert Attribution(docs, ["a", "b", "c"]).labels([docs[1], docs[1]]) == (["b.0", "b.1"], 2)
+    assert Attribution(docs, ["a", "b", "c"]).labels([docs[1], 5]) == (["a*0", "a*1"], 1)
+
+    class KeepOdd(ProcessingStage[Num, Num]):
+        def process_batch(self, tasks: list[Num]) -> list[Num]:
+            return [t for t in tasks if t.data[0] % 2]
+
+    runner = StageRunner(KeepOdd(), "odd", WorkerInfo("w", "odd", "n"))
+    batch = [Num(data=[i]) for i in range(4)]
+    outputs, labels, filtered = runner.run(batch, ["0", "1", "2", "3"])
+    assert labels == ["1", "3"] and filtered == 2
+    assert [t.task_id for t in outputs] == ["1", "3"]
+
+    class PerInput(ProcessingStage[Num, Num]):
+        def process_batch(self, tasks: list[Num]) -> Any:
+            for task in tasks:
+                for _ in range(task.data[0]):
+                    yield Num(data=[], task_id=task.task_id)
+
+    streamed = StageRunner(PerInput(), "per", WorkerInfo("w", "per", "n"))
+    batch = [Num(data=[n], task_id=f"t{n}") for n in (2, 0, 1)]
+    assert [label for _, label in streamed.stream(batch, ["x", "y", "z"])] == [
+        "x.0",
+        "x.1",
+        "z.0",
+    ]
+    assert streamed.filtered == 1
 
 
 def test_the_heap_is_trimmed_only_once_the_resident_memory_has_grown() -> None:

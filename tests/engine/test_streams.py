@@ -63,6 +63,37 @@ class Seen(ProcessingStage[Any, Any]):
         return task
 
 
+class Pairs(ProcessingStage[int, tuple[int, int]]):
+    """Yields each pair of neighbouring inputs of its batch (outputs of no one input); the
+    first attempt at a batch fails after its first pair."""
+
+    name = "pairs"
+    batch_size = 3
+
+    def process_batch(self, tasks: list[int]) -> Iterator[tuple[int, int]]:
+        key = tuple(tasks)
+        ATTEMPTS[("pairs", key)] += 1
+        for j, (a, b) in enumerate(itertools.pairwise(tasks)):
+            if j == 1 and ATTEMPTS[("pairs", key)] == 1:
+                raise RuntimeError("part way")
+            yield a, b
+
+
+class Marks(ProcessingStage[dict, dict]):
+    """Marks each input of its batch in place and yields it; input 5 always fails."""
+
+    name = "marks"
+    batch_size = 4
+
+    def process_batch(self, tasks: list[dict]) -> Iterator[dict]:
+        for task in tasks:
+            ATTEMPTS[("marks", task["n"])] += 1
+            if task["n"] == 5:
+                raise ValueError("input 5 is poison")
+            task["marked"] = True
+            yield task
+
+
 def _run(
     stages: list[ProcessingStage[Any, Any]],
     tasks: list[Any],
@@ -124,24 +155,49 @@ def test_an_input_whose_every_attempt_fails_keeps_what_it_sent_and_fails_once() 
 
 
 def test_a_batch_generator_that_fails_is_tried_again_as_a_whole() -> None:
-    class Pairs(ProcessingStage[int, tuple[int, int]]):
-        name = "pairs"
-        batch_size = 3
-
-        def process_batch(self, tasks: list[int]) -> Iterator[tuple[int, int]]:
-            key = tuple(tasks)
-            ATTEMPTS[("pairs", key)] += 1
-            for j, (a, b) in enumerate(itertools.pairwise(tasks)):
-                if j == 1 and ATTEMPTS[("pairs", key)] == 1:
-                    raise RuntimeError("part way")
-                yield a, b
-
     result, _ = _run([Pairs(), Seen()], list(range(6)), {"pairs": 0.5})
     assert result.counts["failed"] == 0
     assert sorted(result.outputs) == [(0, 1), (1, 2), (3, 4), (4, 5)]
     assert max(Counter(task for _, task in Seen.seen).values()) == 1
     # the retry ran the same three inputs together (a split would have made other pairs)
-    assert all(n == 2 for (_, key), n in ATTEMPTS.items() if key in ((0, 1, 2), (3, 4, 5)))
+    assert {key: n for (name, key), n in ATTEMPTS.items() if name == "pairs"} == {
+        (0, 1, 2): 2,
+        (3, 4, 5): 2,
+    }
+
+
+def test_a_batch_generator_that_fails_part_way_fails_only_its_culprit() -> None:
+    """Outputs that are their inputs (changed in place) are known to be theirs: the batch's
+    other inputs are tried again alone, nothing is sent twice, and only the poison fails."""
+
+    result, _ = _run([Marks(), Seen()], [{"n": i} for i in range(8)], {"marks": 0.5})
+    assert [f.message for f in result.failures] == ["input 5 is poison"]
+    assert sorted(t["n"] for t in result.outputs) == [0, 1, 2, 3, 4, 6, 7]
+    assert all(t["marked"] for t in result.outputs)
+    assert max(Counter(t["n"] for _, t in Seen.seen).values()) == 1
+    assert result.counts["failed"] == 1 and result.stats["marks"].tasks_out == 7
+    # 4 was sent on before 5 failed: tried again alone, its output dropped, not sent twice
+    assert ATTEMPTS[("marks", 4)] == 2 and ATTEMPTS[("marks", 6)] >= 1
+
+
+def test_inputs_tried_again_as_a_whole_fail_together_saying_so() -> None:
+    class Sums(ProcessingStage[int, int]):
+        name = "sums"
+        batch_size = 3
+
+        def process_batch(self, tasks: list[int]) -> Iterator[int]:
+            yield sum(tasks)
+            if 4 in tasks:
+                raise ValueError("4 is poison")
+            yield max(tasks)
+
+    result, _ = _run([Sums(), Seen()], list(range(6)), {"sums": 0.5})
+    assert sorted(f.task for f in result.failures) == ["3", "4", "5"]
+    assert all(
+        f.message.startswith("4 is poison (failed together with the 3 inputs of its batch")
+        for f in result.failures
+    )
+    assert sorted(result.outputs) == [2, 3, 12]
 
 
 def test_the_journal_records_a_source_only_when_every_descendant_is_done(

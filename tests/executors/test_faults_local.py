@@ -53,6 +53,34 @@ def test_persistent_exception_becomes_one_failure_record(executor_type: type) ->
     assert result.counts == {"inputs": 30, "outputs": 29, "filtered": 0, "failed": 1, "skipped": 0}
 
 
+class MarkEach(ProcessingStage[dict, dict]):
+    """A generator ``process_batch`` that marks each input in place and yields it; input
+    13 always fails, part way through its batch."""
+
+    batch_size = 8
+
+    def process_batch(self, tasks: list[dict]) -> Any:
+        for task in tasks:
+            if task["n"] == 13:
+                raise ValueError("cannot mark 13")
+            task["marked"] = True
+            yield task
+
+
+@pytest.mark.parametrize("executor_type", EXECUTORS)
+def test_a_batch_generator_failing_part_way_keeps_its_innocent_batch_mates(
+    executor_type: type,
+) -> None:
+    """Its outputs are its inputs, so each is known to be one input's: the batch-mates of
+    the poison go on (their outputs sent once), and only the poison fails."""
+    result = Pipeline("p", [MarkEach()]).run(
+        executor_type(LocalBackend(num_cpus=2)), initial_tasks=[{"n": i} for i in range(20)]
+    )
+    assert sorted(t["n"] for t in result.outputs) == [i for i in range(20) if i != 13]
+    assert [(f.task, f.message) for f in result.failures] == [("13", "cannot mark 13")]
+    assert result.counts["failed"] == 1 and result.counts["outputs"] == 19
+
+
 class ForgetsReturn(ProcessingStage[int, int]):
     batch_size = 4
 
