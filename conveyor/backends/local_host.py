@@ -98,6 +98,12 @@ def describe_status(status: int) -> str:
 
 
 # -- the worker --------------------------------------------------------------------------
+class Hangup(Exception):
+    """The driver's end of a worker's connection closed (or it shuts the run down): the
+    worker stops. Apart from ``EOFError``/``OSError`` so that a stage's own ``OSError`` (a
+    missing file) fails its task, not the worker."""
+
+
 class _Inbox:
     """The worker's end of its connection. While a generator batch waits to be allowed
     more outputs it reads on: messages for later are kept, in order, for the main loop."""
@@ -107,24 +113,36 @@ class _Inbox:
         self.kept: deque[Any] = deque()
 
     def next(self) -> Any:
-        """The next message to act on (``EOFError``/``OSError``: the driver is gone)."""
+        """The next message to act on (``Hangup``: the driver is gone)."""
         if self.kept:
             return self.kept.popleft()
-        return recv(self.conn)
+        return self._recv()
 
     def wait_for_more(self, batch_id: int) -> int:
         """Block until the driver allows batch ``batch_id`` more outputs; how many.
-        ``EOFError`` when the driver shuts the run down meanwhile (it allows no more)."""
+        ``Hangup`` when the driver shuts the run down meanwhile (it allows no more)."""
         while True:
-            match recv(self.conn):
+            match self._recv():
                 case More(batch, outputs) if batch == batch_id:
                     return int(outputs)
                 case More():
                     continue  # for a batch that has ended: stale
                 case Stop(now=True):
-                    raise EOFError("the run is shutting down")
+                    raise Hangup("the run is shutting down")
                 case msg:
                     self.kept.append(msg)
+
+    def send(self, data: bytes) -> None:
+        try:
+            self.conn.send_bytes(data)
+        except OSError as exc:
+            raise Hangup(str(exc)) from exc
+
+    def _recv(self) -> Any:
+        try:
+            return recv(self.conn)
+        except (EOFError, OSError) as exc:
+            raise Hangup(str(exc)) from exc
 
 
 def _stream_batch(
@@ -142,7 +160,7 @@ def _stream_batch(
     Returns inputs that gave nothing and the seconds spent waiting."""
     allowed = math.inf if allowance is None else allowance
     made, waited = 0, 0.0
-    send = inbox.conn.send_bytes
+    send = inbox.send
     outputs = runner.stream(tasks, labels, threads)
     try:
         while True:
@@ -181,7 +199,7 @@ def worker_main(fd: int, runner: StageRunner, store: ShmStore) -> int:
         while True:
             try:
                 msg = inbox.next()
-            except (EOFError, OSError):
+            except Hangup:
                 return 0
             match msg:
                 case Stop():
@@ -214,7 +232,7 @@ def worker_main(fd: int, runner: StageRunner, store: ShmStore) -> int:
                         out_handles = [put(o, lab) for o, lab in zip(outputs, labels, strict=True)]
                         del outputs
                     del tasks
-                except (EOFError, OSError):
+                except Hangup:
                     return 0  # the driver went away while a generator waited for it
                 except Exception as exc:  # noqa: BLE001 - a task failure, retried by the driver
                     failed.append(Failed(batch_id, ErrorInfo.from_exception(exc)))

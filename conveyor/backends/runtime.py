@@ -356,6 +356,26 @@ class StageRunner:
         if self.streams:  # made one by one, taken all at once (Ray Data; tests)
             made = list(self.stream(tasks, labels, threads))
             return [o for o, _ in made], [lab for _, lab in made], self.filtered
+        with self._exit_fails_the_batch():
+            return self._run(tasks, labels, threads)
+
+    @contextlib.contextmanager
+    def _exit_fails_the_batch(self) -> Iterator[None]:
+        """``sys.exit()`` in a stage's code (a library's command-line helper, a slip) fails
+        the batch like any error: it would have stopped the worker, every input of it then
+        failed as "stopped with work in flight", its exit code lost, the worker started
+        again."""
+        try:
+            yield
+        except SystemExit as exc:
+            raise RuntimeError(
+                f"stage {self.name!r} called sys.exit({exc.code!r}) while processing: the "
+                "batch fails, the worker goes on"
+            ) from exc
+
+    def _run(
+        self, tasks: list[Any], labels: list[str], threads: int | None
+    ) -> tuple[list[Any], list[str], int]:
         self.stage._threads = threads
         if self.required:
             self._check_inputs(tasks, labels)
@@ -415,9 +435,16 @@ class StageRunner:
         is exhausted, ``filtered`` holds how many inputs gave nothing.
 
         Lineage ids follow position: the ``j``-th output of input ``label`` is ``label.j``
-        (a ``process_batch`` of several inputs: ``first*j``), so the outputs of a second
-        attempt at an input carry the ids of the first attempt's (``yields_outputs``).
+        (a ``process_batch`` of several inputs: of the input it is known to come from,
+        ``Attribution``, else ``first*j``), so the outputs of a second attempt at an input
+        carry the ids of the first attempt's (``yields_outputs``).
         """
+        with self._exit_fails_the_batch():
+            yield from self._stream(tasks, labels, threads)
+
+    def _stream(
+        self, tasks: list[Any], labels: list[str], threads: int | None
+    ) -> Iterator[tuple[Any, str]]:
         self.stage._threads = threads
         self.filtered = 0
         if self.required:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -140,8 +141,8 @@ class FlakyOnce(ProcessingStage[int, int]):
 
 
 class Poison(ProcessingStage[int, int]):
-    """Raises, raises ``PermanentError``, returns what cannot be pickled, kills its own
-    worker, or hangs on one input."""
+    """Raises, raises ``PermanentError``, returns what cannot be pickled, calls
+    ``sys.exit``, kills its own worker, or hangs on one input."""
 
     resources = Resources(cpus=0.5)
 
@@ -161,6 +162,8 @@ class Poison(ProcessingStage[int, int]):
                 time.sleep(3600)
             if self.how == "unpicklable":
                 return threading.Lock()  # type: ignore[return-value]
+            if self.how == "exit":
+                sys.exit(2)
             os.kill(os.getpid(), signal.SIGKILL)
         time.sleep(self.cost_s)
         return task

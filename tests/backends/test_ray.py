@@ -489,6 +489,17 @@ def test_an_output_that_cannot_be_pickled_fails_its_input_at_once(address: str) 
     assert "_thread.lock cannot be pickled" in record.message
 
 
+def test_sys_exit_in_a_stage_fails_its_input_and_the_actor_goes_on(address: str) -> None:
+    """Ray takes ``sys.exit`` in an actor for the actor's wish to end: it died, every input
+    of its batch failing as a dead worker's, its exit code lost."""
+    result = run([st.Poison(5, how="exit", batch_size=2)], range(10), RayBackend(address))
+    assert sorted(result.outputs) == [i for i in range(10) if i != 5]
+    [record] = result.failures
+    assert (record.task, record.error_type, record.attempts) == ("5", "RuntimeError", 3)
+    assert "stage 'Poison' called sys.exit(2) while processing" in record.message
+    assert result.stats["Poison"].worker_deaths == 0
+
+
 def test_a_worker_killing_input_is_isolated(address: str) -> None:
     result = run([st.Poison(11, how="kill", batch_size=2)], range(30), RayBackend(address))
     assert sorted(result.outputs) == [i for i in range(30) if i != 11]

@@ -81,6 +81,45 @@ def test_a_batch_generator_failing_part_way_keeps_its_innocent_batch_mates(
     assert result.counts["failed"] == 1 and result.counts["outputs"] == 19
 
 
+class Exits(ProcessingStage[int, int]):
+    """Input 3 meets a missing file (an ``OSError``, like the worker's own connection
+    errors); input 5 calls ``sys.exit(2)``; from a generator with ``stream``."""
+
+    def __init__(self, stream: bool = False) -> None:
+        self.stream = stream
+
+    def process(self, task: int) -> int:
+        if task == 3:
+            open("/nonexistent/conveyor-test-input")  # noqa: SIM115
+        if task == 5:
+            sys.exit(2)
+        return task
+
+
+class ExitsStreaming(Exits):
+    def process(self, task: int) -> Any:
+        yield super().process(task)
+
+
+@pytest.mark.parametrize("stage", [Exits(), ExitsStreaming()], ids=["returns", "yields"])
+def test_a_stage_s_oserror_or_sys_exit_fails_its_task_with_what_happened(
+    stage: ProcessingStage[int, int],
+) -> None:
+    """Both stopped the worker: the input failed as "worker stopped with work in flight",
+    the missing file's name and the exit code lost."""
+    result = Pipeline("p", [stage]).run(
+        StreamingExecutor(LocalBackend(num_cpus=2)), initial_tasks=range(8)
+    )
+    assert sorted(result.outputs) == [0, 1, 2, 4, 6, 7]
+    failures = {f.task: f for f in result.failures}
+    assert failures["3"].error_type == "FileNotFoundError"
+    assert "/nonexistent/conveyor-test-input" in failures["3"].message
+    assert failures["3"].attempts == 3
+    assert failures["5"].error_type == "RuntimeError"
+    assert f"stage {stage.name!r} called sys.exit(2) while processing" in failures["5"].message
+    assert result.stats[stage.name].worker_deaths == 0
+
+
 class ForgetsReturn(ProcessingStage[int, int]):
     batch_size = 4
 
