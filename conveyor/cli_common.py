@@ -87,7 +87,8 @@ def as_flags(ctx: typer.Context, message: str) -> str:
     """``message`` (a config's, naming its fields) with each field an option of ``ctx``'s
     command stands for written as that option: ``min_clip_s (5.0) is longer than
     max_clip_s (1.0)`` reads ``--min-clip (5.0) is longer than --max-clip (1.0)``. Only
-    names with an underscore are read as fields, so plain words stay words."""
+    names with an underscore, and the first word of each problem (``threshold must be
+    ...``; problems are joined by ``"; "``), are read as fields, so plain words stay words."""
     import re
 
     flags = _flags(ctx)
@@ -96,6 +97,10 @@ def as_flags(ctx: typer.Context, message: str) -> str:
         name = match.group(0)
         return flags.get(name) or flags.get(name.removesuffix("_s")) or name
 
+    def subject(match: re.Match[str]) -> str:
+        return match.group(1) + (flags.get(match.group(2)) or match.group(2))
+
+    message = re.sub(r"(^|; )([a-z]+)\b", subject, message)
     return re.sub(r"\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b", flag, message)
 
 

@@ -99,3 +99,7 @@ def test_a_config_s_field_names_read_as_the_options_typed() -> None:
     result = runner.invoke(app, ["video", ".", "out", "--min-clip", "5", "--max-clip", "1"])
     assert result.exit_code == 2
     assert result.output == "error: --min-clip (5.0) is longer than --max-clip (1.0)\n"
+    # a problem's first word is its field (``--threshold must be ...`` in tests/test_cli_text.py)
+    result = runner.invoke(app, ["video", ".", "out", "--embed-model", "/no/m"])
+    assert result.exit_code == 2
+    assert result.output == "error: --embed-model '/no/m' does not exist\n"

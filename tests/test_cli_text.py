@@ -505,13 +505,27 @@ def test_a_malformed_parquet_row_is_shown_as_a_row(tmp_path: Path) -> None:
         (["{data}", "{out}", "--languages", "xx"], "'xx' is not a language the fastText"),
         (
             ["{data}", "{out}", "--bands", "7", "--rows", "3", "--num-perm", "20"],
-            "bands * rows must equal --num-perm",
+            "error: --num-perm must equal bands * rows, got 20 != 7 * 3 = 21 (pass --num-perm=21)",
         ),
         (["{data}", "{out}", "--dedup", "exact", "--bands", "4"], "needs dedup='fuzzy'"),
         (["{data}", "{out}", "--address", "1.2.3.4:6379"], "--address needs --backend ray"),
         (["{data}", "{out}", "--no-langid", "--languages", "en"], "needs language identif"),
-        (["{data}", "{out}", "--min-words", "100", "--max-words", "10"], "WordCount: need"),
-        (["{data}", "{out}", "--threshold", "1.5"], "threshold must be in (0, 1]"),
+        (
+            ["{data}", "{out}", "--min-words", "100", "--max-words", "10"],
+            "error: need 0 <= --min-words <= --max-words, got 100, 10",
+        ),
+        (
+            ["{data}", "{out}", "--min-mean-word-length", "5", "--max-mean-word-length", "4"],
+            "error: need 0 <= --min-mean-word-length <= --max-mean-word-length, got 5.0, 4.0",
+        ),
+        (
+            ["{data}", "{out}", "--threshold", "1.5"],
+            "error: --threshold must be in (0, 1], got 1.5",
+        ),
+        (
+            ["{data}", "{out}", "--dedup", "exact", "--bands", "4"],
+            "error: --bands set fuzzy deduplication, which needs dedup='fuzzy'",
+        ),
         (
             ["{data}", "{out}", "--dedup", "semantic", "--semantic-threshold", "1.5"],
             "error: --semantic-threshold must be in (0, 1], got 1.5",

@@ -9,14 +9,16 @@ pipelines are built.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 if TYPE_CHECKING:
     from conveyor.stages.text.dedup import FuzzyDedupConfig
     from conveyor.stages.text.filters import Rule
 
+T = TypeVar("T")
 Format = Literal["parquet", "jsonl"]
 DedupMode = Literal["none", "exact", "fuzzy", "semantic"]
 #: the fuzzy dedup options (``None``: FuzzyDedupConfig's default)
@@ -189,26 +191,15 @@ class TextConfig:
         return self.filters if switch is None else switch
 
     def rules(self) -> list[Rule]:
-        """The heuristic rules that are on, cheapest first."""
-        from conveyor.stages.text.filters import (
-            EllipsisLines,
-            MeanWordLength,
-            RepeatedLines,
-            SymbolToWordRatio,
-            WordCount,
-        )
+        """The heuristic rules that are on, cheapest first. A rule's refusal names this
+        config's fields, not the rule's (``min_mean_word_length``, not ``min_length``)."""
+        from conveyor.stages.text import filters
 
         rules: list[Rule] = []
-        if self._on(self.word_count):
-            rules.append(WordCount(self.min_words, self.max_words))
-        if self._on(self.mean_word_length):
-            rules.append(MeanWordLength(self.min_mean_word_length, self.max_mean_word_length))
-        if self._on(self.symbol_ratio):
-            rules.append(SymbolToWordRatio(self.max_symbol_ratio))
-        if self._on(self.ellipsis_lines):
-            rules.append(EllipsisLines(self.max_ellipsis_lines))
-        if self._on(self.repeated_lines):
-            rules.append(RepeatedLines(self.max_repeated_lines))
+        for switch, rule, fields in RULES:
+            if self._on(getattr(self, switch)):
+                made = _named_as(fields, getattr(filters, rule))
+                rules.append(made(**{param: getattr(self, f) for param, f in fields.items()}))
         return rules
 
     def fuzzy_config(self) -> FuzzyDedupConfig | None:
@@ -237,7 +228,7 @@ class TextConfig:
         for name in ("shingle_size", "threshold", "jaccard_check"):
             if getattr(self, name) is not None:
                 values[name] = getattr(self, name)
-        return FuzzyDedupConfig(**values)
+        return _named_as({name: name for name in values}, FuzzyDedupConfig)(**values)
 
     def options(self) -> dict[str, Any]:
         """What the run was told, as plain values (for ``summary.json``)."""
@@ -255,6 +246,37 @@ class TextConfig:
             "limit": self.limit,
             "chunk_bytes": self.chunk_bytes,
         }
+
+
+#: each heuristic rule: its switch, its class in ``stages.text.filters``, and the field
+#: behind each of its parameters
+RULES: tuple[tuple[str, str, dict[str, str]], ...] = (
+    ("word_count", "WordCount", {"min_words": "min_words", "max_words": "max_words"}),
+    (
+        "mean_word_length",
+        "MeanWordLength",
+        {"min_length": "min_mean_word_length", "max_length": "max_mean_word_length"},
+    ),
+    ("symbol_ratio", "SymbolToWordRatio", {"max_ratio": "max_symbol_ratio"}),
+    ("ellipsis_lines", "EllipsisLines", {"max_fraction": "max_ellipsis_lines"}),
+    ("repeated_lines", "RepeatedLines", {"max_fraction": "max_repeated_lines"}),
+)
+
+
+def _named_as(fields: dict[str, str], cls: Callable[..., T]) -> Callable[..., T]:
+    """``cls``, whose refusal (``"WordCount: need 0 <= min_words ..."``) is said without
+    the class, each parameter named as the config field it came from (``fields``)."""
+
+    def make(**values: Any) -> T:
+        try:
+            return cls(**values)
+        except (ValueError, TypeError) as exc:
+            message = str(exc).removeprefix(f"{getattr(cls, '__name__', '')}: ")
+            for param, name in fields.items():
+                message = re.sub(rf"\b{param}\b", name, message)
+            raise ValueError(message) from None
+
+    return make
 
 
 def _rule_values(obj: Any) -> dict[str, Any]:

@@ -200,7 +200,7 @@ class VideoConfig:
             self.embed_model != "efficientnet-lite0"
             and not Path(self.embed_model).expanduser().exists()
         ):
-            problems.append(f"embed model path {self.embed_model!r} does not exist")
+            problems.append(f"embed_model {self.embed_model!r} does not exist")
         if self.text_embed and not self.tags and self.caption_model is None:
             problems.append(
                 "text_embed embeds each clip's caption or tags: give caption_model or keep tags"
@@ -234,8 +234,8 @@ class VideoConfig:
             problems.append(f"shard_mb must be a number of MiB > 0, got {self.shard_mb!r}")
         if self.shards != "none" and is_url(self.output):
             problems.append(
-                f"shards need a local output (a shard is filled by appending to a file), "
-                f"got {self.output}: write to a local or mounted folder, or drop --shards"
+                f"shards needs a local output (a shard is filled by appending to a file), "
+                f"got {self.output}: write to a local or mounted folder, or drop shards"
             )
         return problems
 

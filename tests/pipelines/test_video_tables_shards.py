@@ -130,7 +130,7 @@ def test_the_shard_writer_is_one_worker_after_the_clip_writer(tmp_path: Path) ->
         ({"shard_mb": 0}, "shard_mb must be a number of MiB > 0, got 0"),
         ({"shard_mb": float("inf")}, "shard_mb must be a number of MiB > 0"),
         ({"shard_mb": True}, "shard_mb must be a number of MiB > 0"),
-        ({"shards": "webdataset", "output": "s3://bucket/out"}, "shards need a local output"),
+        ({"shards": "webdataset", "output": "s3://bucket/out"}, "shards needs a local output"),
     ],
 )
 def test_bad_table_and_shard_options_are_clear_errors(
@@ -174,7 +174,7 @@ def test_the_command_writes_shards_without_metas(inputs: Path, tmp_path: Path) -
         (["--shards", "webdataset", "--shard-mb", "0"], "error: --shard-mb must be a number of"),
         (["--shards", "webdataset", "--shard-mb", "-1"], "error: --shard-mb must be a number"),
         (["--shard-mb", "1"], "error: --shard-mb has no effect without --shards webdataset"),
-        (["--shards", "webdataset"], "error: shards need a local output"),
+        (["--shards", "webdataset"], "error: --shards needs a local output"),
     ],
 )
 def test_bad_table_and_shard_options_exit_2(

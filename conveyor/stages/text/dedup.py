@@ -99,8 +99,8 @@ class FuzzyDedupConfig:
             raise ValueError(f"FuzzyDedupConfig: seed must be in [0, 2**64), got {self.seed}")
         if self.bands * self.rows != self.num_perm:
             raise ValueError(
-                f"FuzzyDedupConfig: bands * rows must equal num_perm, got {self.bands} * "
-                f"{self.rows} = {self.bands * self.rows} != num_perm {self.num_perm} (pass "
+                f"FuzzyDedupConfig: num_perm must equal bands * rows, got {self.num_perm} != "
+                f"{self.bands} * {self.rows} = {self.bands * self.rows} (pass "
                 f"num_perm={self.bands * self.rows})"
             )
         threshold = self.threshold

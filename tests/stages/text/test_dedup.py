@@ -308,7 +308,10 @@ def test_resolve_holds_one_partition_at_a_time(corpus: Corpus, tmp_path: Path) -
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"bands": 16, "rows": 8}, r"bands \* rows must equal num_perm.*num_perm=128"),
+        (
+            {"bands": 16, "rows": 8},
+            r"num_perm must equal bands \* rows, got 120 != 16 \* 8 = 128 .*num_perm=128",
+        ),
         ({"threshold": 0.0}, "threshold must be in"),
         ({"threshold": 1.5}, "threshold must be in"),
         ({"shingle_size": 0}, "shingle_size must be >= 1"),
