@@ -756,6 +756,23 @@ def test_ray_data_executor_returns_the_same_result(address: str, tmp_path: Path)
     assert [(f.task, f.error_type, f.attempts) for f in result.failures] == [
         ("5", "UnpicklablePayload", 1)
     ]
+    # progress_bars: Ray Data's bars are on for the run (its source is read during it), and
+    # its context is as it was afterwards
+    context = ray.data.DataContext.get_current()
+    seen: list[bool] = []
+
+    def tasks() -> Iterator[int]:
+        seen.append(context.enable_progress_bars)
+        yield from range(4)
+
+    before = context.enable_progress_bars
+    for bars in (True, False):
+        result = Pipeline("p", [st.Poison(-1)]).run(
+            RayDataExecutor(address, progress_bars=bars), initial_tasks=tasks()
+        )
+        assert sorted(result.outputs) == [0, 1, 2, 3]
+        assert context.enable_progress_bars == before
+    assert seen == [True, False]
 
     with pytest.raises(StageSetupError, match="no model here"):
         Pipeline("p", [st.FailingSetup()]).run(RayDataExecutor(address), initial_tasks=range(3))

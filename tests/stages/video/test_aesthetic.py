@@ -197,3 +197,40 @@ def test_settings_are_validated(clip_dir: Path) -> None:
         AestheticFilter(str(clip_dir), threshold=float("nan"))
     stage = AestheticFilter(str(clip_dir))
     assert (stage.threshold, stage.reduction, stage.frame_rate) == (3.5, "min", 1.0)
+
+
+def test_the_command_scores_clips_and_filters_below_its_threshold(tmp_path: Path) -> None:
+    """``--aesthetic-model`` with a scorer file and ``--aesthetic-threshold`` reach the
+    stage: scores in every clip's meta, and the threshold decides which are filtered."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from conveyor.cli import app
+    from conveyor.samples.video import Segment, write_video
+
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    write_video(
+        inputs / "a.mp4", [Segment("pan", 2, 1), Segment("rings", 2, 2)], width=160, height=96
+    )
+    scorer = tmp_path / "brightness.pt"
+    torch.jit.save(torch.jit.script(Brightness()), str(scorer))
+    fast = ["--no-embed", "--no-tags", "--no-quality", "--no-motion", "--no-live", "--no-report"]
+    base = ["--splitter", "fixed", "--clip-len", "2", *fast, "--aesthetic-model", str(scorer)]
+
+    def run(output: Path, threshold: float) -> list[dict[str, Any]]:
+        args = ["video", str(inputs), str(output), *base, "--aesthetic-threshold", str(threshold)]
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 0, result.output
+        metas = [json.loads(p.read_text()) for p in (output / "metas").glob("*.json")]
+        return sorted(metas, key=lambda m: m["scores"]["aesthetic"])
+
+    every = run(tmp_path / "all", 0.0)
+    scores = [m["scores"]["aesthetic"] for m in every]
+    assert (
+        len(scores) == 2 and scores[0] < scores[1] and all(m["filtered_by"] is None for m in every)
+    )
+    between = run(tmp_path / "some", (scores[0] + scores[1]) / 2)
+    assert [m["filtered_by"] for m in between] == ["aesthetic", None]
+    assert [m["scores"]["aesthetic"] for m in between] == pytest.approx(scores, abs=1e-4)
