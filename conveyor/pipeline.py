@@ -14,6 +14,7 @@ from conveyor.result import RunResult
 from conveyor.stage import (
     CompositeStage,
     ProcessingStage,
+    complete_outputs,
     declared_names,
     validate_stage,
     yields_outputs,
@@ -137,7 +138,9 @@ class Pipeline:
                 )
             )
         for up, down in itertools.pairwise(specs):
-            produced = declared_names(up.stage.outputs())
+            # NeMo Curator's (attributes, columns) outputs() lists what a stage adds or
+            # changes, not all its outputs have: only Conveyor's list is checked
+            produced = complete_outputs(up.stage.outputs())
             needed = declared_names(down.stage.inputs())
             if produced is not None and needed is not None and not needed <= produced:
                 missing = ", ".join(sorted(needed - produced))

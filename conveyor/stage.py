@@ -6,10 +6,13 @@ a default, so subclasses need not call ``super().__init__()``; ``with_()`` retur
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
 import math
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from conveyor.cluster import NodeInfo, WorkerInfo
@@ -59,6 +62,8 @@ class ProcessingStage(Generic[In, Out]):
     max_threads: int | None = None
     #: threads of the batch being processed, set by the worker (see ``threads``)
     _threads: int | None = None
+    #: what the batch being processed recorded (``log_metric``), emptied by the worker
+    _batch_metrics: dict[str, float] | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -88,6 +93,25 @@ class ProcessingStage(Generic[In, Out]):
         """CPU threads the batch being processed may use: the stage's CPUs (one at least),
         or up to ``max_threads`` when the batch was sent while cores idled."""
         return self._threads or max(1, round(self.resources.cpus))
+
+    def log_metric(self, name: str, value: float) -> None:
+        """Record a number about the batch being processed (a sub-step's seconds, a count):
+        it goes on the ``stage_perf`` record of each of the batch's outputs, in
+        ``custom_metrics`` (logged twice in a batch, a name keeps its last value)."""
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"stage {self.name!r}: metric {name!r} must be a number, got {value!r}")
+        if self._batch_metrics is None:
+            self._batch_metrics = {}
+        self._batch_metrics[str(name)] = float(value)
+
+    @contextlib.contextmanager
+    def time_metric(self, name: str) -> Iterator[None]:
+        """Record the seconds the block takes as metric ``name`` (see ``log_metric``)."""
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.log_metric(name, time.perf_counter() - started)
 
     # -- lifecycle ------------------------------------------------------------------------
     def setup_on_node(self, node: NodeInfo, worker: WorkerInfo) -> None:
@@ -193,6 +217,12 @@ def validate_stage(stage: ProcessingStage[Any, Any]) -> None:
             f"stage {label!r}: {asynchronous[0]}() is async; the engine calls it in a worker "
             "and takes what it returns: make it a plain method (asyncio.run inside if need be)"
         )
+    if any(c.__module__ == "conveyor.curator.stages.base" for c in type(stage).__mro__):
+        raise ValueError(
+            f"stage {label!r} is a NeMo Curator-style stage (conveyor.curator's "
+            "ProcessingStage): run it in conveyor.curator.pipeline.Pipeline, whose "
+            "conveyor_pipeline() gives the conveyor.Pipeline of its stages"
+        )
     curator = _curator_style(stage)
     if curator:
         raise ValueError(
@@ -259,21 +289,117 @@ def yields_outputs(stage: ProcessingStage[Any, Any]) -> bool:
     return inspect.isgeneratorfunction(fn)
 
 
+def _is_pair(spec: Any) -> bool:
+    """NeMo Curator's form: ``(attributes, data attributes)``, two lists."""
+    return (
+        isinstance(spec, tuple)
+        and len(spec) == 2
+        and all(isinstance(p, (list, tuple)) for p in spec)
+    )
+
+
 def declared_names(spec: Any) -> set[str] | None:
-    """Normalize ``inputs()``/``outputs()``: a list of names, or Curator's (attrs, columns)."""
+    """Normalize ``inputs()``/``outputs()``: a list of names, NeMo Curator's (attributes,
+    data attributes), or its dict of such pairs by task type (every name of them)."""
     if spec is None:
         return None
     if isinstance(spec, str):
         names = [spec]  # one name, not its characters
-    elif (
-        isinstance(spec, tuple)
-        and len(spec) == 2
-        and all(isinstance(p, (list, tuple)) for p in spec)
-    ):
+    elif isinstance(spec, dict):
+        names = [n for pair in spec.values() for n in declared_names(pair) or ()]
+    elif _is_pair(spec):
         names = [*spec[0], *spec[1]]
     else:
         names = list(spec)
     return {str(n) for n in names} or None
+
+
+def complete_outputs(spec: Any) -> set[str] | None:
+    """What every output of a stage has, where its ``outputs()`` says so: a list of names.
+    NeMo Curator's pair lists only what the stage adds or changes (the rest of its input
+    goes on too), so it says nothing of the whole (``None``), as an undeclared one."""
+    if spec is None or _is_pair(spec) or isinstance(spec, dict):
+        return None
+    return declared_names(spec)
+
+
+@dataclass(frozen=True)
+class InputContract:
+    """What ``inputs()`` asks of every input, in any of its forms: ``names``, each an
+    attribute of the task or a column of its data (Conveyor's list); NeMo Curator's pair,
+    ``attrs`` of the task and ``columns`` (or attributes) of its ``data``; or NeMo Curator's
+    dict of pairs by task type (``by_type``), the most specific type of the task's winning."""
+
+    names: tuple[str, ...] = ()
+    attrs: tuple[str, ...] = ()
+    columns: tuple[str, ...] = ()
+    by_type: tuple[tuple[type, InputContract], ...] = ()
+
+    @classmethod
+    def of(cls, spec: Any) -> InputContract | None:
+        """The contract ``inputs()`` declares (``None``: nothing to check)."""
+        if spec is None:
+            return None
+        if isinstance(spec, dict):
+            pairs = tuple((kind, cls.of(pair) or cls()) for kind, pair in spec.items())
+            if not all(isinstance(kind, type) for kind, _ in pairs):
+                raise TypeError(
+                    f"inputs() as a dict maps task types to (attributes, columns), got keys "
+                    f"{list(spec)!r}"
+                )
+            return cls(by_type=pairs) if pairs else None
+        if _is_pair(spec):
+            contract = cls(attrs=tuple(map(str, spec[0])), columns=tuple(map(str, spec[1])))
+            return contract if contract.attrs or contract.columns else None
+        names = declared_names(spec)
+        return cls(names=tuple(sorted(names))) if names else None
+
+    def missing(self, task: Any) -> list[str]:
+        """What ``task`` lacks of it, each said as a name (a data column: ``data.text``)."""
+        if self.by_type:
+            declared = dict(self.by_type)
+            for kind in type(task).__mro__:
+                if kind in declared:
+                    return declared[kind].missing(task)
+            kinds = ", ".join(kind.__name__ for kind, _ in self.by_type)
+            return [f"a task of a declared type ({kinds}), not {type(task).__name__}"]
+        missing = [name for name in self.names if not has_input(task, name)]
+        missing += [name for name in self.attrs if not _attribute(task, name)]
+        data = getattr(task, "data", None)
+        return missing + [f"data.{c}" for c in self.columns if not _column(task, data, c)]
+
+
+def has_input(task: Any, name: str) -> bool:
+    """Conveyor's check of one declared input: a key of a mapping, what the task says it
+    has (``has_attribute``: a ``DocumentBatch``'s columns too), or an attribute."""
+    if isinstance(task, Mapping):
+        return name in task
+    checker = getattr(task, "has_attribute", None)
+    if checker is not None:
+        return bool(checker(name))
+    return hasattr(task, name)
+
+
+def _attribute(task: Any, name: str) -> bool:
+    return name in task if isinstance(task, Mapping) else hasattr(task, name)
+
+
+def _column(task: Any, data: Any, name: str) -> bool:
+    """Whether ``data`` has column ``name``: a table's (pandas, pyarrow), a mapping's key,
+    the task's own ``columns``, or an attribute of the data (NeMo Curator's test)."""
+    if isinstance(data, Mapping):
+        return name in data
+    for names in (getattr(task, "columns", None), getattr(data, "column_names", None)):
+        if isinstance(names, (list, tuple)) and name in names:
+            return True
+    columns = getattr(data, "columns", None)
+    if columns is not None and not callable(columns):
+        try:
+            if name in columns:
+                return True
+        except TypeError:
+            pass
+    return hasattr(data, name)
 
 
 class FunctionStage(ProcessingStage[Any, Any]):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from conveyor.cluster import NodeInfo, WorkerInfo
 from conveyor.errors import PipelineBuildError
 from conveyor.executors import StreamingExecutor
 from conveyor.stage import FunctionStage, declared_names, validate_stage
+from conveyor.tasks import DocumentBatch
 
 
 class Double(ProcessingStage[int, int]):
@@ -481,3 +483,68 @@ class AsyncProcess(ProcessingStage[int, int]):
 def test_an_async_process_is_refused_when_the_pipeline_is_built() -> None:
     with pytest.raises(ValueError, match=r"stage 'AsyncProcess': process\(\) is async"):
         Pipeline("p", [AsyncProcess()]).build()
+
+
+def test_declared_names_read_curators_dict_by_task_type() -> None:
+    spec = {DocumentBatch: (["data"], ["text"]), dict: (["id"], [])}
+    assert declared_names(spec) == {"data", "text", "id"}
+
+
+def test_an_input_contract_checks_each_form_as_its_library_does() -> None:
+    """Conveyor's names: an attribute, a key, or a DocumentBatch's column. NeMo Curator's
+    pair: attributes of the task, columns of its data (a DataFrame's, a table's, a mapping's
+    keys, or an attribute of the data). Its dict: the most specific type's pair."""
+    import pandas as pd
+    import pyarrow as pa
+
+    from conveyor.stage import InputContract
+
+    assert InputContract.of(None) is None and InputContract.of(([], [])) is None
+    names = InputContract.of(["text", "id"])
+    assert names is not None and names.missing({"text": 1}) == ["id"]
+    rows = DocumentBatch(data=pa.table({"text": ["a"]}))
+    assert names.missing(rows) == ["id"]
+    pair = InputContract.of((["data"], ["text"]))
+    assert pair is not None
+    assert pair.missing(rows) == []
+    assert pair.missing(DocumentBatch(data=pd.DataFrame({"text": ["a"]}))) == []
+    assert pair.missing(DocumentBatch(data=pd.DataFrame({"other": [1]}))) == ["data.text"]
+    assert pair.missing(SimpleNamespace(data={"text": 1})) == []
+    assert pair.missing(SimpleNamespace(data=SimpleNamespace(text=1))) == []
+    assert pair.missing(SimpleNamespace(other=1)) == ["data", "data.text"]
+
+    class Special(DocumentBatch):
+        pass
+
+    by_type = InputContract.of({DocumentBatch: (["data"], ["text"]), dict: ([], [])})
+    assert by_type is not None
+    assert by_type.missing(Special(data=pa.table({"x": [1]}))) == ["data.text"]
+    assert by_type.missing({}) == []
+    assert by_type.missing(5) == ["a task of a declared type (DocumentBatch, dict), not int"]
+    with pytest.raises(TypeError, match="maps task types to"):
+        InputContract.of({"DocumentBatch": ([], ["text"])})
+
+
+def test_metrics_a_stage_logs_reach_its_outputs_stage_perf() -> None:
+    from conveyor.backends.runtime import StageRunner
+
+    class Timed(ProcessingStage[DocumentBatch, DocumentBatch]):
+        def process(self, task: DocumentBatch) -> DocumentBatch:
+            with self.time_metric("parse_s"):
+                self.log_metric("rows", task.num_items)
+            return task
+
+    runner = StageRunner(Timed(), "timed", WorkerInfo("w", "timed", "n"))
+    (out,), _, _ = runner.run([DocumentBatch(data=pa_table(3))], ["0"])
+    assert out.stage_perf[-1].custom_metrics["rows"] == 3.0
+    assert out.stage_perf[-1].custom_metrics["parse_s"] >= 0
+    (again,), _, _ = runner.run([DocumentBatch(data=pa_table(1))], ["1"])
+    assert again.stage_perf[-1].custom_metrics["rows"] == 1.0  # each batch its own
+    with pytest.raises(TypeError, match="metric 'rows' must be a number, got 'many'"):
+        Timed().log_metric("rows", "many")  # type: ignore[arg-type]
+
+
+def pa_table(rows: int) -> Any:
+    import pyarrow as pa
+
+    return pa.table({"n": list(range(rows))})

@@ -19,14 +19,14 @@ import resource
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from conveyor.backends.core_wait import core_wait_s
 from conveyor.cluster import NodeInfo, WorkerInfo
 from conveyor.engine.policies.priority import fit_niceness
 from conveyor.errors import PermanentError
-from conveyor.stage import ProcessingStage, declared_names, yields_outputs
+from conveyor.stage import InputContract, ProcessingStage, yields_outputs
 from conveyor.tasks.base import StagePerf, Task
 
 
@@ -39,15 +39,6 @@ def short_repr(obj: Any, limit: int = 80) -> str:
     else:
         text = f"<{type(obj).__name__}>"
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _has(task: Any, name: str) -> bool:
-    if isinstance(task, Mapping):
-        return name in task
-    checker = getattr(task, "has_attribute", None)
-    if checker is not None:
-        return bool(checker(name))
-    return hasattr(task, name)
 
 
 def lower_priority(niceness: int) -> None:
@@ -296,7 +287,8 @@ class StageRunner:
         self.name = name
         self.worker = worker
         self.per_task = not stage.overrides("process_batch")
-        self._required: list[str] | None = None
+        self._required: InputContract | None = None
+        self._asked = False  # inputs() is asked once, at the first batch
         self.tidier = Tidier()
         #: the stage yields its outputs (``stream``); ``filtered`` is the last batch's count
         self.streams = yields_outputs(stage)
@@ -326,26 +318,29 @@ class StageRunner:
             )
 
     @property
-    def required(self) -> list[str]:
-        """The input attributes the stage declares (``inputs()``), asked when the first batch
+    def required(self) -> InputContract | None:
+        """What the stage declares of its inputs (``inputs()``), asked when the first batch
         comes: after ``setup``, which ``inputs()`` may read. Raising there made the worker
         die before it could say why ("worker process died during setup")."""
-        if self._required is None:
+        if not self._asked:
             try:
-                self._required = sorted(declared_names(self.stage.inputs()) or ())
+                self._required = InputContract.of(self.stage.inputs())
             except Exception as exc:
                 raise PermanentError(
                     f"stage {self.name!r}: inputs() raised {type(exc).__name__}: {exc}"
                 ) from exc
+            self._asked = True
         return self._required
 
     def _check_inputs(self, tasks: list[Any], labels: list[str]) -> None:
+        contract = self._required
+        assert contract is not None
         for task, label in zip(tasks, labels, strict=True):
-            missing = [name for name in self.required if not _has(task, name)]
+            missing = contract.missing(task)
             if missing:
                 raise ValueError(
                     f"stage {self.name!r}: input {label} ({short_repr(task)}) lacks declared "
-                    f"input attribute(s) {', '.join(missing)}"
+                    f"input(s) {', '.join(missing)}"
                 )
 
     def run(
@@ -373,10 +368,15 @@ class StageRunner:
                 "batch fails, the worker goes on"
             ) from exc
 
+    def _metrics(self) -> dict[str, float]:
+        """What the stage recorded of the batch so far (``log_metric``), for an output."""
+        return dict(self.stage._batch_metrics or ())
+
     def _run(
         self, tasks: list[Any], labels: list[str], threads: int | None
     ) -> tuple[list[Any], list[str], int]:
         self.stage._threads = threads
+        self.stage._batch_metrics = None
         if self.required:
             self._check_inputs(tasks, labels)
         started = time.perf_counter()
@@ -423,7 +423,9 @@ class StageRunner:
             if isinstance(obj, Task):
                 obj.task_id = label
                 if perf is None:
-                    perf = StagePerf(self.name, elapsed, self.worker.worker_id, len(tasks))
+                    perf = StagePerf(
+                        self.name, elapsed, self.worker.worker_id, len(tasks), self._metrics()
+                    )
                 obj.stage_perf.append(perf)
         return outputs, out_labels, filtered
 
@@ -446,6 +448,7 @@ class StageRunner:
         self, tasks: list[Any], labels: list[str], threads: int | None
     ) -> Iterator[tuple[Any, str]]:
         self.stage._threads = threads
+        self.stage._batch_metrics = None
         self.filtered = 0
         if self.required:
             self._check_inputs(tasks, labels)
@@ -478,7 +481,9 @@ class StageRunner:
         if isinstance(obj, Task):
             obj.task_id = label
             elapsed = time.perf_counter() - started
-            obj.stage_perf.append(StagePerf(self.name, elapsed, self.worker.worker_id, count))
+            obj.stage_perf.append(
+                StagePerf(self.name, elapsed, self.worker.worker_id, count, self._metrics())
+            )
         return obj
 
 

@@ -10,6 +10,7 @@ dropped).
 
 from __future__ import annotations
 
+import inspect
 import math
 import warnings
 from collections.abc import Callable, Sequence
@@ -21,8 +22,9 @@ from conveyor.curator.backends.base import NodeInfo, WorkerMetadata, WorkerResou
 from conveyor.curator.stages.base import CompositeStage, ProcessingStage
 from conveyor.curator.stages.resources import as_resources
 from conveyor.stage import CompositeStage as _CompositeStage
+from conveyor.stage import InputContract
 from conveyor.stage import ProcessingStage as _ProcessingStage
-from conveyor.stage import declared_names
+from conveyor.tasks.base import Task
 
 #: ``xenna_stage_spec()`` keys: ``None`` where honoured, else why it has no effect here
 XENNA_KEYS: dict[str, str | None] = {
@@ -97,6 +99,15 @@ def adapt(stage: Any, nodes: Callable[[], int] = lambda: 1) -> _ProcessingStage[
     name = stage.name
     if not isinstance(name, str) or not name:
         raise ValueError(f"stage {type(stage).__name__}: name must be a non-empty string")
+    for method in ("num_workers", "num_workers_per_node"):
+        if not callable(getattr(stage, method)):
+            raise TypeError(
+                f"stage {name!r}: {method} = {getattr(stage, method)!r} hides the method "
+                f"{method}(); NeMo Curator's stages define def {method}(self) -> ... (or "
+                f"use with_({method}=...))"
+            )
+    if not stage.overrides("process") and not stage.overrides("process_batch"):
+        raise TypeError(f"stage {name!r} implements neither process nor process_batch")
     if stage.runtime_env:
         raise ValueError(
             f"stage {name!r}: runtime_env (a Ray environment per stage) is not supported: "
@@ -107,8 +118,8 @@ def adapt(stage: Any, nodes: Callable[[], int] = lambda: 1) -> _ProcessingStage[
         batch = 1  # NeMo Curator: "the executor decides"; one task per call here
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise ValueError(f"stage {name!r}: batch_size must be None or an int >= 1, got {batch!r}")
-    xenna = {**_spec(stage, "xenna_stage_spec"), **(stage._with_xenna_stage_spec or {})}
-    ray = {**_spec(stage, "ray_stage_spec"), **(stage._with_ray_stage_spec or {})}
+    xenna = {**_spec(stage, "xenna_stage_spec"), **_keys(stage._with_xenna_stage_spec)}
+    ray = {**_spec(stage, "ray_stage_spec"), **_keys(stage._with_ray_stage_spec)}
     if "num_workers" in xenna:
         raise ValueError(
             f"stage {name!r}: num_workers belongs in the num_workers() method (or "
@@ -178,7 +189,12 @@ def _spec(stage: ProcessingStage[Any, Any], method: str) -> dict[str, Any]:
         return {}
     if not isinstance(value, dict):
         raise TypeError(f"stage {stage.name!r}: {method}() must return a dict, got {value!r}")
-    return {str(getattr(k, "value", k)): v for k, v in value.items()}  # enum keys too
+    return _keys(value)
+
+
+def _keys(spec: dict[Any, Any] | None) -> dict[str, Any]:
+    """A spec dict's keys as names (``RayStageSpecKeys.MAX_WORKERS``: ``"max_workers"``)."""
+    return {str(getattr(k, "value", k)): v for k, v in (spec or {}).items()}
 
 
 def _check_keys(name: str, method: str, spec: dict[str, Any], known: dict[str, str | None]) -> None:
@@ -205,19 +221,8 @@ def _check_keys(name: str, method: str, spec: dict[str, Any], known: dict[str, s
 
 def has_inputs(task: Any, spec: Any) -> bool:
     """Whether ``task`` has every attribute and data column ``spec`` (``inputs()``) lists."""
-    if (
-        isinstance(spec, tuple)
-        and len(spec) == 2
-        and all(isinstance(p, (list, tuple)) for p in spec)
-    ):
-        attrs, columns = spec
-        found = set(getattr(task, "columns", ()) or ())
-        data = getattr(task, "data", None)
-        return all(hasattr(task, a) for a in attrs) and all(
-            c in found or hasattr(data, c) for c in columns
-        )
-    names = declared_names(spec) or set()
-    return all(hasattr(task, n) or n in (getattr(task, "columns", ()) or ()) for n in names)
+    contract = InputContract.of(spec)
+    return contract is None or not contract.missing(task)
 
 
 # -- the adapter stages --------------------------------------------------------------------
@@ -253,7 +258,14 @@ class CuratorStage(_ProcessingStage[Any, Any]):
         self.stage.teardown()
 
     def inputs(self) -> Any:
-        return self.stage.inputs()
+        """What the engine checks of every input: the stage's ``inputs()``, unless it checks
+        them itself (its own ``validate_input``, called before each ``process`` as NeMo
+        Curator does)."""
+        return None if self.validates else self.stage.inputs()
+
+    @property
+    def validates(self) -> bool:
+        return type(self.stage).validate_input is not ProcessingStage.validate_input
 
     def outputs(self) -> Any:
         return self.stage.outputs()
@@ -264,18 +276,47 @@ class CuratorStage(_ProcessingStage[Any, Any]):
     def __repr__(self) -> str:
         return f"<{self.kind()} {self.name!r}>"
 
+    def _outputs(self, result: Any, method: str) -> Any:
+        """What a call of the stage gave, as NeMo Curator takes it: the ``None`` in a list
+        dropped (an input filtered), and anything but a task refused, naming it (the next
+        stage failed on it, or the run returned it); its metrics moved to the adapter, whose
+        outputs carry them (``log_metric``)."""
+        metrics = self.stage._batch_metrics
+        if metrics:
+            self._batch_metrics = {**(self._batch_metrics or {}), **metrics}
+            self.stage._batch_metrics = None
+        if inspect.isgenerator(result):
+            result = list(result)
+        if isinstance(result, list) and None in result:
+            result = [t for t in result if t is not None]
+        for output in result if isinstance(result, list) else (result,):
+            if output is not None and not isinstance(output, Task):
+                raise TypeError(
+                    f"stage {self.name!r}: {method}() gave {type(output).__name__} "
+                    f"{' '.join(repr(output).split())[:60]}, not a task: NeMo Curator's "
+                    "stages give tasks "
+                    "(DocumentBatch(dataset_name=..., data=df) for a table)"
+                )
+        return result
+
 
 class _PerTask(CuratorStage):
     def process(self, task: Any) -> Any:
-        self.stage._threads = self._threads
-        return self.stage.process(task)
+        stage = self.stage
+        stage._threads = self._threads
+        if self.validates and not stage.validate_input(task):
+            raise ValueError(
+                f"stage {self.name!r}: validate_input() refused task {task.task_id!r}"
+                if hasattr(task, "task_id")
+                else f"stage {self.name!r}: validate_input() refused {type(task).__name__}"
+            )
+        return self._outputs(stage.process(task), "process")
 
 
 class _PerBatch(CuratorStage):
     def process_batch(self, tasks: list[Any]) -> list[Any]:
         self.stage._threads = self._threads
-        # NeMo Curator drops the ``None`` a batch gives for an input it filtered
-        return [t for t in self.stage.process_batch(tasks) or () if t is not None]
+        return self._outputs(self.stage.process_batch(tasks), "process_batch")
 
 
 class _NodeSetup:

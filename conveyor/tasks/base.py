@@ -10,12 +10,14 @@ T = TypeVar("T")
 
 @dataclass(slots=True)
 class StagePerf:
-    """One stage's record on a task: how long the call that produced it took, and where."""
+    """One stage's record on a task: how long the call that produced it took, where, and
+    what the stage recorded of that call (``ProcessingStage.log_metric``)."""
 
     stage: str
     process_s: float
     worker: str
     batch_size: int
+    custom_metrics: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import logging
 import warnings
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
@@ -109,6 +110,72 @@ def test_tasks_take_curators_order_and_are_conveyors() -> None:
     assert (older.task_id, older._metadata) == ("id", {"k": 3})
     with pytest.raises(TypeError, match="metadata given twice"):
         DocumentBatch("id", "ds", df, {"a": 1}, metadata={"b": 2})
+
+
+class TextTask(Task[str]):
+    """A task of one string, in NeMo Curator's way (no dataclass)."""
+
+    @property
+    def num_items(self) -> int:
+        return 1
+
+
+@dataclass
+class Tagged(Task[dict]):
+    """A task as NeMo Curator's users make theirs: a dataclass with fields of its own."""
+
+    extra: int = 0
+    tags: list[str] = field(default_factory=list)
+    checked: int = field(default=0, init=False)
+
+    def __post_init__(self) -> None:
+        self.checked += 1
+
+    @property
+    def num_items(self) -> int:
+        return len(self.data)
+
+
+def test_a_single_name_before_data_and_string_data_read_in_curators_newer_order() -> None:
+    """One positional with ``data=``, or data that is a string, went into 1.0's order:
+    the dataset's name became the task_id (and was lost), the text its dataset_name."""
+    df = pd.DataFrame({"text": ["a"]})
+    named = DocumentBatch("my_dataset", data=df)
+    assert (named.dataset_name, named.data is df, named.task_id) == ("my_dataset", True, "")
+    assert FileGroupTask("ds", data=["a.jsonl"]).dataset_name == "ds"
+    assert DocumentBatch("id", dataset_name="ds", data=df).task_id == "id"  # 1.0's
+    text = TextTask("ds", "hello world")
+    assert (text.dataset_name, text.data, text.task_id) == ("ds", "hello world", "")
+    tail = TextTask("ds", "hello", [], {"k": 1})
+    assert (tail.data, tail._metadata) == ("hello", {"k": 1})
+    older = TextTask("id", "ds", "hello")  # a third string: only 1.0's order reads it
+    assert (older.task_id, older.dataset_name, older.data) == ("id", "ds", "hello")
+
+
+def test_a_dataclass_task_keeps_curators_constructor_and_its_own_fields() -> None:
+    """``@dataclass`` made its ``__init__`` in Conveyor's field order: ``Tagged("ds", {})``
+    put the name in data, and ``_metadata=`` was refused."""
+    task = Tagged("ds", {"a": 1}, extra=5)
+    assert (task.dataset_name, task.data, task.extra, task.tags) == ("ds", {"a": 1}, 5, [])
+    assert task.checked == 1  # its own __post_init__, once
+    meta = Tagged(dataset_name="ds", data={}, _metadata={"m": 1})
+    assert meta._metadata == {"m": 1} and meta.extra == 0 and meta.tags == []
+    assert meta.tags is not Tagged(dataset_name="ds", data={}).tags
+    tail = Tagged("ds", {}, [], {"m": 2}, 7, ["x"])  # its own fields after NeMo Curator's
+    assert (tail._metadata, tail.extra, tail.tags) == ({"m": 2}, 7, ["x"])
+    with pytest.raises(TypeError, match="unexpected keyword argument 'nope'"):
+        Tagged("ds", {}, nope=1)
+    with pytest.raises(TypeError, match=r"then extra, tags, got str"):
+        Tagged("ds", {}, [], {}, 1, [], "too many")
+    (out,) = run([AddTag()], [Tagged("ds", {"a": 1}, extra=2)])
+    assert isinstance(out, Tagged) and out.tags == ["seen"] and out.extra == 2
+
+
+class AddTag(ProcessingStage[Tagged, Tagged]):
+    name = "add_tag"
+
+    def process(self, task: Tagged) -> Tagged:
+        return Tagged(task.dataset_name, task.data, extra=task.extra, tags=[*task.tags, "seen"])
 
 
 @pytest.mark.parametrize(
@@ -281,15 +348,81 @@ def test_hooks_get_curators_arguments_and_batches_drop_none() -> None:
         assert kind == "WorkerMetadata" and worker_id.startswith("hooks")
 
 
-def test_declared_inputs_in_curators_form_are_checked_at_build() -> None:
-    from conveyor.errors import PipelineBuildError
+class AddId(ProcessingStage[DocumentBatch, DocumentBatch]):
+    """NeMo Curator's AddId pattern: ``outputs()`` lists the column it adds, not the rest."""
 
-    class Makes(AddOne):
-        def outputs(self) -> tuple[list[str], list[str]]:
-            return ["data"], ["other"]
+    name = "add_id"
 
-    with pytest.raises(PipelineBuildError, match="'hooks' needs n"):
-        Pipeline("p", stages=[Makes(), Hooks()]).describe()
+    def inputs(self) -> tuple[list[str], list[str]]:
+        return ["data"], []
+
+    def outputs(self) -> tuple[list[str], list[str]]:
+        return ["data"], ["doc_id"]
+
+    def process(self, task: DocumentBatch) -> DocumentBatch:
+        df = task.to_pandas().copy()
+        df["doc_id"] = [f"{task.task_id}-{i}" for i in range(len(df))]
+        return DocumentBatch(dataset_name=task.dataset_name, data=df)
+
+
+class NeedsN(ProcessingStage[Any, Any]):
+    """Needs data column ``n`` of any task (NeMo Curator's quickstart declares so)."""
+
+    name = "needs_n"
+
+    def inputs(self) -> tuple[list[str], list[str]]:
+        return ["data"], ["n"]
+
+    def process(self, task: Any) -> Any:
+        return task
+
+
+def test_curators_outputs_list_what_a_stage_adds_and_inputs_are_checked_as_it_does() -> None:
+    """``outputs()`` in NeMo Curator's form is what a stage adds or changes, not all its
+    outputs have: a stage needing a column from before it builds (it was refused). Inputs
+    are checked on each task: attributes on it, columns of its data (a DataFrame's, a
+    table's, a plain task's, NeMo Curator's own test: an attribute of the data)."""
+    import pyarrow as pa
+
+    out = run([AddId(), NeedsN()], [batch(0), batch(1)])
+    assert sorted(t.to_pandas()["doc_id"][0] for t in out) == ["0-0", "1-0"]
+    assert "n" in out[0].to_pandas()
+
+    class SampleTask(Task[pd.DataFrame]):  # the quickstart's task: not a DocumentBatch
+        @property
+        def num_items(self) -> int:
+            return len(self.data)
+
+    frames = [SampleTask("ds", pd.DataFrame({"n": [i]})) for i in range(3)]
+    assert len(run([NeedsN()], frames)) == 3
+    tables = [DocumentBatch("ds", pa.table({"n": [1]})), DocumentBatch("ds", pa.table({"n": [2]}))]
+    assert len(run([NeedsN()], tables)) == 2
+    with pytest.raises(StageFailures) as failed:
+        run([NeedsN()], [DocumentBatch("ds", pd.DataFrame({"other": [1]}))])
+    assert "'needs_n'" in str(failed.value) and "lacks declared input(s) data.n" in str(
+        failed.value
+    )
+
+
+def test_inputs_by_task_type_and_a_stage_s_own_validate_input() -> None:
+    class ByType(NeedsN):
+        def inputs(self) -> dict[type, tuple[list[str], list[str]]]:
+            return {DocumentBatch: (["data"], ["n"]), FileGroupTask: (["data"], [])}
+
+    files = FileGroupTask("ds", ["a.jsonl"])
+    assert len(run([ByType()], [batch(0), files])) == 2
+    with pytest.raises(StageFailures, match=r"lacks declared input\(s\) data\.n"):
+        run([ByType()], [DocumentBatch("ds", pd.DataFrame({"m": [1]}))])
+
+    class Lenient(NeedsN):
+        """Checks its inputs itself: what it lets through is processed, whatever inputs()."""
+
+        def validate_input(self, task: Any) -> bool:
+            return task.dataset_name != "bad"
+
+    assert len(run([Lenient()], [DocumentBatch("ds", pd.DataFrame({"m": [1]}))])) == 1
+    with pytest.raises(StageFailures, match="validate_input\\(\\) refused task"):
+        run([Lenient()], [DocumentBatch("bad", pd.DataFrame({"n": [1]}))])
 
 
 def test_function_stage_passes_metadata_on_and_checks_its_function() -> None:
@@ -323,6 +456,25 @@ def test_composites_expand_and_take_per_sub_stage_settings() -> None:
     assert list(out.to_pandas()["n"]) == [2]
     with pytest.raises(ValueError, match="'nope', which are not among its sub-stages"):
         Pipeline("p", stages=[Twice().with_({"nope": {"num_workers": 1}})]).build()
+    # each call adds to the ones before, in order: a renamed sub-stage by its new name
+    twice = Twice().with_({"add_again": {"batch_size": 4}})
+    twice.with_({"add_again": {"resources": Resources(cpus=0.25)}})
+    twice.with_({"add_again": {"name": "again"}}).with_({"again": {"num_workers": 2}})
+    again = Pipeline("p", stages=[twice]).build()[1]
+    assert (again.name, again.batch_size, again.resources.cpus) == ("again", 4, 0.25)
+    assert again._with_num_workers == 2
+
+
+def test_with_none_leaves_a_setting_as_it_was() -> None:
+    """As in NeMo Curator (``with_(batch_size=cfg.get("batch_size"))``): ``None`` set batch
+    size 1, and refused a name or resources."""
+    sized = AddOne().with_(batch_size=8, resources=Resources(cpus=0.25))
+    same = sized.with_(name=None, resources=None, batch_size=None, runtime_env=None)
+    assert (same.name, same.batch_size, same.resources.cpus) == ("add_one", 8, 0.25)
+    assert "batch_size: 8" in Pipeline("p", stages=[same]).describe()
+    # the worker counts' None is "the executor decides", as there
+    pinned = AddOne().with_(num_workers=2)
+    assert "(pinned)" not in Pipeline("p", stages=[pinned.with_(num_workers=None)]).describe()
 
 
 # -- the executors' settings ---------------------------------------------------------------
@@ -458,8 +610,10 @@ def test_curators_methods_on_our_own_stage_are_an_error_not_ignored() -> None:
         Ours("p", [Method()]).build()
     with pytest.raises(PipelineBuildError, match=r"defines xenna_stage_spec\(\)"):
         Ours("p", [Spec()]).build()
-    with pytest.raises(PipelineBuildError, match=r"has a num_workers\(\) method"):
-        Ours("p", [AddOne()]).build()  # a Curator-style stage in our own Pipeline
+    # a Curator-style stage in our own Pipeline: where it goes (it has done nothing wrong)
+    with pytest.raises(PipelineBuildError, match=r"'add_one' is a NeMo Curator-style stage"):
+        Ours("p", [AddOne()]).build()
+    assert Pipeline("p", stages=[AddOne()]).conveyor_pipeline().build()[0].name == "add_one"
 
 
 def test_curator_1_0_underscored_attributes_and_spec_key_enums() -> None:
@@ -491,3 +645,89 @@ def test_the_allocation_has_cosmos_xennas_shape() -> None:
     assert shared.gpu_ids == (1,) and shared.worker_id == "w"  # Conveyor's, read through
     whole = WorkerResources.of(WorkerInfo("w", "s", "n", (0, 1), 1.0), cpus=1.0)
     assert [g.used_fraction for g in whole.gpus] == [1.0, 1.0]
+
+
+class Odd(ProcessingStage[DocumentBatch, Any]):
+    """Gives what it is told to: NeMo Curator's stages give tasks (a ``None`` in a list is
+    an input filtered)."""
+
+    name = "odd"
+
+    def __init__(self, gives: Any) -> None:
+        self.gives = gives
+
+    def process(self, task: DocumentBatch) -> Any:
+        return self.gives(task)
+
+
+def test_a_none_in_a_list_is_dropped_and_what_is_not_a_task_is_refused() -> None:
+    """``[task, None]`` sent ``None`` on as a task; a DataFrame, a dict or a nested list
+    went on silently, to fail in the next stage or come back from the run."""
+    out = run([Odd(lambda t: [t, None]), AddOne()], [batch(0)])
+    assert len(out) == 1 and list(out[0].to_pandas()["n"]) == [1, 2, 3]
+    for gives, kind in (
+        (lambda t: t.to_pandas(), "DataFrame"),
+        (lambda t: {"n": 1}, "dict"),
+        (lambda t: [[t]], "list"),
+    ):
+        with pytest.raises(StageFailures, match=rf"'odd': process\(\) gave {kind} .*not a task"):
+            run([Odd(gives)], [batch(0)])
+
+    class Forgets(ProcessingStage[DocumentBatch, DocumentBatch]):
+        name = "forgets"
+
+        def process_batch(self, tasks: list[DocumentBatch]) -> list[DocumentBatch]:
+            _ = [t for t in tasks]
+
+    with pytest.raises(StageFailures, match="process_batch must return a list, got NoneType"):
+        run([Forgets()], [batch(0)])
+
+
+class Metered(ProcessingStage[DocumentBatch, DocumentBatch]):
+    """Records NeMo Curator's custom metrics."""
+
+    name = "metered"
+    batch_size = 2
+
+    def process_batch(self, tasks: list[DocumentBatch]) -> list[DocumentBatch]:
+        with self._time_metric("sort_s"):
+            self._log_metrics({"rows": sum(t.num_items for t in tasks), "label": "x"})
+        self._log_metric("batches", 1)
+        return tasks
+
+
+def test_custom_metrics_reach_each_output_s_stage_perf() -> None:
+    """``_log_metric``, ``_log_metrics`` and ``_time_metric`` did not exist: every task
+    failed on an AttributeError."""
+    out = run([Metered()], [batch(0), batch(1, rows=2)])
+    for task in out:
+        metrics = task._stage_perf[-1].custom_metrics
+        assert metrics["rows"] == 5 and metrics["batches"] == 1 and metrics["sort_s"] >= 0
+        assert "label" not in metrics
+    with pytest.warns(UserWarning, match="metric 'label' is not a number"):
+        Metered()._log_metrics({"label": "x"})
+
+
+def test_slips_a_curator_user_makes_are_named() -> None:
+    class Counted(AddOne):
+        num_workers = 2  # type: ignore[assignment]
+
+    with pytest.raises(TypeError, match=r"num_workers = 2 hides the method num_workers\(\)"):
+        Pipeline("p", stages=[Counted()]).describe()
+
+    class Nothing(ProcessingStage[Any, Any]):
+        name = "nothing"
+
+    with pytest.raises(TypeError, match="'nothing' implements neither process nor"):
+        Pipeline("p", stages=[Nothing()]).describe()
+    with pytest.raises(TypeError, match=r"initial_tasks must be a list of tasks.*\[task\]"):
+        Pipeline("p", stages=[AddOne()]).run(XennaExecutor(), batch(0))
+
+
+def test_spec_keys_given_to_with_as_enums_are_read_as_names() -> None:
+    from conveyor.curator.adapter import adapt
+    from conveyor.curator.backends.utils import RayStageSpecKeys
+
+    stage = AddOne().with_(ray_stage_spec={RayStageSpecKeys.MAX_WORKERS: 4})
+    with pytest.warns(UserWarning, match="key 'max_workers' has no effect here"):
+        adapt(stage)

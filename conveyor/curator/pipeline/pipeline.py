@@ -81,6 +81,13 @@ class Pipeline:
                 f"Pipeline {self.name!r}: checkpoint_path is not supported here; use "
                 "self.conveyor_pipeline().run(executor, tasks, journal=PATH) to resume"
             )
+        if initial_tasks is not None and (
+            isinstance(initial_tasks, (str, bytes)) or not hasattr(initial_tasks, "__iter__")
+        ):
+            raise TypeError(
+                f"Pipeline {self.name!r}: initial_tasks must be a list of tasks, got "
+                f"{type(initial_tasks).__name__} (one task: [task])"
+            )
         if executor is None:
             from conveyor.curator.backends.xenna import XennaExecutor
 

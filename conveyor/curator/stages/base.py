@@ -12,7 +12,9 @@ one without is a warning naming it, a wrong value an error naming the stage.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import warnings
 from typing import Any, ClassVar, TypeVar
 
 from conveyor.curator.stages.resources import Resources
@@ -75,23 +77,29 @@ class ProcessingStage(_ProcessingStage[X, Y]):
 
     def with_(  # type: ignore[override]
         self,
-        name: str = _UNSET,
-        resources: Resources = _UNSET,
-        batch_size: int | None = _UNSET,
-        runtime_env: dict[str, Any] | None = _UNSET,
+        name: str | None = None,
+        resources: Resources | None = None,
+        batch_size: int | None = None,
+        runtime_env: dict[str, Any] | None = None,
         ray_stage_spec: dict[str, Any] | None = _UNSET,
         xenna_stage_spec: dict[str, Any] | None = _UNSET,
         num_workers: int | None = _UNSET,
         num_workers_per_node: float | None = _UNSET,
     ) -> ProcessingStage[X, Y]:
         """A copy with the given settings replaced; the two spec dicts are merged over what
-        the stage returns, the given keys winning."""
+        the stage returns, the given keys winning. As in NeMo Curator, ``None`` leaves a
+        name, resources, batch size or runtime_env as they were (``with_(batch_size=
+        cfg.get("batch_size"))``); for the worker counts it sets "the executor decides"."""
         new = copy.deepcopy(self)
         for key, value in (
             ("name", name),
             ("resources", resources),
             ("batch_size", batch_size),
             ("runtime_env", runtime_env),
+        ):
+            if value is not None:
+                setattr(new, key, value)
+        for key, value in (
             ("_with_num_workers", num_workers),
             ("_with_num_workers_per_node", num_workers_per_node),
         ):
@@ -110,18 +118,42 @@ class ProcessingStage(_ProcessingStage[X, Y]):
     def get_config(self) -> dict[str, Any]:
         return {"name": self.name, "resources": self.resources, "batch_size": self.batch_size}
 
+    # -- NeMo Curator's custom metrics: on each output's ``_stage_perf[-1].custom_metrics`` --
+    def _log_metrics(self, metrics: dict[str, float]) -> None:
+        """Record numbers about the batch being processed; a value that is not a number is
+        left out with a warning, as NeMo Curator does."""
+        for name, value in metrics.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                warnings.warn(
+                    f"stage {self.name!r}: metric {name!r} is not a number ({value!r}): "
+                    "not recorded",
+                    UserWarning,
+                    stacklevel=2,
+                )
+                continue
+            self.log_metric(name, value)
+
+    def _log_metric(self, name: str, value: float) -> None:
+        self._log_metrics({name: value})
+
+    def _time_metric(self, name: str) -> contextlib.AbstractContextManager[None]:
+        return self.time_metric(name)
+
 
 class CompositeStage(ProcessingStage[X, Y], _CompositeStage[X, Y]):
     """A stage that expands into several when the pipeline is built (``decompose``)."""
 
-    _sub_stage_with: dict[str, dict[str, Any]] | None = None
+    #: each ``with_`` call's settings, applied in order when the pipeline is built
+    _sub_stage_with: tuple[dict[str, dict[str, Any]], ...] = ()
 
     def decompose(self) -> list[Any]:
         raise NotImplementedError(f"composite stage {self.name!r} must implement decompose()")
 
     def with_(self, stage_with_dict: dict[str, dict[str, Any]]) -> CompositeStage[X, Y]:  # type: ignore[override]
         """NeMo Curator's form: ``{sub-stage name: {with_ arguments}}``, applied to the
-        sub-stages when the pipeline is built. Changes and returns this stage."""
+        sub-stages when the pipeline is built, each call's after the one before (a second
+        call for a sub-stage adds to the first; a renamed one goes by its new name).
+        Changes and returns this stage."""
         if not isinstance(stage_with_dict, dict) or not all(
             isinstance(v, dict) for v in stage_with_dict.values()
         ):
@@ -129,25 +161,28 @@ class CompositeStage(ProcessingStage[X, Y], _CompositeStage[X, Y]):
                 f"composite stage {self.name!r}: with_ takes {{sub-stage name: {{settings}}}}, "
                 f"got {stage_with_dict!r}"
             )
-        self._sub_stage_with = {**(self._sub_stage_with or {}), **stage_with_dict}
+        self._sub_stage_with = (*self._sub_stage_with, dict(stage_with_dict))
         return self
 
     def decompose_and_apply_with(self) -> list[Any]:
         """The sub-stages with ``with_``'s settings applied (an unknown name is an error)."""
         stages = self.decompose()
-        settings = self._sub_stage_with or {}
-        names = [getattr(s, "name", None) for s in stages]
-        unknown = sorted(set(settings) - set(names))
-        if unknown:
-            raise ValueError(
-                f"composite stage {self.name!r}: with_ names {', '.join(map(repr, unknown))}, "
-                f"which are not among its sub-stages ({', '.join(map(repr, names))})"
-            )
-        if settings and len(set(names)) != len(names):
-            raise ValueError(
-                f"composite stage {self.name!r}: with_ needs unique sub-stage names, got {names}"
-            )
-        return [s.with_(**settings[s.name]) if s.name in settings else s for s in stages]
+        for settings in self._sub_stage_with:
+            names = [getattr(s, "name", None) for s in stages]
+            unknown = sorted(set(settings) - set(names))
+            if unknown:
+                raise ValueError(
+                    f"composite stage {self.name!r}: with_ names "
+                    f"{', '.join(map(repr, unknown))}, which are not among its sub-stages "
+                    f"({', '.join(map(repr, names))})"
+                )
+            if len(set(names)) != len(names):
+                raise ValueError(
+                    f"composite stage {self.name!r}: with_ needs unique sub-stage names, got "
+                    f"{names}"
+                )
+            stages = [s.with_(**settings[s.name]) if s.name in settings else s for s in stages]
+        return stages
 
     def process(self, task: X) -> Y:
         raise RuntimeError(f"composite stage {self.name!r} is expanded at build time, never run")

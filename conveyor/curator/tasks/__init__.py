@@ -11,6 +11,8 @@ the tasks a run starts from.
 
 from __future__ import annotations
 
+from dataclasses import MISSING
+from dataclasses import fields as dataclass_fields
 from typing import Any, TypeVar
 
 from conveyor.tasks.base import EmptyTask as _ConveyorEmptyTask
@@ -27,21 +29,54 @@ __all__ = ["DocumentBatch", "EmptyTask", "FileGroupTask", "StagePerf", "Task", "
 class Task(_Task[T]):
     """Base of NeMo Curator-style tasks (see the module docstring).
 
-    Positional arguments are read in either of NeMo Curator's orders: 1.0's ``(task_id,
-    dataset_name, data, ...)`` and 1.4's ``(dataset_name, data, ...)`` (where ``task_id`` is
-    set by the framework), told apart by the type of the second (a ``str`` there is the
-    dataset's name). After ``data`` come ``_stage_perf`` (a list) and ``_metadata`` (a dict)
-    in either order. Keywords are NeMo Curator's names or Conveyor's.
+    Positional arguments are read in either of NeMo Curator's orders: 1.4's ``(dataset_name,
+    data, ...)`` (where ``task_id`` is set by the framework), and 1.0's ``(task_id,
+    dataset_name, data, ...)``: the newer where its data is of the class's type, else the
+    older. After ``data`` come ``_stage_perf`` (a list) and ``_metadata`` (a dict) in either
+    order, then a subclass's own fields. Keywords are NeMo Curator's names or Conveyor's.
+
+    A subclass made with ``@dataclass`` (as NeMo Curator's tasks and its users' are) keeps
+    this constructor, its own fields taken as keywords or after those: the dataclass's would
+    read Conveyor's field order.
     """
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "__init__" not in cls.__dict__:
+            # ``@dataclass`` makes an ``__init__`` only where the class has none of its own
+            cls.__init__ = cls.__init__  # type: ignore[misc]
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        fields = _parse(type(self).__name__, args, kwargs)
-        self.data = fields.get("data")
-        self.dataset_name = fields.get("dataset_name", "")
-        self.metadata = fields.get("metadata", {})
-        self.task_id = fields.get("task_id", "")
-        self.stage_perf = fields.get("stage_perf", [])
-        self.__post_init__()
+        cls = type(self)
+        own = _own_fields(cls)
+        errors: list[TypeError] = []
+        for order in _orders(args, kwargs):
+            try:
+                fields = _parse(cls.__name__, order, args, kwargs, own)
+                self._assign(fields)
+                _Task.__post_init__(self)  # the data of this order's type?
+            except TypeError as exc:
+                errors.append(exc)
+                continue
+            if cls.__post_init__ is not _Task.__post_init__:
+                self.__post_init__()  # a subclass's own, once its fields are set
+            return
+        older = len(args) >= 3 and all(isinstance(a, str) for a in args[:2])
+        raise errors[-1 if older else 0]
+
+    def _assign(self, fields: dict[str, Any]) -> None:
+        """Each field given, the rest at the class's defaults (a ``FileGroupTask``'s data at
+        ``[]``); a field with no default that is not given is an error, as a dataclass's."""
+        for spec in _all_fields(type(self)):
+            name = spec.name
+            if name in fields:
+                setattr(self, name, fields[name])
+            elif spec.default is not MISSING:
+                setattr(self, name, spec.default)
+            elif spec.default_factory is not MISSING:
+                setattr(self, name, spec.default_factory())
+            else:
+                raise TypeError(f"{type(self).__name__}() missing the argument {name!r}")
 
     @property
     def _metadata(self) -> dict[str, Any]:
@@ -85,10 +120,37 @@ _KEYWORDS = {
     "_stage_perf": "stage_perf",
     "stage_perf": "stage_perf",
 }
+_BASE_FIELDS = frozenset(_KEYWORDS.values())
 
 
-def _parse(cls: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The fields a NeMo Curator-style constructor call gives (see ``Task``)."""
+def _all_fields(cls: type) -> list[Any]:
+    """The fields a constructor sets: a task's own, then a dataclass subclass's."""
+    return [f for f in dataclass_fields(cls) if f.init or f.name in _BASE_FIELDS]
+
+
+def _own_fields(cls: type) -> dict[str, Any]:
+    """A dataclass subclass's fields beyond a task's own, in order."""
+    return {f.name: f for f in _all_fields(cls) if f.name not in _BASE_FIELDS}
+
+
+def _orders(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[list[str]]:
+    """The fields the leading positional arguments may stand for: NeMo Curator 1.4's order
+    first, then 1.0's (without those given as keywords)."""
+    named = {_KEYWORDS.get(k) for k, v in kwargs.items() if v is not None}
+    newer = [f for f in ("dataset_name", "data") if f not in named]
+    older = [f for f in ("task_id", "dataset_name", "data") if f not in named]
+    return [newer, older] if args and older != newer else [newer]
+
+
+def _parse(
+    cls: str,
+    order: list[str],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    own: dict[str, Any],
+) -> dict[str, Any]:
+    """The fields a NeMo Curator-style constructor call gives, its leading positional
+    arguments read as ``order`` (see ``Task``)."""
     fields: dict[str, Any] = {}
 
     def put(name: str, value: Any) -> None:
@@ -97,23 +159,32 @@ def _parse(cls: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str,
         fields[name] = value
 
     rest = list(args)
-    curator_1_4 = len(rest) >= 2 and isinstance(rest[0], str) and not isinstance(rest[1], str)
-    order = ["dataset_name", "data"] if curator_1_4 else ["task_id", "dataset_name", "data"]
     for name in order:
         if rest:
             put(name, rest.pop(0))
-    for value in rest:
-        if isinstance(value, dict):
-            put("metadata", value)
-        elif isinstance(value, list):
-            put("stage_perf", value)
+    while rest and len(fields) < len(order) + 2:
+        value = rest[0]
+        if isinstance(value, dict) and "metadata" not in fields:
+            put("metadata", rest.pop(0))
+        elif isinstance(value, list) and "stage_perf" not in fields:
+            put("stage_perf", rest.pop(0))
         else:
-            raise TypeError(
-                f"{cls}: after data come _stage_perf (a list) and _metadata (a dict), got "
-                f"{type(value).__name__} {value!r:.60} (NeMo Curator's orders: task_id, "
-                "dataset_name, data (1.0), or dataset_name, data (1.4))"
-            )
+            break
+    extra = [name for name in own if name not in kwargs]
+    if len(rest) > len(extra):
+        surplus = rest[len(extra)]
+        raise TypeError(
+            f"{cls}: after data come _stage_perf (a list) and _metadata (a dict)"
+            + (f", then {', '.join(extra)}" if extra else "")
+            + f", got {type(surplus).__name__} {surplus!r:.60} (NeMo Curator's orders: "
+            "task_id, dataset_name, data (1.0), or dataset_name, data (1.4))"
+        )
+    for name, value in zip(extra, rest, strict=False):
+        put(name, value)
     for key, value in kwargs.items():
+        if key in own:
+            put(key, value)
+            continue
         if key not in _KEYWORDS:
             raise TypeError(f"{cls}() got an unexpected keyword argument {key!r}")
         if value is not None:
@@ -131,17 +202,12 @@ class DocumentBatch(Task[Any], _DocumentBatch):
 class FileGroupTask(Task[list[str]], _FileGroupTask):
     """Paths read together; ``reader_config`` (a keyword) holds the reader's options."""
 
-    def __init__(self, *args: Any, reader_config: dict[str, Any] | None = None, **kwargs: Any):
-        if reader_config is not None and not isinstance(reader_config, dict):
-            raise TypeError(f"FileGroupTask.reader_config must be a dict, got {reader_config!r}")
-        self.reader_config = reader_config or {}
-        if (
-            len(args) < 3
-            and "data" not in kwargs
-            and not (len(args) == 2 and not isinstance(args[1], str))
-        ):
-            kwargs["data"] = []  # no paths given: an empty group
-        super().__init__(*args, **kwargs)
+    def __post_init__(self) -> None:
+        _FileGroupTask.__post_init__(self)
+        if not isinstance(self.reader_config, dict):
+            raise TypeError(
+                f"FileGroupTask.reader_config must be a dict, got {self.reader_config!r}"
+            )
 
 
 class EmptyTask(Task[None], _ConveyorEmptyTask):
