@@ -134,6 +134,7 @@ class Pipeline:
                     has_node_setup=stage.overrides("setup_on_node"),
                     timeout_s=stage.timeout_s,
                     max_threads=stage.max_threads,
+                    max_attempts=stage.max_attempts,
                     streams=yields_outputs(stage),
                 )
             )
@@ -168,6 +169,8 @@ class Pipeline:
             lines.append(f"     batch_size: {batch}   workers: {pin}")
             if spec.timeout_s is not None:
                 lines.append(f"     timeout_s: {spec.timeout_s:g} per batch")
+            if spec.max_attempts is not None:
+                lines.append(f"     max_attempts: {spec.max_attempts}")
             ins, outs = declared_names(stage.inputs()), declared_names(stage.outputs())
             if ins:
                 lines.append(f"     inputs: {', '.join(sorted(ins))}")

@@ -55,6 +55,11 @@ class ProcessingStage(Generic[In, Out]):
     #: replaced, is retried (each input alone) and finally recorded as a ``TaskTimeout``
     #: failure, so a hung input cannot hold a worker forever. ``None``: no limit
     timeout_s: float | None = None
+    #: times an input of this stage is tried before it is recorded as failed (a stage that
+    #: calls a paid service or writes to a database: 1). ``None``: the executor's
+    #: ``max_attempts``. An input that failed in a batch of several is tried again alone
+    #: without spending one (it may have been a batch-mate's fault)
+    max_attempts: int | None = None
     #: the most CPU threads one batch of this stage can put to use (a model's intra-op
     #: threads, an encoder's): a batch sent while cores of the run's budget sit idle (the
     #: start of a run, its end) may use up to this many, and ``self.threads`` says how many
@@ -142,6 +147,7 @@ class ProcessingStage(Generic[In, Out]):
         batch_wait_s: float | None = _UNSET,
         num_workers: int | None = _UNSET,
         timeout_s: float | None = _UNSET,
+        max_attempts: int | None = _UNSET,
     ) -> ProcessingStage[In, Out]:
         """A copy with the given settings replaced; ``num_workers`` pins the pool size."""
         try:
@@ -155,6 +161,7 @@ class ProcessingStage(Generic[In, Out]):
             ("batch_wait_s", batch_wait_s),
             ("num_workers", num_workers),
             ("timeout_s", timeout_s),
+            ("max_attempts", max_attempts),
         ):
             if value is not _UNSET:
                 setattr(new, key, value)
@@ -249,6 +256,13 @@ def validate_stage(stage: ProcessingStage[Any, Any]) -> None:
     ):
         raise ValueError(
             f"stage {label!r}: timeout_s must be None or a number of seconds > 0, got {timeout!r}"
+        )
+    attempts = stage.max_attempts
+    if attempts is not None and (
+        isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1
+    ):
+        raise ValueError(
+            f"stage {label!r}: max_attempts must be None or an int >= 1, got {attempts!r}"
         )
     if not isinstance(stage, CompositeStage) and not (
         stage.overrides("process") or stage.overrides("process_batch")

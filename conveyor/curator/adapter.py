@@ -31,7 +31,7 @@ XENNA_KEYS: dict[str, str | None] = {
     "num_workers_per_node": None,
     "slots_per_actor": "a worker holds one message, two where the round trip would show: "
     "the engine decides",
-    "num_run_attempts_python": "attempts are the executor's (XennaExecutor keeps 3)",
+    "num_run_attempts_python": None,  # the stage's max_attempts
     "ignore_failures": "failures are the run's: XennaExecutor(config={'ignore_failures': ...})",
     "num_setup_attempts_python": "a worker whose setup fails stops the run with its error",
     "reset_workers_on_failure": "a failed batch leaves its worker running; a dead worker is "
@@ -163,7 +163,15 @@ def adapt(stage: Any, nodes: Callable[[], int] = lambda: 1) -> _ProcessingStage[
         fixed = max(1, math.ceil(per_node * nodes()))
     node_setup = type(stage).setup_on_node is not ProcessingStage.setup_on_node
     kind = _KINDS[(stage.supports_batch_processing(), node_setup)]
-    return kind(stage, name, as_resources(stage.resources, name), batch, fixed)
+    adapted = kind(stage, name, as_resources(stage.resources, name), batch, fixed)
+    attempts = xenna.get("num_run_attempts_python")
+    if attempts is not None:
+        if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+            raise ValueError(
+                f"stage {name!r}: num_run_attempts_python must be an int >= 1, got {attempts!r}"
+            )
+        adapted.max_attempts = attempts
+    return adapted
 
 
 def _legacy_attributes(stage: ProcessingStage[Any, Any]) -> None:
@@ -244,6 +252,7 @@ class CuratorStage(_ProcessingStage[Any, Any]):
         self.num_workers = num_workers
         # Conveyor's own settings, where a Curator-style stage also sets them
         self.timeout_s = stage.timeout_s
+        self.max_attempts = stage.max_attempts
         self.preload_modules = stage.preload_modules
         self.max_threads = stage.max_threads
 

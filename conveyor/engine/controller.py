@@ -871,6 +871,7 @@ class Controller:
         # batch tried again as a whole (``Entry.together``) counts as one input
         whole = entries[0].together is not None
         alone = culprit and (len(entries) == 1 or whole)
+        limit = stage.spec.max_attempts or self.config.max_attempts
         final = (error.permanent or (error.lost and not whole)) and alone
         if not alone:
             # whose fault it was is not known: each input is tried again alone, without
@@ -887,10 +888,10 @@ class Controller:
             forgiven = error.lost and not whole and self.lineage.forgive_loss(entry)
             if not forgiven:
                 entry.attempts += 1
-            if final or entry.attempts >= self.config.max_attempts:
+            if final or entry.attempts >= limit:
                 if (
                     error.lost
-                    and (forgiven or entry.attempts < self.config.max_attempts)
+                    and (forgiven or entry.attempts < limit)
                     and self._recompute(index, entry)
                 ):
                     self.lineage.live(entry.handle.label, -1)

@@ -33,6 +33,8 @@ class StageSpec:
     batch_wait_s: float | None = None
     #: the most threads a batch may get while cores idle (``ProcessingStage.max_threads``)
     max_threads: int | None = None
+    #: times an input is tried (``ProcessingStage.max_attempts``; ``None``: the executor's)
+    max_attempts: int | None = None
     #: ``process``/``process_batch`` is a generator: outputs leave as they are made
     #: (``conveyor.stage.yields_outputs``)
     streams: bool = False

@@ -408,7 +408,7 @@ class RayDataRun:
                 "payload": spec.payload,
                 "index": spec.index,
                 "name": spec.name,
-                "max_attempts": executor.max_attempts,
+                "max_attempts": spec.max_attempts or executor.max_attempts,
                 "sys_path": sys_path,
                 "gpu_fraction": gpu_share if 0 < gpu_share < 1 else (1.0 if gpu_share else 0.0),
             }

@@ -731,3 +731,39 @@ def test_spec_keys_given_to_with_as_enums_are_read_as_names() -> None:
     stage = AddOne().with_(ray_stage_spec={RayStageSpecKeys.MAX_WORKERS: 4})
     with pytest.warns(UserWarning, match="key 'max_workers' has no effect here"):
         adapt(stage)
+
+
+class FailsFirst(ProcessingStage[DocumentBatch, DocumentBatch]):
+    """Fails the first call of each input (counted in a file, across workers)."""
+
+    name = "fails_first"
+
+    def __init__(self, marks: str, attempts: int | None) -> None:
+        self.marks = marks
+        self.attempts = attempts
+
+    def xenna_stage_spec(self) -> dict[str, Any]:
+        return {} if self.attempts is None else {"num_run_attempts_python": self.attempts}
+
+    def process(self, task: DocumentBatch) -> DocumentBatch:
+        from pathlib import Path
+
+        mark = Path(self.marks) / task.dataset_name
+        if not mark.exists():
+            mark.touch()
+            raise RuntimeError("the service timed out")
+        return task
+
+
+def test_num_run_attempts_python_is_the_stage_s_attempts(tmp_path: Any) -> None:
+    """It was a warning: a stage that must call a paid service once was called three
+    times. Without it the executor's three attempts hold."""
+    once = [DocumentBatch(name, pd.DataFrame({"n": [1]})) for name in ("a", "b")]
+    (tmp_path / "1").mkdir()
+    with pytest.raises(StageFailures, match=r"2 input.*the service timed out") as failed:
+        run([FailsFirst(str(tmp_path / "1"), 1)], once)
+    assert [f.attempts for f in failed.value.result.failures] == [1, 1]
+    (tmp_path / "3").mkdir()
+    assert len(run([FailsFirst(str(tmp_path / "3"), None)], once)) == 2
+    with pytest.raises(ValueError, match="num_run_attempts_python must be an int >= 1"):
+        Pipeline("p", stages=[FailsFirst(str(tmp_path), 0)]).describe()

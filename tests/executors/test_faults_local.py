@@ -53,6 +53,30 @@ def test_persistent_exception_becomes_one_failure_record(executor_type: type) ->
     assert result.counts == {"inputs": 30, "outputs": 29, "filtered": 0, "failed": 1, "skipped": 0}
 
 
+@pytest.mark.parametrize("executor_type", EXECUTORS)
+def test_a_stage_s_own_max_attempts_wins_over_the_executor_s(
+    tmp_path: Path, executor_type: type
+) -> None:
+    """A stage that calls a paid service tries each input once; its neighbours keep the
+    executor's three attempts."""
+    once = FlakyOnce(tmp_path / "once").with_(name="once", max_attempts=1)
+    (tmp_path / "once").mkdir()
+    (tmp_path / "again").mkdir()
+    stages = [FlakyOnce(tmp_path / "again").with_(name="again"), once]
+    result = Pipeline("p", stages).run(
+        executor_type(LocalBackend(num_cpus=2)), initial_tasks=range(10)
+    )
+    assert sorted(result.outputs) == [i for i in range(10) if i % 5]
+    assert sorted((f.stage, f.task, f.attempts) for f in result.failures) == [
+        ("once", "0", 1),
+        ("once", "5", 1),
+    ]
+    assert result.stats["again"].retried == 2 and result.stats["once"].retried == 0
+    assert "max_attempts: 1" in Pipeline("p", stages).describe()
+    with pytest.raises(ValueError, match="max_attempts must be None or an int >= 1, got 0"):
+        once.with_(max_attempts=0)
+
+
 class MarkEach(ProcessingStage[dict, dict]):
     """A generator ``process_batch`` that marks each input in place and yields it; input
     13 always fails, part way through its batch."""
