@@ -756,6 +756,11 @@ def test_ray_data_executor_returns_the_same_result(address: str, tmp_path: Path)
     assert [(f.task, f.error_type, f.attempts) for f in result.failures] == [
         ("5", "UnpicklablePayload", 1)
     ]
+    # a stage's own max_attempts wins over the executor's
+    result = Pipeline("p", [st.Poison(3).with_(max_attempts=1)]).run(
+        RayDataExecutor(address), initial_tasks=range(6)
+    )
+    assert [(f.task, f.attempts) for f in result.failures] == [("3", 1)]
     # progress_bars: Ray Data's bars are on for the run (its source is read during it), and
     # its context is as it was afterwards
     context = ray.data.DataContext.get_current()
