@@ -216,6 +216,7 @@ def simulate(
     from conveyor.errors import BackendError
     from conveyor.sim import ScenarioError, format_report, resolve_scenario, shipped_scenarios
     from conveyor.sim import simulate as run_simulation
+    from conveyor.sim.scenario import batch_problem
     from conveyor.storage import check_output_place
 
     if list_scenarios:
@@ -238,6 +239,9 @@ def simulate(
         check_output_place(out)
     except ValueError as exc:
         raise fail(f"--out: {exc}") from None
+    problem = batch_problem(loaded, executor.value if executor else loaded.executor.kind)
+    if problem:
+        raise fail(f"scenario {loaded.name!r}: {problem}")
     watch = run_monitors(out, metrics_port, report, settings)
     try:
         sim = run_simulation(

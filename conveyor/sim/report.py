@@ -24,7 +24,7 @@ from conveyor.executors import BatchExecutor, StreamingExecutor
 from conveyor.executors.base import Executor
 from conveyor.resources import Resources
 from conveyor.result import RunResult
-from conveyor.sim.scenario import Scenario, SourceSpec
+from conveyor.sim.scenario import Scenario, ScenarioError, SourceSpec, batch_problem
 
 __all__ = ["Recorder", "SimReport", "SimRun", "StageReport", "format_report", "simulate"]
 
@@ -333,6 +333,9 @@ def simulate(
     to time the controller and simulator alone.
     """
     kind = executor or scenario.executor.kind
+    problem = batch_problem(scenario, kind)
+    if problem:
+        raise ScenarioError(f"scenario {scenario.name!r}: {problem}")
     seed = scenario.seed if seed is None else seed
     if diagnose:
         backend = scenario.backend(seed, backend_class=TrackingBackend)

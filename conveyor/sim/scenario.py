@@ -390,6 +390,20 @@ def _kind(value: Any) -> str:
     )
 
 
+def batch_problem(scenario: Scenario, executor: str) -> str | None:
+    """Why ``scenario`` cannot run on ``executor`` (``None``: it can). The batch executor
+    takes in the whole input before its first stage ends, and a source bound by a virtual
+    duration never ends while it does (the clock stands still): it took tasks until the
+    machine's memory ran out."""
+    if executor == "batch" and scenario.source.tasks is None:
+        return (
+            "the batch executor takes in the whole input first, so it needs a number of "
+            f"source tasks (source.tasks); this source runs for duration_s "
+            f"({scenario.source.duration_s:g} s), which only the streaming executor can end"
+        )
+    return None
+
+
 def _fail(origin: str, path: str, message: str) -> ScenarioError:
     return ScenarioError(f"{origin}: {path or 'scenario'}: {message}")
 
@@ -539,6 +553,9 @@ def _check(s: Scenario, origin: str) -> None:
         raise fail("source.tasks", f"must be >= 1, got {s.source.tasks}")
     if s.source.duration_s is not None and s.source.duration_s <= 0:
         raise fail("source.duration_s", f"must be > 0, got {s.source.duration_s:g}")
+    problem = batch_problem(s, s.executor.kind)
+    if problem:
+        raise fail("source", problem)
     try:
         s.autoscale_config()
     except TypeError:

@@ -43,6 +43,34 @@ def test_simulate_a_file_with_the_batch_executor(tmp_path: Path) -> None:
     assert not (tmp_path / "two-batch-seed0.png").exists()
 
 
+def test_the_batch_executor_on_a_source_bound_by_duration_is_refused(tmp_path: Path) -> None:
+    """It took tasks in while the virtual clock stood still, until memory ran out (24 GB,
+    then the kernel killed it): the batch executor takes the whole input first."""
+    import pytest
+
+    from conveyor.sim import ScenarioError, parse_scenario_text, resolve_scenario, simulate
+
+    out = tmp_path / "out"
+    result = runner.invoke(
+        app, ["simulate", "xy_20x_8gpu", "--executor", "batch", "--out", str(out)]
+    )
+    assert result.exit_code == 2
+    assert "error: scenario 'xy_20x_8gpu': the batch executor takes in the whole input" in (
+        result.output
+    )
+    assert "needs a number of source tasks (source.tasks)" in result.output
+    assert not out.exists()
+    with pytest.raises(ScenarioError, match="duration_s \\(300 s\\), which only the streaming"):
+        simulate(resolve_scenario("xy_20x_8gpu"), executor="batch")
+    text = (
+        "name: d\ncluster: [{name: n, cpus: 4}]\n"
+        "stages: [{name: a, model: {service: {mean: 1}}}]\n"
+        "source: {duration_s: 10}\nexecutor: {kind: batch}\n"
+    )
+    with pytest.raises(ScenarioError, match="source: the batch executor takes in the whole"):
+        parse_scenario_text(text, "d")
+
+
 def test_simulate_lists_shipped_scenarios() -> None:
     result = runner.invoke(app, ["simulate", "--list"])
     assert result.exit_code == 0
