@@ -106,8 +106,8 @@ def dedup(
             )
     except PassFailed as exc:
         raise fail(str(exc), 1) from None
-    except SemanticDedupError as exc:
-        raise fail(str(exc)) from None
+    except (SemanticDedupError, ConnectionError, PermissionError) as exc:
+        raise fail(str(exc)) from None  # a store that cannot be reached or refuses: its URL
     passes = ", ".join(f"{name} {s:.1f} s" for name, s in result.passes.items())
     missing = result.skipped - result.nonfinite
     left_out = [f"{missing:,} without an embedding"] if missing else []

@@ -217,7 +217,7 @@ def image(
         except ImageInputError as exc:
             raise _fail(str(exc)) from None
         except (OSError, ImportError, ValueError) as exc:  # a store refusing, unreachable, ...
-            raise _fail(f"INPUT {exc}", 1) from None
+            raise _fail(f"INPUT {exc}") from None
         if empty:
             wanted = " ".join((*IMAGE_EXTENSIONS, ".tar", ".parquet"))
             raise _fail(f"no images in {config.input} (looked for {wanted}, recursively)")

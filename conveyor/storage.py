@@ -52,6 +52,16 @@ _PACKAGES = {
 _CREDENTIAL_ERRORS = frozenset(
     {"NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError"}
 )
+#: botocore's errors for a store it cannot reach (not ``OSError`` either)
+_CONNECTION_ERRORS = frozenset(
+    {
+        "EndpointConnectionError",
+        "ConnectTimeoutError",
+        "ReadTimeoutError",
+        "ConnectionClosedError",
+        "ProxyConnectionError",
+    }
+)
 #: read-ahead for streamed inputs: large enough for sequential decoding, small enough that a
 #: seek (a video's index at its end, a shot window) does not fetch tens of MB it never reads
 READ_BLOCK = 8 << 20
@@ -360,7 +370,8 @@ def filesystem(url: str) -> tuple[AbstractFileSystem, str]:
 def explained(url: str) -> Iterator[None]:
     """Re-raise a store's errors with the URL in the message and a hint at the cause:
     a missing bucket or key stays ``FileNotFoundError``, missing credentials and refusals
-    become ``PermissionError`` (botocore's credential errors are not even ``OSError``)."""
+    become ``PermissionError`` (botocore's credential errors are not even ``OSError``), and
+    a store that cannot be reached ``ConnectionError`` (nor are its connection errors)."""
     try:
         yield
     except FileNotFoundError as exc:
@@ -381,6 +392,8 @@ def explained(url: str) -> Iterator[None]:
                 f"{url!r}: no credentials found for {protocol}:// ({exc}); configure them "
                 "the way the store's fsspec package reads them (see docs/storage.md)"
             ) from None
+        if type(exc).__name__ in _CONNECTION_ERRORS:
+            raise ConnectionError(f"{url!r}: the store cannot be reached ({exc})") from None
         raise
 
 

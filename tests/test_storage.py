@@ -257,3 +257,37 @@ def test_a_name_that_is_not_utf8_is_printable_the_same_way_every_time() -> None:
     assert storage.printable(odd) == "videos/caf\\xe9 \\xff.mp4"
     assert storage.printable(odd).encode("utf-8")  # JSON, terminals and UUIDs take it
     assert storage.printable("vidéos/視.mp4") == "vidéos/視.mp4"  # valid names unchanged
+
+
+@pytest.fixture
+def unreachable(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """An S3 endpoint nothing listens on (loopback's discard port): connections refused."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "y")
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")  # botocore's retries took seconds each
+    fsspec.filesystem("s3").clear_instance_cache()
+    yield
+    fsspec.filesystem("s3").clear_instance_cache()  # no later test gets this endpoint
+
+
+def test_a_store_that_cannot_be_reached_is_one_line_naming_the_url(unreachable: None) -> None:
+    """botocore's connection errors are not OSError: every command printed a 150-line
+    traceback (exit 1) where a missing bucket or missing credentials were one line."""
+    from typer.testing import CliRunner
+
+    from conveyor.cli import app
+
+    with pytest.raises(ConnectionError, match=r"'s3://b/in': the store cannot be reached"):
+        ObjectPath("s3://b/in").info()
+    runner = CliRunner()
+    for command in (
+        ["video", "s3://b/in", "out"],
+        ["text", "s3://b/in", "out"],
+        ["image", "s3://b/in", "out"],
+        ["dedup", "s3://b/e.parquet", "out", "--id-column", "k"],
+    ):
+        result = runner.invoke(app, command)
+        assert result.exit_code == 2, (command, result.output)
+        assert "the store cannot be reached" in result.output and "s3://b/" in result.output
+        assert "Traceback" not in result.output
