@@ -518,6 +518,7 @@ class RayConnection:
     temp_dir: str | None = None
     temp_lock: int | None = None  # held while temp_dir is in use
     dashboard_url: str | None = None  # of the private cluster, where it runs one
+    holds: int = 0  # ``held`` blocks open: a private cluster outlives the runs within them
 
     def __post_init__(self) -> None:
         if self.address is not None and (
@@ -592,8 +593,24 @@ class RayConnection:
         with _death_messages_off():
             return ray.init(**kwargs)
 
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """Within the block a private cluster, once started, stays up between runs; it stops
+        when the block ends. For a workflow of several runs (semantic dedup's four passes):
+        each run started and stopped a cluster of its own, some 5 s each here."""
+        self.holds += 1
+        try:
+            yield
+        finally:
+            self.holds -= 1
+            if not self.holds:
+                self.disconnect()
+
     def disconnect(self) -> None:
-        """Stop the private cluster; a joined cluster's connection stays for the next run."""
+        """Stop the private cluster (unless ``held``); a joined cluster's connection stays
+        for the next run."""
+        if self.holds:
+            return
         if self.private:
             with contextlib.suppress(Exception):
                 ray.shutdown()
@@ -1281,6 +1298,10 @@ class RayBackend:
 
     def worker_nodes(self) -> dict[str, str]:
         return {w.worker_id: w.node_id for w in self._workers.values()}
+
+    def held(self) -> contextlib.AbstractContextManager[None]:
+        """A private cluster stays up between the runs within the block (``RayConnection``)."""
+        return self.connection.held()
 
     # -- teardown -------------------------------------------------------------------------
     def shutdown(self, grace_s: float = 10.0) -> None:

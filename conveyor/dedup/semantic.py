@@ -41,6 +41,7 @@ from conveyor.dedup.plan import (
     sample_size,
     scan,
 )
+from conveyor.executors.base import held
 from conveyor.output_lock import locks_output
 from conveyor.pipeline import Pipeline
 from conveyor.storage import atomic_write, check_output_place, is_url, location, remove_tree
@@ -164,55 +165,58 @@ def semantic_dedup(
     passes: dict[str, float] = {}
     skipped = nonfinite = duplicates = 0
     trained_clusters = 0
-    if items:
-        from conveyor.dedup.passes import (
-            AssignClusters,
-            CompareClusters,
-            SampleEmbeddings,
-            TrainCentroids,
-        )
+    with held(executor):  # one private Ray cluster for the four passes
+        if items:
+            from conveyor.dedup.passes import (
+                AssignClusters,
+                CompareClusters,
+                SampleEmbeddings,
+                TrainCentroids,
+            )
 
+            t0 = time.perf_counter()
+            fraction = sample_size(items, clusters) / items
+            sampled = run_pass(
+                Pipeline("semdedup-sample", [SampleEmbeddings(work, columns, fraction, seed)]),
+                executor,
+                plan,
+            ).outputs
+            skipped = sum(s.skipped for s in sampled)
+            nonfinite = sum(s.nonfinite for s in sampled)
+            if items - skipped:
+                trained = run_pass(
+                    Pipeline(
+                        "semdedup-train",
+                        [TrainCentroids(work, clusters, items - skipped, partition_rows, seed)],
+                    ),
+                    executor,
+                    ["train"],
+                ).outputs[0]
+                trained_clusters = trained.clusters
+                passes["train"] = time.perf_counter() - t0
+                t0 = time.perf_counter()
+                assigned = run_pass(
+                    Pipeline("semdedup-assign", [AssignClusters(work, columns)]), executor, plan
+                ).outputs
+                counts = np.sum([a.counts for a in assigned], axis=0)
+                passes["assign"] = time.perf_counter() - t0
+                t0 = time.perf_counter()
+                bucket_of = np.load(_local_copy(root / WORK / "buckets.npy"))
+                tasks = compare_tasks(counts.tolist(), bucket_of.tolist(), partition_rows)
+                compared = run_pass(
+                    Pipeline("semdedup-compare", [CompareClusters(work, columns, threshold)]),
+                    executor,
+                    tasks,
+                ).outputs
+                duplicates = sum(c.duplicates for c in compared)
+                passes["compare"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        fraction = sample_size(items, clusters) / items
-        sampled = run_pass(
-            Pipeline("semdedup-sample", [SampleEmbeddings(work, columns, fraction, seed)]),
-            executor,
-            plan,
-        ).outputs
-        skipped = sum(s.skipped for s in sampled)
-        nonfinite = sum(s.nonfinite for s in sampled)
-        if items - skipped:
-            trained = run_pass(
-                Pipeline(
-                    "semdedup-train",
-                    [TrainCentroids(work, clusters, items - skipped, partition_rows, seed)],
-                ),
-                executor,
-                ["train"],
-            ).outputs[0]
-            trained_clusters = trained.clusters
-            passes["train"] = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            assigned = run_pass(
-                Pipeline("semdedup-assign", [AssignClusters(work, columns)]), executor, plan
-            ).outputs
-            counts = np.sum([a.counts for a in assigned], axis=0)
-            passes["assign"] = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            bucket_of = np.load(_local_copy(root / WORK / "buckets.npy"))
-            tasks = compare_tasks(counts.tolist(), bucket_of.tolist(), partition_rows)
-            compared = run_pass(
-                Pipeline("semdedup-compare", [CompareClusters(work, columns, threshold)]),
-                executor,
-                tasks,
-            ).outputs
-            duplicates = sum(c.duplicates for c in compared)
-            passes["compare"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    from conveyor.dedup.passes import WriteDuplicates
+        from conveyor.dedup.passes import WriteDuplicates
 
-    run_pass(Pipeline("semdedup-write", [WriteDuplicates(work, out, id_type)]), executor, ["write"])
-    passes["write"] = time.perf_counter() - t0
+        run_pass(
+            Pipeline("semdedup-write", [WriteDuplicates(work, out, id_type)]), executor, ["write"]
+        )
+        passes["write"] = time.perf_counter() - t0
     result = SemanticDedupResult(
         items=items - skipped,
         duplicates=duplicates,

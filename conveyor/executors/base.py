@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -61,6 +62,13 @@ class Run:
         self.close()
 
 
+def held(executor: Any) -> contextlib.AbstractContextManager[None]:
+    """``executor.held()`` for a workflow of several runs (none for ``None``: each run then
+    makes an executor of its own)."""
+    hold = getattr(executor, "held", None)
+    return hold() if hold is not None else contextlib.nullcontext()
+
+
 class Executor:
     """Runs built pipelines on a backend (``LocalBackend()`` unless given).
 
@@ -114,6 +122,12 @@ class Executor:
         )
         self.monitors = list(monitors)
         self._last: Run | None = None  # one run at a time holds the backend
+
+    def held(self) -> contextlib.AbstractContextManager[None]:
+        """A block of several runs (a workflow's passes): what the backend starts for a run
+        and can keep for the next (``RayBackend``'s private cluster) stays until it ends."""
+        held = getattr(self.backend, "held", None)
+        return held() if held is not None else contextlib.nullcontext()
 
     def start(
         self,

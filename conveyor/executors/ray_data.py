@@ -513,6 +513,10 @@ class RayDataExecutor:
         self.rows_per_block = rows_per_block
         self.progress_bars = progress_bars
 
+    def held(self) -> contextlib.AbstractContextManager[None]:
+        """A private cluster stays up between the runs within the block (``RayConnection``)."""
+        return self.connection.held()
+
     def start(
         self,
         specs: list[StageSpec],

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from conveyor.executors.base import held
 from conveyor.output_lock import locks_output
 from conveyor.pipeline import Pipeline
 from conveyor.pipelines.text_config import TextConfig
@@ -337,17 +338,18 @@ def run_text(
         results.append(run.result)
         return run.result
 
-    result = run_pass(pipelines.first, pipelines.second is None, "pass 1")
-    passes = 1
-    if result.completed and pipelines.second is not None and counts.staged_rows:
-        if on_pass is not None:
-            on_pass("dedup")
-        t0 = time.perf_counter()
-        layout.dedup.mkdir(parents=True, exist_ok=True)
-        dedup = _resolve(config, layout, executor)
-        counts.dedup_s = time.perf_counter() - t0
-        run_pass(pipelines.second, True, "pass 2")
-        passes = 2
+    with held(executor):  # one private Ray cluster for every pass
+        result = run_pass(pipelines.first, pipelines.second is None, "pass 1")
+        passes = 1
+        if result.completed and pipelines.second is not None and counts.staged_rows:
+            if on_pass is not None:
+                on_pass("dedup")
+            t0 = time.perf_counter()
+            layout.dedup.mkdir(parents=True, exist_ok=True)
+            dedup = _resolve(config, layout, executor)
+            counts.dedup_s = time.perf_counter() - t0
+            run_pass(pipelines.second, True, "pass 2")
+            passes = 2
     completed = len(results) == passes and all(r.completed for r in results)
     if completed:
         files = publish_shards(layout.ready, config.output)
