@@ -49,7 +49,7 @@ def image(
         str,
         typer.Argument(
             help="A folder of images (searched recursively for .jpg .jpeg .png .webp .gif "
-            ".bmp .tiff .avif), WebDataset tar shards (img2dataset's layout), a Parquet file "
+            ".bmp .tiff .tif .avif), WebDataset tar shards (img2dataset's layout), a Parquet file "
             "of image bytes or paths, a glob such as 'data/*.tar', or a URL such as "
             "s3://bucket/images.",
             show_default=False,
