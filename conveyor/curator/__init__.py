@@ -7,6 +7,7 @@ The modules mirror NeMo Curator's layout: ``stages.base`` (``ProcessingStage``,
 ``DocumentBatch``, ``FileGroupTask``, ``EmptyTask``, ``VideoTask``), ``pipeline``
 (``Pipeline``), ``backends.xenna`` (``XennaExecutor``: Conveyor's streaming engine),
 ``backends.ray_data`` (``RayDataExecutor``), ``backends.ray_actor_pool``
-(``RayActorPoolExecutor``) and ``backends.base`` (``WorkerMetadata``, ``NodeInfo``). The
+(``RayActorPoolExecutor``), ``backends.base`` (``WorkerMetadata``, ``NodeInfo``) and
+``core.client`` (``RayClient``). The
 porting guide, with what differs and why, is docs/curator.md.
 """

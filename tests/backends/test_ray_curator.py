@@ -67,3 +67,58 @@ def test_workers_per_node_count_the_clusters_nodes(address: str) -> None:
     out = Pipeline("per-node", stages=[PerNode()]).run(executor, tasks)
     assert len(out) == 20
     assert executor.nodes(executor.conveyor_executor()) == 2  # a head and a worker node
+
+
+def test_a_tutorial_s_ray_client_starts_a_cluster_its_executors_run_on_and_stops_it() -> None:
+    """NeMo Curator's tutorials start ``RayClient()`` first; there was none to import. In a
+    process of its own (this one is joined to the session's cluster)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(
+        """
+        import json, warnings, psutil, ray
+        import pandas as pd
+        from conveyor.curator.core.client import RayClient
+        from conveyor.curator.backends.ray_data import RayDataExecutor
+        from conveyor.curator.pipeline import Pipeline
+        from conveyor.curator.stages.base import ProcessingStage
+        from conveyor.curator.tasks import DocumentBatch
+
+        class Double(ProcessingStage):
+            name = "double"
+
+            def process(self, task):
+                return DocumentBatch(task.dataset_name, task.to_pandas() * 2)
+
+        client = RayClient(num_cpus=2, include_dashboard=False)
+        client.start()
+        cpus = ray.cluster_resources().get("CPU")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "experimental"
+            executor = RayDataExecutor()
+        tasks = [DocumentBatch("ds", pd.DataFrame({"n": [i]})) for i in range(3)]
+        out = Pipeline("p", stages=[Double()]).run(executor, tasks)
+        up = ray.is_initialized()
+        client.stop()
+        left = [p.name() for p in psutil.Process().children(recursive=True)
+                if p.status() != psutil.STATUS_ZOMBIE]
+        print(json.dumps({"cpus": cpus, "n": sorted(int(t.to_pandas()["n"][0]) for t in out),
+                          "up": up, "after": ray.is_initialized(), "left": left}))
+        """
+    )
+    # a cluster of its own: not the session cluster's address or token
+    env = {
+        k: v for k, v in os.environ.items() if k != "RAY_ADDRESS" and not k.startswith("RAY_AUTH")
+    }
+    repo = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=repo, env=env, capture_output=True, text=True,
+        timeout=200, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report == {"cpus": 2.0, "n": [0, 2, 4], "up": True, "after": False, "left": []}

@@ -767,3 +767,28 @@ def test_num_run_attempts_python_is_the_stage_s_attempts(tmp_path: Any) -> None:
     assert len(run([FailsFirst(str(tmp_path / "3"), None)], once)) == 2
     with pytest.raises(ValueError, match="num_run_attempts_python must be an int >= 1"):
         Pipeline("p", stages=[FailsFirst(str(tmp_path), 0)]).describe()
+
+
+def test_ray_client_settings_it_cannot_take_are_said() -> None:
+    from conveyor.curator.core.client import RayClient
+
+    with pytest.warns(UserWarning, match="ray_port=7000 has no effect here"):
+        RayClient(ray_port=7000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        RayClient(num_cpus=2, ray_dashboard_port=8300)  # taken: no warning
+    RayClient().stop()  # nothing started: nothing to stop
+
+
+def test_curators_module_paths_and_stage_registry() -> None:
+    from conveyor.curator.stages.base import get_stage_class
+    from conveyor.curator.tasks.document import DocumentBatch as Doc
+    from conveyor.curator.tasks.file_group import FileGroupTask as Files
+    from conveyor.curator.tasks.tasks import EmptyTask as Empty
+    from conveyor.curator.tasks.tasks import _EmptyTask
+
+    assert (Doc, Files, Empty) == (DocumentBatch, FileGroupTask, EmptyTask)
+    assert _EmptyTask is EmptyTask
+    assert get_stage_class("AddOne") is AddOne
+    with pytest.raises(KeyError, match="no stage class named 'Nope'"):
+        get_stage_class("Nope")

@@ -27,8 +27,28 @@ Y = TypeVar("Y")
 _UNSET: Any = object()
 
 
+#: every NeMo Curator-style stage class by its class name (``get_stage_class``)
+_STAGES: dict[str, type[Any]] = {}
+
+
+def get_stage_class(name: str) -> type[Any]:
+    """A stage class defined so far, by its class name (NeMo Curator's registry, for
+    pipelines described in configuration files); ``KeyError`` naming those there are."""
+    try:
+        return _STAGES[name]
+    except KeyError:
+        raise KeyError(
+            f"no stage class named {name!r} (defined: {', '.join(sorted(_STAGES)) or 'none'})"
+        ) from None
+
+
 class ProcessingStage(_ProcessingStage[X, Y]):
     """A stage in NeMo Curator's terms (see the module docstring)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if not cls.__module__.startswith("conveyor.curator."):  # a user's, not ours
+            _STAGES[cls.__name__] = cls
 
     name: str = "ProcessingStage"
     resources: Resources = Resources(cpus=1.0)  # type: ignore[assignment]

@@ -1,0 +1,1 @@
+"""NeMo Curator's ``nemo_curator.core``: ``client.RayClient``."""
