@@ -557,7 +557,8 @@ def test_the_status_table_is_logged_every_logging_interval(
             return super().process(task)
 
     Pipeline("logged", stages=[Slow()]).run(executor, [batch(i) for i in range(4)])
-    tables = [r.getMessage() for r in caplog.records if "Slow:" in r.getMessage()]
+    # a subclass naming no stage keeps its parent's name, as in NeMo Curator
+    tables = [r.getMessage() for r in caplog.records if "add_one:" in r.getMessage()]
     assert tables and "workers" in tables[0] and "done" in tables[0]
     assert any("finished in" in r.getMessage() for r in caplog.records)
 
@@ -778,6 +779,36 @@ def test_ray_client_settings_it_cannot_take_are_said() -> None:
         warnings.simplefilter("error")
         RayClient(num_cpus=2, ray_dashboard_port=8300)  # taken: no warning
     RayClient().stop()  # nothing started: nothing to stop
+
+
+def test_a_subclass_naming_no_stage_keeps_its_parent_s_name() -> None:
+    """It took its class name, so ``with_`` and a composite's settings by the name its
+    parent gave it missed it."""
+
+    class Faster(AddOne):
+        batch_size = 4
+
+    class Again(Faster):
+        pass
+
+    class Mine(ProcessingStage[Any, Any]):  # no name above it: its class name
+        def process(self, task: Any) -> Any:
+            return task
+
+    class Renamed(AddOne):
+        name = "renamed"
+
+    assert (Faster.name, Again.name, Mine.name, Renamed.name) == (
+        "add_one",
+        "add_one",
+        "Mine",
+        "renamed",
+    )
+
+    class Child(Mine):
+        pass
+
+    assert Child.name == "Child"  # Mine's name was its class's, not given
 
 
 def test_curators_module_paths_and_stage_registry() -> None:

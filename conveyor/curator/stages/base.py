@@ -45,8 +45,22 @@ def get_stage_class(name: str) -> type[Any]:
 class ProcessingStage(_ProcessingStage[X, Y]):
     """A stage in NeMo Curator's terms (see the module docstring)."""
 
+    #: the class's ``name`` is its class name, given where it named none (Conveyor's rule)
+    _named_by_class: ClassVar[bool] = False
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
+        """A subclass that names no stage keeps its parent's name, as in NeMo Curator
+        (``with_`` and a composite's settings find it by that name); where no class above
+        named one, it is the class's own name (NeMo Curator's would be "ProcessingStage")."""
+        own = "name" in cls.__dict__
+        inherited, by_class = cls.name, cls._named_by_class
+        super().__init_subclass__(**kwargs)  # Conveyor's: the class name, where none given
+        if own:
+            cls._named_by_class = False
+        elif inherited != ProcessingStage.name and not by_class:
+            cls.name = inherited
+        else:
+            cls._named_by_class = True
         if not cls.__module__.startswith("conveyor.curator."):  # a user's, not ours
             _STAGES[cls.__name__] = cls
 
