@@ -456,6 +456,15 @@ def test_composites_expand_and_take_per_sub_stage_settings() -> None:
     assert list(out.to_pandas()["n"]) == [2]
     with pytest.raises(ValueError, match="'nope', which are not among its sub-stages"):
         Pipeline("p", stages=[Twice().with_({"nope": {"num_workers": 1}})]).build()
+
+    class Both(CompositeStage[Any, Any]):
+        name = "both"
+
+        def decompose(self) -> list[ProcessingStage[Any, Any]]:
+            return [NeedsN(), AddId()]
+
+    # a composite's inputs are its first sub-stage's, its outputs its last one's
+    assert (Both().inputs(), Both().outputs()) == ((["data"], ["n"]), (["data"], ["doc_id"]))
     # each call adds to the ones before, in order: a renamed sub-stage by its new name
     twice = Twice().with_({"add_again": {"batch_size": 4}})
     twice.with_({"add_again": {"resources": Resources(cpus=0.25)}})

@@ -183,6 +183,14 @@ class CompositeStage(ProcessingStage[X, Y], _CompositeStage[X, Y]):
     def decompose(self) -> list[Any]:
         raise NotImplementedError(f"composite stage {self.name!r} must implement decompose()")
 
+    def inputs(self) -> Any:
+        """Its first sub-stage's, as in NeMo Curator."""
+        return self.decompose()[0].inputs()
+
+    def outputs(self) -> Any:
+        """Its last sub-stage's, as in NeMo Curator."""
+        return self.decompose()[-1].outputs()
+
     def with_(self, stage_with_dict: dict[str, dict[str, Any]]) -> CompositeStage[X, Y]:  # type: ignore[override]
         """NeMo Curator's form: ``{sub-stage name: {with_ arguments}}``, applied to the
         sub-stages when the pipeline is built, each call's after the one before (a second
