@@ -377,13 +377,13 @@ class InputContract:
                     return declared[kind].missing(task)
             kinds = ", ".join(kind.__name__ for kind, _ in self.by_type)
             return [f"a task of a declared type ({kinds}), not {type(task).__name__}"]
-        missing = [name for name in self.names if not has_input(task, name)]
+        missing = [name for name in self.names if not _has_input(task, name)]
         missing += [name for name in self.attrs if not _attribute(task, name)]
         data = getattr(task, "data", None)
         return missing + [f"data.{c}" for c in self.columns if not _column(task, data, c)]
 
 
-def has_input(task: Any, name: str) -> bool:
+def _has_input(task: Any, name: str) -> bool:
     """Conveyor's check of one declared input: a key of a mapping, what the task says it
     has (``has_attribute``: a ``DocumentBatch``'s columns too), or an attribute."""
     if isinstance(task, Mapping):
@@ -399,18 +399,18 @@ def _attribute(task: Any, name: str) -> bool:
 
 
 def _column(task: Any, data: Any, name: str) -> bool:
-    """Whether ``data`` has column ``name``: a table's (pandas, pyarrow), a mapping's key,
-    the task's own ``columns``, or an attribute of the data (NeMo Curator's test)."""
+    """Whether ``data`` has column ``name``: a table's (pandas, pyarrow: its columns, not
+    its methods), a mapping's key, or else an attribute of the data (NeMo Curator's test)."""
     if isinstance(data, Mapping):
         return name in data
-    for names in (getattr(task, "columns", None), getattr(data, "column_names", None)):
-        if isinstance(names, (list, tuple)) and name in names:
-            return True
-    columns = getattr(data, "columns", None)
-    if columns is not None and not callable(columns):
+    names = getattr(data, "column_names", None)  # pyarrow
+    if names is None and not callable(getattr(data, "columns", None)):
+        names = getattr(data, "columns", None)  # pandas
+    if names is None:
+        names = getattr(task, "columns", None)
+    if names is not None and not isinstance(names, (str, bytes)):
         try:
-            if name in columns:
-                return True
+            return name in list(names)
         except TypeError:
             pass
     return hasattr(data, name)

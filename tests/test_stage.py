@@ -512,6 +512,11 @@ def test_an_input_contract_checks_each_form_as_its_library_does() -> None:
     assert pair.missing(SimpleNamespace(data={"text": 1})) == []
     assert pair.missing(SimpleNamespace(data=SimpleNamespace(text=1))) == []
     assert pair.missing(SimpleNamespace(other=1)) == ["data", "data.text"]
+    # a table's columns, not its methods: a DataFrame has a count() but no column "count"
+    counted = InputContract.of((["data"], ["count"]))
+    assert counted is not None
+    assert counted.missing(DocumentBatch(data=pd.DataFrame({"n": [1]}))) == ["data.count"]
+    assert counted.missing(SimpleNamespace(data=pa.table({"n": [1]}))) == ["data.count"]
 
     class Special(DocumentBatch):
         pass
