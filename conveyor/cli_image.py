@@ -245,6 +245,7 @@ def _run(
     from conveyor.monitor import LiveView
     from conveyor.pipelines.image import describe, run_image
     from conveyor.pipelines.image_summary import input_failures, print_summary
+    from conveyor.stages.image.sources import InputChanged
 
     progress = _Progress(sources)
     view = LiveView(console=console, live=None if live else False, extra=progress.line)
@@ -269,6 +270,9 @@ def _run(
         view.close()
         console.print("[yellow]interrupted[/]: run the same command again to resume")
         raise typer.Exit(code=130) from None
+    except InputChanged as exc:  # refused before its part was done again: nothing changed
+        view.close()
+        raise _fail(str(exc)) from None
     except (ConveyorError, OSError, ImportError, ValueError) as exc:
         view.close()
         raise _fail(str(exc), 1) from None

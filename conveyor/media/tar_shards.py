@@ -17,6 +17,7 @@ are only ever added to.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -112,6 +113,19 @@ class TarShardBook:
             self._note(index[self.group_field], index["complete"])
         self.next_shard = max(closed, default=-1) + 1
         self._take_up_filling(closed)
+
+    @classmethod
+    def packed(cls, shards: Path, work: Path) -> set[str]:
+        """The groups the shards under ``shards`` hold, whole or in part (the shard being
+        filled too), read without touching them (``take_up`` tidies as it reads)."""
+        groups: set[str] = set()
+        closed, _ = listing(shards)
+        for number in closed:
+            index = json.loads((shards / shard_name(number, "json")).read_bytes())
+            groups.update(index[cls.group_field])
+        with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
+            groups.update(json.loads((work / OPEN_STATE).read_bytes())[cls.group_field])
+        return groups
 
     def _note(self, groups: dict[str, list[str]], complete: Iterable[str]) -> None:
         for group, ids in groups.items():

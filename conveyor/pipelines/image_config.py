@@ -22,11 +22,12 @@ from conveyor.stages.image.dedup import DEDUP_MODES, PHASH_DISTANCE, SEMANTIC_TH
 from conveyor.stages.image.sources import IMAGES_PER_TASK
 
 #: options that change what is written: resuming into an output made with other values of
-#: these would mix two kinds of results
+#: these would mix two kinds of results (``limit`` changes what the last part holds)
 OUTPUT_OPTIONS = (
     "quality", "min_size", "max_aspect", "min_contrast", "max_pixels", "nsfw", "nsfw_threshold",
     "aesthetic_model", "aesthetic_threshold", "embed", "embed_model", "tags", "dedup",
     "phash_distance", "semantic_threshold", "semantic_clusters", "score_only", "images_per_task",
+    "limit",
 )  # fmt: skip
 
 

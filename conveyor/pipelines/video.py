@@ -376,7 +376,21 @@ def check_resume(config: VideoConfig) -> dict[str, Any] | None:
 
         check_shards(config.output)
     layout = OutputLayout(config.output)
-    return earlier_options(layout.config, config.fingerprint(), config.output)
+    earlier = earlier_options(layout.config, config.fingerprint(), config.output)
+    before = (earlier or {}).get(LIMIT, config.limit)
+    if config.limit is not None and (before is None or config.limit < before):
+        made_from = "every video of its input" if before is None else f"{before} videos"
+        raise ConfigMismatch(
+            f"{config.output} holds results made from {made_from}; --limit {config.limit} "
+            "would leave the rest out of its summary: resume with a larger --limit or none, "
+            "or write to a new output (or pass --overwrite)"
+        )
+    return earlier
+
+
+#: the recorded ``limit`` of the run an output was made by: a later run may take more of
+#: the input (each video is its own), not less (the summary would describe only those)
+LIMIT = "limit"
 
 
 def earlier_options(
@@ -465,7 +479,7 @@ def run_video(
     check_resume(config)
     layout = OutputLayout(config.output)
     layout.internal.mkdir(parents=True, exist_ok=True)
-    layout.write_json(layout.config, config.fingerprint())
+    layout.write_json(layout.config, {**config.fingerprint(), LIMIT: config.limit})
     pipeline = build_video_pipeline(config)
     if config.shards != "none":
         from conveyor.stages.video.shards import finish_shards

@@ -210,8 +210,35 @@ def test_resuming_with_other_options_is_refused_and_overwrite_clears(
     assert report.summary["images"]["in"] == 4
     with pytest.raises(ConfigMismatch, match="min_size: 64 -> 10"):
         check_resume(config(inputs, output, embed=False, tags=False, nsfw=False, min_size=10))
+    # --limit decides what the last part holds: another one made that part again, its
+    # metadata then no longer the shards', and its journal entry stuck every later run
+    with pytest.raises(ConfigMismatch, match="limit: 4 -> None"):
+        check_resume(config(inputs, output, embed=False, tags=False, nsfw=False))
     clear_output(output)
     assert not list(output.iterdir())
+
+
+def test_a_packed_part_whose_images_changed_is_refused_before_it_is_done_again(
+    tmp_path: Path,
+) -> None:
+    """The refusal came at packing, after the part's metadata and embeddings had been
+    written again for the new image: the shards held the old one."""
+    from conveyor.stages.image.sources import InputChanged
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for n in range(4):
+        (folder / f"{n}.png").write_bytes(encode(render_image(n, 120, 90), "PNG"))
+    output = tmp_path / "out"
+    made = config(folder, output, embed=False, tags=False, nsfw=False, images_per_task=3)
+    assert run_image(made, local()).summary["images"]["kept"] == 4
+    before = {p.name: p.read_bytes() for p in (output / "metadata").iterdir()}
+    summary = (output / "summary.json").read_bytes()
+    (folder / "1.png").write_bytes(encode(render_image(9, 90, 120), "PNG"))
+    with pytest.raises(InputChanged, match="part-000000 of the input changed since it was packed"):
+        run_image(made, local())
+    assert {p.name: p.read_bytes() for p in (output / "metadata").iterdir()} == before
+    assert (output / "summary.json").read_bytes() == summary
 
 
 @pytest.mark.parametrize(

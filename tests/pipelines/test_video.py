@@ -29,6 +29,7 @@ from conveyor.pipelines.video import (
     ConfigMismatch,
     VideoConfig,
     build_video_pipeline,
+    check_resume,
     gpu_shares,
     run_video,
 )
@@ -267,8 +268,18 @@ def test_other_options_on_the_same_output_are_refused(inputs: Path, tmp_path: Pa
     run_video(fast_config(inputs, output, embed=False), local())
     with pytest.raises(ConfigMismatch, match=r"clip_len_s: 3\.0 -> 4\.0"):
         run_video(fast_config(inputs, output, embed=False, clip_len_s=4.0), local())
-    # the limit and the executor are no output options
-    run_video(fast_config(inputs, output, embed=False, limit=1), local(BatchExecutor))
+    # the executor is no output option; --limit may take more of the input than before,
+    # not less: on a whole output, --limit 2 picked two videos that had failed, and the
+    # summary said "2 in, 2 failed" (exit 1, "nothing was curated") for 14 clips written
+    with pytest.raises(ConfigMismatch, match="made from every video of its input; --limit 1"):
+        run_video(fast_config(inputs, output, embed=False, limit=1), local())
+    run_video(fast_config(inputs, output, embed=False), local(BatchExecutor))
+    limited = tmp_path / "limited"
+    run_video(fast_config(inputs, limited, embed=False, limit=2), local())
+    with pytest.raises(ConfigMismatch, match="made from 2 videos; --limit 1 would leave"):
+        check_resume(fast_config(inputs, limited, embed=False, limit=1))
+    for more in (3, None):
+        check_resume(fast_config(inputs, limited, embed=False, limit=more))
 
 
 def _descendants(pid: int) -> list[psutil.Process]:

@@ -53,6 +53,21 @@ def group_name(index: int, digest: str) -> str:
     return f"{part_name(index)}@{digest}"
 
 
+def changed_since_packed(layout: ImageLayout, index: int, earlier: str, now: str) -> str:
+    """Why part ``index``, packed as group ``earlier``, cannot be packed as ``now``."""
+    return (
+        f"{part_name(index)} of the input changed since it was packed into the shards of "
+        f"{layout.local} ({earlier} then, {now} now): packing it again would put its images "
+        "in two shards; write to a new OUTPUT, or pass --overwrite"
+    )
+
+
+def packed_parts(layout: ImageLayout) -> dict[str, str]:
+    """Each part the shards hold (whole or in part), by name: its group (name@digest)."""
+    groups = ImageShardBook.packed(layout.local / "shards", layout.local / ".conveyor" / "shards")
+    return {group.split("@", 1)[0]: group for group in groups}
+
+
 def staged_samples(path: Path) -> Iterator[tuple[str, Members]]:
     """A staged tar's samples, (id, members), in order."""
     with tarfile.open(path) as tar:
@@ -86,11 +101,7 @@ def pack_shards(
         group = group_name(index, digest)
         earlier = packed.get(part_name(index))
         if earlier is not None and earlier != group:
-            raise ValueError(
-                f"{part_name(index)} of the input changed since it was packed into the shards "
-                f"of {layout.local} ({earlier} then, {group} now): packing it again would put "
-                "its images in two shards; write to a new OUTPUT, or pass --overwrite"
-            )
+            raise ValueError(changed_since_packed(layout, index, earlier, group))
         if group in book.done:
             continue
         staged = layout.staged_samples(index)

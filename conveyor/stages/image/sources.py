@@ -34,7 +34,7 @@ from conveyor.stages.image.layout import ImageLayout
 from conveyor.stages.video.reader import VideoSource
 from conveyor.stages.video.reader import iter_videos as iter_files
 from conveyor.storage import glob_files, has_magic, location, open_input, printable
-from conveyor.tasks.image import ImageFile, ImagePart, ParquetRows, TarMember, TarSample
+from conveyor.tasks.image import ImageFile, ImagePart, ParquetRows, TarMember, TarSample, part_name
 
 #: what a folder run takes as images (any case); decoding decides whether a file is one
 IMAGE_EXTENSIONS: tuple[str, ...] = (
@@ -333,6 +333,10 @@ def parquet_plan(path: str) -> tuple[list[int], tuple[str, bool, str | None, tup
 
 
 # -- the run's sources ----------------------------------------------------------------------
+class InputChanged(ValueError):
+    """A part of the input that the output's shards hold changed since it was packed."""
+
+
 class ImageSources:
     """The parts of ``inputs`` still to do in ``output``, planned as the run consumes them.
 
@@ -396,6 +400,7 @@ class ImageSources:
             pass
 
     def _check(self, parts: Iterator[ImagePart]) -> Iterator[ImagePart]:
+        packed: dict[str, str] | None = None
         for part in parts:
             self.found += 1
             record = self.layout.read_part_record(part.index)
@@ -404,6 +409,20 @@ class ImageSources:
                 if self.on_complete is not None:
                     self.on_complete(part, record)
                 continue
+            if record is not None:  # done before, from other images: was it packed?
+                from conveyor.stages.image.shards import (
+                    changed_since_packed,
+                    group_name,
+                    packed_parts,
+                )
+
+                packed = packed_parts(self.layout) if packed is None else packed
+                earlier = packed.get(part_name(part.index))
+                now = group_name(part.index, part.digest)
+                if earlier is not None and earlier != now:
+                    # before its part is done again: its metadata would no longer be the
+                    # shards' (the refusal at packing came after that)
+                    raise InputChanged(changed_since_packed(self.layout, part.index, earlier, now))
             self.pending += 1
             self.to_do.append(PartInfo.of(part))
             yield part
