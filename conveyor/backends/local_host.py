@@ -27,6 +27,7 @@ import socket
 import sys
 import time
 from collections import deque
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -58,6 +59,7 @@ from conveyor.backends.wire import (
 )
 from conveyor.cluster import NodeInfo, WorkerInfo
 from conveyor.engine.messages import ErrorInfo, Handle
+from conveyor.errors import PermanentError
 
 #: how long a host whose driver died lets idle workers tear down before killing them all
 DRIVER_GONE_GRACE_S = 2.0
@@ -180,6 +182,19 @@ def _stream_batch(
         outputs.close()  # a failure part way: the stage's own ``finally`` runs now
 
 
+def _read(get: Callable[[Handle], Any], handle: Handle) -> Any:
+    """An input, or ``PermanentError`` where it cannot be read back (its unpickling raises:
+    another try reads the same bytes, and the error was the stage's own to look at)."""
+    try:
+        return get(handle)
+    except (OSError, PermanentError):
+        raise
+    except Exception as exc:
+        raise PermanentError(
+            f"input {handle.label} could not be read back (unpickled): {type(exc).__name__}: {exc}"
+        ) from exc
+
+
 def worker_main(fd: int, runner: StageRunner, store: ShmStore) -> int:
     """Serve batches until told to stop or the driver disappears; returns the exit code."""
     conn = Connection(fd)
@@ -191,6 +206,7 @@ def worker_main(fd: int, runner: StageRunner, store: ShmStore) -> int:
         send(pickle.dumps(SetupFailed(ErrorInfo.from_exception(exc))))
         return 1
     lower_priority(int(os.environ.get("CONVEYOR_NICENESS", "0")))
+    me = os.getpid()  # a process the stage forks must not answer for the worker
     gauge = MemoryGauge()
     send(pickle.dumps(Ready(time.perf_counter() - started, gauge.read())))
     get, put, delete = store.get, store.put, store.delete
@@ -216,11 +232,12 @@ def worker_main(fd: int, runner: StageRunner, store: ShmStore) -> int:
             queued_s: list[float] = []
             failed: list[Failed] = []
             consumed: list[Handle] = []
+            ran_out = False
             for batch_id, handles in batches:
                 clock = BatchClock()
                 waited = 0.0
                 try:
-                    tasks = [get(h) for h in handles]
+                    tasks = [_read(get, h) for h in handles]
                     labels = [h.label for h in handles]
                     if runner.streams:
                         out_handles: list[Handle] = []
@@ -234,9 +251,16 @@ def worker_main(fd: int, runner: StageRunner, store: ShmStore) -> int:
                     del tasks
                 except Hangup:
                     return 0  # the driver went away while a generator waited for it
-                except Exception as exc:  # noqa: BLE001 - a task failure, retried by the driver
+                except BaseException as exc:  # noqa: BLE001 - a task failure, retried by the driver
+                    # (KeyboardInterrupt raised by a stage's code too: workers ignore SIGINT)
+                    if os.getpid() != me:
+                        os._exit(0)  # a child the stage forked, that returned into our loop
                     failed.append(Failed(batch_id, ErrorInfo.from_exception(exc)))
+                    if isinstance(exc, MemoryError):
+                        ran_out = True
                     continue
+                if os.getpid() != me:
+                    os._exit(0)  # a child the stage forked: its outputs are not the worker's
                 ended.append(batch_id)
                 made.append(out_handles)
                 gave_nothing.append(filtered)
@@ -249,6 +273,8 @@ def worker_main(fd: int, runner: StageRunner, store: ShmStore) -> int:
             send(pickle.dumps(done, protocol=5))
             # Inputs are released only once their outputs are safely reported.
             delete(consumed)
+            if ran_out:
+                return 1  # what a MemoryError left behind fails the next inputs: a fresh worker
     finally:
         with contextlib.suppress(BaseException):
             runner.teardown()
@@ -322,6 +348,37 @@ class _Forker:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
         self.children.clear()
+        stop_descendants()
+
+
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def adopt_orphans() -> None:
+    """Become the parent of the processes our descendants leave behind (Linux; elsewhere a
+    no-op): what a stage starts (a subprocess, a fork, a daemon) and its worker does not
+    wait for then comes to us, and ``stop_descendants`` ends it with the run. They went to
+    init and outlived the run, holding the driver's stdout open."""
+    global _libc
+    if sys.platform.startswith("linux"):
+        if _libc is None:
+            _libc = ctypes.CDLL(None, use_errno=True)
+        _libc.prctl(_PR_SET_CHILD_SUBREAPER, ctypes.c_ulong(1), *[ctypes.c_ulong(0)] * 3)
+
+
+def stop_descendants() -> None:
+    """Kill what is left below this process (its workers are gone by now) and reap it."""
+    import psutil
+
+    with contextlib.suppress(psutil.Error):
+        left = psutil.Process().children(recursive=True)
+        for child in left:
+            with contextlib.suppress(psutil.Error):
+                child.kill()
+        psutil.wait_procs(left, timeout=2.0)
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
 
 
 class StageHost(_Forker):
@@ -338,6 +395,7 @@ class StageHost(_Forker):
         node_setup: bool,
     ) -> None:
         super().__init__(ctrl)
+        adopt_orphans()  # what the stage's workers start ends with the run
         self.name = name
         self.stage = stage
         self.failure = failure

@@ -400,7 +400,8 @@ class StageRunner:
                     outputs.append(result)
                     out_labels.append(label)
         else:
-            result = self.stage.process_batch(tasks)
+            # a copy: a stage that appends to its list and returns it changed ``tasks``
+            result = self.stage.process_batch(list(tasks))
             self.tidier.after(time.perf_counter() - started)
             if inspect.isgenerator(result):
                 result = list(result)

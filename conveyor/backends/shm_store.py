@@ -130,6 +130,11 @@ class ShmStore:
             data = cloudpickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
         except UnpicklablePayload.CAUSES as exc:
             raise UnpicklablePayload.of(obj, exc) from exc
+        except Exception as exc:  # its own __reduce__ raised: tried again, said where
+            raise RuntimeError(
+                f"pickling output {label} (a {type(obj).__name__}) raised "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
         size = len(data) + sum(b.raw().nbytes for b in buffers)
         if size <= INLINE_LIMIT and not buffers:
             return Handle(data, size, label)

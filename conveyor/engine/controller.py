@@ -277,7 +277,10 @@ class Controller:
                 if self._streams:
                     self._resume_streams()
                 while self.final:
-                    label, output = self._take_output()
+                    taken = self._take_output()
+                    if taken is None:
+                        continue  # it could not be read back: recorded as a failure
+                    label, output = taken
                     yield output
                     # the caller asked for the next one: this one is theirs now
                     self.lineage.live(label, -1)
@@ -305,13 +308,36 @@ class Controller:
                     self._finish(completed=False)
             self.close()
 
-    def _take_output(self) -> tuple[str, Any]:
+    def _take_output(self) -> tuple[str, Any] | None:
+        """The next output for the caller; ``None`` for one that cannot be read back (its
+        unpickling raised): a failure of the last stage, for its input. It raised out of
+        the run, and every other output was lost."""
         handle = self.final.popleft()
         self.final_bytes -= handle.nbytes
+        try:
+            output = self.backend.get(handle)
+        except Exception as exc:  # noqa: BLE001 - the output's own __setstate__, ...
+            stage = self.stages[-1]
+            stage.stats.failed += 1
+            info = ErrorInfo.from_exception(exc)
+            record = FailureRecord(
+                stage=stage.spec.name,
+                task=handle.label,
+                error_type=info.type,
+                message=f"its output could not be read back (unpickled): {info.message}",
+                traceback=info.traceback,
+                attempts=1,
+            )
+            self.failures.append(record)
+            if self._listeners:
+                self._emit(FailureEvent(self.backend.now() - self._t0, record))
+            self.backend.free([handle])
+            self.lineage.live(handle.label, -1)
+            return None
         if self._first_output_s is None:
             self._first_output_s = self.backend.now() - self._t0
         self.outputs += 1
-        return handle.label, self.backend.get(handle)
+        return handle.label, output
 
     def _begin(self) -> None:
         nodes = self.backend.nodes()

@@ -461,3 +461,148 @@ def test_a_hung_input_times_out_and_its_batch_neighbours_go_on(executor_type: ty
     stats = result.stats["Poison"]
     assert stats.timeouts == 3 and stats.worker_deaths == 3  # in its batch, then twice alone
     assert time.monotonic() - started < 30  # three timeouts of 2 s, not an hour's sleep
+
+
+def _unpickle_fails() -> None:
+    raise ValueError("unpickle boom")
+
+
+class CannotBeReadBack:
+    """Pickles, but its unpickling raises."""
+
+    def __reduce__(self) -> Any:
+        return (_unpickle_fails, ())
+
+
+class PicklingRaises:
+    def __reduce__(self) -> Any:
+        raise RuntimeError("reduce boom")
+
+
+class Unspeakable(Exception):
+    def __str__(self) -> str:
+        raise ZeroDivisionError("no words")
+
+
+class OddFailures(ProcessingStage[int, Any]):
+    """Input 1: an exception whose message cannot be made; 2: KeyboardInterrupt raised; 3: an
+    output that cannot be read back; 4: an output whose pickling raises; 5: a 10 MB message;
+    6: a forked child that returns (as the worker would) instead of exiting."""
+
+    def process(self, task: int) -> Any:
+        if task == 1:
+            raise Unspeakable()
+        if task == 2:
+            raise KeyboardInterrupt("kbi")
+        if task == 3:
+            return CannotBeReadBack()
+        if task == 4:
+            return PicklingRaises()
+        if task == 5:
+            raise ValueError("m" * 10_000_000)
+        if task == 6 and os.fork() == 0:
+            return -task
+        return task
+
+
+class Passes(ProcessingStage[Any, Any]):
+    def process(self, task: Any) -> Any:
+        return task
+
+
+@pytest.mark.parametrize("last", [True, False], ids=["last-stage", "then-another"])
+def test_odd_failures_are_recorded_for_their_input_and_the_run_goes_on(last: bool) -> None:
+    """Each of these killed the worker ("worker stopped with work in flight", the error lost),
+    raised out of the run with every other output lost, answered for the worker, or kept
+    megabytes per record."""
+    stages: list[ProcessingStage[Any, Any]] = [OddFailures()] if last else [OddFailures(), Passes()]
+    result = Pipeline("p", stages).run(
+        StreamingExecutor(LocalBackend(num_cpus=2)), initial_tasks=range(8)
+    )
+    assert sorted(result.outputs) == [0, 6, 7]
+    failures = {f.task: f for f in result.failures}
+    assert sorted(failures) == ["1", "2", "3", "4", "5"]
+    assert failures["1"].error_type == "Unspeakable"
+    assert "could not be made: ZeroDivisionError('no words')" in failures["1"].message
+    assert (failures["2"].error_type, failures["2"].message) == ("KeyboardInterrupt", "kbi")
+    assert "could not be read back (unpickled)" in failures["3"].message
+    assert "unpickle boom" in failures["3"].message and failures["3"].attempts == 1
+    assert failures["3"].stage == ("OddFailures" if last else "Passes")
+    assert "pickling output 4 (a PicklingRaises) raised RuntimeError: reduce boom" in (
+        failures["4"].message
+    )
+    assert len(failures["5"].message) < 70_000 and "characters left out" in failures["5"].message
+    assert result.stats["OddFailures"].worker_deaths == 0
+
+
+class MutatesItsList(ProcessingStage[int, int]):
+    batch_size = 4
+
+    def process_batch(self, tasks: list[int]) -> list[int]:
+        tasks.append(-1)
+        return tasks
+
+
+def test_a_process_batch_that_returns_its_own_list_grown_keeps_every_output() -> None:
+    """Its list was the engine's: every input failed with "zip() argument 2 is shorter"."""
+    result = Pipeline("p", [MutatesItsList()]).run(
+        StreamingExecutor(LocalBackend(num_cpus=2)), initial_tasks=range(8)
+    )
+    assert result.failures == []
+    assert sorted(result.outputs) == [-1, -1, *range(8)]
+
+
+class RunsOutOfMemoryOnce(ProcessingStage[int, int]):
+    def __init__(self, flag: Path) -> None:
+        self.flag = flag
+
+    def process(self, task: int) -> int:
+        if task == 3 and not self.flag.exists():
+            self.flag.touch()
+            raise MemoryError()
+        return task
+
+
+def test_a_worker_that_ran_out_of_memory_is_replaced(tmp_path: Path) -> None:
+    """It went on, and what the MemoryError left behind failed innocent inputs."""
+    result = Pipeline("p", [RunsOutOfMemoryOnce(tmp_path / "once")]).run(
+        StreamingExecutor(LocalBackend(num_cpus=2)), initial_tasks=range(8)
+    )
+    assert sorted(result.outputs) == list(range(8)) and result.failures == []
+    assert result.stats["RunsOutOfMemoryOnce"].worker_deaths == 1  # it left, and was replaced
+
+
+class StartsProcesses(ProcessingStage[int, int]):
+    """Leaves a fork, a subprocess and one in a session of its own running (marked)."""
+
+    def __init__(self, mark: str) -> None:
+        self.mark = mark
+
+    def process(self, task: int) -> int:
+        if task == 1 and os.fork() == 0:
+            os.execvp("sleep", ["sleep", f"{self.mark}1"])
+        if task == 2:
+            subprocess.Popen(["sleep", f"{self.mark}2"])
+        if task == 3:
+            subprocess.Popen(["sleep", f"{self.mark}3"], start_new_session=True)
+        return task
+
+
+def test_processes_a_stage_starts_end_with_the_run() -> None:
+    """They went to init, outlived the run and held the driver's stdout open."""
+    mark = f"{10_000 + os.getpid() % 1000}"
+    result = Pipeline("p", [StartsProcesses(mark)]).run(
+        StreamingExecutor(LocalBackend(num_cpus=2)), initial_tasks=range(5)
+    )
+    assert sorted(result.outputs) == list(range(5))
+    deadline = time.monotonic() + 5
+    while True:
+        left = [
+            p.pid
+            for p in psutil.process_iter(["cmdline"])
+            if (p.info["cmdline"] or [""])[-1].startswith(mark)
+        ]
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert left == []
