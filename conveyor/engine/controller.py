@@ -232,6 +232,7 @@ class Controller:
         self._placement_dirty = True
         self._quiet_since: float | None = None  # work waits, nothing moves, since then
         self._stall_told = False
+        self._setup_told: set[str] = set()  # stages whose slow setup was said (once each)
         self._timed = [s for s in self.stages if s.spec.timeout_s is not None]
         self._streams = any(s.spec.streams for s in self.stages)
         # nodes that lost a payload: their workers get work only where no other can take it
@@ -1044,6 +1045,7 @@ class Controller:
         unless a stage with work wants workers the cluster has no room for (it waits, a node
         may join, and that is said once in the log), the engine itself is stuck, and the run
         stops with its state (``EngineStalled``) rather than hang."""
+        self._tell_slow_setups(now)
         if (
             active
             or self.batches
@@ -1079,6 +1081,26 @@ class Controller:
                     f"{gpus:g} GPUs); it goes on once a node joins or resources free up:"
                 )
             )
+
+    def _tell_slow_setups(self, now: float) -> None:
+        """Say once per stage, in the log, that inputs wait for a worker whose ``setup()``
+        has not returned for ``STALL_S`` (a model loading for minutes is fine; a setup that
+        never returns hung the run without a word)."""
+        for stage in self.stages:
+            pool = stage.pool
+            if pool.ready_count or not stage.queue or stage.spec.name in self._setup_told:
+                continue
+            starting = [w.started_at for w in pool.workers.values() if not w.ready]
+            if starting and now - min(starting) > STALL_S:
+                self._setup_told.add(stage.spec.name)
+                log.warning(
+                    "pipeline %r: %d input(s) of stage %r wait for a worker whose setup() has "
+                    "not returned for %.0f s; the run goes on once one is ready",
+                    self.pipeline_name,
+                    len(stage.queue),
+                    stage.spec.name,
+                    now - min(starting),
+                )
 
     def _state_text(self, headline: str) -> str:
         lines = [headline]

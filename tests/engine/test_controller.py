@@ -587,3 +587,28 @@ def test_batch_wait_s_is_validated_and_set_by_with_() -> None:
     for bad in (-1, float("nan"), "1", True):
         with pytest.raises(ValueError, match="batch_wait_s"):
             BatchSizes(None).with_(batch_wait_s=bad)
+
+
+class Named(ProcessingStage[int, int]):
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def process(self, task: int) -> int:
+        return task
+
+
+def test_inputs_waiting_on_a_setup_that_does_not_return_are_said_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A setup that never returned hung the run without a word (its stall check waits while
+    a worker starts, as a model may load for minutes)."""
+    backend = VirtualBackend(cpus=2, service_s={"slow_setup": 0.01}, setup_s=200.0)
+    with caplog.at_level("WARNING", logger="conveyor.engine.controller"):
+        result = Pipeline("p", [Named("slow_setup")]).run(StreamingExecutor(backend), range(5))
+    assert sorted(result.outputs) == list(range(5))
+    said = [r.getMessage() for r in caplog.records if "setup() has not returned" in r.getMessage()]
+    assert len(said) == 1
+    assert (
+        "5 input(s) of stage 'slow_setup' wait for a worker whose setup() has not returned"
+        in (said[0])
+    )
