@@ -76,7 +76,7 @@ from conveyor.engine.snapshot import Progress, fill_result, run_snapshot, run_st
 from conveyor.engine.spec import StageSpec
 from conveyor.engine.state import Batch, StageState
 from conveyor.engine.suspects import SUSPECT_NODE_S, Suspects
-from conveyor.errors import BackendError, EngineStalled, StageSetupError
+from conveyor.errors import BackendError, EngineStalled, StageSetupError, UnpicklablePayload
 from conveyor.result import FailureRecord, RunResult, StageStats
 from conveyor.tasks.base import EmptyTask, Task
 
@@ -435,6 +435,14 @@ class Controller:
             except StopIteration:
                 self.source_done = True
                 return
+            except Exception as exc:
+                # the caller's own error (a pipeline's sources refuse an input this way):
+                # it ends the run, said to come from there
+                exc.add_note(
+                    f"(raised by the initial_tasks of pipeline {self.pipeline_name!r} after "
+                    f"{self.admitted} tasks)"
+                )
+                raise
             key = None
             if self.journal is None:
                 label = str(self.admitted)
@@ -449,7 +457,11 @@ class Controller:
             if isinstance(task, Task):
                 task.task_id = label
             self.admitted += 1
-            handle = self.backend.put(task, label)
+            try:
+                handle = self.backend.put(task, label)
+            except UnpicklablePayload as exc:  # the caller's to fix: the run stops at once
+                exc.add_note(f"(initial task {label} of pipeline {self.pipeline_name!r})")
+                raise
             self.lineage.follow(label, handle, key)
             first.queue.push(Entry(handle), self.backend.now())
 

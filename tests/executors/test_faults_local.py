@@ -219,10 +219,11 @@ def test_an_output_that_cannot_be_pickled_fails_its_input_at_once(executor_type:
 
 def test_a_task_that_cannot_be_pickled_stops_the_run_saying_what_it_is() -> None:
     """A run's own input is the caller's to fix: the run stops at once, naming its type."""
-    with pytest.raises(UnpicklablePayload, match=r"a _thread\.lock cannot be pickled"):
+    with pytest.raises(UnpicklablePayload, match=r"a _thread\.lock cannot be pickled") as caught:
         Pipeline("p", [Poison(-1)]).run(
             StreamingExecutor(LocalBackend(num_cpus=2)), initial_tasks=[1, threading.Lock()]
         )
+    assert caught.value.__notes__ == ["(initial task 1 of pipeline 'p')"]  # which one
 
 
 def test_exception_in_a_batch_does_not_fail_its_batch_mates() -> None:
@@ -606,3 +607,15 @@ def test_processes_a_stage_starts_end_with_the_run() -> None:
             break
         time.sleep(0.1)
     assert left == []
+
+
+def test_initial_tasks_that_raise_end_the_run_saying_where_it_came_from() -> None:
+    def tasks() -> Any:
+        yield from range(5)
+        raise ValueError("the listing broke")
+
+    with pytest.raises(ValueError, match="the listing broke") as caught:
+        Pipeline("p", [Passes()]).run(
+            StreamingExecutor(LocalBackend(num_cpus=2)), initial_tasks=tasks()
+        )
+    assert caught.value.__notes__ == ["(raised by the initial_tasks of pipeline 'p' after 5 tasks)"]
