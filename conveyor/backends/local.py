@@ -495,6 +495,13 @@ class LocalBackend:
             self.poll(0.05)
         for worker in list(self._workers.values()):
             if worker.pid is not None:
+                # said on the console: a teardown that flushes buffered rows lost them
+                print(
+                    f"conveyor: worker {worker.worker_id} did not stop within {grace_s:g} s "
+                    "of the end of the run (in its setup or teardown); killed",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(worker.pid, signal.SIGKILL)
             self._drop(worker)

@@ -326,6 +326,9 @@ class _Forker:
             if name is not None:
                 self.on_exit(name, status)
 
+    def on_late(self, name: str, grace_s: float) -> None:
+        """A child still running ``grace_s`` after it was told to stop is killed now."""
+
     def on_exit(self, name: str, status: int) -> None:
         """A child exited; subclasses report it."""
 
@@ -341,7 +344,8 @@ class _Forker:
             if select.select([self.wake_r], [], [], left)[0]:
                 with contextlib.suppress(BlockingIOError):
                     os.read(self.wake_r, 4096)
-        for pid in list(self.children):
+        for pid, name in list(self.children.items()):
+            self.on_late(name, grace_s)
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         for pid in list(self.children):
@@ -407,6 +411,15 @@ class StageHost(_Forker):
     def on_exit(self, name: str, status: int) -> None:
         with contextlib.suppress(OSError):
             send_ctrl(self.ctrl, Exited(name, describe_status(status)))
+
+    def on_late(self, name: str, grace_s: float) -> None:
+        """Said on stderr (the driver's console): its teardown may have been flushing rows."""
+        print(
+            f"conveyor: stage {self.name!r}, worker {name}: teardown did not finish within "
+            f"{grace_s:g} s of the end of the run; killed",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def fork_worker(self, info: WorkerInfo, env: dict[str, str], fd: int) -> None:
         host = os.getpid()

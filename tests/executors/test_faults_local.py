@@ -619,3 +619,25 @@ def test_initial_tasks_that_raise_end_the_run_saying_where_it_came_from() -> Non
             StreamingExecutor(LocalBackend(num_cpus=2)), initial_tasks=tasks()
         )
     assert caught.value.__notes__ == ["(raised by the initial_tasks of pipeline 'p' after 5 tasks)"]
+
+
+class TearsDownForever(ProcessingStage[int, int]):
+    def process(self, task: int) -> int:
+        return task
+
+    def teardown(self) -> None:
+        time.sleep(3600)
+
+
+def test_a_worker_killed_in_its_teardown_is_said(
+    capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It was killed without a word: a teardown that flushes buffered rows lost them."""
+    monkeypatch.setattr(LocalBackend.shutdown, "__defaults__", (0.5,))  # its grace, shorter
+    result = Pipeline("p", [TearsDownForever()]).run(
+        StreamingExecutor(LocalBackend(num_cpus=2)), initial_tasks=range(3)
+    )
+    assert sorted(result.outputs) == [0, 1, 2]
+    assert "did not stop within 0.5 s of the end of the run (in its setup or teardown); killed" in (
+        capfd.readouterr().err
+    )
