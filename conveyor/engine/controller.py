@@ -318,20 +318,9 @@ class Controller:
         try:
             output = self.backend.get(handle)
         except Exception as exc:  # noqa: BLE001 - the output's own __setstate__, ...
-            stage = self.stages[-1]
-            stage.stats.failed += 1
             info = ErrorInfo.from_exception(exc)
-            record = FailureRecord(
-                stage=stage.spec.name,
-                task=handle.label,
-                error_type=info.type,
-                message=f"its output could not be read back (unpickled): {info.message}",
-                traceback=info.traceback,
-                attempts=1,
-            )
-            self.failures.append(record)
-            if self._listeners:
-                self._emit(FailureEvent(self.backend.now() - self._t0, record))
+            message = f"its output could not be read back (unpickled): {info.message}"
+            self._record_failure(self.stages[-1], handle.label, info.type, message, info, 1)
             self.backend.free([handle])
             self.lineage.live(handle.label, -1)
             return None
@@ -860,22 +849,13 @@ class Controller:
         kept = [h for h in outputs if seek.leads_to(h.label)]
         self.backend.free([h for h in outputs if not seek.leads_to(h.label)])
         if not kept:
-            target = self.stages[seek.stage]
-            target.stats.failed += 1
-            self.failures.append(
-                FailureRecord(
-                    stage=target.spec.name,
-                    task=seek.label,
-                    error_type="PayloadLost",
-                    message=(
-                        "the input's payload was lost (its node left the cluster) and running "
-                        f"its source again did not make it: stage "
-                        f"{self.stages[index].spec.name!r} gave other outputs this time"
-                    ),
-                    traceback="",
-                    attempts=seek.attempts,
-                )
+            message = (
+                "the input's payload was lost (its node left the cluster) and running its "
+                f"source again did not make it: stage {self.stages[index].spec.name!r} gave "
+                "other outputs this time"
             )
+            target = self.stages[seek.stage]
+            self._record_failure(target, seek.label, "PayloadLost", message, None, seek.attempts)
             return
         handle = kept[0]
         self.lineage.live(handle.label, 1)
@@ -885,6 +865,29 @@ class Controller:
             self.stages[nxt].queue.push(Entry(handle, attempts=seek.attempts), self.backend.now())
         else:
             self.stages[nxt].queue.push_suspect(Entry(handle, seek=seek))
+
+    def _record_failure(
+        self,
+        stage: StageState,
+        task: str,
+        error_type: str,
+        message: str,
+        error: ErrorInfo | None,
+        attempts: int,
+    ) -> None:
+        """Input ``task`` of ``stage`` failed for good: counted, recorded, told to listeners."""
+        stage.stats.failed += 1
+        record = FailureRecord(
+            stage=stage.spec.name,
+            task=task,
+            error_type=error_type,
+            message=message,
+            traceback=error.traceback if error is not None else "",
+            attempts=attempts,
+        )
+        self.failures.append(record)
+        if self._listeners:
+            self._emit(FailureEvent(self.backend.now() - self._t0, record))
 
     def _retry_or_fail(
         self, index: int, entries: list[Entry], error: ErrorInfo, culprit: bool
@@ -938,18 +941,9 @@ class Controller:
                 if forgiven:
                     entry.attempts += 1  # not made again after all: this try counts
                 self.lineage.live(entry.handle.label, -1)
-                stage.stats.failed += 1
-                record = FailureRecord(
-                    stage=stage.spec.name,
-                    task=entry.handle.label,
-                    error_type=error.type,
-                    message=_together(error.message, len(entries)) if whole else error.message,
-                    traceback=error.traceback,
-                    attempts=entry.attempts,
-                )
-                self.failures.append(record)
-                if self._listeners:
-                    self._emit(FailureEvent(self.backend.now() - self._t0, record))
+                message = _together(error.message, len(entries)) if whole else error.message
+                label = entry.handle.label
+                self._record_failure(stage, label, error.type, message, error, entry.attempts)
                 self.backend.free([entry.handle])
             else:
                 stage.stats.retried += 1
