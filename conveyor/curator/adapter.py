@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import sys
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -223,8 +224,17 @@ def _check_keys(name: str, method: str, spec: dict[str, Any], known: dict[str, s
             warnings.warn(
                 f"stage {name!r}: {method}() key {key!r} has no effect here: {why}",
                 UserWarning,
-                stacklevel=4,
+                stacklevel=_callers_level(),
             )
+
+
+def _callers_level() -> int:
+    """The ``stacklevel`` of the first frame outside Conveyor: a warning points at the
+    user's line (the pipeline's run or build), not at this module."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("conveyor."):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def has_inputs(task: Any, spec: Any) -> bool:

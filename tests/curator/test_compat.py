@@ -301,8 +301,13 @@ def test_stage_settings_that_cannot_run_are_errors(stage: Any, message: str) -> 
 def test_spec_keys_without_an_effect_here_warn_naming_the_key() -> None:
     from conveyor.curator.adapter import adapt
 
-    with pytest.warns(UserWarning, match="'slots_per_actor' has no effect here"):
+    with pytest.warns(UserWarning, match="'slots_per_actor' has no effect here") as said:
         adapt(Sized(xenna={"slots_per_actor": 2}))
+    # it points at the user's line, however deep in Conveyor it is said (it pointed at ours)
+    assert said[0].filename == __file__
+    with pytest.warns(UserWarning, match="'slots_per_actor' has no effect here") as said:
+        Pipeline("p", stages=[Sized(xenna={"slots_per_actor": 2})]).describe()
+    assert said[0].filename == __file__
     with pytest.warns(UserWarning, match="'max_calls_per_worker' has no effect here"):
         adapt(Sized().with_(ray_stage_spec={"max_calls_per_worker": 5, "is_actor_stage": True}))
     with warnings.catch_warnings():
