@@ -62,10 +62,11 @@ class Run:
         self.close()
 
 
-def held(executor: Any) -> contextlib.AbstractContextManager[None]:
-    """``executor.held()`` for a workflow of several runs (none for ``None``: each run then
-    makes an executor of its own)."""
-    hold = getattr(executor, "held", None)
+def held(runner: Any) -> contextlib.AbstractContextManager[None]:
+    """``runner.held()`` (an executor's or a backend's) for a workflow of several runs;
+    nothing for one without it, or for ``None`` (each run then makes an executor of its
+    own)."""
+    hold = getattr(runner, "held", None)
     return hold() if hold is not None else contextlib.nullcontext()
 
 
@@ -126,8 +127,7 @@ class Executor:
     def held(self) -> contextlib.AbstractContextManager[None]:
         """A block of several runs (a workflow's passes): what the backend starts for a run
         and can keep for the next (``RayBackend``'s private cluster) stays until it ends."""
-        held = getattr(self.backend, "held", None)
-        return held() if held is not None else contextlib.nullcontext()
+        return held(self.backend)
 
     def start(
         self,

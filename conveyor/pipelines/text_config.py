@@ -198,8 +198,8 @@ class TextConfig:
         rules: list[Rule] = []
         for switch, rule, fields in RULES:
             if self._on(getattr(self, switch)):
-                made = _named_as(fields, getattr(filters, rule))
-                rules.append(made(**{param: getattr(self, f) for param, f in fields.items()}))
+                values = {param: getattr(self, f) for param, f in fields.items()}
+                rules.append(_made(getattr(filters, rule), fields, values))
         return rules
 
     def fuzzy_config(self) -> FuzzyDedupConfig | None:
@@ -228,7 +228,7 @@ class TextConfig:
         for name in ("shingle_size", "threshold", "jaccard_check"):
             if getattr(self, name) is not None:
                 values[name] = getattr(self, name)
-        return _named_as({name: name for name in values}, FuzzyDedupConfig)(**values)
+        return _made(FuzzyDedupConfig, {name: name for name in values}, values)
 
     def options(self) -> dict[str, Any]:
         """What the run was told, as plain values (for ``summary.json``)."""
@@ -263,20 +263,16 @@ RULES: tuple[tuple[str, str, dict[str, str]], ...] = (
 )
 
 
-def _named_as(fields: dict[str, str], cls: Callable[..., T]) -> Callable[..., T]:
-    """``cls``, whose refusal (``"WordCount: need 0 <= min_words ..."``) is said without
-    the class, each parameter named as the config field it came from (``fields``)."""
-
-    def make(**values: Any) -> T:
-        try:
-            return cls(**values)
-        except (ValueError, TypeError) as exc:
-            message = str(exc).removeprefix(f"{getattr(cls, '__name__', '')}: ")
-            for param, name in fields.items():
-                message = re.sub(rf"\b{param}\b", name, message)
-            raise ValueError(message) from None
-
-    return make
+def _made(cls: Callable[..., T], fields: dict[str, str], values: dict[str, Any]) -> T:
+    """``cls(**values)``, its refusal (``"WordCount: need 0 <= min_words ..."``) said
+    without the class, each parameter named as the config field it came from (``fields``)."""
+    try:
+        return cls(**values)
+    except (ValueError, TypeError) as exc:
+        message = str(exc).removeprefix(f"{getattr(cls, '__name__', '')}: ")
+        for param, name in fields.items():
+            message = re.sub(rf"\b{param}\b", name, message)
+        raise ValueError(message) from None
 
 
 def _rule_values(obj: Any) -> dict[str, Any]:

@@ -359,6 +359,11 @@ class ConfigMismatch(ValueError):
     """The output holds results made with other options than the ones given."""
 
 
+#: the recorded ``limit`` of the run an output was made by: a later run may take more of
+#: the input (each video is its own), not less (the summary would describe only those)
+LIMIT = "limit"
+
+
 def check_resume(config: VideoConfig) -> dict[str, Any] | None:
     """Compare ``config`` with the options an earlier run wrote into the same output.
 
@@ -386,11 +391,6 @@ def check_resume(config: VideoConfig) -> dict[str, Any] | None:
             "or write to a new output (or pass --overwrite)"
         )
     return earlier
-
-
-#: the recorded ``limit`` of the run an output was made by: a later run may take more of
-#: the input (each video is its own), not less (the summary would describe only those)
-LIMIT = "limit"
 
 
 def earlier_options(

@@ -73,11 +73,11 @@ class RayClient:
         else:
             init["dashboard_host"] = self.ray_dashboard_host
             init["dashboard_port"] = self.ray_dashboard_port
-        connection = RayConnection(num_cpus=self.num_cpus, num_gpus=self.num_gpus)
+        connection = RayConnection()  # joins RAY_ADDRESS's cluster, with its resources
         if connection.target() is None:  # a cluster of our own: its settings apply
-            connection.init_kwargs = init
-        else:
-            connection.num_cpus = connection.num_gpus = None  # the cluster's own
+            connection = RayConnection(
+                num_cpus=self.num_cpus, num_gpus=self.num_gpus, init_kwargs=init
+            )
         connection.connect()
         self.connection = connection
         atexit.register(self.stop)

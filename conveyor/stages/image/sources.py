@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from conveyor.stages.image.layout import ImageLayout
+from conveyor.stages.image.shards import changed_since_packed, group_name, packed_parts
 from conveyor.stages.video.reader import VideoSource
 from conveyor.stages.video.reader import iter_videos as iter_files
 from conveyor.storage import glob_files, has_magic, location, open_input, printable
@@ -410,12 +411,6 @@ class ImageSources:
                     self.on_complete(part, record)
                 continue
             if record is not None:  # done before, from other images: was it packed?
-                from conveyor.stages.image.shards import (
-                    changed_since_packed,
-                    group_name,
-                    packed_parts,
-                )
-
                 packed = packed_parts(self.layout) if packed is None else packed
                 earlier = packed.get(part_name(part.index))
                 now = group_name(part.index, part.digest)
