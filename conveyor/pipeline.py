@@ -135,6 +135,7 @@ class Pipeline:
                     timeout_s=stage.timeout_s,
                     max_threads=stage.max_threads,
                     max_attempts=stage.max_attempts,
+                    max_batches_per_worker=stage.max_batches_per_worker,
                     streams=yields_outputs(stage),
                 )
             )
@@ -171,6 +172,11 @@ class Pipeline:
                 lines.append(f"     timeout_s: {spec.timeout_s:g} per batch")
             if spec.max_attempts is not None:
                 lines.append(f"     max_attempts: {spec.max_attempts}")
+            if spec.max_batches_per_worker is not None:
+                lines.append(
+                    f"     max_batches_per_worker: {spec.max_batches_per_worker} "
+                    "(then a fresh worker)"
+                )
             ins, outs = declared_names(stage.inputs()), declared_names(stage.outputs())
             if ins:
                 lines.append(f"     inputs: {', '.join(sorted(ins))}")

@@ -60,6 +60,10 @@ class ProcessingStage(Generic[In, Out]):
     #: ``max_attempts``. An input that failed in a batch of several is tried again alone
     #: without spending one (it may have been a batch-mate's fault)
     max_attempts: int | None = None
+    #: batches one worker runs before it is replaced by a fresh one (its ``teardown`` runs,
+    #: a new process does ``setup``): for a stage whose library leaks memory or state over
+    #: time (Ray's ``max_calls``). ``None``: workers live for the run
+    max_batches_per_worker: int | None = None
     #: the most CPU threads one batch of this stage can put to use (a model's intra-op
     #: threads, an encoder's): a batch sent while cores of the run's budget sit idle (the
     #: start of a run, its end) may use up to this many, and ``self.threads`` says how many
@@ -148,6 +152,7 @@ class ProcessingStage(Generic[In, Out]):
         num_workers: int | None = _UNSET,
         timeout_s: float | None = _UNSET,
         max_attempts: int | None = _UNSET,
+        max_batches_per_worker: int | None = _UNSET,
     ) -> ProcessingStage[In, Out]:
         """A copy with the given settings replaced; ``num_workers`` pins the pool size."""
         try:
@@ -162,6 +167,7 @@ class ProcessingStage(Generic[In, Out]):
             ("num_workers", num_workers),
             ("timeout_s", timeout_s),
             ("max_attempts", max_attempts),
+            ("max_batches_per_worker", max_batches_per_worker),
         ):
             if value is not _UNSET:
                 setattr(new, key, value)
@@ -257,13 +263,12 @@ def validate_stage(stage: ProcessingStage[Any, Any]) -> None:
         raise ValueError(
             f"stage {label!r}: timeout_s must be None or a number of seconds > 0, got {timeout!r}"
         )
-    attempts = stage.max_attempts
-    if attempts is not None and (
-        isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1
-    ):
-        raise ValueError(
-            f"stage {label!r}: max_attempts must be None or an int >= 1, got {attempts!r}"
-        )
+    for key in ("max_attempts", "max_batches_per_worker"):
+        count = getattr(stage, key)
+        if count is not None and (
+            isinstance(count, bool) or not isinstance(count, int) or count < 1
+        ):
+            raise ValueError(f"stage {label!r}: {key} must be None or an int >= 1, got {count!r}")
     if not isinstance(stage, CompositeStage) and not (
         stage.overrides("process") or stage.overrides("process_batch")
     ):

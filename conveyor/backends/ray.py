@@ -675,6 +675,7 @@ class _RayWorker:
     ready: bool = False
     stopping: bool = False
     stop_ref: Any = None
+    stopped: bool = False  # its stop call returned: it is gone once its calls are reported
     pid: int | None = None
     ping: Any = None  # a hello sent to an idle worker: a dead one fails it
     calls: deque[_Call | _StreamCall] = field(default_factory=deque)
@@ -1110,9 +1111,17 @@ class RayBackend:
                 case SetupFailed(error):
                     self._gone(worker, WorkerSetupFailed(worker.worker_id, error))
         elif kind == "stop":
-            self._gone(worker, WorkerStopped(worker.worker_id))
+            # it ran after the calls it held, whose records may come later in this poll or
+            # the next: reported stopped before them, their batches were taken for lost
+            worker.stopped = True
+            self._stop_if_drained(worker)
         elif kind == "ping":
             worker.ping = None
+
+    def _stop_if_drained(self, worker: _RayWorker) -> None:
+        """A worker whose stop call returned is reported stopped after its last call."""
+        if worker.stopped and not worker.calls and self._workers.get(worker.worker_id) is worker:
+            self._gone(worker, WorkerStopped(worker.worker_id))
 
     @staticmethod
     def _waits(key: Any, worker: _RayWorker) -> bool:
@@ -1279,6 +1288,7 @@ class RayBackend:
                             self._finish(worker, head)
                         else:
                             break
+                    self._stop_if_drained(worker)
                 elif item in self._refs:
                     kind, worker = self._refs[item]
                     self._on_ref(kind, worker, item)

@@ -37,8 +37,10 @@ XENNA_KEYS: dict[str, str | None] = {
     "num_setup_attempts_python": "a worker whose setup fails stops the run with its error",
     "reset_workers_on_failure": "a failed batch leaves its worker running; a dead worker is "
     "replaced",
-    "worker_max_lifetime_m": "workers live for the run",
-    "worker_restart_interval_m": "workers live for the run",
+    "worker_max_lifetime_m": "workers are renewed by count, not time: the stage's "
+    "max_batches_per_worker (ray_stage_spec's max_calls_per_worker)",
+    "worker_restart_interval_m": "workers are renewed by count, not time: the stage's "
+    "max_batches_per_worker (ray_stage_spec's max_calls_per_worker)",
     "max_setup_failure_percentage": "a worker whose setup fails stops the run with its error",
 }
 
@@ -49,7 +51,7 @@ RAY_KEYS: dict[str, str | None] = {
     "min_workers": "the autoscaler sizes the pool (num_workers() pins it)",
     "max_workers": "the autoscaler sizes the pool (num_workers() pins it)",
     "initial_workers": "the autoscaler sizes the pool (num_workers() pins it)",
-    "max_calls_per_worker": "workers live for the run",
+    "max_calls_per_worker": None,  # the stage's max_batches_per_worker
     "ray_remote_args": "workers get the stage's Resources; other Ray options are not passed",
     "ray_num_cpus": "a worker reserves the stage's Resources(cpus=...) on every executor",
     "is_raft_actor": "error",
@@ -172,6 +174,13 @@ def adapt(stage: Any, nodes: Callable[[], int] = lambda: 1) -> _ProcessingStage[
                 f"stage {name!r}: num_run_attempts_python must be an int >= 1, got {attempts!r}"
             )
         adapted.max_attempts = attempts
+    calls = ray.get("max_calls_per_worker")
+    if calls:  # Ray's 0 and Curator's None: no limit
+        if isinstance(calls, bool) or not isinstance(calls, int) or calls < 1:
+            raise ValueError(
+                f"stage {name!r}: max_calls_per_worker must be None or an int >= 1, got {calls!r}"
+            )
+        adapted.max_batches_per_worker = calls
     return adapted
 
 

@@ -122,6 +122,10 @@ TICK_S = 0.25
 #: an unfinished run with nothing in flight and no worker starting for this long is a defect
 #: of the engine (unless a stage waits for room in the cluster): it stops rather than hang
 STALL_S = 60.0
+#: a batch of a stage without ``timeout_s`` that has run this long, and this many times its
+#: stage's mean batch, is said once in the log: a hung call otherwise waits without a word
+LONG_BATCH_S = 300.0
+LONG_BATCH_FACTOR = 20.0
 #: workers stopped first: not ready yet, then idle, then the least busy
 _STOP_ORDER = operator.attrgetter("ready", "in_flight")
 
@@ -233,6 +237,7 @@ class Controller:
         self._quiet_since: float | None = None  # work waits, nothing moves, since then
         self._stall_told = False
         self._setup_told: set[str] = set()  # stages whose slow setup was said (once each)
+        self._long_told: set[str] = set()  # stages whose long batch was said (once each)
         self._timed = [s for s in self.stages if s.spec.timeout_s is not None]
         self._streams = any(s.spec.streams for s in self.stages)
         # nodes that lost a payload: their workers get work only where no other can take it
@@ -468,6 +473,8 @@ class Controller:
     def _dispatch_stage(self, index: int, stage: StageState) -> None:
         pool = stage.pool
         if not pool.ready_count:
+            if not pool.live_count and stage.target:
+                self._placement_dirty = True  # input for a stage left without workers
             return
         # suspects first, each alone on an idle worker
         queue = stage.queue
@@ -515,6 +522,8 @@ class Controller:
                 # each batch's start is then known, and so is when it is late; and a
                 # generator's batch is allowed outputs while it runs, not while it waits
                 count = 1
+            if stage.spec.max_batches_per_worker is not None:
+                count = min(count, stage.spec.max_batches_per_worker - worker.sent_batches)
             batches = [queue.take(batch_size, worker.node) for _ in range(count) if queue.fresh]
             self._send(index, worker, batches, alone=False)
 
@@ -576,6 +585,19 @@ class Controller:
             self.backend.submit(worker.worker_id, payload, threads, allowance=window)
         else:
             self.backend.submit(worker.worker_id, payload, threads)
+        worker.sent_batches += len(ids)
+        limit = stage.spec.max_batches_per_worker
+        if limit is not None and worker.sent_batches >= limit:
+            self._retire(stage, worker, f"it was sent its {limit} batches (max_batches_per_worker)")
+
+    def _retire(self, stage: StageState, worker: Worker, reason: str) -> None:
+        """Stop ``worker`` once it has run what it holds (another takes its place while the
+        stage's target wants one)."""
+        stage.pool.mark_stopping(worker)
+        self.backend.stop_worker(worker.worker_id)
+        self._placement_dirty = True
+        if self._listeners:
+            self._worker_event("stop", worker, reason=reason)
 
     def _filling(self) -> bool:
         """No task has reached the last stage yet (and stages run at the same time)."""
@@ -1009,14 +1031,52 @@ class Controller:
         limit = stage.spec.timeout_s
         assert limit is not None
         for worker in list(stage.pool.workers.values()):
-            if not worker.messages:
+            running = self._running_for(worker, now)
+            if running is not None and running[1] > limit:
+                self._time_out(stage, worker, *running)
+
+    def _running_for(self, worker: Worker, now: float) -> tuple[Batch, float] | None:
+        """The batch at the head of ``worker``'s messages and how long it has worked (a
+        generator's: since its last output; none while it waits for room downstream)."""
+        if not worker.messages:
+            return None
+        batch = self.batches.get(worker.messages[0][0])
+        if batch is None or batch.paused_at is not None:
+            return None
+        return batch, now - max(batch.sent_at, worker.last_done, batch.progress_at)
+
+    def _tell_long_batches(self, now: float) -> None:
+        """Say once per stage without ``timeout_s``, in the log, that one of its batches has
+        run for ``LONG_BATCH_S`` and ``LONG_BATCH_FACTOR`` times its stage's mean batch:
+        a call that hangs (a dead mount, a stuck lock) otherwise held the run silently."""
+        for stage in self.stages:
+            if stage.spec.timeout_s is not None or stage.spec.name in self._long_told:
                 continue
-            batch = self.batches.get(worker.messages[0][0])
-            if batch is None or batch.paused_at is not None:
-                continue
-            elapsed = now - max(batch.sent_at, worker.last_done, batch.progress_at)
-            if elapsed > limit:
-                self._time_out(stage, worker, batch, elapsed)
+            finished = sum(stage.service_counts)
+            mean = stage.service_sum_s / finished if finished else 0.0
+            limit = max(LONG_BATCH_S, LONG_BATCH_FACTOR * mean)
+            for worker in stage.pool.workers.values():
+                running = self._running_for(worker, now)
+                if running is None or running[1] <= limit:
+                    continue
+                batch, elapsed = running
+                self._long_told.add(stage.spec.name)
+                usual = (
+                    f"its batches took {mean:.3g} s on average"
+                    if finished
+                    else "none of its batches has finished yet"
+                )
+                log.warning(
+                    "pipeline %r: a batch of stage %r (inputs %s) has run for %.0f s, and %s; "
+                    "the stage has no timeout_s, so the run waits for it (with_(timeout_s=...) "
+                    "kills such a batch's worker and retries its inputs)",
+                    self.pipeline_name,
+                    stage.spec.name,
+                    ", ".join(e.handle.label for e in batch.entries),
+                    elapsed,
+                    usual,
+                )
+                break
 
     def _time_out(self, stage: StageState, worker: Worker, batch: Batch, elapsed: float) -> None:
         """The late batch fails as ``TaskTimeout`` (each input is retried alone), batches
@@ -1223,15 +1283,19 @@ class Controller:
             # stop the least useful first: not ready yet, then idle, then busy
             live = sorted(stage.pool.live(), key=_STOP_ORDER)
             for worker in live[:excess]:
-                stage.pool.mark_stopping(worker)
-                self.backend.stop_worker(worker.worker_id)
-                if self._listeners:
-                    self._worker_event("stop", worker, reason=f"target lowered to {stage.target}")
+                self._retire(stage, worker, f"target lowered to {stage.target}")
         if not self._placement_dirty:
             return
         self._placement_dirty = False
         self.ledger.gpu_cpu_reserve = cpus_per_gpu(self.stages, self.ledger)
-        short = [s for s in self.stages if s.pool.live_count < s.target]
+        # a stage whose input has ended and whose queue is empty needs no new worker (one
+        # replaced at the very end would set up for nothing); a retry or a recomputation
+        # that reaches it later asks again (``_dispatch_stage``)
+        short = [
+            s
+            for s in self.stages
+            if s.pool.live_count < s.target and (s.queue or not self._upstream_done(s.spec.index))
+        ]
         short.sort(key=lambda s: s.pool.live_count / max(s.target, 1))
         for stage in short:
             pool = stage.pool
@@ -1320,6 +1384,7 @@ class Controller:
         self.suspects.expire(now)
         for stage in self._timed:
             self._check_timeouts(stage, now)
+        self._tell_long_batches(now)
         if self.journal is not None:
             self.journal.sync()
         if self.monitors:

@@ -34,6 +34,7 @@ class Worker:
     node: str | None = None  # where it runs: batches whose data is there prefer it
     messages: deque[list[int]] = field(default_factory=deque)  # batch ids per message sent
     held_cpus: float = 0.0  # CPUs it counts as busy while it holds messages (``CpuBook``)
+    sent_batches: int = 0  # batches sent to it (``max_batches_per_worker``)
 
     @property
     def in_flight(self) -> int:

@@ -35,6 +35,8 @@ class StageSpec:
     max_threads: int | None = None
     #: times an input is tried (``ProcessingStage.max_attempts``; ``None``: the executor's)
     max_attempts: int | None = None
+    #: batches a worker runs before it is replaced (``ProcessingStage.max_batches_per_worker``)
+    max_batches_per_worker: int | None = None
     #: ``process``/``process_batch`` is a generator: outputs leave as they are made
     #: (``conveyor.stage.yields_outputs``)
     streams: bool = False

@@ -18,7 +18,9 @@ Ray Data's own rules apply where they differ from the streaming executor: batche
 per block, so a stage may get several short batches; ``setup_on_node`` runs once per stage on
 every node alive when the run starts; ``teardown`` runs when Ray Data retires an actor
 gracefully (it cannot when an actor is killed); a worker that crashes is restarted by Ray
-Data, and an input that crashes every worker fails the whole run.
+Data, and an input that crashes every worker fails the whole run. A stage's ``timeout_s``,
+``batch_wait_s`` and ``max_batches_per_worker`` have no Ray Data equivalent: the run warns,
+naming them, and goes on without them.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import os
 import pickle
 import sys
 import time
+import warnings
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -285,6 +288,8 @@ class RayDataRun:
                 "skipped": 0,
             }
             self._check_fits()
+            for spec in self.specs:
+                _warn_unhonoured(spec)
             self._setup_on_nodes()
             ds = self._plan(rows)
             result.startup_s = time.perf_counter() - t0
@@ -454,6 +459,27 @@ class RayDataRun:
                 rows = max(executor.rows_per_block, self.specs[position + 1].batch_size)
                 ds = ds.repartition(target_num_rows_per_block=rows)
         return ds
+
+
+#: stage settings a Ray Data plan cannot honour, and what the run does instead
+UNHONOURED = {
+    "timeout_s": "a hung batch is not killed",
+    "batch_wait_s": "batches are formed per block",
+    "max_batches_per_worker": "Ray Data keeps its actors for the run",
+}
+
+
+def _warn_unhonoured(spec: StageSpec) -> None:
+    """Say which of a stage's settings this executor leaves aside (silently, a hung call
+    held the run that ``timeout_s`` was set to protect)."""
+    said = [f"{key} ({why})" for key, why in UNHONOURED.items() if getattr(spec, key) is not None]
+    if said:
+        warnings.warn(
+            f"RayDataExecutor: stage {spec.name!r} sets {'; '.join(said)}; the streaming "
+            "executor honours them",
+            UserWarning,
+            stacklevel=2,
+        )
 
 
 class RayDataExecutor:

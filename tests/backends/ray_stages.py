@@ -406,3 +406,25 @@ class BatchSizes(ProcessingStage[Any, int]):
 def partial_batches(sizes: list[int]) -> int:
     """Batches under 8 before the last (which may be short anyway)."""
     return sum(n < 8 for n in sizes[:-1])
+
+
+class Leaky(ProcessingStage[int, tuple]):
+    """Counts its calls per process and notes its teardown: ``max_batches_per_worker``."""
+
+    resources = Resources(cpus=0.5)
+
+    def __init__(self, out: Path, limit: int, batch_size: int = 1) -> None:
+        self.out = out
+        self.max_batches_per_worker = limit
+        self.batch_size = batch_size
+
+    def setup(self, worker: WorkerInfo) -> None:
+        self.calls = 0
+
+    def process_batch(self, tasks: list[int]) -> list[tuple]:
+        self.calls += 1
+        time.sleep(0.01)
+        return [(t, os.getpid(), self.calls) for t in tasks]
+
+    def teardown(self) -> None:
+        (self.out / f"teardown-{os.getpid()}").write_text(str(self.calls))

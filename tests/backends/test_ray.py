@@ -554,6 +554,15 @@ def test_a_hung_input_times_out_and_the_others_go_on(address: str) -> None:
     assert result.stats["Poison"].timeouts == 3
 
 
+def test_an_actor_is_replaced_after_max_batches_per_worker(address: str, tmp_path: Path) -> None:
+    from tests.executors.test_faults_local import check_fresh_workers
+
+    result = Pipeline("p", [st.Leaky(tmp_path, limit=5)]).run(
+        StreamingExecutor(RayBackend(address)), range(40)
+    )
+    check_fresh_workers(result, tmp_path, 5, 1)
+
+
 def test_a_journal_resumes_on_ray(address: str, tmp_path: Path) -> None:
     journal = tmp_path / "journal"
     stages = [st.Slow("a", 0.01), st.Slow("b", 0.01)]
@@ -795,6 +804,11 @@ def test_ray_data_executor_returns_the_same_result(address: str, tmp_path: Path)
         RayDataExecutor(address), initial_tasks=range(6)
     )
     assert [(f.task, f.attempts) for f in result.failures] == [("3", 1)]
+    # settings with no Ray Data equivalent are said, not silently dropped
+    stage = st.Poison(99).with_(timeout_s=30, max_batches_per_worker=2)
+    with pytest.warns(UserWarning, match="stage 'Poison' sets timeout_s .*max_batches_per_worker"):
+        result = Pipeline("p", [stage]).run(RayDataExecutor(address), initial_tasks=range(4))
+    assert sorted(result.outputs) == list(range(4))
     # progress_bars: Ray Data's bars are on for the run (its source is read during it), and
     # its context is as it was afterwards
     context = ray.data.DataContext.get_current()

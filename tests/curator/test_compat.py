@@ -308,8 +308,8 @@ def test_spec_keys_without_an_effect_here_warn_naming_the_key() -> None:
     with pytest.warns(UserWarning, match="'slots_per_actor' has no effect here") as said:
         Pipeline("p", stages=[Sized(xenna={"slots_per_actor": 2})]).describe()
     assert said[0].filename == __file__
-    with pytest.warns(UserWarning, match="'max_calls_per_worker' has no effect here"):
-        adapt(Sized().with_(ray_stage_spec={"max_calls_per_worker": 5, "is_actor_stage": True}))
+    with pytest.warns(UserWarning, match="'min_workers' has no effect here"):
+        adapt(Sized().with_(ray_stage_spec={"min_workers": 5, "is_actor_stage": True}))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         adapt(Sized().with_(ray_stage_spec={"is_fanout_stage": True}))  # honoured: no warning
@@ -782,6 +782,21 @@ def test_num_run_attempts_python_is_the_stage_s_attempts(tmp_path: Any) -> None:
     assert len(run([FailsFirst(str(tmp_path / "3"), None)], once)) == 2
     with pytest.raises(ValueError, match="num_run_attempts_python must be an int >= 1"):
         Pipeline("p", stages=[FailsFirst(str(tmp_path), 0)]).describe()
+
+
+def test_max_calls_per_worker_is_the_stage_s_worker_lifetime() -> None:
+    """It was a warning ("workers live for the run"); a leaking stage set it for a reason."""
+    from conveyor.curator.adapter import adapt
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        stage = adapt(Sized().with_(ray_stage_spec={"max_calls_per_worker": 5}))
+        assert stage.max_batches_per_worker == 5
+        for unlimited in (0, None):
+            spec = {"max_calls_per_worker": unlimited}
+            assert adapt(Sized().with_(ray_stage_spec=spec)).max_batches_per_worker is None
+    with pytest.raises(ValueError, match="max_calls_per_worker must be None or an int >= 1"):
+        adapt(Sized().with_(ray_stage_spec={"max_calls_per_worker": 2.5}))
 
 
 def test_ray_client_settings_it_cannot_take_are_said() -> None:

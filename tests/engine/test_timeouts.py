@@ -69,6 +69,39 @@ def test_slow_work_without_a_timeout_is_left_alone() -> None:
     assert backend.killed == []
 
 
+def long_batch_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "has no timeout_s" in r.getMessage()]
+
+
+def test_a_batch_far_longer_than_its_stage_s_others_is_said_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Without timeout_s a hung call held the run without a word: now it is said once."""
+    backend = VirtualBackend(cpus=2, service_s={"work": lambda begin: 1000.0 if begin > 5 else 1.0})
+    with caplog.at_level("WARNING", logger="conveyor.engine.controller"):
+        result = Pipeline("p", [Work().with_(timeout_s=None)]).run(
+            StreamingExecutor(backend), range(20)
+        )
+    assert sorted(result.outputs) == list(range(20))  # it waited, as the user asked
+    [said] = long_batch_warnings(caplog)
+    assert "a batch of stage 'work' (inputs " in said
+    assert "has run for 30" in said and "its batches took 1 s on average" in said
+    assert "with_(timeout_s=...)" in said
+
+
+def test_a_first_batch_is_said_long_after_the_floor_and_usual_slow_work_never(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level("WARNING", logger="conveyor.engine.controller"):
+        run(Work().with_(timeout_s=None), n=2, service=400.0)
+        [said] = long_batch_warnings(caplog)
+        assert "none of its batches has finished yet" in said
+        caplog.clear()
+        # a minute per batch is this stage's usual pace: 20 times that is not reached
+        run(Work().with_(timeout_s=None), n=12, service=60.0)
+    assert long_batch_warnings(caplog) == []
+
+
 def test_with_sets_the_timeout_and_bad_values_are_refused() -> None:
     assert Work().with_(timeout_s=2).timeout_s == 2
     for bad in (0, -1, float("inf"), "5", True):

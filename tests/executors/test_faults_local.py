@@ -19,7 +19,7 @@ import pytest
 from conveyor import Pipeline, ProcessingStage, Resources, StageSetupError, UnpicklablePayload
 from conveyor.backends import LocalBackend
 from conveyor.executors import BatchExecutor, StreamingExecutor
-from tests.backends.ray_stages import FlakyOnce, Poison
+from tests.backends.ray_stages import FlakyOnce, Leaky, Poison
 
 EXECUTORS = [StreamingExecutor, BatchExecutor]
 
@@ -571,6 +571,32 @@ def test_a_worker_that_ran_out_of_memory_is_replaced(tmp_path: Path) -> None:
     )
     assert sorted(result.outputs) == list(range(8)) and result.failures == []
     assert result.stats["RunsOutOfMemoryOnce"].worker_deaths == 1  # it left, and was replaced
+
+
+def check_fresh_workers(result: Any, out: Path, limit: int, batch_size: int) -> None:
+    """Each process ran at most ``limit`` batches and was torn down after them."""
+    assert sorted(t for t, _, _ in result.outputs) == list(range(40))
+    batches: dict[int, int] = {}
+    for _, pid, calls in result.outputs:
+        batches[pid] = max(batches.get(pid, 0), calls)
+    assert max(batches.values()) <= limit
+    assert len(batches) >= 40 / batch_size / limit
+    torn = {int(p.name.split("-")[1]): int(p.read_text()) for p in out.glob("teardown-*")}
+    # every worker, replaced or stopped at the end, tore down (a replacement started while
+    # the last batches went elsewhere may have run none)
+    assert {pid: calls for pid, calls in torn.items() if calls} == batches
+    stats = result.stats["Leaky"]
+    # a planned stop is no death, and what the worker ran before it is no loss (on Ray, its
+    # stop was seen before its last call's records, and that batch was retried)
+    assert stats.worker_deaths == stats.retried == 0
+
+
+@pytest.mark.parametrize("batch_size", [1, 3])
+def test_a_worker_is_replaced_after_max_batches_per_worker(tmp_path: Path, batch_size: int) -> None:
+    result = Pipeline("p", [Leaky(tmp_path, limit=4, batch_size=batch_size)]).run(
+        StreamingExecutor(LocalBackend(num_cpus=2)), initial_tasks=range(40)
+    )
+    check_fresh_workers(result, tmp_path, 4, batch_size)
 
 
 class StartsProcesses(ProcessingStage[int, int]):
