@@ -29,6 +29,8 @@ class StageStats:
     """Per-stage measurements of a run."""
 
     name: str
+    #: inputs of the batches that ran to the end (an attempt that raised is in ``retried``
+    #: or ``failed``): ``busy_s / tasks_in`` is the stage's time per input
     tasks_in: int = 0
     tasks_out: int = 0
     filtered: int = 0

@@ -899,6 +899,10 @@ class Controller:
     ) -> None:
         """Input ``task`` of ``stage`` failed for good: counted, recorded, told to listeners."""
         stage.stats.failed += 1
+        if error is None or not error.permanent:
+            # its source is journaled as failed, and the next run tries it again; a
+            # ``PermanentError`` says trying again cannot help: finished, as filtered
+            self.lineage.fail(task)
         record = FailureRecord(
             stage=stage.spec.name,
             task=task,
@@ -962,10 +966,10 @@ class Controller:
                     continue
                 if forgiven:
                     entry.attempts += 1  # not made again after all: this try counts
-                self.lineage.live(entry.handle.label, -1)
                 message = _together(error.message, len(entries)) if whole else error.message
                 label = entry.handle.label
                 self._record_failure(stage, label, error.type, message, error, entry.attempts)
+                self.lineage.live(label, -1)  # after: its source is journaled as failed
                 self.backend.free([entry.handle])
             else:
                 stage.stats.retried += 1

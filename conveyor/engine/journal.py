@@ -1,7 +1,10 @@
 """A run's journal: which source tasks are finished, so a re-run skips them.
 
 A source task is finished when everything made from it reached the end of the pipeline,
-was filtered, or failed for good. The journal is a plain text file of JSON lines, one per
+was filtered, or failed. A source that failed is recorded as such, and the next run tries
+it again (a failure may have been the moment's: a full disk, a lost store, a killed
+worker) until a run finishes it without one; one whose failure was a ``PermanentError``
+(trying again cannot help) is finished. The journal is a plain text file of JSON lines, one per
 finished source, only ever appended to (with ``fsync``): it works on a network file
 system, where databases that lock do not, and a crash can at worst tear its last line,
 which the next run ignores. Records are written in groups (at most every ``sync_s``): a
@@ -108,6 +111,8 @@ class Journal:
         self.path = Path(path)
         self.sync_s = sync_s
         self._finished: set[bytes] = set()  # digests of the finished keys
+        #: sources an earlier run recorded as failed: this run tries them again
+        self.retried = 0
         self._pending: list[str] = []
         self._file: Any = None
         self._last_sync = float("-inf")  # monotonic time starts near 0 at boot
@@ -119,6 +124,12 @@ class Journal:
         fresh = not self.path.exists() or self.path.stat().st_size == 0
         if not fresh:
             self._read()
+            if self.retried:
+                log.warning(
+                    "journal %s: %d source task(s) that failed in an earlier run are tried again",
+                    self.path,
+                    self.retried,
+                )
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._file = open(self.path, "ab")  # noqa: SIM115 - held for the whole run
@@ -146,13 +157,20 @@ class Journal:
                 f"journal {self.path} is not a Conveyor journal (its first line should be a "
                 f'{{"conveyor_journal": {FORMAT}, ...}} header); pass another path'
             )
+        failed: set[bytes] = set()
         for number, line in enumerate(lines[1:], start=2):
             try:
-                self._finished.add(_digest(_canonical(json.loads(line)["k"])))
+                record = json.loads(line)
+                digest = _digest(_canonical(record["k"]))
             except (ValueError, KeyError, TypeError):
                 raise JournalError(
                     f"journal {self.path}, line {number}: not a record ({line[:80]!r})"
                 ) from None
+            if record.get("f"):
+                failed.add(digest)
+            else:
+                self._finished.add(digest)
+        self.retried = len(failed - self._finished)
         if torn:
             with open(self.path, "r+b") as f:  # the next record must start on its own line
                 f.truncate(len(data) - len(torn))
@@ -163,9 +181,11 @@ class Journal:
     def __len__(self) -> int:
         return len(self._finished)
 
-    def record(self, key: str) -> None:
+    def record(self, key: str, failed: bool = False) -> None:
+        """``key`` is finished for this run; ``failed``: something made from it failed,
+        and the next run tries it again."""
         self._finished.add(_digest(key))
-        self._pending.append(key)
+        self._pending.append(key + ',"f":1' if failed else key)
 
     def sync(self, force: bool = False) -> None:
         """Write the pending records when ``sync_s`` has passed (or ``force``)."""

@@ -37,6 +37,8 @@ class Root:
     live: int = 1
     #: per input label descending from it, losses forgiven so far (``FORGIVEN_LOSSES``)
     losses: dict[str, int] | None = None
+    #: something made from it failed for good: journaled as failed (tried again next run)
+    failed: bool = False
 
 
 @dataclass(eq=False, slots=True)
@@ -104,6 +106,14 @@ class Lineage:
                 roots.update(dict.fromkeys(self._roots_of(entry.handle.label)))
             self.merges[label] = Merge(tuple(roots))
 
+    def fail(self, label: str) -> None:
+        """Something made from the sources of ``label`` failed for good."""
+        if self.tracked:
+            for name in self._roots_of(label):
+                root = self.roots.get(name)
+                if root is not None:
+                    root.failed = True
+
     def _roots_of(self, label: str) -> tuple[str, ...]:
         merged = merge_label(label)
         if merged is not None and merged in self.merges:
@@ -135,7 +145,7 @@ class Lineage:
         if root.live <= 0:
             del self.roots[name]
             if root.key is not None and self.journal is not None:
-                self.journal.record(root.key)
+                self.journal.record(root.key, failed=root.failed)
 
     def rerun(self, label: str) -> Handle | None:
         """The source a lost input ``label`` can be made again from, counted alive once more

@@ -100,13 +100,78 @@ def test_a_stopped_run_is_finished_by_the_next_with_every_output_once(tmp_path: 
     assert sorted(outputs) == [(i, j) for i in range(30) for j in range(2)]
 
 
-def test_filtered_and_failed_sources_are_finished(tmp_path: Path) -> None:
+def test_filtered_and_permanently_failed_sources_are_finished(tmp_path: Path) -> None:
     journal = tmp_path / "j"
     pipeline = Pipeline("p", [Step("a", drop=5), Poison()])
     result = pipeline.run(executor(), range(8), journal=journal)
     assert [f.error_type for f in result.failures] == ["PermanentError"]
     assert sorted(records(journal)) == list(range(8))
     assert pipeline.run(executor(), range(8), journal=journal).counts["skipped"] == 8
+
+
+class Flaky(ProcessingStage[Any, Any]):
+    """Fails an input holding a number listed in ``bad`` (a file, so a later run can heal)."""
+
+    resources = Resources(cpus=1)
+    name = "flaky"
+
+    def __init__(self, bad: Path) -> None:
+        self.bad = bad
+
+    def process(self, task: Any) -> Any:
+        bad = {int(n) for n in self.bad.read_text().split()}
+        numbers = task if isinstance(task, tuple) else (task,)
+        if bad & set(numbers):
+            raise OSError(f"the store was away for {task}")
+        return task
+
+
+def test_a_failed_source_is_tried_again_by_the_next_run_until_it_works(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A failure was finished for good: a video whose write met a full disk stayed
+    unwritten however often the command was run again (only --overwrite redid it)."""
+    journal, bad = tmp_path / "j", tmp_path / "bad"
+    pipeline = Pipeline("p", [Step("a", fanout=2), Flaky(bad)])
+    bad.write_text("3 6")
+    first = pipeline.run(executor(), range(8), journal=journal)
+    assert len(first.failures) == 4 and len(first.outputs) == 12
+    assert sorted(records(journal)) == list(range(8))  # each finished for this run
+    bad.write_text("6")  # 3 works now; 6 fails again, and is tried again the time after
+    with caplog.at_level("WARNING", logger="conveyor.engine.journal"):
+        second = pipeline.run(executor(), range(8), journal=journal)
+    assert "2 source task(s) that failed in an earlier run are tried again" in caplog.text
+    assert second.counts["skipped"] == 6 and sorted(second.outputs) == [(3, 0), (3, 1)]
+    bad.write_text("")
+    third = pipeline.run(executor(), range(8), journal=journal)
+    assert third.counts["skipped"] == 7 and sorted(third.outputs) == [(6, 0), (6, 1)]
+    assert pipeline.run(executor(), range(8), journal=journal).counts["skipped"] == 8
+
+
+def test_every_source_of_a_failed_merged_output_is_tried_again(tmp_path: Path) -> None:
+    journal, bad = tmp_path / "j", tmp_path / "bad"
+    pipeline = Pipeline("p", [Step("a"), Pairs(), Flaky(bad)])
+    bad.write_text("4")
+    first = pipeline.run(executor(), range(6), journal=journal)
+    assert len(first.failures) == 1 and len(first.outputs) == 2
+    pair = set(range(6)) - {n for p in first.outputs for n in p}
+    assert 4 in pair and len(pair) == 2
+    bad.write_text("")
+    second = pipeline.run(executor(), range(6), journal=journal)
+    assert second.counts["skipped"] == 4
+    assert [set(p) for p in second.outputs] == [pair]
+
+
+def test_a_journal_written_before_failures_were_marked_reads_as_before(tmp_path: Path) -> None:
+    journal = tmp_path / "j"
+    journal.write_text('{"conveyor_journal": 1, "pipeline": "p"}\n{"k":1}\n{"k":2,"f":1}\n')
+    opened = Journal(journal).open("p")
+    assert source_key(1) in opened and source_key(2) not in opened and opened.retried == 1
+    opened.record(source_key(2))
+    opened.close()
+    again = Journal(journal).open("p")
+    assert source_key(2) in again and again.retried == 0
+    again.close()
 
 
 def test_sources_merged_into_one_output_finish_with_it(tmp_path: Path) -> None:

@@ -19,9 +19,12 @@ class Journal:
 
     def __init__(self) -> None:
         self.recorded: list[str] = []
+        self.failed: list[str] = []
 
-    def record(self, key: str) -> None:
+    def record(self, key: str, failed: bool = False) -> None:
         self.recorded.append(key)
+        if failed:
+            self.failed.append(key)
 
 
 def handle(label: str, node: str | None = None) -> Handle:
@@ -68,6 +71,7 @@ def test_a_source_is_journaled_once_its_last_output_is_done() -> None:
     assert journal.recorded == [] and lineage.running("a")
     lineage.live("a.1", -1)
     assert journal.recorded == ["key-a"] and not lineage.running("a")
+    assert journal.failed == []
 
 
 def test_a_merge_keeps_every_source_of_its_batch_alive() -> None:
@@ -87,8 +91,10 @@ def test_a_merge_keeps_every_source_of_its_batch_alive() -> None:
     lineage.live("a*0.0", 1)
     lineage.live("a*0", -1)
     assert list(lineage.merges) == ["a*0"] and journal.recorded == []
+    lineage.fail("a*0.0")  # it failed: both its sources are journaled as failed
     lineage.live("a*0.0", -1)
     assert sorted(journal.recorded) == ["key-a", "key-b"] and not lineage.merges
+    assert sorted(journal.failed) == ["key-a", "key-b"]
 
 
 def test_a_kept_source_runs_again_for_a_lost_input() -> None:

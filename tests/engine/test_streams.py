@@ -206,9 +206,9 @@ def test_the_journal_records_a_source_only_when_every_descendant_is_done(
     recorded: dict[str, float] = {}
     original = Journal.record
 
-    def record(self: Journal, key: str) -> None:
+    def record(self: Journal, key: str, failed: bool = False) -> None:
         recorded[key] = Seen.clock.clock if Seen.clock else 0.0
-        original(self, key)
+        original(self, key, failed)
 
     monkeypatch.setattr(Journal, "record", record)
     result, _ = _run(

@@ -154,3 +154,19 @@ def test_an_engine_failure_is_told_of_its_video_with_or_without_a_journal() -> N
     assert video_of_label("2.0*1.3", pending) == "c.mp4"
     assert video_of_label(key_label(source_key(pending[0])) + ".0", pending) == "a.mp4"
     assert video_of_label("7", pending) is None
+
+
+def test_a_video_the_engine_failed_is_done_by_the_next_run(tmp_path: Path) -> None:
+    """Its journal finished it for good: a video whose record met a full disk (here, a
+    folder in its place) stayed undone however often the command ran (only --overwrite)."""
+    source, output = tmp_path / "in", tmp_path / "out"
+    for seed, name in enumerate("abc"):
+        write_video(source / f"{name}.mp4", [Segment("checker", 2, seed)], width=160, height=96)
+    (output / "videos" / "b.mp4.json").mkdir(parents=True)
+    first = runner.invoke(app, ["video", str(source), str(output), *OPTIONS])
+    assert "3 in, 2 ok" in first.output and "1 incomplete" in first.output, first.output
+    (output / "videos" / "b.mp4.json").rmdir()
+    again = runner.invoke(app, ["video", str(source), str(output), *OPTIONS])
+    assert again.exit_code == 0, again.output
+    assert "3 in, 3 ok" in again.output and "2 already complete" in again.output
+    assert json.loads((output / "videos" / "b.mp4.json").read_text())["clips"]
