@@ -533,7 +533,12 @@ def _run(
     if not report.result.completed:
         raise typer.Exit(code=1)
     videos = report.summary["videos"]
-    if videos["failed"] and not videos["ok"]:
+    if videos["incomplete"]:
+        console.print(
+            f"[yellow]{videos['incomplete']} incomplete[/]: a stage failed on them, not for "
+            "their content (why: above); the same command tries them again"
+        )
+    if (videos["failed"] or videos["incomplete"]) and not videos["ok"]:
         console.print("[red]every video failed[/]: nothing was curated (why: above)")
         raise typer.Exit(code=1)
 

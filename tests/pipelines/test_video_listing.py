@@ -164,9 +164,21 @@ def test_a_video_the_engine_failed_is_done_by_the_next_run(tmp_path: Path) -> No
         write_video(source / f"{name}.mp4", [Segment("checker", 2, seed)], width=160, height=96)
     (output / "videos" / "b.mp4.json").mkdir(parents=True)
     first = runner.invoke(app, ["video", str(source), str(output), *OPTIONS])
-    assert "3 in, 2 ok" in first.output and "1 incomplete" in first.output, first.output
+    assert first.exit_code == 0, first.output
+    assert "3 in, 2 ok" in first.output and "1 incomplete" in first.output
+    assert "tries them again" in first.output
     (output / "videos" / "b.mp4.json").rmdir()
     again = runner.invoke(app, ["video", str(source), str(output), *OPTIONS])
     assert again.exit_code == 0, again.output
     assert "3 in, 3 ok" in again.output and "2 already complete" in again.output
     assert json.loads((output / "videos" / "b.mp4.json").read_text())["clips"]
+
+
+def test_a_run_whose_every_video_the_engine_failed_exits_1(tmp_path: Path) -> None:
+    """It exited 0 (only failed videos counted), though nothing was curated."""
+    source, output = tmp_path / "in", tmp_path / "out"
+    write_video(source / "a.mp4", [Segment("checker", 2, 1)], width=160, height=96)
+    (output / "videos" / "a.mp4.json").mkdir(parents=True)
+    result = runner.invoke(app, ["video", str(source), str(output), *OPTIONS])
+    assert result.exit_code == 1, result.output
+    assert "1 incomplete" in result.output and "every video failed" in result.output

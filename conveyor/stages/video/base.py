@@ -130,6 +130,8 @@ class FrameConsumer(ClipStage):
     def frames_of(self, clip: Clip) -> Any:
         """The clip's frames at this stage's rate (N x H x W x 3 uint8 RGB)."""
         frames = clip.frames.get(self.frame_rate)
+        if frames is None and not clip.frames and clip.encoded is not None and not clip.num_frames:
+            raise InputError("the clip holds no frame")
         if frames is None:
             have = ", ".join(f"{r:g}" for r in clip.frames) or "none"
             raise RuntimeError(

@@ -527,13 +527,20 @@ class _ClipWork:
         self.encoder = encoder
         self.sampler = sampler
         self.tally = tally
+        #: the clip's first frame, kept for the models where the clip ends before the first
+        #: frame its rates pick (a sparse variable-rate source: a screen recording)
+        self.first: _Decoded | None = None
 
     def add(self, decoded: _Decoded, t: float) -> None:
         """Append the source's frame shown ``t`` seconds in."""
         if self.tally is not None:  # before the encoder takes the frame (and its stamps)
             self.tally.add_measured(decoded.motion())
-        if self.sampler is not None and self.sampler.wants(self.encoder.frames):
-            self.sampler.keep(self.encoder.frames, decoded.image(self.sampler))
+        if self.sampler is not None:
+            position = self.encoder.frames
+            if self.sampler.wants(position):
+                self.sampler.keep(position, decoded.image(self.sampler))
+            elif position == 0:
+                self.first = decoded
         self.encoder.add(decoded.frame, t)
 
     def finish(self, clip: Clip) -> None:
@@ -545,6 +552,9 @@ class _ClipWork:
         clip.num_frames = frames
         clip.codec = "h264"
         if self.sampler is not None:
+            if not self.sampler.kept and self.first is not None:
+                self.sampler.keep(0, self.first.image(self.sampler))
+            self.first = None
             clip.frames.update(self.sampler.frames(frames))
         if self.tally is not None:
             motion = self.tally.scores()

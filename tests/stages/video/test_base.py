@@ -217,6 +217,11 @@ def test_missing_frames_are_a_defect_and_empty_frames_an_input_error() -> None:
     video.clips[0].frames = {2.0: np.zeros((0, 4, 4, 3), np.uint8)}
     Consumer().process(VideoTask(data=video))
     assert "no frames could be decoded at 2 fps" in video.clips[0].errors["Consumer"]
+    # an encoded clip that holds no frame has none for any stage: its input's fault
+    video = make_video(1)
+    video.clips[0].encoded, video.clips[0].num_frames = b"", 0
+    Consumer().process(VideoTask(data=video))
+    assert "the clip holds no frame" in video.clips[0].errors["Consumer"]
 
 
 def test_torch_stages_run_on_the_cpu_without_a_gpu() -> None:

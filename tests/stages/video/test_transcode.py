@@ -671,6 +671,42 @@ def test_a_variable_rate_source_keeps_its_timing(tmp_path: Path) -> None:
     assert times == pytest.approx([ms / 1000 for ms in stamps], abs=0.002)
 
 
+def test_a_sparse_clip_gives_the_models_its_frames(tmp_path: Path) -> None:
+    """A static screen recorded one frame every 2 s: a 10 s clip of it holds 5 frames, fewer
+    than the nominal 30 fps puts before the first 2 fps pick (frame 7), and the models got
+    none (every clip failed, and the video stayed incomplete, run after run)."""
+    from fractions import Fraction
+
+    from conveyor.media.decode import probe
+    from conveyor.stages.video.split import FixedStrideSplitter
+    from conveyor.tasks.video import Video
+
+    path = tmp_path / "screen.mp4"
+    # typing at 30 fps, a still screen for 20 s, typing: it averages 20 fps, and the first
+    # 2 fps pick of a clip of the still part (5 frames) would be its 6th frame
+    stamps = [i * 33 for i in range(600)] + [20000 + k * 2000 for k in range(10)]
+    stamps += [40000 + i * 33 for i in range(600)]
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("libx264", rate=30)
+        stream.width, stream.height, stream.pix_fmt = 96, 64, "yuv420p"
+        stream.codec_context.time_base = Fraction(1, 1000)
+        for i, ms in enumerate(stamps):
+            image = np.full((64, 96, 3), (i * 20) % 250, np.uint8)
+            frame = av.VideoFrame.from_ndarray(image, format="rgb24")
+            frame.pts, frame.time_base = ms, Fraction(1, 1000)
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode(None))
+    meta = probe(str(path))
+    clips = []
+    for chunk in FixedStrideSplitter(clip_len_s=10).process_video(Video(str(path), "s", meta)):
+        task = VideoTask(data=chunk)
+        list(ClipTranscoder(encoder="libx264", frame_rates=[2.0]).process(task))
+        clips += task.data.clips
+    assert [c.num_frames for c in clips if c.num_frames < 8], [c.num_frames for c in clips]
+    for clip in clips:
+        assert len(clip.frames[2.0]) >= 1 and clip.frames[2.0].shape[1:] == (64, 96, 3)
+
+
 def test_scratch_clips_of_dead_workers_are_swept(tmp_path: Path) -> None:
     import subprocess
     import sys
