@@ -491,6 +491,10 @@ def _probe_open(container: Any, size: int, verify: bool) -> VideoMetadata:
         rotation = int(getattr(first, "rotation", 0) or 0)
         interlaced = interlaced or bool(first.interlaced_frame)
         start_pts = first.pts if first.pts is not None else 0
+        if declared is not None and start_pts * time_base > start:
+            # the stream's first frames cannot be decoded (a file cut mid-GOP): its length
+            # runs from its first packet, the video's from its first frame
+            declared -= start_pts * time_base - start
         start = start_pts * time_base
         if container_name in _UNINDEXED:
             _check_continuous(container, stream, time_base, start)

@@ -551,6 +551,21 @@ def test_an_mpeg_ts_file_named_explicitly_is_probed(tmp_path: Path) -> None:
     assert np.array_equal(got[0][1].to_ndarray(format="rgb24"), frames[30])
 
 
+def test_a_stream_cut_mid_gop_lasts_from_its_first_frame(tmp_path: Path) -> None:
+    """Its length counted from its first packet, frames it cannot decode included: the
+    last clip's span and the summary's seconds were half a second too long."""
+    whole = tmp_path / "whole.ts"
+    write_raw(whole, "mpegts", first_pts=0, seconds=8.0, gop=60)
+    data = whole.read_bytes()
+    cut = tmp_path / "cut.ts"
+    cut.write_bytes(data[(len(data) // 4) // 188 * 188 :])  # on a TS packet's boundary
+    with av.open(str(cut)) as container:
+        times = [float(f.time) for f in container.decode(video=0)]
+    meta = probe(str(cut))
+    assert meta.start_time_s == pytest.approx(times[0], abs=1e-3)
+    assert meta.duration_s == pytest.approx(times[-1] + 1 / 12 - times[0], abs=0.1)
+
+
 @pytest.mark.parametrize(
     ("name", "fmt", "codec"),
     [
