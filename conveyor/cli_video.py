@@ -164,7 +164,12 @@ def video(
         int, typer.Option(min=0, max=51, help="libx264 quality (lower is better).")
     ] = 23,
     max_height: Annotated[
-        int | None, typer.Option(min=2, help="Scale taller sources down to this height.")
+        int | None,
+        typer.Option(
+            min=2,
+            help="Scale taller sources down to this height (as shown: a portrait phone "
+            "video's is its long side).",
+        ),
     ] = None,
     motion: Annotated[bool, typer.Option("--motion/--no-motion", help="Motion filter.")] = True,
     motion_threshold: Annotated[

@@ -63,6 +63,8 @@ def clip_schema() -> Any:
             ("duration_s", pa.float64()),
             ("width", pa.int64()),
             ("height", pa.int64()),
+            ("display_width", pa.int64()),
+            ("display_height", pa.int64()),
             ("fps", pa.float64()),
             ("num_frames", pa.int64()),
             ("codec", pa.string()),
@@ -139,7 +141,8 @@ def _row(vid: str, meta: dict[str, Any]) -> dict[str, Any]:
 
 #: meta fields that are columns of the same name
 _SCALARS = (
-    "duration_s", "width", "height", "fps", "num_frames", "codec", "num_bytes", "clip_location",
+    "duration_s", "width", "height", "display_width", "display_height", "fps", "num_frames",
+    "codec", "num_bytes", "clip_location",
 )  # fmt: skip
 #: the meta's ``source`` fields, columns ``source_<name>``
 _SOURCE = ("width", "height", "fps", "codec")
@@ -163,7 +166,7 @@ def clip_metas(table: Any) -> list[dict[str, Any]]:
                 "source_video": row["source_video"],
                 "span": [row["start_s"], row["end_s"]],
                 "frame_span": [row["start_frame"], row["end_frame"]],
-                **{k: row[k] for k in _SCALARS},
+                **{k: row.get(k) for k in _SCALARS},  # older tables lack the display size
                 "scores": scores,
                 "filtered_by": row["filtered_by"],
                 "errors": dict(row["errors"]),

@@ -69,6 +69,18 @@ class VideoMetadata:
     #: stored as fields (broadcast, camcorders, DVDs): clips are deinterlaced when cut
     interlaced: bool = False
 
+    @property
+    def sideways(self) -> bool:
+        """A player turns it a quarter (a phone held upright): shown height is stored width."""
+        return self.rotation % 180 == 90
+
+    def shown_size(self, width: int, height: int) -> tuple[int, int]:
+        """``width`` x ``height`` pixels of this video as a player shows them: widened by
+        the pixels' shape, turned by the rotation."""
+        num, den = self.sample_aspect
+        wide = round(width * num / den) if num > 0 and den > 0 else width
+        return (height, wide) if self.sideways else (wide, height)
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "duration_s": round(self.duration_s, 6),

@@ -53,9 +53,15 @@ X264_PRESETS = (
 )
 
 
-def output_size(width: int, height: int, max_height: int | None) -> tuple[int, int]:
+def output_size(
+    width: int, height: int, max_height: int | None, sideways: bool = False
+) -> tuple[int, int]:
     """Even dimensions (yuv420p needs them), scaled down to ``max_height`` keeping the shape
-    (an odd limit is taken down to even: never above it)."""
+    (an odd limit is taken down to even: never above it). ``sideways``: the player turns
+    it a quarter, so the limit is on the height shown, the stored width."""
+    if sideways:
+        shown_height, shown_width = output_size(height, width, max_height)
+        return shown_width, shown_height
     if max_height is not None and height > max_height:
         target = max(2, max_height // 2 * 2)
         return max(2, round(width * target / height / 2) * 2), target
@@ -462,7 +468,7 @@ class _Cut:
 
     def __init__(self, stage: ClipTranscoder, meta: VideoMetadata) -> None:
         self.meta = meta
-        self.size = output_size(meta.width, meta.height, stage.max_height)
+        self.size = output_size(meta.width, meta.height, stage.max_height, meta.sideways)
         self.rate = Fraction(meta.fps).limit_denominator(1001)
         self.codec, self.options, self.threads = stage._codec, stage._options(), stage.threads
         self.frame_rates = stage.frame_rates

@@ -40,6 +40,7 @@ NO_CLIPS = "too short: the video, or each of its shots once cropped, is under --
 def clip_meta(clip: Clip, video: Video, location: str | None) -> dict[str, Any]:
     """The ``metas/<clip_id>.json`` record of a clip (a row of its video's clip table)."""
     meta = video.metadata
+    shown = meta.shown_size(clip.width, clip.height) if meta else (clip.width, clip.height)
     return {
         "clip_id": clip.clip_id,
         "source_video": clip.source_video,
@@ -48,6 +49,10 @@ def clip_meta(clip: Clip, video: Video, location: str | None) -> dict[str, Any]:
         "duration_s": round(clip.duration_s, 6),
         "width": clip.width,
         "height": clip.height,
+        # as a player shows it (a phone's portrait video is stored landscape and turned;
+        # DVD pixels are widened): width and height above are the stored pixels
+        "display_width": shown[0],
+        "display_height": shown[1],
         "fps": round(clip.fps, 6),
         "num_frames": clip.num_frames,
         "codec": clip.codec,

@@ -20,6 +20,7 @@ from conveyor.samples.video import CONTAINERS, Segment, SyntheticVideo
 from conveyor.stages.video import transcode
 from conveyor.stages.video.motion import motion_scores
 from conveyor.stages.video.transcode import ClipTranscoder, output_size
+from conveyor.stages.video.writer import clip_meta
 from conveyor.tasks.video import Clip, VideoTask
 
 from .conftest import INTERLACED_SOURCES, Media, combing, write_interlaced
@@ -140,6 +141,13 @@ def test_output_size(
     width: int, height: int, max_height: int | None, expected: tuple[int, int]
 ) -> None:
     assert output_size(width, height, max_height) == expected
+
+
+def test_a_sideways_source_is_limited_by_the_height_it_is_shown_at() -> None:
+    """A phone's portrait video (stored 1920x1080, turned) was limited by its stored height:
+    --max-height 720 left it 1280 tall as shown."""
+    assert output_size(1920, 1080, 720, sideways=True) == (720, 404)
+    assert output_size(1920, 1080, None, sideways=True) == (1920, 1080)
 
 
 def test_settings_are_validated() -> None:
@@ -574,7 +582,10 @@ def test_an_unreadable_source_fails_the_chunks_clips(media: Media, tmp_path: Pat
 
 
 def shaped_source(
-    path: Path, rotation: int = 0, sample_aspect: tuple[int, int] | None = None
+    path: Path,
+    rotation: int = 0,
+    sample_aspect: tuple[int, int] | None = None,
+    max_height: int | None = None,
 ) -> VideoTask:
     """3 s of 96x64 pixels with a display rotation or a pixel shape, as one fixed-stride
     chunk transcoded to a clip, with frames at 1 per second taken in the same pass (and the
@@ -603,7 +614,10 @@ def shaped_source(
     meta = probe(str(path))
     (chunk,) = FixedStrideSplitter(clip_len_s=3).process_video(Video(str(path), path.name, meta))
     task = VideoTask(data=chunk)
-    list(ClipTranscoder(encoder="libx264", frame_rates=[1.0]).process(task))
+    transcoder = ClipTranscoder(encoder="libx264", frame_rates=[1.0], max_height=max_height)
+    list(transcoder.process(task))
+    if max_height is not None:
+        return task
     extracted = copy.deepcopy(task)
     extracted.data.clips[0].frames.clear()
     extractor = ClipFrameExtractor(rates=[1.0])
@@ -622,6 +636,16 @@ def test_a_rotated_source_keeps_its_rotation_and_models_see_it_upright(tmp_path:
     with av.open(io.BytesIO(clip.encoded)) as container:  # type: ignore[arg-type]
         assert next(container.decode(video=0)).rotation == 90
     assert clip.frames[1.0].shape[1:3] == (96, 64)  # portrait, as shown
+    meta = clip_meta(clip, task.data, None)
+    assert (meta["width"], meta["height"], meta["display_width"], meta["display_height"]) == (
+        96,
+        64,
+        64,
+        96,
+    )
+    # --max-height limits the height it is shown at: its stored width
+    (small,) = shaped_source(tmp_path / "small.mp4", rotation=90, max_height=48).data.clips
+    assert (small.width, small.height) == (48, 32)
 
 
 def test_an_anamorphic_source_keeps_its_pixel_shape_and_models_see_it_wide(
@@ -636,6 +660,8 @@ def test_an_anamorphic_source_keeps_its_pixel_shape_and_models_see_it_wide(
     with av.open(io.BytesIO(clip.encoded)) as container:  # type: ignore[arg-type]
         assert container.streams.video[0].sample_aspect_ratio == 2
     assert clip.frames[1.0].shape[1:3] == (64, 192)  # as a player shows it
+    meta = clip_meta(clip, task.data, None)
+    assert (meta["display_width"], meta["display_height"]) == (192, 64)
 
 
 def test_a_variable_rate_source_keeps_its_timing(tmp_path: Path) -> None:
