@@ -425,9 +425,11 @@ def test_gpu_workers_share_or_own_devices_as_asked(address: str, tmp_path: Path)
     """Fractional workers share one device, whole-GPU workers get distinct devices, and a
     ``gpu_memory_gb`` request becomes the matching fraction of the node's GPU in Ray's books."""
     stages = [
-        st.WhereAmI("half", Resources(cpus=0.25, gpus=0.5), 2, 0.05, tmp_path),
-        st.WhereAmI("whole", Resources(cpus=0.25, gpus=1), 2, 0.05, tmp_path),
-        st.WhereAmI("mem", Resources(cpus=0.25, gpu_memory_gb=20), 2, 0.05, tmp_path),
+        # work enough that a driver short of CPU sees both workers ready before one has
+        # taken every input (it failed so once, on a machine running a second cluster)
+        st.WhereAmI("half", Resources(cpus=0.25, gpus=0.5), 2, 0.1, tmp_path),
+        st.WhereAmI("whole", Resources(cpus=0.25, gpus=1), 2, 0.1, tmp_path),
+        st.WhereAmI("mem", Resources(cpus=0.25, gpu_memory_gb=20), 2, 0.1, tmp_path),
     ]
     result = run(stages, range(16), RayBackend(address, gpu_memory_gb=80))
     assert result.counts["outputs"] == 16 and not result.failures
