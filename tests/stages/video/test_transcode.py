@@ -664,10 +664,25 @@ def test_an_anamorphic_source_keeps_its_pixel_shape_and_models_see_it_wide(
     assert (meta["display_width"], meta["display_height"]) == (192, 64)
 
 
+def write_stamped(path: Path, stamps: list[int], step: int) -> None:
+    """96x64 H.264 whose ``i``-th frame, grey ``i * step``, is shown at ``stamps[i]`` ms."""
+    from fractions import Fraction
+
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("libx264", rate=30)
+        stream.width, stream.height, stream.pix_fmt = 96, 64, "yuv420p"
+        stream.codec_context.time_base = Fraction(1, 1000)
+        for i, ms in enumerate(stamps):
+            image = np.full((64, 96, 3), (i * step) % 250, np.uint8)
+            frame = av.VideoFrame.from_ndarray(image, format="rgb24")
+            frame.pts, frame.time_base = ms, Fraction(1, 1000)
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode(None))
+
+
 def test_a_variable_rate_source_keeps_its_timing(tmp_path: Path) -> None:
     """A screen recording's frames come when the screen changes: the clip shows each at
     the moment it had in the source, not evenly spaced at the average rate."""
-    from fractions import Fraction
 
     from conveyor.media.decode import probe
     from conveyor.stages.video.split import FixedStrideSplitter
@@ -676,16 +691,7 @@ def test_a_variable_rate_source_keeps_its_timing(tmp_path: Path) -> None:
     path = tmp_path / "screen.mp4"
     gaps = [33, 33, 50, 400, 16, 100] * 8  # milliseconds
     stamps = [sum(gaps[:i]) for i in range(len(gaps))]
-    with av.open(str(path), "w") as container:
-        stream = container.add_stream("libx264", rate=30)
-        stream.width, stream.height, stream.pix_fmt = 96, 64, "yuv420p"
-        stream.codec_context.time_base = Fraction(1, 1000)
-        for i, ms in enumerate(stamps):
-            image = np.full((64, 96, 3), (i * 5) % 250, np.uint8)
-            frame = av.VideoFrame.from_ndarray(image, format="rgb24")
-            frame.pts, frame.time_base = ms, Fraction(1, 1000)
-            container.mux(stream.encode(frame))
-        container.mux(stream.encode(None))
+    write_stamped(path, stamps, step=5)
     meta = probe(str(path))
     (chunk,) = FixedStrideSplitter(clip_len_s=60).process_video(Video(str(path), "s.mp4", meta))
     task = VideoTask(data=chunk)
@@ -701,7 +707,6 @@ def test_a_sparse_clip_gives_the_models_its_frames(tmp_path: Path) -> None:
     """A static screen recorded one frame every 2 s: a 10 s clip of it holds 5 frames, fewer
     than the nominal 30 fps puts before the first 2 fps pick (frame 7), and the models got
     none (every clip failed, and the video stayed incomplete, run after run)."""
-    from fractions import Fraction
 
     from conveyor.media.decode import probe
     from conveyor.stages.video.split import FixedStrideSplitter
@@ -712,16 +717,7 @@ def test_a_sparse_clip_gives_the_models_its_frames(tmp_path: Path) -> None:
     # 2 fps pick of a clip of the still part (5 frames) would be its 6th frame
     stamps = [i * 33 for i in range(600)] + [20000 + k * 2000 for k in range(10)]
     stamps += [40000 + i * 33 for i in range(600)]
-    with av.open(str(path), "w") as container:
-        stream = container.add_stream("libx264", rate=30)
-        stream.width, stream.height, stream.pix_fmt = 96, 64, "yuv420p"
-        stream.codec_context.time_base = Fraction(1, 1000)
-        for i, ms in enumerate(stamps):
-            image = np.full((64, 96, 3), (i * 20) % 250, np.uint8)
-            frame = av.VideoFrame.from_ndarray(image, format="rgb24")
-            frame.pts, frame.time_base = ms, Fraction(1, 1000)
-            container.mux(stream.encode(frame))
-        container.mux(stream.encode(None))
+    write_stamped(path, stamps, step=20)
     meta = probe(str(path))
     clips = []
     for chunk in FixedStrideSplitter(clip_len_s=10).process_video(Video(str(path), "s", meta)):
