@@ -126,6 +126,7 @@ STALL_S = 60.0
 #: stage's mean batch, is said once in the log: a hung call otherwise waits without a word
 LONG_BATCH_S = 300.0
 LONG_BATCH_FACTOR = 20.0
+LONG_CHECK_S = 5.0
 #: workers stopped first: not ready yet, then idle, then the least busy
 _STOP_ORDER = operator.attrgetter("ready", "in_flight")
 
@@ -238,6 +239,7 @@ class Controller:
         self._stall_told = False
         self._setup_told: set[str] = set()  # stages whose slow setup was said (once each)
         self._long_told: set[str] = set()  # stages whose long batch was said (once each)
+        self._next_long_check = 0.0  # long batches are looked for every LONG_CHECK_S
         self._timed = [s for s in self.stages if s.spec.timeout_s is not None]
         self._streams = any(s.spec.streams for s in self.stages)
         # nodes that lost a payload: their workers get work only where no other can take it
@@ -1052,7 +1054,11 @@ class Controller:
     def _tell_long_batches(self, now: float) -> None:
         """Say once per stage without ``timeout_s``, in the log, that one of its batches has
         run for ``LONG_BATCH_S`` and ``LONG_BATCH_FACTOR`` times its stage's mean batch:
-        a call that hangs (a dead mount, a stuck lock) otherwise held the run silently."""
+        a call that hangs (a dead mount, a stuck lock) otherwise held the run silently.
+        Every ``LONG_CHECK_S``: it looks at every worker, and the limit is minutes."""
+        if now < self._next_long_check:
+            return
+        self._next_long_check = now + LONG_CHECK_S
         for stage in self.stages:
             if stage.spec.timeout_s is not None or stage.spec.name in self._long_told:
                 continue

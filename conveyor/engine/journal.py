@@ -1,15 +1,16 @@
 """A run's journal: which source tasks are finished, so a re-run skips them.
 
 A source task is finished when everything made from it reached the end of the pipeline,
-was filtered, or failed. A source that failed is recorded as such, and the next run tries
-it again (a failure may have been the moment's: a full disk, a lost store, a killed
-worker) until a run finishes it without one; one whose failure was a ``PermanentError``
-(trying again cannot help) is finished. The journal is a plain text file of JSON lines, one per
-finished source, only ever appended to (with ``fsync``): it works on a network file
-system, where databases that lock do not, and a crash can at worst tear its last line,
-which the next run ignores. Records are written in groups (at most every ``sync_s``): a
-crash loses the last fraction of a second of records, whose sources then run again, and
-writers that name outputs deterministically and rename into place make that harmless.
+was filtered, or failed. A source that failed is recorded as such (``"f": 1``), and the
+next run tries it again (a failure may have been the moment's: a full disk, a lost store,
+a killed worker) until a run finishes it without one; one whose failure was a
+``PermanentError`` (trying again cannot help) is finished. The journal is a plain text
+file of JSON lines, one per finished source, only ever appended to (with ``fsync``): it
+works on a network file system, where databases that lock do not, and a crash can at worst
+tear its last line, which the next run ignores. Records are written in groups (at most
+every ``sync_s``): a crash loses the last fraction of a second of records, whose sources
+then run again, and writers that name outputs deterministically and rename into place make
+that harmless.
 """
 
 from __future__ import annotations
@@ -185,7 +186,7 @@ class Journal:
         """``key`` is finished for this run; ``failed``: something made from it failed,
         and the next run tries it again."""
         self._finished.add(_digest(key))
-        self._pending.append(key + ',"f":1' if failed else key)
+        self._pending.append(key + ',"f":1' if failed else key)  # a line: {"k":KEY,"f":1}
 
     def sync(self, force: bool = False) -> None:
         """Write the pending records when ``sync_s`` has passed (or ``force``)."""
