@@ -16,7 +16,7 @@ import itertools
 import logging
 import os
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -158,7 +158,9 @@ def iter_videos(
     searched recursively for ``extensions`` (any case), skipping hidden files and
     directories and the ``exclude`` directories (the output, when it lies inside the input).
     Linked folders are followed (datasets are often assembled from links to other disks),
-    each real folder once, so a link back up the tree is no loop. A file named explicitly is
+    each real folder once, so a link back up the tree is no loop; a linked file is taken once
+    per real file, and not at all where the file it names is listed itself (a link inside
+    the input to a video of the input: its clips were made twice). A file named explicitly is
     taken whatever its extension: probing decides. A name that is not valid UTF-8 is read
     from where it is but known by its ``printable`` form (ids, records).
     """
@@ -174,13 +176,13 @@ def iter_videos(
             if isinstance(path, ObjectPath)
         ]
     else:
-        skip = {os.path.realpath(Path(e).expanduser()) for e in exclude if not is_url(e)}
-        seen: set[str] = set()  # real folders walked, shared by the inputs
-        streams = [
-            _local_videos(path, root, wanted, skip, seen)
-            for path in _as_list(inputs)
-            if isinstance(path, Path)
-        ]
+        local = [path for path in _as_list(inputs) if isinstance(path, Path)]
+        walk = _Walk(
+            wanted,
+            skip={os.path.realpath(Path(e).expanduser()) for e in exclude if not is_url(e)},
+            roots=[os.path.realpath(p) for p in local if p.is_dir()],
+        )
+        streams = [_local_videos(path, root, walk) for path in local]
     merged = streams[0] if len(streams) == 1 else _merged(streams)
     return itertools.islice(merged, limit)
 
@@ -194,26 +196,55 @@ def _merged(streams: list[Iterator[VideoSource]]) -> Iterator[VideoSource]:
             yield source
 
 
-def _local_videos(
-    path: Path, root: Path, wanted: tuple[str, ...], skip: set[str], seen: set[str]
-) -> Iterator[VideoSource]:
+@dataclass
+class _Walk:
+    """What the walks of one listing share: the extensions wanted, the folders to leave out,
+    the real input folders, and the real folders and linked files taken so far."""
+
+    wanted: tuple[str, ...]
+    skip: set[str]
+    roots: list[str]
+    seen: set[str] = field(default_factory=set)
+    linked: set[str] = field(default_factory=set)
+
+    def takes_link(self, path: str) -> bool:
+        """Whether the linked file ``path`` is listed: not where its real file is a video of
+        an input folder (listed itself), else once per real file."""
+        real = os.path.realpath(path)
+        for root in self.roots:
+            inside = os.path.relpath(real, root)
+            parts = inside.split(os.sep)
+            if (
+                not inside.startswith("..")
+                and not any(p.startswith(".") for p in parts)
+                and real.lower().endswith(self.wanted)
+                and not any(real.startswith(s + os.sep) for s in self.skip)
+            ):
+                return False
+        if real in self.linked:
+            return False
+        self.linked.add(real)
+        return True
+
+
+def _local_videos(path: Path, root: Path, walk: _Walk) -> Iterator[VideoSource]:
     relative = printable(str(path.relative_to(root)))
     if not path.is_dir():
         yield _local_source(str(path), relative)
         return
-    yield from _walk(str(path), "" if relative == "." else f"{relative}/", wanted, skip, seen)
+    yield from _walk(str(path), "" if relative == "." else f"{relative}/", walk)
 
 
-def _walk(
-    folder: str, prefix: str, wanted: tuple[str, ...], skip: set[str], seen: set[str]
-) -> Iterator[VideoSource]:
+def _walk(folder: str, prefix: str, walk: _Walk) -> Iterator[VideoSource]:
     """The videos under ``folder`` in relative path order; a subfolder's entries are listed
     only when the walk reaches it."""
     real = os.path.realpath(folder)
-    if real in seen or real in skip:
+    if real in walk.seen or real in walk.skip:
         return
-    seen.add(real)
+    walk.seen.add(real)
+    wanted = walk.wanted
     names = []  # a subfolder's name ends with "/", so sorting puts it where its files go
+    links: set[str] = set()  # decided in walk order, so the same link wins in every run
     try:
         with os.scandir(folder) as entries:
             for entry in entries:
@@ -228,15 +259,15 @@ def _walk(
                     names.append(name + "/")
                 elif name.lower().endswith(wanted):
                     names.append(name)
+                    if entry.is_symlink():
+                        links.add(name)
     except OSError:
         return  # unreadable: skipped, as os.walk does
     names.sort(key=printable)
     for name in names:
         if name.endswith("/"):
-            yield from _walk(
-                os.path.join(folder, name[:-1]), prefix + printable(name), wanted, skip, seen
-            )
-        else:
+            yield from _walk(os.path.join(folder, name[:-1]), prefix + printable(name), walk)
+        elif name not in links or walk.takes_link(os.path.join(folder, name)):
             yield _local_source(os.path.join(folder, name), prefix + printable(name))
 
 

@@ -98,6 +98,22 @@ def test_linked_folders_are_followed_once_and_a_link_up_the_tree_is_no_loop(
     assert names == ["a.mp4", "again/b.mp4", "again/deeper/c.mkv"]
 
 
+def test_a_linked_file_is_taken_once_per_real_file_and_never_beside_it(tmp_path: Path) -> None:
+    """A link inside the input to one of its videos made that video's clips twice."""
+    root, elsewhere = tmp_path / "in", tmp_path / "disk2"
+    touch(root, "a.mp4", ".hidden/h.mp4", "out/o.mp4")
+    touch(elsewhere, "b.mp4")
+    (root / "c.mp4").symlink_to(root / "a.mp4")  # the input's own video
+    (root / "sub").mkdir()
+    (root / "sub" / "d.mp4").symlink_to(root / "a.mp4")
+    (root / "e.mp4").symlink_to(elsewhere / "b.mp4")  # outside: taken, once
+    (root / "sub" / "f.mp4").symlink_to(elsewhere / "b.mp4")
+    (root / "g.mp4").symlink_to(root / ".hidden" / "h.mp4")  # its file is not listed
+    (root / "o.mp4").symlink_to(root / "out" / "o.mp4")  # nor is an excluded one
+    names = relatives(list_videos(root, exclude=[root / "out"]))
+    assert names == ["a.mp4", "e.mp4", "g.mp4", "o.mp4"]
+
+
 def test_camera_phone_tv_and_older_web_formats_are_listed_too(tmp_path: Path) -> None:
     names = [
         "cam/00001.MTS",
