@@ -5,6 +5,7 @@ output, and how a run is watched (Prometheus metrics on a port, an event log wit
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -45,23 +46,55 @@ class Machine:
     gpus: int | None = None
     memory_gb: float | None = None
 
-    def check_not_ray(self) -> None:
+    def check_ray(self, address: str | None) -> None:
+        """``ValueError`` for a limit that cannot apply on Ray: ``--memory-gb`` anywhere,
+        ``--cpus`` where the run joins a cluster (``address``, or ``RAY_ADDRESS``)."""
         if self.memory_gb is not None:
             raise ValueError(
                 "--memory-gb is for the local backend: on Ray each node's memory resource "
                 "is its limit (ray start --memory)"
             )
+        target = ray_target(address)
+        if target is not None and self.cpus is not None:
+            raise ValueError(
+                f"--cpus declares a private cluster's CPUs: joining the Ray cluster at "
+                f"{target} uses its nodes' own (ray start --num-cpus)"
+            )
+
+    def ray_limits(self, address: str | None) -> dict[str, Any]:
+        """``num_cpus``/``num_gpus`` for a private Ray cluster; none when joining one (where
+        ``--gpus`` only says whether to use the cluster's GPUs)."""
+        if ray_target(address) is not None:
+            return {}
+        return {"num_cpus": self.cpus, "num_gpus": self.gpus}
 
     def backend(self, choice: BackendChoice, address: str | None) -> Any:
         """The backend ``--backend`` names, with these limits (``ValueError``: a bad one)."""
         if choice is BackendChoice.ray:
             from conveyor.backends import RayBackend
 
-            self.check_not_ray()
-            return RayBackend(address, num_cpus=self.cpus, num_gpus=self.gpus)
+            self.check_ray(address)
+            return RayBackend(address, **self.ray_limits(address))
         from conveyor.backends import LocalBackend
 
         return LocalBackend(num_cpus=self.cpus, num_gpus=self.gpus, memory_gb=self.memory_gb)
+
+
+def ray_target(address: str | None) -> str | None:
+    """The Ray cluster a run joins: ``--address``, else ``RAY_ADDRESS``; ``None`` for a
+    private one started on this machine."""
+    return address or os.environ.get("RAY_ADDRESS") or None
+
+
+def cluster_has_gpus(address: str) -> bool:
+    """Whether the Ray cluster at ``address`` has GPUs, asked of the cluster itself (its
+    driver often has none); the connection stays for the run (``RayConnection``)."""
+    import ray
+
+    from conveyor.backends.ray import RayConnection
+
+    RayConnection(address).connect()
+    return float(ray.cluster_resources().get("GPU", 0.0)) > 0
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:

@@ -25,7 +25,9 @@ from conveyor.cli_common import (
     BackendChoice,
     Machine,
     as_flags,
+    cluster_has_gpus,
     hold_output,
+    ray_target,
     refuse_unused,
 )
 from conveyor.cli_common import fail as _fail
@@ -175,7 +177,14 @@ def image(
              "--dedup semantic"),
         ]
     )  # fmt: skip
+    machine = Machine(cpus, gpus, memory_gb)
     try:
+        use_gpus = None if gpus is None else gpus > 0
+        if backend is BackendChoice.ray:
+            machine.check_ray(address)
+            target = ray_target(address)
+            if use_gpus is None and target is not None:
+                use_gpus = cluster_has_gpus(target)  # the driver's own GPUs tell nothing
         config = ImageConfig(
             input=normalize(input),
             output=normalize(output),
@@ -199,7 +208,7 @@ def image(
             shard_mb=shard_mb,
             images_per_task=images_per_task,
             limit=limit,
-            gpus=None if gpus is None else gpus > 0,
+            gpus=use_gpus,
         )
         check_output_place(config.output)
     except (ValueError, OSError, ImportError) as exc:
@@ -221,7 +230,6 @@ def image(
         if empty:
             wanted = " ".join((*IMAGE_EXTENSIONS, ".tar", ".parquet"))
             raise _fail(f"no images in {config.input} (looked for {wanted}, recursively)")
-        machine = Machine(cpus, gpus, memory_gb)
         watch = (metrics_port, report, settings)
         _run(config, sources, executor, backend, address, machine, live, Console(), watch)
 

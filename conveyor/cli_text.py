@@ -279,6 +279,11 @@ def text(
         raise _fail(f"INPUT {exc}") from None
     watch = (metrics_port, report, settings)
     machine = Machine(cpus, None, memory_gb)
+    if backend is BackendChoice.ray:
+        try:
+            machine.check_ray(address)
+        except ValueError as exc:
+            raise _fail(str(exc)) from None
     from conveyor.pipelines.text import check_output
 
     # before the event log goes there

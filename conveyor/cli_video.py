@@ -25,7 +25,9 @@ from conveyor.cli_common import (
     BackendChoice,
     Machine,
     as_flags,
+    cluster_has_gpus,
     hold_output,
+    ray_target,
     refuse_unused,
 )
 from conveyor.cli_common import fail as _fail
@@ -359,7 +361,15 @@ def video(
         raise _fail("--journal needs the streaming or batch executor (Ray Data keeps none)")
     if journal is not None and journal.is_dir():
         raise _fail(f"--journal {str(journal)!r} is a directory, expected a file")
+    machine = Machine(cpus, gpus, memory_gb)
+    on_ray = backend is BackendChoice.ray or executor is VideoExecutor.ray_data
     try:
+        use_gpus = None if gpus is None else gpus > 0
+        if on_ray:
+            machine.check_ray(address)
+            target = ray_target(address)
+            if use_gpus is None and target is not None:
+                use_gpus = cluster_has_gpus(target)  # the driver's own GPUs tell nothing
         config = VideoConfig(
             input=input,
             output=output,
@@ -404,7 +414,7 @@ def video(
             shards=shards.value,
             shard_mb=shard_mb,
             limit=limit,
-            gpus=None if gpus is None else gpus > 0,
+            gpus=use_gpus,
         )
         local = backend is BackendChoice.local and executor is not VideoExecutor.ray_data
         if config.encoder == "h264_nvenc" and local:
@@ -423,7 +433,6 @@ def video(
         if journal is None and executor is not VideoExecutor.ray_data:
             journal = default_journal(config.output)
         watch = _Watch(metrics_port, report, settings)
-        machine = Machine(cpus, gpus, memory_gb)
         _run(config, executor, backend, address, machine, live, console, journal, watch)
 
 
@@ -452,8 +461,8 @@ def _executor(
     if kind is VideoExecutor.ray_data:
         from conveyor.executors import RayDataExecutor
 
-        machine.check_not_ray()
-        return RayDataExecutor(address, num_cpus=machine.cpus, num_gpus=machine.gpus)
+        machine.check_ray(address)
+        return RayDataExecutor(address, **machine.ray_limits(address))
     cls = BatchExecutor if kind is VideoExecutor.batch else StreamingExecutor
     chosen = machine.backend(backend, address)
     if backend is BackendChoice.local:

@@ -83,7 +83,8 @@ class Resources:
         if not gpu_memory_gb_of_node:
             raise ValueError(
                 f"Resources.gpu_memory_gb={self.gpu_memory_gb} needs the GPU memory of the node, "
-                "which is unknown (declare it, e.g. LocalBackend(gpu_memory_gb=80))"
+                "which is unknown (declare it: gpu_memory_gb=80 on LocalBackend, RayBackend or "
+                "RayDataExecutor)"
             )
         if self.gpu_memory_gb > gpu_memory_gb_of_node:
             raise ValueError(

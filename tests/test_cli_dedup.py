@@ -50,6 +50,10 @@ def test_planted_copies_through_the_command(tmp_path: Path) -> None:
         (["only-one"], "give INPUT... and OUTPUT"),
         (["{in}", "{out}", "--threshold", "1.5"], "--threshold must be in (0, 1]"),
         (["{in}", "{out}", "--address", "127.0.0.1:1"], "--address needs --backend ray"),
+        (
+            ["{in}", "{out}", "--backend", "ray", "--address", "127.0.0.1:1", "--cpus", "1"],
+            "--cpus declares a private cluster's CPUs",
+        ),
         (["{in}", "{out}", "--id-column", "nope"], "has no column 'nope'"),
         (["{tmp}/missing", "{out}"], "does not exist"),
         # an output that is a file (the input itself here) failed in a pass, naming nothing

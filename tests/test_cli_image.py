@@ -79,6 +79,23 @@ def one_error_line(output: str) -> str:
         (["{folder}", "{tmp}/out", "--dedup", "semantic", "--no-embed"], "compares embeddings"),
         (["{folder}", "{tmp}/out", "--dedup", "fuzzy"], "Invalid value for '--dedup'"),
         (["{folder}", "{tmp}/out", "--address", "127.0.0.1:1"], "--address needs --backend ray"),
+        (
+            [
+                "{folder}",
+                "{tmp}/out",
+                "--backend",
+                "ray",
+                "--address",
+                "127.0.0.1:1",
+                "--cpus",
+                "1",
+            ],
+            "--cpus declares a private cluster's CPUs",
+        ),
+        (
+            ["{folder}", "{tmp}/out", "--backend", "ray", "--address", "127.0.0.1:1"],
+            "no Ray cluster answers at 127.0.0.1:1",
+        ),
         (["{folder}", "{tmp}/out", "--aesthetic-model", "{tmp}/nope.pt"], "aesthetic model path"),
         # an option that would have no effect with the others (it was silently ignored)
         (

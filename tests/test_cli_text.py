@@ -554,6 +554,10 @@ def test_a_malformed_parquet_row_is_shown_as_a_row(tmp_path: Path) -> None:
             ["{data}", "{out}", "--backend", "ray", "--memory-gb", "4"],
             "--memory-gb is for the local backend",
         ),
+        (
+            ["{data}", "{out}", "--backend", "ray", "--address", "127.0.0.1:1", "--cpus", "2"],
+            "--cpus declares a private cluster's CPUs",
+        ),
     ],
 )
 def test_bad_input_or_options_exit_2_with_one_line(

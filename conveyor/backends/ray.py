@@ -44,6 +44,7 @@ import pickle
 import re
 import secrets
 import shutil
+import socket
 import sys
 import tempfile
 import time
@@ -578,6 +579,7 @@ class RayConnection:
                     "RayBackend: num_cpus/num_gpus declare the resources of a private local "
                     f"cluster; joining {target!r} uses the cluster's own"
                 )
+            _check_answers(target)
             ip = self.node_ip_address or _loopback_host(target)
             if ip is not None:
                 kwargs["_node_ip_address"] = ip
@@ -620,6 +622,31 @@ class RayConnection:
                 os.close(self.temp_lock)
             self.temp_dir = self.temp_lock = self.dashboard_url = None
             self.private = self.started = False
+
+
+#: how long a cluster's address may take to answer before joining it is given up
+ANSWER_TIMEOUT_S = 10.0
+
+
+def _check_answers(address: str) -> None:
+    """``ConnectionError`` unless something listens at ``host:port`` (``ray.init`` retries
+    an address where nothing does for minutes, printing only its own retries)."""
+    if address == "auto" or "://" in address:
+        return  # Ray finds the local cluster itself; a client URL is Ray Client's
+    parsed = urlparse(f"//{address}")
+    try:
+        host, port = parsed.hostname, parsed.port
+    except ValueError:
+        host = port = None
+    if not host or not port:
+        raise ValueError(f"Ray address {address!r} is not host:port (nor 'auto')")
+    try:
+        socket.create_connection((host, port), timeout=ANSWER_TIMEOUT_S).close()
+    except OSError as exc:
+        raise ConnectionError(
+            f"no Ray cluster answers at {address} ({exc.strerror or exc}): is it running, "
+            "and is this its head's address (ray start --head prints it)?"
+        ) from None
 
 
 def _loopback_host(address: str) -> str | None:

@@ -772,6 +772,40 @@ def test_videos_too_short_for_a_clip_are_counted_and_say_why(inputs: Path, tmp_p
             ["video", "{input}", "out", "--executor", "ray-data", "--memory-gb", "4"],
             "--memory-gb is for the local backend",
         ),
+        # joining a cluster: its nodes' CPUs, and an address nothing answers at is said at
+        # once (ray.init retried it for minutes; --cpus was a traceback)
+        (
+            [
+                "video",
+                "{input}",
+                "out",
+                "--backend",
+                "ray",
+                "--address",
+                "127.0.0.1:1",
+                "--cpus",
+                "2",
+            ],
+            "--cpus declares a private cluster's CPUs: joining the Ray cluster at 127.0.0.1:1",
+        ),
+        (
+            [
+                "video",
+                "{input}",
+                "out",
+                "--executor",
+                "ray-data",
+                "--address",
+                "127.0.0.1:1",
+                "--cpus",
+                "2",
+            ],
+            "--cpus declares a private cluster's CPUs",
+        ),
+        (
+            ["video", "{input}", "out", "--backend", "ray", "--address", "127.0.0.1:1"],
+            "no Ray cluster answers at 127.0.0.1:1",
+        ),
         # no NVENC on this machine (the test makes sure of it below)
         (["video", "{input}", "out", "--encoder", "h264_nvenc"], "NVENC does not open"),
         (
@@ -835,3 +869,27 @@ def test_overwrite_clears_what_a_run_wrote_and_nothing_else(tmp_path: Path) -> N
         (out / name).write_text("x")
     clear_output(out)
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+
+
+def test_joining_a_ray_cluster_asks_the_cluster_whether_it_has_gpus(
+    inputs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The driver's own GPUs decided (a cluster's head has none): the cluster's GPUs were
+    never used, and --gpus, refused when joining, could not say so."""
+    import conveyor.cli_video as cli_video
+
+    asked: list[str] = []
+    monkeypatch.setattr(cli_video, "cluster_has_gpus", lambda at: asked.append(at) or True)
+    configs: list[Any] = []
+    monkeypatch.setattr(cli_video, "_run", lambda config, *rest: configs.append(config))
+    ray = ["--backend", "ray", "--address", "127.0.0.1:1"]
+    result = runner.invoke(app, ["video", str(inputs), str(tmp_path / "a"), *ray])
+    assert result.exit_code == 0, result.output
+    assert asked == ["127.0.0.1:1"]
+    assert configs[-1].use_gpus and configs[-1].shot_detector == "transnetv2"
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:2")  # the cluster Ray's own tools join
+    result = runner.invoke(app, ["video", str(inputs), str(tmp_path / "b"), "--backend", "ray"])
+    assert result.exit_code == 0 and asked[-1] == "127.0.0.1:2"
+    # --gpus says it without asking: a GPU cluster run on its CPUs alone
+    result = runner.invoke(app, ["video", str(inputs), str(tmp_path / "c"), *ray, "--gpus", "0"])
+    assert result.exit_code == 0 and len(asked) == 2 and not configs[-1].use_gpus

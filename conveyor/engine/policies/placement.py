@@ -494,7 +494,8 @@ def _lacking(resources: Resources, nodes: list[NodeInfo], share_cpus: bool) -> s
         if not known:
             return (
                 f"it needs {resources.gpu_memory_gb:g} GB of a GPU's memory and no node says "
-                "how much its GPUs have (declare it, e.g. LocalBackend(gpu_memory_gb=80))"
+                "how much its GPUs have (declare it: gpu_memory_gb=80 on LocalBackend, "
+                "RayBackend or RayDataExecutor)"
             )
         if resources.gpu_memory_gb > max(known):
             return (

@@ -575,7 +575,12 @@ def test_reserved_totals_follow_every_allocation_resize_and_release() -> None:
             [NodeInfo("a", cpus=8, gpus=1, gpu_memory_gb=80), NodeInfo("b", cpus=8, gpus=1)],
             "the largest GPU has 80 GB",
         ),
-        (Resources(gpu_memory_gb=10), [NodeInfo("a", cpus=8, gpus=1)], "no node says how much"),
+        (
+            Resources(gpu_memory_gb=10),
+            [NodeInfo("a", cpus=8, gpus=1)],
+            "no node says how much its GPUs have (declare it: gpu_memory_gb=80 on LocalBackend, "
+            "RayBackend or RayDataExecutor)",
+        ),
         (
             Resources(nvencs=1),
             [NodeInfo("a", cpus=8, gpus=1, nvdecs_per_gpu=7, nvencs_per_gpu=0)],
