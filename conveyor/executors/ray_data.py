@@ -361,6 +361,28 @@ class RayDataRun:
             why = fits_nowhere(spec.name, spec.resources, nodes, share_cpus=False)
             if why is not None:
                 raise BackendError(why)
+        self._check_pools_fit(sum(node.cpus for node in nodes))
+
+    def _check_pools_fit(self, cpus: float) -> None:
+        """Every actor pool keeps at least one actor (``num_workers`` where pinned) for the
+        whole run, and the task stages need a task's CPUs besides: where the cluster has
+        fewer CPUs, an actor never starts and Ray Data waits for it for ever (it did)."""
+        pools = [
+            (spec, (spec.num_workers or 1) * spec.resources.cpus)
+            for spec in self.specs
+            if _runs_in_actors(spec)
+        ]
+        tasks = max((s.resources.cpus for s in self.specs if not _runs_in_actors(s)), default=0)
+        needed = sum(c for _, c in pools) + tasks
+        if pools and needed > cpus + 1e-9:
+            each = ", ".join(f"{spec.name} {c:g}" for spec, c in pools)
+            also = f", and {tasks:g} for a task of the other stages" if tasks else ""
+            raise BackendError(
+                f"RayDataExecutor: the stages' actor pools hold {needed - tasks:g} CPUs for the "
+                f"whole run ({each}){also}, more than the cluster's {cpus:g}: Ray Data would "
+                "wait for ever for an actor that cannot start. Give the stages fewer CPUs, or "
+                "run the streaming executor, whose stages share the CPUs"
+            )
 
     def _setup_on_nodes(self) -> None:
         """``setup_on_node`` of every stage that has one, on every live node, before the plan."""
@@ -428,7 +450,7 @@ class RayDataRun:
             remote: dict[str, float] = {"num_cpus": res.cpus}
             if gpu_share:
                 remote["num_gpus"] = gpu_share
-            if spec.stage.overrides("setup") or spec.stage.overrides("teardown") or gpu_share:
+            if _runs_in_actors(spec):
                 pool = (
                     ray.data.ActorPoolStrategy(size=spec.num_workers)
                     if spec.num_workers
@@ -459,6 +481,18 @@ class RayDataRun:
                 rows = max(executor.rows_per_block, self.specs[position + 1].batch_size)
                 ds = ds.repartition(target_num_rows_per_block=rows)
         return ds
+
+
+def _runs_in_actors(spec: StageSpec) -> bool:
+    """Whether the plan runs the stage in an actor pool: it sets up, tears down or takes a
+    GPU (the others run as Ray tasks)."""
+    res = spec.resources
+    return (
+        spec.stage.overrides("setup")
+        or spec.stage.overrides("teardown")
+        or res.gpus > 0
+        or res.gpu_memory_gb > 0
+    )
 
 
 #: stage settings a Ray Data plan cannot honour, and what the run does instead

@@ -241,6 +241,16 @@ def test_a_stage_no_node_can_host_is_refused_before_the_run(
         Pipeline("p", [stage]).run(chosen or RayDataExecutor(address), initial_tasks=range(3))
 
 
+def test_ray_data_actor_pools_the_cluster_cannot_hold_together_are_refused(
+    address: str, tmp_path: Path
+) -> None:
+    """Each fits a node, all three do not fit the cluster's 4 CPUs: one actor never started
+    and Ray Data waited for it for ever."""
+    stages = [st.WhereAmI(name, Resources(cpus=1.5), None, 0.0, None) for name in ("a", "b", "c")]
+    with pytest.raises(BackendError, match=r"actor pools hold 4.5 CPUs .*\(a 1.5, b 1.5, c 1.5\)"):
+        Pipeline("p", stages).run(RayDataExecutor(address), initial_tasks=range(3))
+
+
 def test_an_address_nothing_answers_at_is_said_at_once() -> None:
     """ray.init retried it for minutes, printing only its own retries."""
     import socket
