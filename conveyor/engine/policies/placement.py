@@ -116,6 +116,11 @@ def choose(
     return WorkerPlacement(node.node_id, devices, share)
 
 
+#: added to a CPU worker's key on a node that has not its CPUs to spare: any node that has
+#: them comes first, whatever its GPUs
+_SHORT = 1e6
+
+
 def _rank(
     nodes: Iterable[NodeFree],
     resources: Resources,
@@ -181,9 +186,12 @@ def _rank(
             choice = (node, (device,), 0.0)
         else:
             usable = node.cpus - gpu_cpu_reserve * sum(node.gpu_free)
-            if not overcommit_cpus and usable + _EPS < cpus:
+            short = usable + _EPS < cpus
+            if not overcommit_cpus and short:
                 continue
-            key = (float(len(node.gpu_free)), 0.0, -usable)
+            # a node where it fits first: CPUs shared (``share_cpus``) piled every CPU worker
+            # on a GPU-less head while a GPU node's spare CPUs idled; then the fewest GPUs
+            key = (float(len(node.gpu_free)) + (_SHORT if short else 0.0), 0.0, -usable)
             choice = (node, (), 0.0)
         if best_key is None or key < best_key:
             second_key = best_key

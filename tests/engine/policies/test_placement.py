@@ -156,6 +156,17 @@ def test_cpu_only_workers_prefer_the_fewest_gpus_then_the_most_free_cpus() -> No
     assert place(ledger, Resources(cpus=4)) == WorkerPlacement("g2", (), 0.0)
 
 
+def test_shared_cpus_go_to_a_node_that_has_them_before_the_fewest_gpus() -> None:
+    """With CPUs time-shared, every CPU worker went to the full GPU-less head while the GPU
+    node's spare CPUs idled (a 2-node cluster: 5 workers on 2 CPUs)."""
+    ledger = Ledger.of([node("head", cpus=2), node("gpu", cpus=4, gpus=2)])
+    ledger.share_cpus = True
+    where = [place(ledger, Resources(cpus=1)) for _ in range(6)]
+    assert [p.node_id for p in where if p] == ["head", "head", "gpu", "gpu", "gpu", "gpu"]
+    # both full: shared where the fewest GPUs are, as before
+    assert place(ledger, Resources(cpus=1)) == WorkerPlacement("head", (), 0.0)
+
+
 def test_identical_nodes_are_chosen_deterministically() -> None:
     nodes = [NodeFree.of(node(n, cpus=8)) for n in ("x", "y", "z")]
     assert choose(nodes, Resources(cpus=1)) == WorkerPlacement("x", (), 0.0)
