@@ -361,12 +361,13 @@ class RayDataRun:
             why = fits_nowhere(spec.name, spec.resources, nodes, share_cpus=False)
             if why is not None:
                 raise BackendError(why)
-        self._check_pools_fit(sum(node.cpus for node in nodes))
+        self._check_pools_fit(sum(node.cpus for node in nodes), sum(n.gpus for n in nodes))
 
-    def _check_pools_fit(self, cpus: float) -> None:
+    def _check_pools_fit(self, cpus: float, gpus: int) -> None:
         """Every actor pool keeps at least one actor (``num_workers`` where pinned) for the
         whole run, and the task stages need a task's CPUs besides: where the cluster has
-        fewer CPUs, an actor never starts and Ray Data waits for it for ever (it did)."""
+        fewer CPUs (or GPUs), an actor never starts and Ray Data waits for it for ever (it
+        did)."""
         pools = [
             (spec, (spec.num_workers or 1) * spec.resources.cpus)
             for spec in self.specs
@@ -382,6 +383,18 @@ class RayDataRun:
                 f"whole run ({each}){also}, more than the cluster's {cpus:g}: Ray Data would "
                 "wait for ever for an actor that cannot start. Give the stages fewer CPUs, or "
                 "run the streaming executor, whose stages share the CPUs"
+            )
+        shares = [
+            (spec, (spec.num_workers or 1) * float(res.whole_gpus if res.gpus >= 1 else res.gpus))
+            for spec, res in ((s, s.resources) for s in self.specs)
+            if res.gpus > 0
+        ]
+        if sum(g for _, g in shares) > gpus + 1e-9:
+            each = ", ".join(f"{spec.name} {g:g}" for spec, g in shares)
+            raise BackendError(
+                f"RayDataExecutor: the stages' actor pools hold {sum(g for _, g in shares):g} "
+                f"GPUs for the whole run ({each}), more than the cluster's {gpus}: Ray Data "
+                "would wait for ever for an actor that cannot start"
             )
 
     def _setup_on_nodes(self) -> None:

@@ -249,6 +249,9 @@ def test_ray_data_actor_pools_the_cluster_cannot_hold_together_are_refused(
     stages = [st.WhereAmI(name, Resources(cpus=1.5), None, 0.0, None) for name in ("a", "b", "c")]
     with pytest.raises(BackendError, match=r"actor pools hold 4.5 CPUs .*\(a 1.5, b 1.5, c 1.5\)"):
         Pipeline("p", stages).run(RayDataExecutor(address), initial_tasks=range(3))
+    gpus = [st.WhereAmI(name, Resources(cpus=0.25, gpus=2), None) for name in ("d", "e", "f")]
+    with pytest.raises(BackendError, match=r"actor pools hold 6 GPUs .*\(d 2, e 2, f 2\)"):
+        Pipeline("p", gpus).run(RayDataExecutor(address), initial_tasks=range(3))
 
 
 def test_an_address_nothing_answers_at_is_said_at_once() -> None:
