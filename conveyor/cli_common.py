@@ -48,7 +48,8 @@ class Machine:
 
     def check_ray(self, address: str | None) -> None:
         """``ValueError`` for a limit that cannot apply on Ray: ``--memory-gb`` anywhere,
-        ``--cpus`` where the run joins a cluster (``address``, or ``RAY_ADDRESS``)."""
+        ``--cpus`` where the run joins a cluster (``address``, or ``RAY_ADDRESS``); and
+        ``ConnectionError`` where nothing answers at the cluster's address."""
         if self.memory_gb is not None:
             raise ValueError(
                 "--memory-gb is for the local backend: on Ray each node's memory resource "
@@ -60,6 +61,10 @@ class Machine:
                 f"--cpus declares a private cluster's CPUs: joining the Ray cluster at "
                 f"{target} uses its nodes' own (ray start --num-cpus)"
             )
+        if target is not None:
+            from conveyor.backends.ray import check_answers
+
+            check_answers(target)
 
     def ray_limits(self, address: str | None) -> dict[str, Any]:
         """``num_cpus``/``num_gpus`` for a private Ray cluster; none when joining one (where

@@ -90,8 +90,8 @@ def dedup(
     cls = BatchExecutor if executor is DedupExecutor.batch else StreamingExecutor
     try:
         engine = cls(Machine(cpus, None, memory_gb).backend(backend, address))
-    except (ImportError, ValueError, ConveyorError) as exc:
-        raise fail(str(exc), 2 if isinstance(exc, ValueError) else 1) from None
+    except (ImportError, ValueError, OSError, ConveyorError) as exc:  # OSError: no cluster there
+        raise fail(str(exc), 2 if isinstance(exc, (ValueError, OSError)) else 1) from None
     try:
         with hold_output(output):
             result = semantic_dedup(

@@ -282,7 +282,7 @@ def text(
     if backend is BackendChoice.ray:
         try:
             machine.check_ray(address)
-        except ValueError as exc:
+        except (ValueError, OSError) as exc:  # OSError: nothing answers at the address
             raise _fail(str(exc)) from None
     from conveyor.pipelines.text import check_output
 

@@ -54,6 +54,10 @@ def test_planted_copies_through_the_command(tmp_path: Path) -> None:
             ["{in}", "{out}", "--backend", "ray", "--address", "127.0.0.1:1", "--cpus", "1"],
             "--cpus declares a private cluster's CPUs",
         ),
+        (
+            ["{in}", "{out}", "--backend", "ray", "--address", "127.0.0.1:1"],
+            "no Ray cluster answers at 127.0.0.1:1",
+        ),
         (["{in}", "{out}", "--id-column", "nope"], "has no column 'nope'"),
         (["{tmp}/missing", "{out}"], "does not exist"),
         # an output that is a file (the input itself here) failed in a pass, naming nothing

@@ -558,6 +558,10 @@ def test_a_malformed_parquet_row_is_shown_as_a_row(tmp_path: Path) -> None:
             ["{data}", "{out}", "--backend", "ray", "--address", "127.0.0.1:1", "--cpus", "2"],
             "--cpus declares a private cluster's CPUs",
         ),
+        (
+            ["{data}", "{out}", "--backend", "ray", "--address", "127.0.0.1:1"],
+            "no Ray cluster answers at 127.0.0.1:1",
+        ),
     ],
 )
 def test_bad_input_or_options_exit_2_with_one_line(

@@ -579,7 +579,7 @@ class RayConnection:
                     "RayBackend: num_cpus/num_gpus declare the resources of a private local "
                     f"cluster; joining {target!r} uses the cluster's own"
                 )
-            _check_answers(target)
+            check_answers(target)
             ip = self.node_ip_address or _loopback_host(target)
             if ip is not None:
                 kwargs["_node_ip_address"] = ip
@@ -628,7 +628,7 @@ class RayConnection:
 ANSWER_TIMEOUT_S = 10.0
 
 
-def _check_answers(address: str) -> None:
+def check_answers(address: str) -> None:
     """``ConnectionError`` unless something listens at ``host:port`` (``ray.init`` retries
     an address where nothing does for minutes, printing only its own retries)."""
     if address == "auto" or "://" in address:

@@ -258,19 +258,19 @@ def test_an_address_nothing_answers_at_is_said_at_once() -> None:
     """ray.init retried it for minutes, printing only its own retries."""
     import socket
 
-    from conveyor.backends.ray import _check_answers
+    from conveyor.backends.ray import check_answers
 
     with socket.socket() as listening:
         listening.bind(("127.0.0.1", 0))
         listening.listen()
-        _check_answers(f"127.0.0.1:{listening.getsockname()[1]}")  # something answers
+        check_answers(f"127.0.0.1:{listening.getsockname()[1]}")  # something answers
         closed = listening.getsockname()[1]
     with pytest.raises(ConnectionError, match=rf"no Ray cluster answers at 127.0.0.1:{closed}"):
-        _check_answers(f"127.0.0.1:{closed}")
+        check_answers(f"127.0.0.1:{closed}")
     with pytest.raises(ValueError, match="is not host:port"):
-        _check_answers("127.0.0.1")
-    _check_answers("auto")  # Ray finds the cluster of this machine itself
-    _check_answers("ray://127.0.0.1:1")  # a Ray Client URL is Ray's to connect
+        check_answers("127.0.0.1")
+    check_answers("auto")  # Ray finds the cluster of this machine itself
+    check_answers("ray://127.0.0.1:1")  # a Ray Client URL is Ray's to connect
 
 
 def test_the_cluster_is_asked_whether_it_has_gpus(address: str) -> None:
@@ -327,7 +327,7 @@ def test_what_a_connection_asks_ray_init_for(monkeypatch: pytest.MonkeyPatch) ->
     asked: list[dict[str, Any]] = []
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(RayConnection, "_init", staticmethod(lambda **kw: asked.append(kw)))
-    monkeypatch.setattr(ray_backend, "_check_answers", lambda address: None)  # no cluster here
+    monkeypatch.setattr(ray_backend, "check_answers", lambda address: None)  # no cluster here
     private = RayConnection(
         None, num_cpus=3, num_gpus=1, object_store_memory=2**28, node_ip_address="127.0.0.3",
         init_kwargs={"namespace": "mine"},
