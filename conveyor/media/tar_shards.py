@@ -195,10 +195,19 @@ class TarShardBook:
         return len(todo)
 
     def close(self) -> None:
-        """Close the shard being filled (nothing is written for one without a sample)."""
+        """Close the shard being filled. One without a sample is not written; where it
+        completed groups (each with nothing to pack: every sample failed, filtered or a
+        duplicate), it stays open, empty, and records them for the next run: closed with
+        nothing, their completion was lost while their staged samples were let go, and the
+        next run stopped, asking for what was gone."""
         filling, self.filling = self.filling, None
         if filling is not None and filling.samples:
             self._close(filling)
+        elif filling is not None and filling.complete:
+            self.work.mkdir(parents=True, exist_ok=True)
+            (self.work / shard_name(filling.shard)).touch()  # the empty tar it goes on with
+            self.write_json(self.work / OPEN_STATE, self._state(filling))
+            return
         elif filling is not None:
             (self.work / shard_name(filling.shard)).unlink(missing_ok=True)
         (self.work / OPEN_STATE).unlink(missing_ok=True)

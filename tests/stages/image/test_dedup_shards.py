@@ -120,6 +120,27 @@ def test_packing_cut_short_takes_up_where_it_was(
         assert (layout.local / "shards" / name).read_bytes() == data
 
 
+def test_a_part_with_nothing_to_pack_stays_packed_for_the_next_run(tmp_path: Path) -> None:
+    """Packed alone (images added to a finished output, all duplicates or failures), its
+    completion went with the empty shard, its staging was removed, and every later run
+    stopped: "part 1's kept images are not staged; run again with --overwrite"."""
+    layout = ImageLayout(tmp_path)
+    first = staged_part(layout, 0, 2)
+    pack_shards(layout, 1.0, [(0, "d0")])
+    (copy,) = staged_part(layout, 1, 1)  # a copy of an image already packed
+    result = pack_shards(layout, 1.0, [(0, "d0"), (1, "d1")], duplicates={copy})
+    assert result.added == 0 and not layout.staged_samples(1).exists()
+    again = pack_shards(layout, 1.0, [(0, "d0"), (1, "d1")], duplicates={copy})
+    assert again.added == 0 and shard_ids(layout) == first
+    # the next part with samples goes on in the shard that part opened, and closes it
+    staged_part(layout, 2, 2)
+    parts = [(0, "d0"), (1, "d1"), (2, "d2")]
+    assert pack_shards(layout, 1.0, parts, duplicates={copy}).added == 2
+    assert (
+        len(shard_ids(layout)) == 4 and not (layout.local / ".conveyor/shards/open.json").exists()
+    )
+
+
 def test_a_part_whose_input_changed_after_packing_is_refused(tmp_path: Path) -> None:
     layout = ImageLayout(tmp_path)
     staged_part(layout, 0, 2)
