@@ -96,12 +96,20 @@ def to_rgb(image: Any, changes: list[str]) -> Any:
         return image.convert("RGB")
     if mode.startswith("I") or mode == "F":
         values = np.asarray(image)
+        label = "16-bit"
         if mode == "F":
+            label = "float"
             top = float(values.max()) if values.size else 0.0
             values = values * (255.0 if top <= 1.0 else 255.0 / max(top, 1.0))
+        elif values.size and (int(values.max()) > 65535 or int(values.min()) < 0):
+            # 32-bit levels (a scientific TIFF): scaled to their range; divided as 16-bit
+            # levels they clipped to white, and the image was filtered as blank
+            label = "32-bit"
+            low, top = min(0, int(values.min())), int(values.max())
+            values = (values.astype(np.float64) - low) * (255.0 / max(top - low, 1))
         elif values.size and int(values.max()) > 255:
             values = values / 257.0  # 16-bit levels
-        changes.append("16-bit" if mode.startswith("I;16") or mode == "I" else mode.lower())
+        changes.append(label)
         grey = np.clip(np.rint(values), 0, 255).astype(np.uint8)
         return Image.fromarray(grey, "L").convert("RGB")
     transparent = mode in ("RGBA", "LA", "PA", "La", "RGBa") or (

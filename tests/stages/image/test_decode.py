@@ -115,8 +115,18 @@ def test_float_images_are_scaled_to_eight_bits() -> None:
     values = np.linspace(0, 1, 64 * 64, dtype=np.float32).reshape(64, 64)
     changes: list[str] = []
     rgb = to_rgb(Image.fromarray(values, "F"), changes)
-    assert rgb.mode == "RGB" and changes == ["f"]
+    assert rgb.mode == "RGB" and changes == ["float"]  # it read "f"
     assert np.asarray(rgb)[-1, -1, 0] == 255 and np.asarray(rgb)[0, 0, 0] == 0
+
+
+def test_32_bit_levels_are_scaled_to_their_range() -> None:
+    """Divided as 16-bit levels they clipped to white: the picture was filtered as blank,
+    labelled "16-bit"."""
+    values = np.linspace(0, 2**31 - 1, 64 * 64).astype(np.int32).reshape(64, 64)
+    changes: list[str] = []
+    grey = np.asarray(to_rgb(Image.fromarray(values, "I"), changes))[..., 0]
+    assert changes == ["32-bit"] and grey.min() == 0 and grey.max() == 255
+    assert 120 < grey.mean() < 135
 
 
 def test_a_large_jpeg_is_decoded_at_the_working_size() -> None:
