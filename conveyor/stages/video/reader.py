@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from conveyor.media.decode import probe
-from conveyor.media.layout import OutputLayout, same_source
+from conveyor.media.layout import INTERNAL, OutputLayout, same_source
 from conveyor.resources import Resources
 from conveyor.stage import CompositeStage, ProcessingStage
 from conveyor.stages.video.base import VideoStage
@@ -158,7 +158,8 @@ def iter_videos(
     searched recursively for ``extensions`` (any case), skipping hidden files and
     directories and the ``exclude`` directories (the output, when it lies inside the input).
     Linked folders are followed (datasets are often assembled from links to other disks),
-    each real folder once, so a link back up the tree is no loop; a linked file is taken once
+    each real folder once, so a link back up the tree is no loop, and a subfolder holding a
+    Conveyor output (its ``.conveyor`` folder) is skipped; a linked file is taken once
     per real file, and not at all where the file it names is listed itself (a link inside
     the input to a video of the input: its clips were made twice). A file named explicitly is
     taken whatever its extension: probing decides. A name that is not valid UTF-8 is read
@@ -194,6 +195,11 @@ def _merged(streams: list[Iterator[VideoSource]]) -> Iterator[VideoSource]:
         if source.relative_path != last:
             last = source.relative_path
             yield source
+
+
+#: the folder an output of Conveyor's keeps its state in: a folder of the input holding
+#: one is an earlier run's output, not input (``_walk``)
+OUTPUT_MARK = INTERNAL
 
 
 @dataclass
@@ -245,11 +251,13 @@ def _walk(folder: str, prefix: str, walk: _Walk) -> Iterator[VideoSource]:
     wanted = walk.wanted
     names = []  # a subfolder's name ends with "/", so sorting puts it where its files go
     links: set[str] = set()  # decided in walk order, so the same link wins in every run
+    output = False  # the folder holds a Conveyor output (its ``.conveyor`` folder)
     try:
         with os.scandir(folder) as entries:
             for entry in entries:
                 name = entry.name
                 if name.startswith("."):
+                    output = output or name == OUTPUT_MARK
                     continue
                 try:
                     is_dir = entry.is_dir()  # through links
@@ -263,6 +271,11 @@ def _walk(folder: str, prefix: str, walk: _Walk) -> Iterator[VideoSource]:
                         links.add(name)
     except OSError:
         return  # unreadable: skipped, as os.walk does
+    if output and real not in walk.roots:
+        # an earlier run's output inside the input: its clips (or images) were curated
+        # again as input by the next run into another output
+        log.warning("%s is skipped: it holds a Conveyor output (%s/)", folder, OUTPUT_MARK)
+        return
     names.sort(key=printable)
     for name in names:
         if name.endswith("/"):

@@ -114,6 +114,20 @@ def test_a_linked_file_is_taken_once_per_real_file_and_never_beside_it(tmp_path:
     assert names == ["a.mp4", "e.mp4", "g.mp4", "o.mp4"]
 
 
+def test_an_earlier_run_s_output_inside_the_input_is_not_input(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`conveyor video data data/curated`, then `conveyor video data data/curated-2`: the
+    second curated the first's clips as videos."""
+    root = tmp_path / "data"
+    touch(root, "a.mp4", "curated/clips/c.mp4", "curated/.conveyor/journal", "more/b.mkv")
+    with caplog.at_level("WARNING", logger="conveyor.stages.video.reader"):
+        assert relatives(list_videos(root)) == ["a.mp4", "more/b.mkv"]
+    assert "curated is skipped: it holds a Conveyor output (.conveyor/)" in caplog.text
+    # an output given as the input itself is read (its clips curated again, as asked)
+    assert relatives(list_videos(root / "curated")) == ["clips/c.mp4"]
+
+
 def test_camera_phone_tv_and_older_web_formats_are_listed_too(tmp_path: Path) -> None:
     names = [
         "cam/00001.MTS",
