@@ -465,13 +465,14 @@ def test_gpu_workers_share_or_own_devices_as_asked(address: str, tmp_path: Path)
     ``gpu_memory_gb`` request becomes the matching fraction of the node's GPU in Ray's books."""
     stages = [
         # work enough that a driver short of CPU sees both workers ready before one has
-        # taken every input (it failed so once, on a machine running a second cluster)
+        # taken every input (with 16 inputs of 0.1 s it failed so twice in three full runs
+        # on a slow afternoon)
         st.WhereAmI("half", Resources(cpus=0.25, gpus=0.5), 2, 0.1, tmp_path),
         st.WhereAmI("whole", Resources(cpus=0.25, gpus=1), 2, 0.1, tmp_path),
         st.WhereAmI("mem", Resources(cpus=0.25, gpu_memory_gb=20), 2, 0.1, tmp_path),
     ]
-    result = run(stages, range(16), RayBackend(address, gpu_memory_gb=80))
-    assert result.counts["outputs"] == 16 and not result.failures
+    result = run(stages, range(40), RayBackend(address, gpu_memory_gb=80))
+    assert result.counts["outputs"] == 40 and not result.failures
     # each output went through all three stages: the last one's record wraps the others
     seen: dict[str, dict[str, set[Any]]] = {}
 

@@ -30,9 +30,14 @@ class PeakRss:
 
     def _sample(self) -> None:
         me = psutil.Process()
+        # processes already there are another test's (a Ray cluster the same test worker
+        # started: its 1.4 GB process was taken for the run's peak), as are theirs
+        before = {p.pid for p in me.children(recursive=True)}
         while not self._stop.is_set():
             for proc in me.children(recursive=True):
                 try:
+                    if proc.pid in before or any(p.pid in before for p in proc.parents()):
+                        continue
                     name = " ".join(proc.cmdline()[-1:]) or str(proc.pid)
                     rss = proc.memory_info().rss
                 except psutil.Error:
