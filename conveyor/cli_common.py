@@ -66,6 +66,17 @@ class Machine:
 
             check_answers(target)
 
+    def use_gpus(self, on_ray: bool, address: str | None) -> bool | None:
+        """Whether the models run on GPUs: ``--gpus`` where given; on Ray (checked first,
+        ``check_ray``) a joined cluster is asked, its driver's own GPUs telling nothing;
+        ``None``: this machine's (detected by the config)."""
+        if on_ray:
+            self.check_ray(address)
+        if self.gpus is not None:
+            return self.gpus > 0
+        target = ray_target(address) if on_ray else None
+        return cluster_has_gpus(target) if target is not None else None
+
     def ray_limits(self, address: str | None) -> dict[str, Any]:
         """``num_cpus``/``num_gpus`` for a private Ray cluster; none when joining one (where
         ``--gpus`` only says whether to use the cluster's GPUs)."""

@@ -25,9 +25,7 @@ from conveyor.cli_common import (
     BackendChoice,
     Machine,
     as_flags,
-    cluster_has_gpus,
     hold_output,
-    ray_target,
     refuse_unused,
 )
 from conveyor.cli_common import fail as _fail
@@ -364,12 +362,7 @@ def video(
     machine = Machine(cpus, gpus, memory_gb)
     on_ray = backend is BackendChoice.ray or executor is VideoExecutor.ray_data
     try:
-        use_gpus = None if gpus is None else gpus > 0
-        if on_ray:
-            machine.check_ray(address)
-            target = ray_target(address)
-            if use_gpus is None and target is not None:
-                use_gpus = cluster_has_gpus(target)  # the driver's own GPUs tell nothing
+        use_gpus = machine.use_gpus(on_ray, address)
         config = VideoConfig(
             input=input,
             output=output,

@@ -876,12 +876,13 @@ def test_joining_a_ray_cluster_asks_the_cluster_whether_it_has_gpus(
 ) -> None:
     """The driver's own GPUs decided (a cluster's head has none): the cluster's GPUs were
     never used, and --gpus, refused when joining, could not say so."""
+    import conveyor.cli_common as cli_common
     import conveyor.cli_video as cli_video
     from conveyor.backends import ray as ray_backend
 
     monkeypatch.setattr(ray_backend, "check_answers", lambda address: None)  # no cluster here
     asked: list[str] = []
-    monkeypatch.setattr(cli_video, "cluster_has_gpus", lambda at: asked.append(at) or True)
+    monkeypatch.setattr(cli_common, "cluster_has_gpus", lambda at: asked.append(at) or True)
     configs: list[Any] = []
     monkeypatch.setattr(cli_video, "_run", lambda config, *rest: configs.append(config))
     ray = ["--backend", "ray", "--address", "127.0.0.1:1"]
