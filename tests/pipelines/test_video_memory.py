@@ -27,12 +27,14 @@ class PeakRss:
         self.peak: dict[str, int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
+        # processes already there are another test's (a Ray cluster the same test worker
+        # started: its 1.4 GB process was taken for the run's peak), as are theirs; taken
+        # here, not in the thread, which a loaded machine can start after the run's own
+        self._before: set[int] = set()
 
     def _sample(self) -> None:
         me = psutil.Process()
-        # processes already there are another test's (a Ray cluster the same test worker
-        # started: its 1.4 GB process was taken for the run's peak), as are theirs
-        before = {p.pid for p in me.children(recursive=True)}
+        before = self._before
         while not self._stop.is_set():
             for proc in me.children(recursive=True):
                 try:
@@ -47,6 +49,7 @@ class PeakRss:
             time.sleep(self.interval_s)
 
     def __enter__(self) -> PeakRss:
+        self._before = {p.pid for p in psutil.Process().children(recursive=True)}
         self._thread.start()
         return self
 
@@ -56,6 +59,7 @@ class PeakRss:
 
     @property
     def largest(self) -> int:
+        assert self.peak, "no process of the run was sampled"
         return max(self.peak.values())
 
 
