@@ -16,6 +16,7 @@ _EXPORTS = {
     "AutoscaleConfig": "conveyor.engine.policies.autoscale",
     "CompositeStage": "conveyor.stage",
     "ConveyorError": "conveyor.errors",
+    "DeferredError": "conveyor.errors",
     "EngineStalled": "conveyor.errors",
     "FailureRecord": "conveyor.result",
     "JournalError": "conveyor.errors",
@@ -37,6 +38,7 @@ __all__ = [
     "AutoscaleConfig",
     "CompositeStage",
     "ConveyorError",
+    "DeferredError",
     "EngineStalled",
     "FailureRecord",
     "JournalError",
@@ -59,6 +61,7 @@ if TYPE_CHECKING:
     from conveyor.engine.policies.autoscale import AutoscaleConfig
     from conveyor.errors import (
         ConveyorError,
+        DeferredError,
         EngineStalled,
         JournalError,
         OutputInUse,

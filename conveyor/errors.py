@@ -45,6 +45,16 @@ class PermanentError(ConveyorError):
     """
 
 
+class DeferredError(ConveyorError):
+    """Raise it (or a subclass) from a stage for an input that only a later run can help:
+    an API that refuses for the day, a quota spent, a server down for maintenance.
+
+    The input fails at once, without the stage's further attempts (they would meet the same
+    refusal); with a journal, the next run tries it again, where a ``PermanentError``'s
+    input is finished. NeMo Curator's ``TransientDrop`` and ``FailedTask`` mean this.
+    """
+
+
 class UnpicklablePayload(PermanentError, TypeError):
     """A stage returned (or a run was given) an object that cannot be pickled, so it cannot
     go to another process. Pickling it again gives the same error, so the input fails at

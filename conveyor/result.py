@@ -16,6 +16,8 @@ class FailureRecord:
     message: str
     traceback: str
     attempts: int
+    #: only a later run can help (``DeferredError``: NeMo Curator's ``TransientDrop``)
+    deferred: bool = False
 
     def __str__(self) -> str:
         return (

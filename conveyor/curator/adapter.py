@@ -22,6 +22,8 @@ from conveyor.cluster import WorkerInfo
 from conveyor.curator.backends.base import NodeInfo, WorkerMetadata, WorkerResources
 from conveyor.curator.stages.base import CompositeStage, ProcessingStage
 from conveyor.curator.stages.resources import as_resources
+from conveyor.curator.tasks import FailedTask, NoneTask, TransientDrop
+from conveyor.errors import DeferredError
 from conveyor.stage import CompositeStage as _CompositeStage
 from conveyor.stage import InputContract
 from conveyor.stage import ProcessingStage as _ProcessingStage
@@ -304,19 +306,24 @@ class CuratorStage(_ProcessingStage[Any, Any]):
     def __repr__(self) -> str:
         return f"<{self.kind()} {self.name!r}>"
 
-    def _outputs(self, result: Any, method: str) -> Any:
-        """What a call of the stage gave, as NeMo Curator takes it: the ``None`` in a list
-        dropped (an input filtered), and anything but a task refused, naming it (the next
-        stage failed on it, or the run returned it); its metrics moved to the adapter, whose
-        outputs carry them (``log_metric``)."""
+    def _outputs(self, result: Any, method: str, inputs: Sequence[Any]) -> Any:
+        """What a call of the stage gave, as NeMo Curator takes it: ``None`` and
+        ``NoneTask`` in a list dropped (an input filtered), a ``TransientDrop`` or
+        ``FailedTask`` the input's failure for this run (``DeferredError``; a batch's is
+        told apart by running its inputs one by one), and anything but a task refused,
+        naming it (the next stage failed on it, or the run returned it); its metrics moved
+        to the adapter, whose outputs carry them (``log_metric``)."""
         metrics = self.stage._batch_metrics
         if metrics:
             self._batch_metrics = {**(self._batch_metrics or {}), **metrics}
             self.stage._batch_metrics = None
         if inspect.isgenerator(result):
             result = list(result)
-        if isinstance(result, list) and None in result:
-            result = [t for t in result if t is not None]
+        if isinstance(result, (NoneTask, TransientDrop, FailedTask)):
+            result = [result]
+        if isinstance(result, list):
+            _raise_dropped(self.name, method, result, inputs)
+            result = [t for t in result if t is not None and not isinstance(t, NoneTask)]
         for output in result if isinstance(result, list) else (result,):
             if output is not None and not isinstance(output, Task):
                 raise TypeError(
@@ -326,6 +333,25 @@ class CuratorStage(_ProcessingStage[Any, Any]):
                     "(DocumentBatch(dataset_name=..., data=df) for a table)"
                 )
         return result
+
+
+def _raise_dropped(name: str, method: str, outputs: list[Any], inputs: Sequence[Any]) -> None:
+    """A ``TransientDrop`` or ``FailedTask`` among ``outputs`` as the ``DeferredError`` of
+    the call's inputs (see ``CuratorStage._outputs``)."""
+    dropped = next((o for o in outputs if isinstance(o, (TransientDrop, FailedTask))), None)
+    if dropped is None:
+        return
+    reason = getattr(dropped, "reason", "") or ""
+    if len(inputs) == 1:
+        task = inputs[0]
+        which = f"task {task.task_id!r}" if isinstance(task, Task) else type(task).__name__
+    else:
+        which = f"one of {len(inputs)} inputs (each is run alone to tell which)"
+    raise DeferredError(
+        f"stage {name!r}: {method}() gave {type(dropped).__name__} for {which}"
+        + (f": {reason}" if reason else "")
+        + "; a journaled run tries it again next time"
+    )
 
 
 class _PerTask(CuratorStage):
@@ -338,13 +364,13 @@ class _PerTask(CuratorStage):
                 if hasattr(task, "task_id")
                 else f"stage {self.name!r}: validate_input() refused {type(task).__name__}"
             )
-        return self._outputs(stage.process(task), "process")
+        return self._outputs(stage.process(task), "process", [task])
 
 
 class _PerBatch(CuratorStage):
     def process_batch(self, tasks: list[Any]) -> list[Any]:
         self.stage._threads = self._threads
-        return self._outputs(self.stage.process_batch(tasks), "process_batch")
+        return self._outputs(self.stage.process_batch(tasks), "process_batch", tasks)
 
 
 class _NodeSetup:

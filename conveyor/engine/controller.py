@@ -912,6 +912,7 @@ class Controller:
             message=message,
             traceback=error.traceback if error is not None else "",
             attempts=attempts,
+            deferred=error is not None and error.deferred,
         )
         self.failures.append(record)
         if self._listeners:
@@ -942,7 +943,7 @@ class Controller:
         whole = entries[0].together is not None
         alone = culprit and (len(entries) == 1 or whole)
         limit = stage.spec.max_attempts or self.config.max_attempts
-        final = (error.permanent or (error.lost and not whole)) and alone
+        final = (error.final or (error.lost and not whole)) and alone
         if not alone:
             # whose fault it was is not known: each input is tried again alone, without
             # spending an attempt, so the innocent go on whatever max_attempts is

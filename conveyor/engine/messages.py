@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from conveyor.errors import PermanentError
+from conveyor.errors import DeferredError, PermanentError
 
 
 class Handle(NamedTuple):
@@ -46,6 +46,8 @@ class ErrorInfo:
     traceback: str = ""
     #: the stage said retrying cannot help (it raised ``PermanentError``)
     permanent: bool = False
+    #: the stage said only a later run can help (it raised ``DeferredError``)
+    deferred: bool = False
     #: the input's stored payload is gone (its node left the cluster): the input itself is
     #: fine, and only making it again from its source can help
     lost: bool = False
@@ -72,7 +74,13 @@ class ErrorInfo:
             message=_cut(message),
             traceback=_cut(text),
             permanent=isinstance(exc, PermanentError),
+            deferred=isinstance(exc, DeferredError),
         )
+
+    @property
+    def final(self) -> bool:
+        """Whether another attempt in this run is pointless (the input's own error)."""
+        return self.permanent or self.deferred
 
 
 #: the most of a failure's message (and of its traceback) a record keeps

@@ -178,7 +178,7 @@ class _StageFn:
         outputs, out_labels, filtered, failures, retried = [], [], 0, [], 0
         for task, label in zip(tasks, labels, strict=True):
             error, attempts = first, 1
-            final = error.permanent and len(tasks) == 1
+            final = error.final and len(tasks) == 1
             while not final and attempts < self.max_attempts:
                 retried += 1
                 attempts += 1
@@ -186,7 +186,7 @@ class _StageFn:
                     one, one_labels, one_filtered = self._run([task], [label])
                 except Exception as exc:  # noqa: BLE001 - the next attempt, or a record
                     error = ErrorInfo.from_exception(exc)
-                    final = error.permanent
+                    final = error.final
                     continue
                 outputs.extend(one)
                 out_labels.extend(one_labels)
@@ -195,7 +195,13 @@ class _StageFn:
             else:
                 failures.append(
                     FailureRecord(
-                        self.name, label, error.type, error.message, error.traceback, attempts
+                        self.name,
+                        label,
+                        error.type,
+                        error.message,
+                        error.traceback,
+                        attempts,
+                        deferred=error.deferred,
                     )
                 )
         return outputs, out_labels, filtered, failures, retried

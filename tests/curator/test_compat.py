@@ -53,7 +53,8 @@ def run(stages: list[Any], tasks: list[Any], **config: Any) -> list[Any]:
         ("conveyor.curator.backends.base", ["WorkerResources", "GpuAllocation"]),
         ("conveyor.curator.stages", ["ProcessingStage", "Resources", "processing_stage"]),
         ("conveyor.curator.tasks", ["Task", "DocumentBatch", "FileGroupTask", "EmptyTask"]),
-        ("conveyor.curator.tasks", ["VideoTask"]),
+        ("conveyor.curator.tasks", ["VideoTask", "TransientDrop", "NoneTask", "FailedTask"]),
+        ("conveyor.curator.tasks.sentinels", ["SentinelTask", "EmptyTask", "NoneTask"]),
         ("conveyor.curator.pipeline", ["Pipeline"]),
         ("conveyor.curator.pipeline.pipeline", ["Pipeline"]),
         ("conveyor.curator.backends.xenna", ["XennaExecutor"]),
@@ -228,8 +229,6 @@ def test_pipeline_constructors_refuse_the_other_order() -> None:
         Ours("p", "text")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="pass an instance"):
         Pipeline("p").add_stage(AddOne)
-    with pytest.raises(ValueError, match="checkpoint_path is not supported"):
-        Pipeline("p", stages=[AddOne()]).run(checkpoint_path="/tmp/x")
     with pytest.raises(TypeError, match=r"takes a conveyor\.curator executor"):
         Pipeline("p", stages=[AddOne()]).run(object())
 

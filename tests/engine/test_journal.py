@@ -8,7 +8,14 @@ from typing import Any
 
 import pytest
 
-from conveyor import JournalError, PermanentError, Pipeline, ProcessingStage, Resources
+from conveyor import (
+    DeferredError,
+    JournalError,
+    PermanentError,
+    Pipeline,
+    ProcessingStage,
+    Resources,
+)
 from conveyor.engine.journal import Journal, key_label, source_key
 from conveyor.executors import StreamingExecutor
 from conveyor.tasks import FileGroupTask
@@ -145,6 +152,38 @@ def test_a_failed_source_is_tried_again_by_the_next_run_until_it_works(
     bad.write_text("")
     third = pipeline.run(executor(), range(8), journal=journal)
     assert third.counts["skipped"] == 7 and sorted(third.outputs) == [(6, 0), (6, 1)]
+    assert pipeline.run(executor(), range(8), journal=journal).counts["skipped"] == 8
+
+
+class Quota(ProcessingStage[Any, Any]):
+    """Refuses the inputs listed in ``refused`` for this run (a spent quota), counting calls."""
+
+    resources = Resources(cpus=1)
+    name = "quota"
+
+    def __init__(self, refused: Path, calls: Path) -> None:
+        self.refused, self.calls = refused, calls
+
+    def process(self, task: Any) -> Any:
+        with self.calls.open("a") as f:
+            f.write(f"{task}\n")
+        if str(task) in self.refused.read_text().split():
+            raise DeferredError(f"quota spent before {task}")
+        return task
+
+
+def test_a_deferred_failure_is_tried_once_now_and_again_by_the_next_run(tmp_path: Path) -> None:
+    journal, refused, calls = tmp_path / "j", tmp_path / "refused", tmp_path / "calls"
+    pipeline = Pipeline("p", [Step("a"), Quota(refused, calls)])
+    refused.write_text("2 5")
+    first = pipeline.run(executor(), range(8), journal=journal)
+    assert sorted(f.task for f in first.failures) == sorted(key_label(source_key(n)) for n in (2, 5))
+    assert [(f.error_type, f.attempts) for f in first.failures] == [("DeferredError", 1)] * 2
+    assert calls.read_text().split().count("2") == 1  # no second attempt in this run
+    assert sorted(first.outputs) == [0, 1, 3, 4, 6, 7]
+    refused.write_text("")
+    second = pipeline.run(executor(), range(8), journal=journal)
+    assert second.counts["skipped"] == 6 and sorted(second.outputs) == [2, 5]
     assert pipeline.run(executor(), range(8), journal=journal).counts["skipped"] == 8
 
 

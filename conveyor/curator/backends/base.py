@@ -5,10 +5,15 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from conveyor.engine.journal import source_key
+from conveyor.errors import JournalError
 
 if TYPE_CHECKING:
     from conveyor.executors.base import Executor
@@ -112,25 +117,100 @@ class BaseExecutor:
         initial_tasks: Sequence[Any] | None = None,
         *,
         name: str = "curator-pipeline",
+        checkpoint_path: str | os.PathLike[str] | None = None,
     ) -> list[Any]:
         """Run ``stages`` over ``initial_tasks`` (``[EmptyTask()]`` when none) and return the
         last stage's outputs; with ``ignore_failures`` off, an input that failed for good
-        raises ``StageFailures`` once the run has ended (the outputs are on the error)."""
-        from conveyor.curator.adapter import adapt_all
+        raises ``StageFailures`` once the run has ended (the outputs are on the error). An
+        input a stage dropped for this run (``TransientDrop``, ``FailedTask``) is a warning,
+        as in NeMo Curator, not a failure.
+
+        With ``checkpoint_path`` (a folder) the run is resumable, as NeMo Curator's: the
+        source partitions (the outputs of the last stage whose ``is_source_stage()`` is true,
+        else the tasks given) are journaled by their ``_metadata["resumability_key"]`` (else
+        their ``key``: a ``FileGroupTask``'s paths), and a run with the same folder skips
+        those an earlier one finished. The stages up to that source stage run first, on
+        their own; the rest stream over what they made.
+        """
+        from conveyor.curator.adapter import adapt_all, expand
         from conveyor.curator.tasks import EmptyTask
         from conveyor.pipeline import Pipeline as _Pipeline
 
         executor = self.conveyor_executor()
-        adapted = adapt_all(list(stages), nodes=lambda: self.nodes(executor))
-        pipeline = _Pipeline(name, adapted)
+        flat = expand(list(stages))
+        adapted = adapt_all(flat, nodes=lambda: self.nodes(executor))
         tasks = list(initial_tasks) if initial_tasks is not None else [EmptyTask()]
-        result = pipeline.run(executor, tasks)
+        if checkpoint_path is None:
+            return self.outputs(_Pipeline(name, adapted).run(executor, tasks))
+        journal = _journal_path(checkpoint_path)
+        split = max((i + 1 for i, stage in enumerate(flat) if _is_source(stage)), default=0)
+        if split:
+            sources = _Pipeline(f"{name}-sources", adapted[:split]).run(executor, tasks)
+            tasks = self.outputs(sources)
+            if split == len(adapted):
+                return tasks
+            executor = self.conveyor_executor()
+        result = _Pipeline(name, adapted[split:]).run(
+            executor, tasks, journal=journal, journal_key=resumability_key
+        )
         return self.outputs(result)
 
     def outputs(self, result: RunResult) -> list[Any]:
-        if result.failures and not self.ignore_failures:
+        dropped = [f for f in result.failures if f.deferred]
+        if dropped:
+            log.warning(
+                "%d input(s) dropped for this run (TransientDrop, FailedTask): first at "
+                "stage %r: %s; a run with the same checkpoint_path tries them again",
+                len(dropped),
+                dropped[0].stage,
+                dropped[0].message,
+            )
+        if len(dropped) < len(result.failures) and not self.ignore_failures:
             raise StageFailures(result)
         return list(result.outputs)
+
+
+def _is_source(stage: Any) -> bool:
+    """Whether ``stage`` says it makes the run's source partitions (NeMo Curator's
+    ``is_source_stage()``; Conveyor's stages have no such method)."""
+    method = getattr(stage, "is_source_stage", None)
+    return bool(method()) if callable(method) else False
+
+
+def _journal_path(checkpoint_path: str | os.PathLike[str]) -> Path:
+    """The journal in NeMo Curator's checkpoint folder (made where missing)."""
+    text = os.fspath(checkpoint_path)
+    if not isinstance(text, str) or not text:
+        raise TypeError(f"checkpoint_path must be a folder's path, got {checkpoint_path!r}")
+    if "://" in text:
+        raise ValueError(
+            f"checkpoint_path {text!r}: the journal is a local file (or one on a mounted "
+            "file system such as NFS); object stores are not supported for it"
+        )
+    folder = Path(text)
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"checkpoint_path {text!r} is a file; NeMo Curator's is a folder")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / "conveyor.journal"
+
+
+def resumability_key(task: Any) -> Any:
+    """A source partition's key in the journal: NeMo Curator's
+    ``_metadata["resumability_key"]``, else what Conveyor knows the task by (its ``key``, or
+    the value of a ``str``, ``int``, ``bytes`` or ``Path`` task)."""
+    metadata = getattr(task, "metadata", None)
+    key = metadata.get("resumability_key") if isinstance(metadata, dict) else None
+    if key:
+        return str(key)
+    try:
+        return source_key(task)
+    except JournalError:
+        raise JournalError(
+            f"checkpoint_path: the source task {task!r:.80} has no "
+            "_metadata['resumability_key'] and no key of its own; its source stage (the last "
+            "whose is_source_stage() is true) must set one per partition, as NeMo Curator's "
+            "file partitioning does"
+        ) from None
 
 
 class StageFailures(RuntimeError):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -69,18 +70,13 @@ class Pipeline:
         self,
         executor: Any = None,
         initial_tasks: Sequence[Any] | None = None,
-        checkpoint_path: str | None = None,
+        checkpoint_path: str | os.PathLike[str] | None = None,
     ) -> list[Any]:
         """Run on ``executor`` (``XennaExecutor()`` by default) and return the last stage's
-        outputs. ``checkpoint_path`` (NeMo Curator's resumable runs on a Ray cluster) is
-        not taken: Conveyor resumes with a journal (``conveyor.Pipeline.run(journal=)``)."""
+        outputs. With ``checkpoint_path`` (a folder) a rerun skips the source partitions an
+        earlier run finished (``BaseExecutor.execute``)."""
         from conveyor.curator.backends.base import BaseExecutor
 
-        if checkpoint_path is not None:
-            raise ValueError(
-                f"Pipeline {self.name!r}: checkpoint_path is not supported here; use "
-                "self.conveyor_pipeline().run(executor, tasks, journal=PATH) to resume"
-            )
         if initial_tasks is not None and (
             isinstance(initial_tasks, (str, bytes)) or not hasattr(initial_tasks, "__iter__")
         ):
@@ -97,7 +93,9 @@ class Pipeline:
                 f"Pipeline {self.name!r}: run() takes a conveyor.curator executor "
                 f"(XennaExecutor, RayDataExecutor, RayActorPoolExecutor), got {executor!r}"
             )
-        return executor.execute(self.build(), initial_tasks, name=self.name)
+        return executor.execute(
+            self.build(), initial_tasks, name=self.name, checkpoint_path=checkpoint_path
+        )
 
     def __repr__(self) -> str:
         return f"Pipeline({self.name!r}, stages={[s.name for s in self.stages]})"

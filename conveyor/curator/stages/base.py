@@ -103,6 +103,12 @@ class ProcessingStage(_ProcessingStage[X, Y]):
     def supports_batch_processing(self) -> bool:
         return self.overrides("process_batch")
 
+    def is_source_stage(self) -> bool:
+        """Whether this stage makes the run's source partitions, each with a
+        ``_metadata["resumability_key"]``: with ``checkpoint_path`` they are what a rerun
+        skips once finished."""
+        return False
+
     def validate_input(self, task: Any) -> bool:
         """Whether ``task`` has the attributes and data columns ``inputs()`` lists."""
         from conveyor.curator.adapter import has_inputs

@@ -11,7 +11,7 @@ the tasks a run starts from.
 
 from __future__ import annotations
 
-from dataclasses import MISSING
+from dataclasses import MISSING, dataclass
 from dataclasses import fields as dataclass_fields
 from typing import Any, TypeVar
 
@@ -23,7 +23,18 @@ from conveyor.tasks.file_group import FileGroupTask as _FileGroupTask
 
 T = TypeVar("T")
 
-__all__ = ["DocumentBatch", "EmptyTask", "FileGroupTask", "StagePerf", "Task", "VideoTask"]
+__all__ = [
+    "DocumentBatch",
+    "EmptyTask",
+    "FailedTask",
+    "FileGroupTask",
+    "NoneTask",
+    "SentinelTask",
+    "StagePerf",
+    "Task",
+    "TransientDrop",
+    "VideoTask",
+]
 
 
 class Task(_Task[T]):
@@ -210,8 +221,36 @@ class FileGroupTask(Task[list[str]], _FileGroupTask):
             )
 
 
-class EmptyTask(Task[None], _ConveyorEmptyTask):
+class SentinelTask(Task[None]):
+    """A task without data that marks something (NeMo Curator's base of the three below)."""
+
+    @property
+    def num_items(self) -> int:
+        return 0
+
+
+class EmptyTask(SentinelTask, _ConveyorEmptyTask):
     """The seed a pipeline starts from when it is given no tasks (``EmptyTask()``)."""
+
+
+class NoneTask(SentinelTask):
+    """What a stage gives for an input it filters, as ``None``: nothing goes on, and the
+    input's source is finished."""
+
+
+class FailedTask(SentinelTask):
+    """What a stage gives for an input that failed in a way only a later run can help: the
+    input fails at once (``conveyor.DeferredError``), and with a journal the next run tries
+    its source again."""
+
+
+@dataclass(frozen=True)
+class TransientDrop:
+    """NeMo Curator's newer ``FailedTask``, not a task: ``return TransientDrop("rate
+    limited")`` from ``process`` fails that input for this run only (``DeferredError``,
+    its reason in the failure's message)."""
+
+    reason: str = ""
 
 
 #: NeMo Curator's name for the class before ``EmptyTask`` became one
