@@ -177,7 +177,8 @@ def test_a_deferred_failure_is_tried_once_now_and_again_by_the_next_run(tmp_path
     pipeline = Pipeline("p", [Step("a"), Quota(refused, calls)])
     refused.write_text("2 5")
     first = pipeline.run(executor(), range(8), journal=journal)
-    assert sorted(f.task for f in first.failures) == sorted(key_label(source_key(n)) for n in (2, 5))
+    labels = sorted(key_label(source_key(n)) for n in (2, 5))
+    assert sorted(f.task for f in first.failures) == labels
     assert [(f.error_type, f.attempts) for f in first.failures] == [("DeferredError", 1)] * 2
     assert calls.read_text().split().count("2") == 1  # no second attempt in this run
     assert sorted(first.outputs) == [0, 1, 3, 4, 6, 7]

@@ -153,6 +153,12 @@ class ImageDecoder(ImageStage):
                 orientation = int(source.getexif().get(ORIENTATION, 1) or 1)
             except Exception:  # noqa: BLE001 - a damaged EXIF block is no reason to fail
                 orientation = 1
+            # the size its header gives, upright: kept in the metadata row of an image whose
+            # pixels fail to decode (a truncated file), as its format and mode are
+            width, height = source.size
+            image.width, image.height = (
+                (height, width) if orientation in (5, 6, 7, 8) else (width, height)
+            )
             kept = (
                 image.format in KEPT_FORMATS
                 and image.mode in ("RGB", "L")

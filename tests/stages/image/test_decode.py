@@ -35,6 +35,13 @@ def test_every_bad_kind_fails_alone_with_its_reason() -> None:
     assert good.kept and good.pixels is not None and not good.errors
 
 
+def test_a_truncated_image_keeps_what_its_header_says() -> None:
+    """Its metadata row had its format and mode, but no size, though the header was read."""
+    image = decode(BAD["cut.jpg"][0]())
+    assert image.errors["ImageDecoder"].startswith("truncated")
+    assert (image.format, image.width, image.height) == ("JPEG", 160, 120)
+
+
 def test_a_bomb_is_refused_from_its_header_and_max_pixels_moves_the_limit() -> None:
     image = decode(bomb(12_000, 10_000))
     assert "12000 x 10000 = 120,000,000 pixels" in image.errors["ImageDecoder"]
