@@ -214,7 +214,7 @@ def measure(
             data=pa.table(
                 {
                     "text": corpus.texts[s : s + args.batch],
-                    "_doc_id": corpus.ids[s : s + args.batch],
+                    "_conveyor_doc_id": corpus.ids[s : s + args.batch],
                 }
             )
         )

@@ -184,6 +184,8 @@ def hold_output(
             stack.enter_context(output_lock(output))
         except OutputInUse as exc:
             raise fail(str(exc), 1) from None
+        except OSError as exc:  # the folder cannot be made (no permission, a file in the way)
+            raise fail(str(exc)) from None
         try:
             if clear is not None:
                 clear(output)

@@ -207,7 +207,7 @@ def text(
 
     from conveyor.pipelines.text import TextConfig
     from conveyor.stages.text.readers import InputError, list_inputs
-    from conveyor.storage import location, normalize
+    from conveyor.storage import check_output_place, location, normalize
 
     inputs = [normalize(i) for i in input]
     output = normalize(output)
@@ -235,6 +235,10 @@ def text(
             raise _fail(f"OUTPUT {output!r} is a file, expected a directory")
     except (OSError, ImportError, ValueError) as exc:
         raise _fail(f"OUTPUT {exc}") from None
+    try:
+        check_output_place(output)  # a file in its path: it cannot be made a folder
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
     try:
         config = TextConfig(
             input=inputs[0] if len(inputs) == 1 else inputs,
@@ -342,6 +346,12 @@ def _run(
         + f") -> {escape(config.output)}\n  {escape(config.description or _describe(config))}\n"
         f"  {kind.value} executor, {'Ray' if backend is BackendChoice.ray else 'local'} backend"
     )
+    if listing.broken:
+        more = f" and {len(listing.broken) - 3} more" if len(listing.broken) > 3 else ""
+        console.print(
+            f"[yellow]{len(listing.broken)} link(s) to nothing skipped[/]: "
+            f"{escape(', '.join(listing.broken[:3]))}{more}"
+        )
     if empty == len(listing.files):
         console.print("[yellow]every input file is empty[/]: there is nothing to curate")
 

@@ -95,8 +95,12 @@ def _acquire(path: Path, output: str | os.PathLike[str]) -> int:
     import fcntl
 
     for _ in range(5):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:  # said in a line, not a traceback out of pathlib
+            reason = exc.strerror or str(exc)
+            raise type(exc)(f"cannot create the output {output}: {reason}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -64,7 +64,6 @@ def source_problems(
         if top in names or (owns is not None and owns(top)):
             problems.append(
                 f"INPUT {source} lies in {os.path.join(os.fspath(output), top)}, which the run "
-                "writes (and --overwrite deletes): move it out of OUTPUT, or write to another "
-                "OUTPUT"
+                "writes over: move it out of OUTPUT, or write to another OUTPUT"
             )
     return problems

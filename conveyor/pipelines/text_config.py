@@ -112,7 +112,11 @@ class TextConfig:
             problems += source_problems(inputs, self.output, (INTERNAL, SUMMARY), parts)
         if not self.text_field:
             problems.append("text_field must be a non-empty name")
-        internal = ("_doc_id", "language", "language_score") if self.langid else ("_doc_id",)
+        internal = (
+            ("_conveyor_doc_id", "language", "language_score")
+            if self.langid
+            else ("_conveyor_doc_id",)
+        )
         if self.text_field in internal:
             problems.append(
                 f"text_field {self.text_field!r} is a column the pipeline writes; rename it"

@@ -195,6 +195,7 @@ def build_summary(
             "bytes": listing.total_bytes,
             "empty": sorted(set(empty)),
             "ignored": len(listing.ignored),
+            "broken_links": list(listing.broken),
             "errors": file_errors,
         },
         "output_files": [str(f).rsplit("/", 1)[-1] for f in files],

@@ -8,7 +8,6 @@ so the same text gives the same keys in every worker, run and machine with the s
 
 from __future__ import annotations
 
-import re
 import unicodedata
 from collections.abc import Sequence
 from itertools import chain
@@ -19,8 +18,23 @@ import numpy.typing as npt
 U64 = npt.NDArray[np.uint64]
 I64 = npt.NDArray[np.int64]
 
-#: anything that is neither a word character nor whitespace, and the underscore
-_PUNCTUATION = re.compile(r"[^\w\s]|_")
+
+class _Separators(dict[int, str]):
+    """``str.translate`` table of ``normalised_words``: punctuation, symbols, controls and
+    ``_`` become spaces; letters, digits, whitespace and combining marks stay. Marks are
+    letters' parts in Devanagari, Thai, Tamil...: taken for punctuation (as regular
+    expressions' ``\\w`` takes them), "the boy plays" and "the girl plays" in Hindi became the
+    same words. Filled as each character is first seen."""
+
+    def __missing__(self, code: int) -> str:
+        char = chr(code)
+        kept = char.isalnum() or char.isspace() or unicodedata.category(char)[0] == "M"
+        value = char if kept and char != "_" else " "
+        self[code] = value
+        return value
+
+
+_SEPARATORS = _Separators()
 #: ``normalise`` for ASCII text as one ``bytes.translate``: lower case, punctuation to spaces
 _ASCII_TABLE = bytes(
     ord(c.lower()) if c.isalnum() else ord(c) if c.isspace() else ord(" ")
@@ -57,15 +71,21 @@ def normalised_words(text: str) -> list[str]:
     """The words of ``normalise(text)`` (what shingles are made of)."""
     if text.isascii():  # the same result, several times faster (NFKC keeps ASCII as it is)
         return text.encode("ascii").translate(_ASCII_TABLE).decode("ascii").split()
-    text = unicodedata.normalize("NFKC", text).lower()
-    return _PUNCTUATION.sub(" ", text).split()
+    return unicodedata.normalize("NFKC", text).lower().translate(_SEPARATORS).split()
 
 
 def content_hash(text: str) -> int:
-    """xxh3-64 of the UTF-8 of ``normalise(text)``, as a signed int64 (fits an Arrow int64)."""
+    """xxh3-64 of the UTF-8 of ``normalise(text)``, as a signed int64 (fits an Arrow int64).
+
+    A text of no words (emoji, punctuation) is hashed as it is, its whitespace collapsed,
+    after a byte no text has: normalised to nothing, every such text was the duplicate of
+    every other and of the empty text."""
     import xxhash
 
-    value = xxhash.xxh3_64_intdigest(normalise(text).encode("utf-8"))
+    words = normalise(text)
+    if not words and text.strip():
+        words = "\0" + " ".join(unicodedata.normalize("NFKC", text).split())
+    value = xxhash.xxh3_64_intdigest(words.encode("utf-8"))
     return value - (1 << 64) if value >= 1 << 63 else value
 
 

@@ -207,7 +207,7 @@ class DedupKeys(ProcessingStage[DocumentBatch, DocumentBatch]):
         config: FuzzyDedupConfig | None = None,
         *,
         text_column: str = "text",
-        id_column: str = "_doc_id",
+        id_column: str = "_conveyor_doc_id",
         partitions: int = 16,
     ) -> None:
         self.mode = _check_mode(mode, "DedupKeys")
@@ -715,7 +715,7 @@ class DropDuplicates(ProcessingStage[DocumentBatch, DocumentBatch]):
 
     resources = Resources(cpus=1.0)
 
-    def __init__(self, removed_path: str | Path, *, id_column: str = "_doc_id") -> None:
+    def __init__(self, removed_path: str | Path, *, id_column: str = "_conveyor_doc_id") -> None:
         if not id_column:
             raise ValueError("DropDuplicates: id_column must be a non-empty name")
         self.removed_path = str(removed_path)

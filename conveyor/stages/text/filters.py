@@ -9,6 +9,7 @@ word-count rule's business, so every rejection is attributed to the rule that me
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -25,18 +26,37 @@ if TYPE_CHECKING:
 REJECTED_BY = "rejected_by"
 
 
+#: scripts written without spaces between words: Thai, Lao, Myanmar, Khmer, kana, Han
+_UNSPACED = (
+    "\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff"
+    "\uf900-\ufaff\U00020000-\U0002fa1f"
+)
+_UNSPACED_CHAR = re.compile(f"[{_UNSPACED}]")
+_UNSPACED_WORDS = re.compile(f"[{_UNSPACED}]|[^\\s{_UNSPACED}]+")
+
+
 @dataclass(frozen=True, slots=True)
 class TextStats:
-    """What the rules look at, computed once per document."""
+    """What the rules look at, computed once per document.
+
+    In a script written without spaces (Chinese, Japanese, Thai...) each character counts
+    as a word, and ``unspaced`` says that most words are such: split at spaces, a page of
+    Chinese was a few "words" of hundreds of characters, and every one was filtered.
+    """
 
     text: str
     words: list[str]
     lines: list[str]  # stripped, non-empty
+    unspaced: bool = False
 
     @classmethod
     def of(cls, text: str) -> TextStats:
         lines = [s for s in (line.strip() for line in text.splitlines()) if s]
-        return cls(text, text.split(), lines)
+        if text.isascii() or not _UNSPACED_CHAR.search(text):
+            return cls(text, text.split(), lines)
+        words = _UNSPACED_WORDS.findall(text)
+        single = sum(1 for w in words if len(w) == 1 and _UNSPACED_CHAR.match(w))
+        return cls(text, words, lines, unspaced=2 * single > len(words))
 
 
 class Rule:
@@ -83,7 +103,7 @@ class MeanWordLength(Rule):
             )
 
     def keep(self, stats: TextStats) -> bool:
-        if not stats.words:
+        if not stats.words or stats.unspaced:  # a word is a character there: no measure
             return True
         mean = sum(len(w) for w in stats.words) / len(stats.words)
         return self.min_length <= mean <= self.max_length

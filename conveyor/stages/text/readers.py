@@ -5,9 +5,10 @@
 ``plan_reads`` packs them into ``ReadTask``s of about ``chunk_bytes`` of input each, splitting
 a big uncompressed JSONL file into byte ranges (a compressed file cannot be split and is read
 whole; its reader hands on sub-batches of ``chunk_bytes``); ``TextReader`` reads a task into
-``DocumentBatch``es that keep every input field as a column and add ``_doc_id``: an int64 that
-is unique across the dataset and grows in input order, ``(file index << 40) | byte offset``
-of the line (its row number in a Parquet file).
+``DocumentBatch``es that keep every input field as a column and add ``_conveyor_doc_id``:
+an int64 that is unique across the dataset and grows in input order, ``(file index << 40) |
+byte offset`` of the line (its row number in a Parquet file). Its name is one no input
+has (an input's own ``_doc_id`` was taken for it and dropped).
 
 A line that is not valid UTF-8, not JSON, not an object, or whose text field is missing or
 not a string is counted in the batch's metadata with its file, line number and reason (the
@@ -40,8 +41,10 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 #: internal column: the document's id (never written to the final output)
-DOC_ID = "_doc_id"
-#: bits of ``_doc_id`` for the byte offset (row number) inside a file: 1 TiB per file,
+DOC_ID = "_conveyor_doc_id"
+#: field metadata of a column whose values are JSON text (``json_field``)
+JSON_VALUES = {b"conveyor.values": b"json"}
+#: bits of ``_conveyor_doc_id`` for the byte offset (row number) inside a file: 1 TiB per file,
 #: 8 million files
 OFFSET_BITS = 40
 MAX_FILES = 1 << (63 - OFFSET_BITS)
@@ -113,6 +116,8 @@ class InputListing:
     files: list[InputFile]
     #: files a directory held that are not text data (by their suffix)
     ignored: list[str] = field(default_factory=list)
+    #: links a directory held whose target is not there
+    broken: list[str] = field(default_factory=list)
 
     @property
     def empty(self) -> list[str]:
@@ -138,7 +143,7 @@ def list_inputs(
     file once). Files under ``exclude`` (the output) are left out.
 
     Raises ``InputError`` for a missing path, a glob that matches nothing, a directory with no
-    text data, or more files than ``_doc_id`` can number.
+    text data, or more files than ``_conveyor_doc_id`` can number.
     """
     sources = [source] if isinstance(source, (str, os.PathLike)) else list(source)
     if not sources:
@@ -188,19 +193,60 @@ def _list_local(text: str, excluded: list[str]) -> InputListing:
         return _listing(text, [(str(path), path.stat().st_size)], strict=False)
     if not path.is_dir():
         raise InputError(f"INPUT {text!r} is neither a file nor a directory")
-    entries: list[tuple[str, str, int]] = []
-    for root, dirs, names in os.walk(path):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        for name in names:
-            if name.startswith("."):
-                continue
-            full = os.path.join(root, name)
-            if _under(full, excluded) or not os.path.isfile(full):
-                continue
-            rel = os.path.relpath(full, path).replace(os.sep, "/")
-            entries.append((rel, full, os.path.getsize(full)))
-    entries.sort()
-    return _directory_listing(text, [(full, size) for _, full, size in entries])
+    walk = _Walk(path, excluded)
+    walk.run()
+    listing = _directory_listing(text, [(full, size) for _, full, size in sorted(walk.entries)])
+    listing.broken = sorted(walk.broken)
+    return listing
+
+
+@dataclass
+class _Walk:
+    """A local folder's files, recursively (hidden ones skipped). A linked folder or file is
+    followed where its target lies outside the folder, once per real one (one inside is
+    read where it is, and one to a folder holding it would read that whole folder); a link
+    to nothing is kept in ``broken`` to be said, not skipped without a word."""
+
+    root: Path
+    excluded: list[str]
+    entries: list[tuple[str, str, int]] = field(default_factory=list)
+    broken: list[str] = field(default_factory=list)
+
+    def run(self) -> None:
+        top = os.path.realpath(self.root)
+        seen = {top}
+        for folder, dirs, names in os.walk(self.root, followlinks=True):
+            kept = []
+            for name in sorted(dirs):
+                full = os.path.join(folder, name)
+                real = os.path.realpath(full)
+                if name.startswith(".") or real in seen or self._inside(full, real, top):
+                    continue
+                seen.add(real)
+                kept.append(name)
+            dirs[:] = kept
+            for name in names:
+                full = os.path.join(folder, name)
+                if name.startswith(".") or _under(full, self.excluded):
+                    continue
+                if not os.path.exists(full):
+                    if os.path.islink(full):
+                        self.broken.append(full)
+                    continue
+                real = os.path.realpath(full)
+                if not os.path.isfile(full) or real in seen or self._inside(full, real, top):
+                    continue
+                seen.add(real)
+                rel = os.path.relpath(full, self.root).replace(os.sep, "/")
+                self.entries.append((rel, full, os.path.getsize(full)))
+
+    @staticmethod
+    def _inside(full: str, real: str, top: str) -> bool:
+        """A link whose target lies in the folder walked (read there, not through it), or
+        holds it (its whole parent would be read)."""
+        return os.path.islink(full) and (
+            real == top or real.startswith(top + os.sep) or top.startswith(real + os.sep)
+        )
 
 
 def _list_url(where: ObjectPath, excluded: list[str]) -> InputListing:
@@ -514,22 +560,22 @@ class _Batcher:
         return self.batches
 
 
-def _column(values: list[Any]) -> pa.Array:
-    """``values`` as an Arrow array; values of mixed types become JSON text (strings stay)."""
+def _column(name: str, values: list[Any]) -> tuple[pa.Field, pa.Array]:
+    """``values`` as an Arrow column; where their types are mixed (a number here, text
+    there), each as JSON text in a ``json_field`` (strings quoted too, so that a JSONL
+    writer gives every value back as it was read)."""
     import pyarrow as pa
 
     try:
-        return pa.array(values)
+        array = pa.array(values)
+        return pa.field(name, array.type), array
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError):
-        return pa.array(
-            [v if v is None or isinstance(v, str) else json.dumps(v) for v in values],
-            type=pa.string(),
-        )
+        return json_field(name), json_text(values)
 
 
 def records_table(records: list[dict[str, Any]], ids: list[int], text_field: str) -> pa.Table:
     """A table with one column per field seen (in first-seen order; a record without it
-    gives a null), the text field as strings, and ``_doc_id``."""
+    gives a null), the text field as strings, and ``_conveyor_doc_id``."""
     import pyarrow as pa
 
     names: dict[str, None] = {}
@@ -538,15 +584,39 @@ def records_table(records: list[dict[str, Any]], ids: list[int], text_field: str
             if key not in names:
                 names[key] = None
     names.pop(DOC_ID, None)
-    columns: dict[str, Any] = {}
+    fields, arrays = [], []
     for name in names:
         values = [r.get(name) for r in records]
         if name == text_field:
-            columns[name] = pa.array(values, type=pa.string())
+            field, array = pa.field(name, pa.string()), pa.array(values, type=pa.string())
         else:
-            columns[name] = _column(values)
-    columns[DOC_ID] = pa.array(ids, type=pa.int64())
-    return pa.table(columns)
+            field, array = _column(name, values)
+        fields.append(field)
+        arrays.append(array)
+    fields.append(pa.field(DOC_ID, pa.int64()))
+    arrays.append(pa.array(ids, type=pa.int64()))
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def json_field(name: str) -> pa.Field:
+    """A string column whose values are JSON text (its metadata says so: ``is_json``)."""
+    import pyarrow as pa
+
+    return pa.field(name, pa.string(), metadata=JSON_VALUES)
+
+
+def is_json(field: pa.Field) -> bool:
+    return (field.metadata or {}).get(b"conveyor.values") == JSON_VALUES[b"conveyor.values"]
+
+
+def json_text(values: Sequence[Any]) -> pa.Array:
+    """Each value as JSON text (nulls stay null)."""
+    import pyarrow as pa
+
+    return pa.array(
+        [None if v is None else json.dumps(v, ensure_ascii=False) for v in values],
+        type=pa.string(),
+    )
 
 
 def empty_table(text_field: str) -> pa.Table:
@@ -560,12 +630,12 @@ def empty_table(text_field: str) -> pa.Table:
 class TextReader(ProcessingStage[ReadTask, DocumentBatch]):
     """Reads a ``ReadTask`` into ``DocumentBatch``es of about ``batch_bytes`` each (at least
     one, possibly empty, so that the task's counts travel on): every field of the input
-    becomes a column, plus ``_doc_id``.
+    becomes a column, plus ``_conveyor_doc_id``.
 
     Counts go to the last batch's metadata: ``read`` (documents, malformed, blank lines),
     ``malformed_lines`` (the first ``max_samples``: file, line or row, reason),
     ``segments`` (lines per segment) and ``file_errors``; every batch gets ``shard``, a
-    name that sorts in input order. ``keep_ids`` keeps the ``_doc_id`` column of a Parquet
+    name that sorts in input order. ``keep_ids`` keeps the ``_conveyor_doc_id`` column of a Parquet
     file that has one (files a first pass staged). Reading is mostly parsing, hence a whole
     CPU.
     """
@@ -646,12 +716,14 @@ class TextReader(ProcessingStage[ReadTask, DocumentBatch]):
                         )  # fmt: skip
                         continue
                     try:
-                        record = json.loads(text)
+                        # without its line end: a record cut short is then an unterminated
+                        # string, not an "invalid control character" (the newline in it)
+                        record = json.loads(text.rstrip("\r\n"))
                     except json.JSONDecodeError as exc:
                         out.malformed(
                             segment, lineno, offset,
-                            f"malformed JSON: {exc.msg} at column {exc.colno} in "
-                            f"{_snippet(text)!r}",
+                            f"malformed JSON: {exc.msg.removesuffix(' at')} at column "
+                            f"{exc.colno} in {_snippet(text)!r}",
                         )  # fmt: skip
                         continue
                     except (ValueError, RecursionError) as exc:
@@ -735,14 +807,23 @@ class TextReader(ProcessingStage[ReadTask, DocumentBatch]):
                             )  # fmt: skip
                         continue
                     table = table.set_column(names.index(field), field, column)
-                    valid = pc.is_valid(column)
+                    keep = pc.is_valid(column).combine_chunks()
                     if column.null_count:
-                        for i in pc.indices_nonzero(pc.invert(valid)).to_pylist():
+                        for i in pc.indices_nonzero(pc.invert(keep)).to_pylist():
                             out.malformed(
                                 segment, row - n + i, row - n + i,
                                 f"field {field!r} is null, expected a string",
                             )  # fmt: skip
-                        table, rows = table.filter(valid), rows.filter(valid.combine_chunks())
+                    bad = _invalid_utf8(column)
+                    for i, reason in bad.items():
+                        out.malformed(
+                            segment, row - n + i, row - n + i,
+                            f"field {field!r} is not valid UTF-8 ({reason})",
+                        )  # fmt: skip
+                    if bad:
+                        keep = pc.and_(keep, pa.array([i not in bad for i in range(n)]))
+                    if column.null_count or bad:
+                        table, rows = table.filter(keep), rows.filter(keep)
                     if DOC_ID in table.column_names:
                         if self.keep_ids:  # a file this pipeline staged: its ids stay
                             out.add_table(table)
@@ -760,6 +841,29 @@ class TextReader(ProcessingStage[ReadTask, DocumentBatch]):
 
 
 _MISSING = object()
+
+
+def _invalid_utf8(column: pa.ChunkedArray) -> dict[int, str]:
+    """The rows of a string column whose bytes are not UTF-8, with why: Parquet does not
+    check them (a writer that cast bytes to strings leaves them), and one such row failed
+    the whole batch it reached, other files' documents with it. Checked at C speed first."""
+    import pyarrow as pa
+
+    try:
+        column.validate(full=True)
+        return {}
+    except pa.ArrowInvalid:
+        pass
+    raw = column.cast(pa.large_binary() if pa.types.is_large_string(column.type) else pa.binary())
+    bad: dict[int, str] = {}
+    for i, value in enumerate(raw.to_pylist()):
+        if value is None:
+            continue
+        try:
+            value.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            bad[i] = f"{exc.reason} at byte {exc.start}"
+    return bad
 
 
 def _file_error(segment: Segment, line: int, exc: BaseException) -> dict[str, Any]:

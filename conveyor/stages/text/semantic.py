@@ -2,17 +2,17 @@
 MiniLM embeddings, as the same two-pass plan as exact and fuzzy dedup.
 
 1. **Pass 1**, ``DedupEmbeddings``: an ordinary stage that embeds each document with the
-   packaged all-MiniLM-L6-v2 (``conveyor.media.minilm``) and spills ``(_doc_id,
+   packaged all-MiniLM-L6-v2 (``conveyor.media.minilm``) and spills ``(_conveyor_doc_id,
    embedding)`` Parquet, one file per batch, then passes the batch on.
 2. **Resolve**, ``resolve_semantic``: ``conveyor.dedup.semantic_dedup`` over the spill (k-means
    on a sample, then every pair within a cluster, as passes on the run's executor); the ids
    of its ``duplicates.parquet`` become the sorted ``.npy`` that ``DropDuplicates`` reads.
 3. **Pass 2**, ``DropDuplicates``, as for exact and fuzzy dedup.
 
-A document is removed when one with a smaller ``_doc_id`` has a cosine similarity of at least
-the threshold with it: ids grow in input order, so the first document of a group is kept, as
-in exact and fuzzy dedup. The encoder reads a text's first 256 tokens; the rest of a longer
-text does not count. See docs/text-dedup.md for the threshold and what MiniLM scores.
+A document is removed when one with a smaller ``_conveyor_doc_id`` has a cosine similarity
+of at least the threshold with it: ids grow in input order, so the first document of a group
+is kept, as in exact and fuzzy dedup. The encoder reads a text's first 256 tokens; the rest
+of a longer text does not count. See docs/text-dedup.md for the threshold and what MiniLM scores.
 """
 
 from __future__ import annotations
@@ -77,8 +77,8 @@ class DedupEmbeddings(ProcessingStage[DocumentBatch, DocumentBatch]):
     ``spill_dir/embeddings/`` and passes the batch on unchanged.
 
     Input rows need the text column and an int64 document id column, unique across the
-    dataset (the reader's ``_doc_id``: it grows in input order, which ``resolve_semantic``
-    keeps by). Each batch is one Parquet file (``_doc_id``, ``embedding``: 384 float32),
+    dataset (the reader's ``_conveyor_doc_id``: it grows in input order, which ``resolve_semantic``
+    keeps by). Each batch is one Parquet file (``_conveyor_doc_id``, ``embedding``: 384 float32),
     written atomically under a name derived from the batch's ids, so a retried batch rewrites
     its file. A text that is blank is not spilled: there is nothing to compare (fuzzy mode
     leaves out a text with no words likewise). ``spill_dir`` is a local directory every
@@ -95,7 +95,7 @@ class DedupEmbeddings(ProcessingStage[DocumentBatch, DocumentBatch]):
         spill_dir: str | Path,
         *,
         text_column: str = "text",
-        id_column: str = "_doc_id",
+        id_column: str = "_conveyor_doc_id",
     ) -> None:
         if not text_column or not id_column or text_column == id_column:
             raise ValueError(
@@ -172,7 +172,7 @@ class DedupEmbeddings(ProcessingStage[DocumentBatch, DocumentBatch]):
         flat = pa.array(vectors.reshape(-1), pa.float32())
         spilled = pa.table(
             {
-                "_doc_id": pa.array(ids[keep], pa.int64()),
+                "_conveyor_doc_id": pa.array(ids[keep], pa.int64()),
                 "embedding": pa.FixedSizeListArray.from_arrays(flat, vectors.shape[1]),
             }
         )
@@ -213,9 +213,9 @@ def resolve_semantic(
     ``spill_dir/removed.npy``).
 
     ``semantic_dedup`` runs its passes on ``executor`` (default: streaming, local), keeping
-    the smallest ``_doc_id`` of each group; its ``duplicates.parquet`` and ``dedup.json`` are
-    left in ``spill_dir/semantic/``. ``clusters`` (default one per 10,000 documents): fewer
-    find more of the pairs a cluster boundary separates, and cost more.
+    the smallest ``_conveyor_doc_id`` of each group; its ``duplicates.parquet`` and
+    ``dedup.json`` are left in ``spill_dir/semantic/``. ``clusters`` (default one per 10,000
+    documents): fewer find more of the pairs a cluster boundary separates, and cost more.
     """
     from conveyor.stages.text.readers import DOC_ID
 

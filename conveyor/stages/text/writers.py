@@ -15,19 +15,25 @@ import contextlib
 import datetime
 import decimal
 import json
+import logging
 import os
 import re
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, BinaryIO, Literal
+from typing import TYPE_CHECKING, Any, BinaryIO, Literal
 
 from conveyor.resources import Resources
 from conveyor.stage import ProcessingStage
 from conveyor.stages.text import _arrow  # noqa: F401 - pandas/pyarrow set-up once
-from conveyor.stages.text.readers import DOC_ID, SHARD
+from conveyor.stages.text.readers import DOC_ID, SHARD, is_json, json_field, json_text
 from conveyor.storage import ObjectPath, StoragePath, atomic_write, location
 from conveyor.tasks import DocumentBatch, FileGroupTask
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+log = logging.getLogger(__name__)
 
 Format = Literal["parquet", "jsonl"]
 FORMATS: tuple[Format, ...] = ("parquet", "jsonl")
@@ -74,9 +80,16 @@ def write_jsonl(table: Any, stream: BinaryIO, compression: str | None = None) ->
 
         closer = out = zstandard.ZstdCompressor().stream_writer(stream, closefd=False)
     dumps = json.JSONEncoder(ensure_ascii=False, default=_json_default).encode
+    # a column of mixed types, kept as JSON text: its values as they were read
+    texts = [f.name for f in table.schema if is_json(f)]
     try:
         for batch in table.to_batches(max_chunksize=4096):
-            lines = [dumps(row) for row in batch.to_pylist()]
+            rows = batch.to_pylist()
+            for row in rows if texts else ():
+                for name in texts:
+                    if row[name] is not None:
+                        row[name] = json.loads(row[name])
+            lines = [dumps(row) for row in rows]
             if lines:
                 out.write(("\n".join(lines) + "\n").encode("utf-8", "surrogatepass"))
     finally:
@@ -89,9 +102,9 @@ class ShardedWriter(ProcessingStage[DocumentBatch, FileGroupTask]):
     emits a ``FileGroupTask`` with the path and the batch's metadata, plus ``written``:
     rows, and rows per value of the ``count_by`` column when there is one.
 
-    ``drop_columns`` (the internal ``_doc_id`` by default) are left out of the file. The shard
-    name is ``metadata["shard"]``, else the task id; an empty batch writes nothing and emits
-    a ``FileGroupTask`` without paths (its counts still travel). Writes are atomic
+    ``drop_columns`` (the internal ``_conveyor_doc_id`` by default) are left out of the file.
+    The shard name is ``metadata["shard"]``, else the task id; an empty batch writes nothing
+    and emits a ``FileGroupTask`` without paths (its counts still travel). Writes are atomic
     (``storage.atomic_write``). Writing is mostly I/O, hence the half CPU.
     """
 
@@ -236,9 +249,9 @@ def publish_shards(
 def unify_parquet(paths: Sequence[StoragePath]) -> int:
     """Rewrite the Parquet files of ``paths`` whose schema differs from the others to one
     unified schema (columns missing in a file become nulls; null-typed columns take the type
-    the others have; integers widen). Returns how many were rewritten; files Arrow cannot
-    unify (a column that is text in one file and a number in another) are left as they are."""
-    import pyarrow as pa
+    the others have; integers widen), so that the folder reads as one dataset. A column
+    Arrow cannot unify (numbers in one file, text or records in another) becomes JSON text
+    in every file (``json_field``), said in the log. Returns how many were rewritten."""
     import pyarrow.parquet as pq
 
     if len(paths) < 2:
@@ -249,31 +262,60 @@ def unify_parquet(paths: Sequence[StoragePath]) -> int:
             schemas.append(pq.read_schema(stream))
     if all(s.equals(schemas[0]) for s in schemas[1:]):
         return 0
-    try:
-        unified = pa.unify_schemas(
-            [s.remove_metadata() for s in schemas], promote_options="permissive"
-        )
-    except (pa.ArrowInvalid, pa.ArrowTypeError, NotImplementedError):
-        return 0
+    unified = _unified(schemas)
     rewritten = 0
     for path, schema in zip(paths, schemas, strict=True):
-        if schema.remove_metadata().equals(unified):
+        if schema.remove_metadata().equals(unified, check_metadata=True):
             continue
         with _open(path) as stream:
             table = pq.read_table(stream)
-        try:
-            columns = [
-                table.column(f.name).cast(f.type)
-                if f.name in table.column_names
-                else pa.nulls(table.num_rows, f.type)
-                for f in unified
-            ]
-            conformed = pa.Table.from_arrays(columns, schema=unified)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
-            continue
-        write_table(conformed, path, "parquet", "zstd")
+        write_table(_conformed(table, unified), path, "parquet", "zstd")
         rewritten += 1
     return rewritten
+
+
+def _unified(schemas: list[pa.Schema]) -> pa.Schema:
+    """One schema for all of ``schemas``, column by column in first-seen order: Arrow's
+    promotion of its types where it has one, else (or where a part has it as JSON text
+    already) JSON text."""
+    import pyarrow as pa
+
+    fields: dict[str, list[pa.Field]] = {}
+    for schema in schemas:
+        for field in schema:
+            fields.setdefault(field.name, []).append(field)
+    unified = []
+    for name, found in fields.items():
+        if not any(is_json(f) for f in found):
+            try:
+                merged = pa.unify_schemas(
+                    [pa.schema([f.remove_metadata()]) for f in found],
+                    promote_options="permissive",
+                )
+                unified.append(merged.field(name))
+                continue
+            except (pa.ArrowInvalid, pa.ArrowTypeError, NotImplementedError):
+                pass
+        kinds = " and ".join(sorted({"mixed values" if is_json(f) else str(f.type) for f in found}))
+        log.warning("column %r holds %s in different parts: JSON text in every part", name, kinds)
+        unified.append(json_field(name))
+    return pa.schema(unified)
+
+
+def _conformed(table: pa.Table, unified: pa.Schema) -> pa.Table:
+    """``table`` in the ``unified`` schema: missing columns as nulls, the others cast, or
+    made JSON text where the unified column is (text already JSON stays as it is)."""
+    import pyarrow as pa
+
+    columns = []
+    for field in unified:
+        if field.name not in table.column_names:
+            columns.append(pa.nulls(table.num_rows, field.type))
+        elif is_json(field) and not is_json(table.schema.field(field.name)):
+            columns.append(json_text(table.column(field.name).to_pylist()))
+        else:
+            columns.append(table.column(field.name).cast(field.type))
+    return pa.Table.from_arrays(columns, schema=unified)
 
 
 @contextlib.contextmanager

@@ -139,7 +139,9 @@ def corpus() -> Corpus:
 
 def _batches(texts: list[str], ids: np.ndarray, size: int) -> list[DocumentBatch]:
     return [
-        DocumentBatch(data=pa.table({"text": texts[s : s + size], "_doc_id": ids[s : s + size]}))
+        DocumentBatch(
+            data=pa.table({"text": texts[s : s + size], "_conveyor_doc_id": ids[s : s + size]})
+        )
         for s in range(0, len(texts), size)
     ]
 
@@ -163,6 +165,24 @@ def test_normalise_and_content_hash() -> None:
     value = content_hash("anything")
     assert isinstance(value, int) and -(1 << 63) <= value < 1 << 63
     pa.array([value], type=pa.int64())  # fits an Arrow int64
+
+
+def test_combining_marks_are_parts_of_words_not_punctuation() -> None:
+    """Vowel signs were taken for punctuation: "the boy plays" and "the girl plays" in Hindi
+    were exact duplicates, as were Thai words differing in a tone mark."""
+    boy, girl = "लड़का स्कूल में खेलता है।", "लड़की स्कूल में खेलती है।"
+    assert normalise(boy) == "लड़का स्कूल में खेलता है"
+    assert content_hash(boy) != content_hash(girl)
+    assert content_hash("ไม่ ใช่") != content_hash("ไม ใช")
+    assert normalise("e\u0301t\u00e9") == "\u00e9t\u00e9"  # NFKC composes the accent
+
+
+def test_texts_of_no_words_are_duplicates_only_of_the_same_text() -> None:
+    """Every emoji-only or punctuation-only text was a duplicate of every other one."""
+    assert content_hash("😀😀😀🎉🎉") != content_hash("🎉 🎉")
+    assert content_hash("🎉  🎉") == content_hash("🎉 🎉")
+    assert content_hash("!!!") != content_hash("") != content_hash("🎉")
+    assert content_hash("") == content_hash("  \n")
 
 
 def test_the_ascii_shortcut_of_normalise_matches_its_definition() -> None:
@@ -347,12 +367,12 @@ def test_bad_stage_arguments_and_columns(tmp_path: Path) -> None:
     np.save(tmp_path / "r.npy", np.array([1], dtype=np.int64))
     with pytest.raises(ValueError, match="no id column 'doc_id'"):
         DropDuplicates(tmp_path / "r.npy", id_column="doc_id").process(
-            DocumentBatch(data=pa.table({"_doc_id": [1]}))
+            DocumentBatch(data=pa.table({"_conveyor_doc_id": [1]}))
         )
 
 
 def test_spill_dir_of_other_settings_is_refused(tmp_path: Path) -> None:
-    batch = DocumentBatch(data=pa.table({"text": ["some words here"], "_doc_id": [1]}))
+    batch = DocumentBatch(data=pa.table({"text": ["some words here"], "_conveyor_doc_id": [1]}))
     DedupKeys(tmp_path, "fuzzy", partitions=4).process(batch)
     with pytest.raises(ValueError, match="already holds keys made with"):
         DedupKeys(tmp_path, "fuzzy", partitions=8).process(batch)
@@ -366,12 +386,12 @@ def test_drop_duplicates_filters_rows_and_whole_batches(tmp_path: Path) -> None:
     np.save(tmp_path / "r.npy", np.array([2, 5, 6], dtype=np.int64))
     stage = DropDuplicates(tmp_path / "r.npy")
     out = stage.process(
-        DocumentBatch(data=pa.table({"_doc_id": [1, 2, 3, 5], "text": list("abcd")}))
+        DocumentBatch(data=pa.table({"_conveyor_doc_id": [1, 2, 3, 5], "text": list("abcd")}))
     )
     assert out is not None and out.data.column("text").to_pylist() == ["a", "c"]
     assert out.metadata[DUPLICATES_REMOVED] == 2
-    assert stage.process(DocumentBatch(data=pa.table({"_doc_id": [5, 6]}))) is None
-    kept = stage.process(DocumentBatch(data=pa.table({"_doc_id": [7]})))
+    assert stage.process(DocumentBatch(data=pa.table({"_conveyor_doc_id": [5, 6]}))) is None
+    kept = stage.process(DocumentBatch(data=pa.table({"_conveyor_doc_id": [7]})))
     assert kept is not None and kept.metadata[DUPLICATES_REMOVED] == 0
 
 
@@ -397,7 +417,7 @@ def test_two_passes_through_the_engine(corpus: Corpus, tmp_path: Path) -> None:
     )
     assert second.ok, second.failures
     survivors = sorted(
-        i for task in second.outputs for i in task.data.column("_doc_id").to_pylist()
+        i for task in second.outputs for i in task.data.column("_conveyor_doc_id").to_pylist()
     )
     assert survivors == sorted(set(ids.tolist()) - removed)
     assert sum(task.metadata[DUPLICATES_REMOVED] for task in second.outputs) == len(removed)

@@ -189,3 +189,28 @@ def test_default_rules_and_resources() -> None:
         "repeated_lines",
     ]
     assert HeuristicFilter().resources.cpus == 1.0
+
+
+#: a paragraph of prose in each of three scripts written without spaces between words
+UNSPACED = {
+    "zh": "自然语言处理是计算机科学领域与人工智能领域中的一个重要方向。它研究能实现人与计算机"
+    "之间用自然语言进行有效通信的各种理论和方法。",
+    "ja": "自然言語処理は、人間が日常的に使っている自然言語をコンピュータに処理させる一連の"
+    "技術であり、人工知能と言語学の一分野である。",
+    "th": "การประมวลผลภาษาธรรมชาติเป็นสาขาหนึ่งของปัญญาประดิษฐ์และภาษาศาสตร์ที่มุ่งเน้น"
+    "การทำให้คอมพิวเตอร์เข้าใจภาษามนุษย์",
+}
+
+
+@pytest.mark.parametrize("language", sorted(UNSPACED))
+def test_prose_in_scripts_without_spaces_passes_the_word_rules(language: str) -> None:
+    """Split at spaces, a page of Chinese was a few words of hundreds of characters: every
+    Chinese, Japanese and Thai document was filtered, whatever --languages said."""
+    text = UNSPACED[language]
+    stats = TextStats.of(text)
+    assert stats.unspaced and len(stats.words) >= 50  # a character is a word there
+    assert all(rule.keep(stats) for rule in gopher_rules())
+    assert not WordCount().keep(TextStats.of(text[:20]))  # a fragment is still one
+    mixed = TextStats.of("Python 3.12 " + text)
+    assert mixed.words[:2] == ["Python", "3.12"] and mixed.unspaced
+    assert not TextStats.of(_words(60) + " 東京").unspaced

@@ -48,7 +48,9 @@ def shared(encoder: minilm.SentenceEncoder, monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def _batch(texts: list[str], ids: list[int]) -> DocumentBatch:
-    return DocumentBatch(data=pa.table({"text": texts, "_doc_id": pa.array(ids, pa.int64())}))
+    return DocumentBatch(
+        data=pa.table({"text": texts, "_conveyor_doc_id": pa.array(ids, pa.int64())})
+    )
 
 
 def _stage(spill: Path) -> DedupEmbeddings:
@@ -156,7 +158,7 @@ def test_a_retried_batch_rewrites_its_file_and_blank_texts_are_not_spilled(
     files = list((tmp_path / EMBEDDINGS).iterdir())
     assert len(files) == 1 and files[0].suffix == ".parquet"
     table = pq.read_table(files[0])
-    assert table.column("_doc_id").to_pylist() == [7, 3, 5]
+    assert table.column("_conveyor_doc_id").to_pylist() == [7, 3, 5]
     assert table.schema.field("embedding").type == pa.list_(pa.float32(), minilm.DIM)
     stage.process(_batch([" ", "\n"], [11, 12]))  # nothing to compare: no file
     assert len(list((tmp_path / EMBEDDINGS).iterdir())) == 1
@@ -173,7 +175,7 @@ def test_resolve_of_no_embeddings_and_of_a_missing_spill_dir(tmp_path: Path) -> 
 
 def test_bad_stage_arguments_and_columns(shared: list, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="must be distinct non-empty names"):
-        DedupEmbeddings(tmp_path, text_column="_doc_id")
+        DedupEmbeddings(tmp_path, text_column="_conveyor_doc_id")
     stage = DedupEmbeddings(tmp_path, text_column="body", id_column="doc_id")
     assert stage.inputs() == ([], ["body", "doc_id"])
     with pytest.raises(ValueError, match="no id column 'doc_id'"):

@@ -5,6 +5,7 @@ atomic Parquet/JSONL out."""
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import os
 from pathlib import Path
@@ -30,7 +31,12 @@ from conveyor.stages.text.readers import (
     list_inputs,
     plan_reads,
 )
-from conveyor.stages.text.writers import ShardedWriter, publish_shards, unify_parquet
+from conveyor.stages.text.writers import (
+    ShardedWriter,
+    publish_shards,
+    unify_parquet,
+    write_jsonl,
+)
 from conveyor.tasks import DocumentBatch
 
 
@@ -79,6 +85,24 @@ def test_classify_by_suffix() -> None:
     assert classify("a.parquet") == ("parquet", None)
     assert classify("README.md") is None
     assert classify("notes.txt", strict=False) == ("jsonl", None)
+
+
+def test_links_in_a_folder_are_followed_once_and_broken_ones_said(tmp_path: Path) -> None:
+    """A linked folder and a link to nothing were both skipped without a word."""
+    data, other = tmp_path / "data", tmp_path / "other"
+    data.mkdir()
+    other.mkdir()
+    for folder, name in ((data, "a.jsonl"), (other, "b.jsonl"), (other, "c.jsonl")):
+        (folder / name).write_text('{"text": "x"}\n')
+    (data / "linked").symlink_to(other)  # outside the folder: followed
+    (data / "twice").symlink_to(other)  # the same folder again: once
+    (data / "again.jsonl").symlink_to(data / "a.jsonl")  # inside: read where it is
+    (data / "up").symlink_to(tmp_path)  # holds the folder: not the whole parent
+    (data / "gone.jsonl").symlink_to(tmp_path / "nothing.jsonl")
+    listing = list_inputs(data)
+    names = [Path(f.path).relative_to(data).as_posix() for f in listing.files]
+    assert names == ["a.jsonl", "linked/b.jsonl", "linked/c.jsonl"]
+    assert listing.broken == [str(data / "gone.jsonl")]
 
 
 def test_directories_globs_and_files(tmp_path: Path) -> None:
@@ -216,7 +240,7 @@ def test_text_field_and_mixed_types(tmp_path: Path) -> None:
     )
     got = read_all(path, text_field="content")
     assert [r["content"] for r in got["rows"]] == ["one", "two"]
-    assert [r["n"] for r in got["rows"]] == ["1", "two"]  # mixed types: JSON text
+    assert [r["n"] for r in got["rows"]] == ["1", '"two"']  # mixed types: JSON text
     assert [r["extra"] for r in got["rows"]] == [None, True]
     assert got["malformed"][0]["reason"] == "no field 'content' (fields: text)"
 
@@ -276,6 +300,35 @@ def test_parquet_rows_without_text_are_malformed_by_row(tmp_path: Path) -> None:
     assert got["malformed"][1]["reason"] == "no column 'text' (columns: body)"
 
 
+def test_a_record_cut_short_is_said_to_be_cut_short(tmp_path: Path) -> None:
+    """It was "Invalid control character at at column 30": the line's own newline, read as
+    part of the string, and the message's last word doubled."""
+    path = tmp_path / "cut.jsonl"
+    path.write_bytes(b'{"id": 1, "text": "whole"}\n{"id": 2, "text": "cut\n{"id": 3, "t\tx": 1}\n')
+    found = {m["line"]: m["reason"] for m in read_all(path)["malformed"]}
+    assert found[2].startswith("malformed JSON: Unterminated string starting at column 19 in ")
+    assert found[3].startswith("malformed JSON: Invalid control character at column 13 in ")
+
+
+@pytest.mark.parametrize("kind", [pa.string(), pa.large_string()])
+def test_parquet_text_that_is_not_utf8_is_malformed_by_row(tmp_path: Path, kind: Any) -> None:
+    """Parquet does not check its strings: one such row failed the whole batch it reached
+    (another file's documents with it) in the first filter."""
+    texts = [b"fine", b"\xffbad start", None, b"caf\xe9 latin-1", b"also fine"]
+    binary = pa.large_binary() if kind == pa.large_string() else pa.binary()
+    column = pa.array(texts, binary).view(kind)
+    pq.write_table(pa.table({"text": column, "k": range(5)}), tmp_path / "a.parquet")
+    pq.write_table(pa.table({"text": ["other"], "k": [9]}), tmp_path / "b.parquet")
+    got = read_all(tmp_path)
+    assert [r["k"] for r in got["rows"]] == [0, 4, 9]
+    found = {m["row"]: m["reason"] for m in got["malformed"]}
+    assert found == {
+        1: "field 'text' is not valid UTF-8 (invalid start byte at byte 0)",
+        2: "field 'text' is null, expected a string",
+        3: "field 'text' is not valid UTF-8 (invalid continuation byte at byte 3)",
+    }
+
+
 def test_empty_files_give_an_empty_batch_with_counts(tmp_path: Path) -> None:
     (tmp_path / "a.jsonl").write_bytes(b"\n\n")
     got = read_all(tmp_path)
@@ -308,7 +361,7 @@ def test_sharded_writer_names_files_after_the_shard_and_drops_internal_columns(
 ) -> None:
     writer = ShardedWriter(tmp_path, "parquet")
     out = writer.process(
-        batch("00000003-000001", text=["a", "b"], _doc_id=[1, 2], language=["en", None])
+        batch("00000003-000001", text=["a", "b"], _conveyor_doc_id=[1, 2], language=["en", None])
     )
     assert out.data == [str(tmp_path / "part-00000003-000001.parquet")]
     assert out.metadata["written"] == {"rows": 2, "by": {"en": 1, "unknown": 1}}
@@ -322,7 +375,9 @@ def test_sharded_writer_names_files_after_the_shard_and_drops_internal_columns(
 def test_jsonl_writer_keeps_unicode_and_nested_values(tmp_path: Path) -> None:
     for compression, opener in ((None, open), ("gzip", gzip.open)):
         writer = ShardedWriter(tmp_path, "jsonl", compression=compression)
-        out = writer.process(batch("1", text=["ünï 😀\nline"], meta=[{"a": [1, 2]}], _doc_id=[7]))
+        out = writer.process(
+            batch("1", text=["ünï 😀\nline"], meta=[{"a": [1, 2]}], _conveyor_doc_id=[7])
+        )
         with opener(out.data[0], "rt", encoding="utf-8") as stream:
             text = stream.read()
         assert "ünï 😀" in text  # not ASCII-escaped
@@ -363,6 +418,35 @@ def test_publish_numbers_shards_in_order_and_replaces_an_earlier_run(tmp_path: P
         "keep.txt", "part-00000.parquet", "part-00001.parquet", "part-00002.parquet",
     ]  # fmt: skip
     assert list(staged.iterdir()) == []
+
+
+def test_columns_of_different_types_in_different_parts_become_json_text(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The folder did not read as one dataset ("Failed to parse string: 'x612' as a scalar
+    of type int64"), without a word."""
+    paths = [tmp_path / "a.parquet", tmp_path / "b.parquet", tmp_path / "c.parquet"]
+    pq.write_table(pa.table({"id": [1], "meta": [{"n": 1}], "text": ["a"]}), paths[0])
+    pq.write_table(pa.table({"id": ["x2"], "meta": ["m"], "text": ["b"]}), paths[1])
+    pq.write_table(pa.table({"id": [3], "text": ["c"]}), paths[2])
+    with caplog.at_level("WARNING", logger="conveyor.stages.text.writers"):
+        assert unify_parquet(paths) == 3
+    assert "column 'id' holds int64 and string in different parts" in caplog.text
+    table = pq.read_table(tmp_path)
+    assert table.column("id").to_pylist() == ["1", '"x2"', "3"]
+    assert table.column("meta").to_pylist() == ['{"n": 1}', '"m"', None]
+    assert table.column("text").to_pylist() == ["a", "b", "c"]  # agreeing columns as they were
+
+
+def test_a_jsonl_field_of_mixed_types_is_written_back_as_it_was_read(tmp_path: Path) -> None:
+    """Values of a field whose types differ within a batch were written as strings: 1 came
+    out as "1", an object as the text of it."""
+    rows = [{"id": 1, "text": "a", "meta": {"k": [1, 2]}}, {"id": "x", "text": "b", "meta": 2.5}]
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (batch,) = [b for t in plan_reads(list_inputs(tmp_path).files) for b in TextReader().process(t)]
+    out = io.BytesIO()
+    write_jsonl(batch.to_pyarrow().drop_columns(["_conveyor_doc_id"]), out)
+    assert [json.loads(line) for line in out.getvalue().splitlines()] == rows
 
 
 def test_unify_parquet_makes_one_schema(tmp_path: Path) -> None:
