@@ -28,6 +28,20 @@ class DedupExecutor(StrEnum):
     batch = "batch"
 
 
+#: how the command names the columns a missing one is given by
+COLUMN_FLAGS = "name yours with --id-column, --embedding-column, --order-by"
+
+
+def check_place(output: str) -> None:
+    """Exit 2 with one line where OUTPUT lies under a file: it cannot be made a folder."""
+    from conveyor.storage import check_output_place
+
+    try:
+        check_output_place(output)
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+
+
 def dedup(
     inputs: Annotated[
         list[str],
@@ -74,7 +88,7 @@ def dedup(
     every pair within a cluster) and write OUTPUT/duplicates.parquet (id, duplicate_of,
     similarity: one row per item to remove) and OUTPUT/dedup.json. Of each near-duplicate set
     the first item (by --order-by, then input order) is kept."""
-    from conveyor.dedup.plan import SemanticDedupError
+    from conveyor.dedup.plan import MissingColumns, SemanticDedupError
     from conveyor.dedup.semantic import PassFailed, semantic_dedup
     from conveyor.errors import ConveyorError
     from conveyor.executors import BatchExecutor, StreamingExecutor
@@ -92,6 +106,7 @@ def dedup(
         engine = cls(Machine(cpus, None, memory_gb).backend(backend, address))
     except (ImportError, ValueError, OSError, ConveyorError) as exc:  # OSError: no cluster there
         raise fail(str(exc), 2 if isinstance(exc, (ValueError, OSError)) else 1) from None
+    check_place(output)
     try:
         with hold_output(output):
             result = semantic_dedup(
@@ -106,6 +121,8 @@ def dedup(
             )
     except PassFailed as exc:
         raise fail(str(exc), 1) from None
+    except MissingColumns as exc:
+        raise fail(exc.explain(COLUMN_FLAGS)) from None
     except (SemanticDedupError, ConnectionError, PermissionError) as exc:
         raise fail(str(exc)) from None  # a store that cannot be reached or refuses: its URL
     passes = ", ".join(f"{name} {s:.1f} s" for name, s in result.passes.items())

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from conveyor.cli import app
 
 runner = CliRunner()
+KEY = ("--id-column", "key")
 
 
 def run(*args: str) -> object:
@@ -42,6 +43,24 @@ def test_planted_copies_through_the_command(tmp_path: Path) -> None:
     marks = pq.read_table(tmp_path / "out" / "duplicates.parquet").to_pylist()
     assert {m["id"]: m["duplicate_of"] for m in marks} == {f"b{i}": f"c{i}" for i in range(10)}
     assert json.loads((tmp_path / "out" / "dedup.json").read_text())["order_by"] == ["when"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "dedup.json",
+        "duplicates.parquet",
+    ]  # no empty .conveyor/ left where the work was
+
+
+def test_columns_named_like_internal_ones_through_the_command(tmp_path: Path) -> None:
+    """--order-by cluster and --id-column pos failed after three passes with Arrow's
+    "Multiple matches for FieldRef" and a schema dump."""
+    v = [1.0, 0.0, 0.0, 0.0]
+    embedding = pa.array([v, v, [0.0, 1.0, 0.0, 0.0], v], pa.list_(pa.float32()))
+    table = pa.table({"pos": [10, 11, 12, 13], "embedding": embedding, "cluster": [9, 3, 1, 0]})
+    pq.write_table(table, tmp_path / "in.parquet")
+    args = ["--id-column", "pos", "--order-by", "cluster"]
+    result = run(str(tmp_path / "in.parquet"), str(tmp_path / "out"), *args)
+    assert result.exit_code == 0, result.output
+    marks = pq.read_table(tmp_path / "out" / "duplicates.parquet").to_pylist()
+    assert {m["id"]: m["duplicate_of"] for m in marks} == {10: 13, 11: 13}
 
 
 @pytest.mark.parametrize(
@@ -58,7 +77,25 @@ def test_planted_copies_through_the_command(tmp_path: Path) -> None:
             ["{in}", "{out}", "--backend", "ray", "--address", "127.0.0.1:1"],
             "no Ray cluster answers at 127.0.0.1:1",
         ),
-        (["{in}", "{out}", "--id-column", "nope"], "has no column 'nope'"),
+        (
+            ["{in}", "{out}", "--id-column", "nope"],
+            "has no column 'nope' (it has key, vec, when); name yours with --id-column, "
+            "--embedding-column, --order-by",
+        ),
+        # the checks before any pass (with --id-column key: the files' id column)
+        (["{in}", "{out}", "--id-column", "vec"], "column 'vec' is both the embedding and the id"),
+        (["{in}", "{out}", *KEY, "--order-by", "vec"], "'vec' is both the embedding and the keep"),
+        (["{in}", "{out}", "--id-column", "when"], "column 'when' is double; ids must be integers"),
+        (["{tmp}/structs.parquet", "{out}", *KEY], "column 'key' is struct<a: int64>; ids must"),
+        (
+            ["{tmp}/lists.parquet", "{out}", *KEY, "--order-by", "tags"],
+            "column 'tags' is list<element: int64>; the keep order needs a number, string",
+        ),
+        (["{tmp}/nulls.parquet", "{out}", *KEY], "nulls.parquet': column 'key' is null on row 1"),
+        (
+            ["{in}", "{tmp}/eight.parquet", "{out}", *KEY],
+            "eight.parquet': column 'vec' holds embeddings of 8 numbers, '",
+        ),
         (["{tmp}/missing", "{out}"], "does not exist"),
         # an output that is a file (the input itself here) failed in a pass, naming nothing
         (["{in}", "{in}"], "in.parquet is a file, not a folder"),
@@ -68,6 +105,13 @@ def test_bad_input_or_option_exits_2_with_one_line(
     tmp_path: Path, args: list[str], message: str
 ) -> None:
     write(tmp_path / "in.parquet", ["a"], np.ones((1, 4)), [0.0])
+    write(tmp_path / "eight.parquet", ["b"], np.ones((1, 8)), [0.0])
+    write(tmp_path / "nulls.parquet", ["a", None], np.ones((2, 4)), [0.0, 1.0])
+    table = pq.read_table(tmp_path / "in.parquet")
+    structs = table.set_column(0, "key", pa.array([{"a": 1}]))
+    pq.write_table(structs, tmp_path / "structs.parquet")
+    lists = table.append_column("tags", pa.array([[1]]))
+    pq.write_table(lists, tmp_path / "lists.parquet")
     given = [
         a.format(**{"in": tmp_path / "in.parquet", "out": tmp_path / "out", "tmp": tmp_path})
         for a in args
@@ -76,6 +120,17 @@ def test_bad_input_or_option_exits_2_with_one_line(
     assert result.exit_code == 2
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0]
+    assert not (tmp_path / "out").exists()  # before any pass
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc (no folder can be made there)")
+def test_an_output_that_cannot_be_made_exits_2_with_one_line(tmp_path: Path) -> None:
+    write(tmp_path / "in.parquet", ["a"], np.ones((1, 4)), [0.0])
+    result = run(str(tmp_path / "in.parquet"), "/proc/conveyor-out", "--embedding-column", "vec")
+    assert result.exit_code == 2
+    assert result.output.strip() == (
+        "error: cannot create the output /proc/conveyor-out: No such file or directory"
+    )
 
 
 def test_a_failed_pass_exits_1_naming_the_file(tmp_path: Path) -> None:

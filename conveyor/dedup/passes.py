@@ -5,20 +5,23 @@
     WORK/sample/chunk-000000.npy             pass 1: each chunk's sampled embeddings
     WORK/centroids.npy, WORK/buckets.npy     pass 1: k-means centroids, each cluster's bucket
     WORK/assign/bucket-00000/chunk-000000.parquet
-                                             pass 2: a chunk's items of one bucket (id, pos,
-                                             cluster, order columns, unit embedding)
+                                             pass 2: a chunk's items of one bucket (id,
+                                             order0..., pos, cluster, unit embedding)
     WORK/marks/task-000000.parquet           pass 3: duplicates found by one task
     OUTPUT/duplicates.parquet                pass 4: id, duplicate_of, similarity
 
 Every file is written atomically (``conveyor.storage``), so a retried task rewrites its own
 files and WORK may be a bucket URL as well as a folder. An item's ``pos`` is its place in the
 input (file index, row): the keep order's last key, and how a task finds an item again.
+The user's columns are renamed as they are spilled (``id``, ``order0``, ``order1``...), so no
+name of theirs can clash with ``pos``, ``cluster`` or ``embedding``.
 """
 
 from __future__ import annotations
 
 import io
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -33,6 +36,8 @@ from conveyor.storage import StoragePath, atomic_write, location
 
 #: faiss k-means iterations (its default is 25; 20 moves the centroids well under 1%)
 KMEANS_ITERATIONS = 20
+#: the id's name in the spilled files
+ID = "id"
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,8 @@ class Sampled:
     skipped: int
     #: of those, the rows whose embedding holds a NaN or an infinity
     nonfinite: int = 0
+    #: the length of the chunk's embeddings (0: it has none)
+    dim: int = 0
 
 
 @dataclass(frozen=True)
@@ -69,6 +76,19 @@ class Compared:
 
 
 # -- reading and writing -----------------------------------------------------------------------
+def order_keys(columns: Columns) -> list[str]:
+    """Each keep order column's name in the spilled files (the id's, where it is the id)."""
+    return [ID if name == columns.id else f"order{i}" for i, name in enumerate(columns.order_by)]
+
+
+def spilled(table: Any, columns: Columns) -> dict[str, Any]:
+    """The id and keep order columns of ``table`` under their spilled names, each once."""
+    out = {ID: table.column(columns.id)}
+    for key, name in zip(order_keys(columns), columns.order_by, strict=True):
+        out.setdefault(key, table.column(name))
+    return out
+
+
 def read_chunk(chunk: Chunk, names: list[str]) -> Any:
     import pyarrow.parquet as pq
 
@@ -193,7 +213,8 @@ class SampleEmbeddings(ProcessingStage[Chunk, Sampled]):
         draw = np.random.default_rng([self.seed, chunk.index]).random(len(vectors))
         sample = normalise(vectors[draw < self.fraction])
         _save_npy(location(self.work) / "sample" / f"chunk-{chunk.index:06d}.npy", sample)
-        return Sampled(chunk.index, len(kept), len(sample), chunk.rows - len(kept), nonfinite)
+        skipped = chunk.rows - len(kept)
+        return Sampled(chunk.index, len(kept), len(sample), skipped, nonfinite, vectors.shape[1])
 
 
 class TrainCentroids(ProcessingStage[Any, Trained]):
@@ -303,7 +324,7 @@ class AssignClusters(ProcessingStage[Chunk, Assigned]):
         order = np.argsort(cluster, kind="stable")
         cluster, rows = cluster[order], kept[order]
         dim = vectors.shape[1]
-        out = table.select(self.columns.carried).take(pa.array(rows))
+        out = pa.table(spilled(table.take(pa.array(rows)), self.columns))
         out = out.append_column("pos", pa.array((chunk.file_index << 32) + chunk.first_row + rows))
         out = out.append_column("cluster", pa.array(cluster))
         flat = pa.array(vectors[order].reshape(-1))
@@ -318,9 +339,9 @@ class AssignClusters(ProcessingStage[Chunk, Assigned]):
 
 
 # -- pass 3: compare ---------------------------------------------------------------------------
-def ranks(table: Any, order_by: tuple[str, ...]) -> np.ndarray:
-    """Each row's place in the keep order: ``order_by`` ascending (nulls last), then input
-    position."""
+def ranks(table: Any, order_by: Sequence[str]) -> np.ndarray:
+    """Each row's place in the keep order: ``order_by`` (spilled names) ascending (nulls
+    last), then input position."""
     import pyarrow.compute as pc
 
     keys = [(name, "ascending", "at_end") for name in (*order_by, "pos")]
@@ -364,7 +385,7 @@ class CompareClusters(ProcessingStage[CompareTask, Compared]):
         wanted = pa.array(clusters, pa.int32())
         parts = []
         for path in files:
-            table = _read_table(path, [*names, "cluster"])
+            table = _read_table(path, list(dict.fromkeys([*names, "cluster"])))
             parts.append(table.filter(pc.is_in(table.column("cluster"), value_set=wanted)))
         return pa.concat_tables(parts) if parts else None
 
@@ -391,8 +412,8 @@ class CompareClusters(ProcessingStage[CompareTask, Compared]):
     def _whole(self, files: list[StoragePath], task: CompareTask) -> tuple[Any, int]:
         import pyarrow as pa
 
-        names = [*self.columns.carried, "pos", "embedding"]
-        table = self._read(files, task.clusters, names)
+        keys = order_keys(self.columns)
+        table = self._read(files, task.clusters, [ID, *keys, "pos", "embedding"])
         if table is None or not table.num_rows:
             raise SemanticDedupError(f"pass 3 task {task.index}: bucket {task.bucket} is empty")
         table = table.combine_chunks()
@@ -406,12 +427,12 @@ class CompareClusters(ProcessingStage[CompareTask, Compared]):
             dim = part.schema.field("embedding").type.list_size
             vectors = part.column("embedding").combine_chunks().values.to_numpy()
             vectors = vectors.reshape(len(rows), dim)
-            rank = ranks(part, self.columns.order_by)
+            rank = ranks(part, keys)
             q, m, s = best_earlier_within(vectors, rank, self.threshold)
             if len(q):
-                ids = part.column(self.columns.id)
+                ids = part.column(ID)
                 found.append(self._marks(ids.take(pa.array(q)), ids.take(pa.array(m)), s))
-        id_type = table.schema.field(self.columns.id).type
+        id_type = table.schema.field(ID).type
         return (pa.concat_tables(found) if found else self._empty(id_type)), table.num_rows
 
     def _part(self, files: list[StoragePath], task: CompareTask) -> tuple[Any, int]:
@@ -420,11 +441,12 @@ class CompareClusters(ProcessingStage[CompareTask, Compared]):
         import pyarrow as pa
 
         (cluster,) = task.clusters
-        keys = self._read(files, task.clusters, [*self.columns.order_by, "pos"])
+        order = order_keys(self.columns)
+        keys = self._read(files, task.clusters, [*order, "pos"])
         if keys is None or not keys.num_rows:
             raise SemanticDedupError(f"pass 3 task {task.index}: cluster {cluster} is empty")
         pos = keys.column("pos").to_numpy()
-        rank = ranks(keys, self.columns.order_by)
+        rank = ranks(keys, order)
         by_pos = np.argsort(pos)
         sorted_pos, sorted_rank = pos[by_pos], rank[by_pos]
         del keys, pos, rank
@@ -432,17 +454,17 @@ class CompareClusters(ProcessingStage[CompareTask, Compared]):
         def rank_of(p: np.ndarray) -> np.ndarray:
             return sorted_rank[np.searchsorted(sorted_pos, p)]
 
-        names = [self.columns.id, "pos", "embedding"]
+        names = [ID, "pos", "embedding"]
         mine_ids, mine_vectors, mine_ranks = [], [], []
         id_type = None
         for path in files:
             table = self._read([path], task.clusters, names)
-            id_type = table.schema.field(self.columns.id).type
+            id_type = table.schema.field(ID).type
             r = rank_of(table.column("pos").to_numpy())
             take = np.flatnonzero(r % task.parts == task.part)
             if len(take):
                 part = table.take(pa.array(take))
-                mine_ids.append(part.column(self.columns.id))
+                mine_ids.append(part.column(ID))
                 mine_vectors.append(_unit_rows(part))
                 mine_ranks.append(r[take])
         if not mine_ids:
@@ -452,7 +474,7 @@ class CompareClusters(ProcessingStage[CompareTask, Compared]):
         for path in files:
             table = self._read([path], task.clusters, names)
             best.feed(_unit_rows(table), rank_of(table.column("pos").to_numpy()))
-            other_ids.append(table.column(self.columns.id))
+            other_ids.append(table.column(ID))
         q, m, s = best.duplicates()
         if not len(q):
             return self._empty(id_type), len(best.queries)

@@ -1,11 +1,11 @@
 """The semantic dedup's plan: what to read, in what pieces, and how many clusters.
 
-Only this runs on the driver, and it reads no embedding: the inputs' listing and their
-Parquet footers (row counts, schema), from which it cuts the input into chunks of row groups
-(pass 1 and 2 tasks), and, once pass 2 has counted each cluster, the pass 3 tasks: whole
-clusters packed up to ``partition_rows`` per task, a cluster larger than that split by its
-items into as many tasks as it needs. Every worker's memory is bounded by those sizes, never
-by the number of items.
+Only this runs on the driver, and of the embeddings it reads each file's first page (their
+length): the inputs' listing and their Parquet footers (row counts, schema, null counts), from
+which it cuts the input into chunks of row groups (pass 1 and 2 tasks), and, once pass 2 has
+counted each cluster, the pass 3 tasks: whole clusters packed up to ``partition_rows`` per
+task, a cluster larger than that split by its items into as many tasks as it needs. Every
+worker's memory is bounded by those sizes, never by the number of items.
 """
 
 from __future__ import annotations
@@ -32,6 +32,26 @@ MIN_SAMPLE = 20_000
 
 class SemanticDedupError(ConveyorError):
     """A semantic dedup input or option that cannot be used, or a pass that failed."""
+
+
+class MissingColumns(SemanticDedupError):
+    """An input without a column it was told to read. ``explain(hint)`` says how to name
+    yours: the API's message names its keywords, the CLI's its flags."""
+
+    HINT = "name yours with id_column=, embedding_column=, order_by="
+
+    def __init__(self, path: str, missing: Sequence[str], names: Sequence[str]) -> None:
+        self.path, self.missing, self.names = path, list(missing), list(names)
+        super().__init__(self.explain(self.HINT))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.path, self.missing, self.names)
+
+    def explain(self, hint: str) -> str:
+        return (
+            f"INPUT {self.path!r} has no column {', '.join(map(repr, self.missing))} (it has "
+            f"{', '.join(self.names)}); {hint}"
+        )
 
 
 @dataclass(frozen=True)
@@ -85,40 +105,111 @@ class Columns:
     order_by: tuple[str, ...] = ()
 
     @property
-    def carried(self) -> list[str]:
-        """The id and the keep order's columns, each once (the order may name the id)."""
-        return list(dict.fromkeys((self.id, *self.order_by)))
-
-    @property
     def read(self) -> list[str]:
         return list(dict.fromkeys((self.id, self.embedding, *self.order_by)))
 
 
-def _footer(path: str) -> tuple[tuple[int, ...], Any]:
+@dataclass(frozen=True)
+class _Footer:
+    """What the plan reads of one input: its row groups and schema, and the two things a pass
+    would only find too late (its first embedding's length and its first null id's row)."""
+
+    row_groups: tuple[int, ...]
+    schema: Any
+    dim: int | None
+    null_id: int | None
+
+
+def _inspect(path: str, columns: Columns) -> _Footer:
+    """``path``'s footer, checked (``check_schema``), then its first embedding's length and
+    first null id: a page of embeddings, and ids only where the footer does not count 0 nulls."""
     import pyarrow.parquet as pq
 
     from conveyor.storage import open_input
 
     try:
         with open_input(path) as raw:
-            meta = pq.ParquetFile(raw).metadata
+            parquet = pq.ParquetFile(raw, buffer_size=1 << 20)  # buffered: a page, not a chunk
+            meta = parquet.metadata
+            schema = meta.schema.to_arrow_schema()
+            check_schema(path, schema, columns)
+            dim = _first_length(parquet, schema, columns.embedding)
+            null_id = _first_null(parquet, columns.id)
     except (OSError, ValueError) as error:  # pyarrow's ArrowInvalid is a ValueError
         reason = f"INPUT {path!r} is not a readable Parquet file: {error}"
         raise SemanticDedupError(reason) from None
     groups = tuple(meta.row_group(i).num_rows for i in range(meta.num_row_groups))
-    return groups, meta.schema.to_arrow_schema()
+    return _Footer(groups, schema, dim, null_id)
+
+
+def _first_length(parquet: Any, schema: Any, column: str) -> int | None:
+    """The length of the file's first embedding that is neither null nor empty (None: it has
+    none): files of two lengths stop the plan, where pass 1 would find them after a read."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    kind = schema.field(column).type
+    if pa.types.is_fixed_size_list(kind):
+        return kind.list_size or None
+    for batch in parquet.iter_batches(batch_size=1024, columns=[column]):
+        lengths = pc.fill_null(pc.list_value_length(batch.column(0)), 0)
+        found = pc.filter(lengths, pc.greater(lengths, 0))
+        if len(found):
+            return int(found[0].as_py())
+    return None
+
+
+def _first_null(parquet: Any, column: str) -> int | None:
+    """The file's row number (from 0) of its first null id, or None. A row group whose footer
+    counts no null is not read; one without that count is."""
+    import pyarrow.compute as pc
+
+    meta = parquet.metadata
+    leaves = [j for j in range(meta.num_columns) if meta.schema.column(j).path == column]
+    start = 0
+    for group in range(meta.num_row_groups):
+        stats = meta.row_group(group).column(leaves[0]).statistics if leaves else None
+        if stats is None or not stats.has_null_count or stats.null_count:
+            nulls = parquet.read_row_group(group, columns=[column]).column(0).is_null()
+            if pc.any(nulls).as_py():
+                return start + int(pc.index(nulls, True).as_py())
+        start += meta.row_group(group).num_rows
+    return None
+
+
+def _is_id(kind: Any) -> bool:
+    import pyarrow as pa
+
+    return pa.types.is_integer(kind) or pa.types.is_string(kind) or pa.types.is_large_string(kind)
+
+
+def _is_orderable(kind: Any) -> bool:
+    import pyarrow as pa
+
+    t = pa.types
+    return (
+        _is_id(kind)
+        or t.is_floating(kind)
+        or t.is_decimal(kind)
+        or t.is_timestamp(kind)
+        or t.is_date(kind)
+    )
 
 
 def check_schema(path: str, schema: Any, columns: Columns) -> None:
-    """``SemanticDedupError`` naming ``path`` unless it has the columns, with an embedding
-    column that is a list of numbers."""
+    """``SemanticDedupError`` naming ``path`` unless it has the columns, each used for one
+    role, with an embedding column that is a list of numbers, integer or string ids, and keep
+    order columns that sort (numbers, strings, timestamps, dates)."""
     import pyarrow as pa
 
     missing = [c for c in columns.read if c not in schema.names]
     if missing:
+        raise MissingColumns(path, missing, schema.names)
+    if columns.embedding in (columns.id, *columns.order_by):
+        role = "id" if columns.embedding == columns.id else "keep order"
         raise SemanticDedupError(
-            f"INPUT {path!r} has no column {', '.join(map(repr, missing))} (it has "
-            f"{', '.join(schema.names)}); name yours with id_column=, embedding_column=, order_by="
+            f"INPUT {path!r}: column {columns.embedding!r} is both the embedding and the "
+            f"{role} column; they must be two columns"
         )
     kind = schema.field(columns.embedding).type
     listy = pa.types.is_list(kind) or pa.types.is_large_list(kind)
@@ -128,6 +219,18 @@ def check_schema(path: str, schema: Any, columns: Columns) -> None:
         raise SemanticDedupError(
             f"INPUT {path!r}: column {columns.embedding!r} is {kind}, expected a list of numbers"
         )
+    kind = schema.field(columns.id).type
+    if not _is_id(kind):
+        raise SemanticDedupError(
+            f"INPUT {path!r}: column {columns.id!r} is {kind}; ids must be integers or strings"
+        )
+    for name in columns.order_by:
+        kind = schema.field(name).type
+        if not _is_orderable(kind):
+            raise SemanticDedupError(
+                f"INPUT {path!r}: column {name!r} is {kind}; the keep order needs a number, "
+                "string, timestamp or date column"
+            )
 
 
 def scan(
@@ -161,17 +264,29 @@ def scan(
         # a folder's other files (notes, a recipe) are not the data: left out
         paths += [f.path for f in listing.files if f.kind == "parquet" and f.size > 0]
     with ThreadPoolExecutor(max(1, min(threads, len(paths)))) as pool:
-        footers = list(pool.map(_footer, paths))
+        footers = list(pool.map(lambda path: _inspect(path, columns), paths))
     files: list[InputFile] = []
-    for index, (path, (groups, schema)) in enumerate(zip(paths, footers, strict=True)):
-        check_schema(path, schema, columns)
-        id_type = schema.field(columns.id).type
+    first_dim: tuple[str, int] | None = None  # the first file with an embedding, its length
+    for index, (path, footer) in enumerate(zip(paths, footers, strict=True)):
+        id_type = footer.schema.field(columns.id).type
         if files and id_type != files[0].id_type:
             raise SemanticDedupError(
                 f"INPUT {path!r}: column {columns.id!r} is {id_type}, in {files[0].path!r} "
                 f"it is {files[0].id_type}; the ids must have one type"
             )
-        files.append(InputFile(path, index, groups, id_type))
+        if footer.null_id is not None:
+            raise SemanticDedupError(
+                f"INPUT {path!r}: column {columns.id!r} is null on row {footer.null_id} (counted "
+                "from 0); every item needs an id, the one duplicates.parquet names it by"
+            )
+        if footer.dim is not None and first_dim is not None and footer.dim != first_dim[1]:
+            raise SemanticDedupError(
+                f"INPUT {path!r}: column {columns.embedding!r} holds embeddings of {footer.dim} "
+                f"numbers, {first_dim[0]!r} of {first_dim[1]}; they must all have one length"
+            )
+        if footer.dim is not None and first_dim is None:
+            first_dim = (path, footer.dim)
+        files.append(InputFile(path, index, footer.row_groups, id_type))
     return files
 
 

@@ -21,6 +21,7 @@ every worker holds at most a chunk or a partition, never the whole input.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -33,6 +34,7 @@ import numpy as np
 from conveyor.dedup.plan import (
     CHUNK_ROWS,
     PARTITION_ROWS,
+    Chunk,
     Columns,
     SemanticDedupError,
     chunks,
@@ -47,6 +49,7 @@ from conveyor.pipeline import Pipeline
 from conveyor.storage import atomic_write, check_output_place, is_url, location, remove_tree
 
 if TYPE_CHECKING:
+    from conveyor.dedup.passes import Sampled
     from conveyor.executors.base import Executor
     from conveyor.result import RunResult
 
@@ -155,6 +158,7 @@ def semantic_dedup(
     root = location(out)
     work = str(root / WORK)
     remove_tree(work)
+    made = not is_url(out) and not os.path.isdir(os.path.dirname(work))
     # the output may hold the input (a video output's embeddings/): only what the dedup
     # writes is left out (its work folder is hidden, which a listing skips)
     files = scan(_inputs(inputs), columns, exclude=[str(root / DUPLICATES)])
@@ -181,6 +185,7 @@ def semantic_dedup(
                 executor,
                 plan,
             ).outputs
+            _one_length(sampled, plan, embedding_column)
             skipped = sum(s.skipped for s in sampled)
             nonfinite = sum(s.nonfinite for s in sampled)
             if items - skipped:
@@ -243,7 +248,30 @@ def semantic_dedup(
     with atomic_write(root / REPORT) as f:
         f.write((json.dumps(report, indent=1) + "\n").encode())
     remove_tree(work)
+    if made:  # .conveyor/ held only the work: an empty folder left behind would say otherwise
+        with contextlib.suppress(OSError):
+            os.rmdir(os.path.dirname(work))
     return result
+
+
+def _one_length(sampled: list[Sampled], plan: list[Chunk], column: str) -> None:
+    """``SemanticDedupError`` naming two files whose embeddings differ in length: the plan
+    read each file's first embedding only, so a file's later row groups are checked here,
+    before k-means would fail naming none."""
+    first: dict[int, str] = {}
+    for s in sorted(sampled, key=lambda s: s.chunk):
+        if s.dim:
+            first.setdefault(s.dim, plan[s.chunk].path)
+    if len(first) > 1:
+        (dim, path), (other, where) = list(first.items())[:2]
+        if where == path:  # row groups of one file
+            lengths = f"of {dim} and of {other} numbers"
+        else:
+            lengths = f"of {other} numbers, {path!r} of {dim}"
+        raise SemanticDedupError(
+            f"INPUT {where!r}: column {column!r} holds embeddings {lengths}; they must all "
+            "have one length"
+        )
 
 
 def _local_copy(path: Any) -> Any:

@@ -153,7 +153,7 @@ def test_planted_duplicates_found_against_all_pairs(tmp_path: Path) -> None:
     assert report["items"] == len(vectors) and report["duplicates"] == len(ours)
     assert report["clusters"] == 6 and report["threshold"] == 0.95
     assert set(report["passes"]) == {"train", "assign", "compare", "write"}
-    assert not (tmp_path / "out" / ".conveyor" / "semdedup").exists()  # work removed
+    assert not (tmp_path / "out" / ".conveyor").exists()  # work removed, and its folder
 
 
 def test_big_clusters_split_in_parts_mark_the_same(tmp_path: Path) -> None:
@@ -201,6 +201,38 @@ def test_order_by_may_name_the_id_column(tmp_path: Path) -> None:
         )
         rows = {r["id"]: r["duplicate_of"] for r in marked(out).to_pylist()}
         assert rows == {20: 10, 30: 10}
+
+
+def test_columns_named_like_the_spilled_ones_do_not_clash(tmp_path: Path) -> None:
+    """An id or order column called pos, cluster or embedding met the spilled files' own
+    columns of those names: "Multiple matches for FieldRef" after two passes."""
+    a = np.array([1.0, 0.0, 0.0], np.float32)
+    vectors = np.stack([a, a + 0.01, np.array([0, 1, 0], np.float32), a + 0.02])
+    write(tmp_path / "in", vectors, [10, 11, 12, 13], files=1, cluster=[9, 3, 1, 0])
+    table = pq.read_table(tmp_path / "in" / "part-0.parquet")
+    table = table.rename_columns(["pos", "vec", "cluster"])
+    pq.write_table(table, tmp_path / "in" / "part-0.parquet")
+    for partition_rows in (50_000, 2):  # whole clusters, then in parts
+        out = tmp_path / f"out-{partition_rows}"
+        semantic_dedup(
+            tmp_path / "in",
+            out,
+            id_column="pos",
+            embedding_column="vec",
+            order_by=("cluster", "pos"),
+            threshold=0.99,
+            partition_rows=partition_rows,
+        )
+        rows = {r["id"]: r["duplicate_of"] for r in marked(out).to_pylist()}
+        assert rows == {11: 13, 10: 11}  # 13 is first by cluster, 11 nearer 10 than 13 is
+
+
+def test_an_empty_conveyor_folder_made_by_the_dedup_only_is_removed(tmp_path: Path) -> None:
+    """``OUTPUT/.conveyor/`` that was there before (a video output's) stays."""
+    write(tmp_path / "in", np.eye(3, dtype=np.float32), ["a", "b", "c"], files=1)
+    (tmp_path / "out" / ".conveyor").mkdir(parents=True)
+    semantic_dedup(tmp_path / "in", tmp_path / "out")
+    assert list((tmp_path / "out" / ".conveyor").iterdir()) == []
 
 
 def test_items_without_an_embedding_are_skipped_and_counted(tmp_path: Path) -> None:
@@ -253,7 +285,37 @@ def test_no_rows_gives_an_empty_table(tmp_path: Path) -> None:
     [
         (pa.table({"key": ["a"], "embedding": [[1.0]]}), {}, "has no column 'id'"),
         (pa.table({"id": ["a"], "embedding": ["x"]}), {}, "expected a list of numbers"),
-        (pa.table({"id": ["a"], "vec": [[1.0]]}), {"order_by": "when"}, "'embedding', 'when'"),
+        (
+            pa.table({"id": ["a"], "vec": [[1.0]]}),
+            {"order_by": "when"},
+            "'embedding', 'when' .*; name yours with id_column=, embedding_column=, order_by=",
+        ),
+        (
+            pa.table({"id": [{"a": 1}], "embedding": [[1.0]]}),
+            {},
+            r"column 'id' is struct<a: int64>; ids must be integers or strings",
+        ),
+        # a NaN id came out as {'id': nan}: ids are integers or strings
+        (
+            pa.table({"id": [float("nan")], "embedding": [[1.0]]}),
+            {},
+            "column 'id' is double; ids must be integers or strings",
+        ),
+        (
+            pa.table({"id": ["a"], "embedding": [[1.0]], "tags": [[1]]}),
+            {"order_by": "tags"},
+            "column 'tags' is list<element: int64>; the keep order needs a number, string",
+        ),
+        (
+            pa.table({"id": ["a"], "embedding": [[1.0]]}),
+            {"id_column": "embedding"},
+            "column 'embedding' is both the embedding and the id column",
+        ),
+        (
+            pa.table({"id": ["a"], "embedding": [[1.0]]}),
+            {"order_by": ("id", "embedding")},
+            "column 'embedding' is both the embedding and the keep order column",
+        ),
         (
             pa.table({"id": ["a", "b"], "embedding": [[1.0, 0.0], [1.0]]}),
             {},
@@ -301,8 +363,43 @@ def test_embeddings_of_different_lengths_across_files(tmp_path: Path) -> None:
         pa.table({"id": ["a"], "embedding": [[1.0, 0.0]]}), tmp_path / "in" / "a.parquet"
     )
     pq.write_table(pa.table({"id": ["b"], "embedding": [[1.0]]}), tmp_path / "in" / "b.parquet")
-    with pytest.raises(SemanticDedupError, match=r"different lengths \(\[1, 2\]\)"):
+    with pytest.raises(SemanticDedupError, match="must all have one length") as error:
         semantic_dedup(tmp_path / "in", tmp_path / "out")
+    # before any pass: the plan reads each file's first embedding
+    assert str(error.value) == (
+        f"INPUT '{tmp_path / 'in' / 'b.parquet'}': column 'embedding' holds embeddings of 1 "
+        f"numbers, '{tmp_path / 'in' / 'a.parquet'}' of 2; they must all have one length"
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_embeddings_of_different_lengths_in_later_row_groups(tmp_path: Path) -> None:
+    """Lengths past a file's first embedding are checked after pass 1, still naming the
+    file: k-means said only "different lengths ([4, 8])"."""
+    from conveyor.dedup.semantic import PassFailed
+
+    four, eight = [1.0, 0, 0, 0], [1.0, 0, 0, 0, 0, 0, 0, 0]
+    table = pa.table({"id": list("abcd"), "embedding": [four, four, eight, eight]})
+    (tmp_path / "in").mkdir()
+    pq.write_table(table, tmp_path / "in" / "x.parquet", row_group_size=2)
+    with pytest.raises(SemanticDedupError, match="embeddings of 4 and of 8 numbers") as error:
+        semantic_dedup(tmp_path / "in", tmp_path / "out", chunk_rows=2)
+    assert "x.parquet" in str(error.value) and not isinstance(error.value, PassFailed)
+
+
+@pytest.mark.parametrize("statistics", [True, False])
+def test_a_null_id_stops_the_plan_naming_its_row(tmp_path: Path, statistics: bool) -> None:
+    """A null id came out as ``duplicate_of: None``; the footer's null counts say which row
+    groups to read (a file written without them is read whole)."""
+    v = [1.0, 0.0]
+    table = pa.table({"id": pa.array([1, 2, 3, None], pa.int64()), "embedding": [v, v, v, v]})
+    (tmp_path / "in").mkdir()
+    path = tmp_path / "in" / "x.parquet"
+    pq.write_table(table, path, row_group_size=2, write_statistics=statistics)
+    with pytest.raises(SemanticDedupError, match="column 'id' is null on row 3") as error:
+        semantic_dedup(tmp_path / "in", tmp_path / "out")
+    assert str(path) in str(error.value)
+    assert not (tmp_path / "out").exists()  # before any pass
 
 
 @pytest.mark.parametrize(
