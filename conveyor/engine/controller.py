@@ -1360,7 +1360,21 @@ class Controller:
 
     def snapshot(self, now: float) -> RunSnapshot:
         """The run as a monitor sees it at ``now`` (the backend's clock)."""
-        return run_snapshot(self._progress(now), self.stages, self.ledger)
+        running = {
+            stage.spec.name: sum(self._working_for(w, now) for w in stage.pool.workers.values())
+            for stage in self.stages
+        }
+        return run_snapshot(self._progress(now), self.stages, self.ledger, running)
+
+    def _working_for(self, worker: Worker, now: float) -> float:
+        """How long ``worker`` has worked on the batch at the head of its messages (0: none):
+        since it was sent or the one before it ended, less the time a generator's waited for
+        room downstream."""
+        batch = self.batches.get(worker.messages[0][0]) if worker.messages else None
+        if batch is None:
+            return 0.0
+        waited = batch.paused_s + (now - batch.paused_at if batch.paused_at is not None else 0.0)
+        return max(0.0, now - max(batch.sent_at, worker.last_done) - waited)
 
     # -- events for monitors that want them -----------------------------------------------
     def _emit(self, event: RunEvent) -> None:
@@ -1384,7 +1398,7 @@ class Controller:
             self._progress(self.backend.now()),
             self.description,
             "batch" if self.config.stage_at_a_time else "streaming",
-            type(self.backend).__name__,
+            getattr(self.backend, "label", type(self.backend).__name__),
             self.stages,
             nodes,
             self.config.settings(journal),

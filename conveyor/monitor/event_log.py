@@ -302,10 +302,11 @@ class EventLog:
         for stage in snap.stages:
             then, busy_then = self._prev.get(stage.name, (0.0, 0.0))
             span = snap.elapsed_s - then
+            worked = stage.busy_s + stage.running_s  # a long batch counts as it goes
             busy = 0.0
             if span > 0 and stage.workers_ready:
-                busy = min(1.0, max(0.0, (stage.busy_s - busy_then) / (span * stage.workers_ready)))
-            self._prev[stage.name] = (snap.elapsed_s, stage.busy_s)
+                busy = min(1.0, max(0.0, (worked - busy_then) / (span * stage.workers_ready)))
+            self._prev[stage.name] = (snap.elapsed_s, worked)
             stages.append(
                 {
                     "name": stage.name,

@@ -88,13 +88,14 @@ class PrometheusMonitor:
         busy = {}
         for stage in snapshot.stages:
             history = self._history.setdefault(stage.name, deque())
-            history.append((snapshot.elapsed_s, stage.busy_s))
+            worked = stage.busy_s + stage.running_s  # a long batch counts as it goes
+            history.append((snapshot.elapsed_s, worked))
             while len(history) > 2 and snapshot.elapsed_s - history[1][0] >= BUSY_WINDOW_S:
                 history.popleft()
             then, busy_then = history[0]
             span = snapshot.elapsed_s - then
             ready = stage.workers_ready
-            value = (stage.busy_s - busy_then) / (span * ready) if span > 0 and ready else 0.0
+            value = (worked - busy_then) / (span * ready) if span > 0 and ready else 0.0
             busy[stage.name] = min(1.0, max(0.0, value))
         with self._lock:
             self._snapshot = snapshot

@@ -39,6 +39,9 @@ class TrackingBackend(SimulatedBackend):
     each device), so a check costs little more on 250 identical nodes than on one.
     """
 
+    #: what the run's records call the backend (this class is the simulator's own business)
+    label = "SimulatedBackend"
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._capacity = {n.node_id: n for n in self.sim_nodes}

@@ -82,6 +82,30 @@ def test_a_simulated_run_is_logged_from_start_to_end(tmp_path: Path) -> None:
     assert end["stages"]["infer"]["timeouts"] == sim.result.stats["infer"].timeouts
 
 
+LONG_BATCHES = """
+name: long
+cluster:
+  - {name: n, cpus: 4}
+stages:
+  - name: slow
+    num_workers: 2
+    model: {service: {mean: 12}}
+source: {tasks: 20}
+"""
+
+
+def test_a_stage_whose_batches_outlast_a_snapshot_is_busy_in_every_one(tmp_path: Path) -> None:
+    """Busy time counted when a batch ended: 12 s batches made 0 % and 100 % snapshots in
+    turn, and the report called a saturated stage idle."""
+    simulate(parse_scenario_text(LONG_BATCHES), monitors=[EventLog(tmp_path)])
+    events = _lines(tmp_path)
+    assert events[0]["backend"] == "SimulatedBackend"  # not the simulator's own class
+    snaps = [e for e in events if e["type"] == "snapshot"]
+    working = [s["stages"][0] for s in snaps if 15 < s["t"] < 100]
+    assert len(working) > 50
+    assert all(s["busy"] > 0.95 for s in working), [s["busy"] for s in working]
+
+
 @processing_stage(resources=Resources(cpus=0.5))
 def _work(x: int) -> int:
     if x == 13:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -116,3 +117,26 @@ def test_close_stops_serving(tmp_path: Path) -> None:
     metrics.close()  # idempotent
     with pytest.raises(OSError):
         scrape(metrics.url)
+
+
+class _Busy(PrometheusMonitor):
+    """Keeps the busy ratio it would serve at each tick."""
+
+    def __init__(self) -> None:
+        super().__init__(port=0)
+        self.seen: list[tuple[float, float]] = []
+
+    def on_tick(self, snapshot: Any) -> None:
+        super().on_tick(snapshot)
+        self.seen.append((snapshot.elapsed_s, self._busy.get("slow", 0.0)))
+
+
+def test_a_stage_whose_batches_outlast_the_window_is_busy_throughout() -> None:
+    """Busy time counted when a batch ended: a stage of 12 s batches read 0 in one window
+    and 1 in the next."""
+    from tests.monitor.test_event_log import LONG_BATCHES
+
+    with _Busy() as metrics:
+        simulate(parse_scenario_text(LONG_BATCHES), monitors=[metrics])
+    working = [busy for t, busy in metrics.seen if 20 < t < 100]
+    assert len(working) > 50 and min(working) > 0.95, working

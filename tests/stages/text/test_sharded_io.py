@@ -449,6 +449,15 @@ def test_a_jsonl_field_of_mixed_types_is_written_back_as_it_was_read(tmp_path: P
     assert [json.loads(line) for line in out.getvalue().splitlines()] == rows
 
 
+def test_an_input_field_named_doc_id_is_kept(tmp_path: Path) -> None:
+    """It was taken for the reader's own id column and dropped without a word."""
+    (tmp_path / "a.jsonl").write_text('{"_doc_id": 1000, "text": "a"}\n')
+    pq.write_table(pa.table({"_doc_id": [7], "text": ["b"]}), tmp_path / "b.parquet")
+    rows = read_all(tmp_path)["rows"]
+    assert [r["_doc_id"] for r in rows] == [1000, 7]
+    assert len({r["_conveyor_doc_id"] for r in rows}) == 2
+
+
 def test_unify_parquet_makes_one_schema(tmp_path: Path) -> None:
     paths = [tmp_path / "a.parquet", tmp_path / "b.parquet"]
     pq.write_table(pa.table({"text": ["a"], "meta": pa.nulls(1)}), paths[0])
