@@ -29,6 +29,11 @@ class Backend(Protocol):
     ``ErrorInfo.lost``; the controller then keeps each source task until everything made
     from it is done, and makes a lost input again from its source. It must keep a source's
     handle readable for that long (``put`` handles are not consumed by reading them).
+
+    A backend that knows no node will join its cluster any more (this machine; a simulated
+    cluster whose joins are past) has a method ``nodes_may_join() -> bool`` saying so: a
+    stage then left with work and no room for a worker ends the run with a ``BackendError``
+    instead of waiting (a Ray cluster's autoscaler may add a node: it waits, and says so).
     """
 
     #: Bytes that queued payloads may use in all, split across edges by the backpressure policy.

@@ -187,6 +187,10 @@ class LocalBackend:
     def now(self) -> float:
         return time.monotonic()
 
+    def nodes_may_join(self) -> bool:
+        """This machine is the whole cluster (``Backend``)."""
+        return False
+
     def open(self) -> None:
         """Create the run's payload store and start the zygote that forks stage hosts: a
         caller that opens the backend while it still prepares the run (the CLI lists and

@@ -294,6 +294,7 @@ class SimulatedBackend:
         self._changes = sorted(
             {n.joins_at for n in nodes} | {n.leaves_at for n in nodes if n.leaves_at is not None}
         )
+        self._joins = sorted({n.joins_at for n in nodes})
         self._view: list[NodeInfo] = []
         self._view_ids: frozenset[str] = frozenset()
         self._view_from = self._view_until = math.nan
@@ -304,6 +305,10 @@ class SimulatedBackend:
 
     def now(self) -> float:
         return self.clock.now
+
+    def nodes_may_join(self) -> bool:
+        """Whether a node joins later (``Backend``): the scenario says when each does."""
+        return any(joins > self.clock.now for joins in self._joins)
 
     def nodes(self) -> list[NodeInfo]:
         """The nodes present now; the list is built again only when a node joins or leaves

@@ -1148,6 +1148,16 @@ class Controller:
                     "report it with this state):"
                 )
             )
+        may_join = getattr(self.backend, "nodes_may_join", None)
+        if may_join is not None and not may_join():
+            cpus, gpus = self.ledger.totals()
+            raise BackendError(
+                self._state_text(
+                    f"pipeline {self.pipeline_name!r} cannot go on: {', '.join(unplaced)} "
+                    f"has work and no room for a worker, the cluster has {cpus:g} CPUs and "
+                    f"{gpus:g} GPUs, and no node will join:"
+                )
+            )
         if not self._stall_told:
             self._stall_told = True
             cpus, gpus = self.ledger.totals()

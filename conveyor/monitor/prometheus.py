@@ -145,9 +145,19 @@ class _Collector:
         if info:
             run.add_metric([pipeline, info.get("executor", ""), info.get("backend", "")], 1)
         yield run
-        yield _gauge("conveyor_run_running", "1 while a run is going", [pipeline], int(running))
+        # before a run has started there is no pipeline to name: a series with an empty
+        # label would stay beside the run's own
+        yield _gauge(
+            "conveyor_run_running",
+            "1 while a run is going",
+            [pipeline],
+            int(running) if info else None,
+        )
         if snap is None:
             return
+        # the last snapshot is taken before the run stops its workers: once it has ended
+        # they hold nothing
+        held = 1 if running else 0
         p = [pipeline]
         yield _counter("conveyor_run_inputs", "Source tasks admitted", p, snap.inputs_admitted)
         yield _counter("conveyor_run_outputs", "Last-stage outputs delivered", p, snap.outputs)
@@ -167,10 +177,10 @@ class _Collector:
         yield _gauge("conveyor_cluster_cpus", "CPUs in the cluster", p, snap.cpus)
         yield _gauge("conveyor_cluster_gpus", "GPUs in the cluster", p, snap.gpus)
         yield _gauge(
-            "conveyor_cluster_cpus_reserved", "CPUs held by workers", p, snap.cpus_reserved
+            "conveyor_cluster_cpus_reserved", "CPUs held by workers", p, snap.cpus_reserved * held
         )
         yield _gauge(
-            "conveyor_cluster_gpus_reserved", "GPUs held by workers", p, snap.gpus_reserved
+            "conveyor_cluster_gpus_reserved", "GPUs held by workers", p, snap.gpus_reserved * held
         )
 
         labels = ["pipeline", "stage"]
@@ -218,10 +228,10 @@ class _Collector:
                 ("retried", stage.retried),
             ):
                 tasks.add_metric([*key, outcome], value)
-            workers.add_metric([*key, "ready"], stage.workers_ready)
-            workers.add_metric([*key, "starting"], stage.workers_starting)
-            workers.add_metric([*key, "target"], stage.target)
-            busy_ratio.add_metric(key, busy.get(stage.name, 0.0))
+            workers.add_metric([*key, "ready"], stage.workers_ready * held)
+            workers.add_metric([*key, "starting"], stage.workers_starting * held)
+            workers.add_metric([*key, "target"], stage.target * held)
+            busy_ratio.add_metric(key, busy.get(stage.name, 0.0) * held)
             busy_total.add_metric(key, stage.busy_s)
             queue_tasks.add_metric(key, stage.queued)
             queue_bytes.add_metric(key, stage.queued_bytes)

@@ -75,7 +75,9 @@ def _full(busy: float, total: float) -> bool:
 
 
 def _n(value: float) -> str:
-    return f"{value:.3g}"
+    """Three significant digits below 1,000, whole numbers with separators above (a
+    2,000-GPU cluster read "2e+03")."""
+    return f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
 
 
 def _cores(value: float) -> str:

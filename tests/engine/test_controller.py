@@ -11,6 +11,7 @@ from conveyor import Pipeline, ProcessingStage, Resources
 from conveyor.engine import controller as controller_module
 from conveyor.engine.events import RunSnapshot
 from conveyor.engine.policies.autoscale import AutoscaleConfig
+from conveyor.errors import BackendError
 from conveyor.executors import BatchExecutor, StreamingExecutor
 from conveyor.result import RunResult
 from tests.backends.ray_stages import BatchSizes
@@ -403,6 +404,22 @@ def test_a_stage_without_room_waits_for_a_node_and_says_so_once(
     assert len(warnings) == 1
     assert "s for room for a worker of" in warnings[0]
     assert "the cluster has 0 CPUs and 0 GPUs" in warnings[0]
+
+
+class LastOutage(Outage):
+    """An outage after which no node comes back, and the backend knows it."""
+
+    def nodes_may_join(self) -> bool:
+        return False
+
+
+def test_a_stage_without_room_and_no_node_to_come_ends_the_run() -> None:
+    """A simulated cluster whose nodes had all left waited for ever (its event log growing
+    by megabytes a second): the backend knows no node will join."""
+    backend = LastOutage(lo=1.0, hi=math.inf, cpus=3, service_s={"slow": 0.5})
+    with pytest.raises(BackendError, match=r"cannot go on: .*no node will join"):
+        three_stage().run(StreamingExecutor(backend), initial_tasks=range(20))
+    assert backend.now() < 200  # a minute of waiting, as for a node that may come
 
 
 def test_a_run_that_never_ends_with_nothing_left_to_do_is_a_stall(

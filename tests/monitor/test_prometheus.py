@@ -90,9 +90,16 @@ source: {tasks: 400}
 """
     )
     with PrometheusMonitor(port=0) as metrics:
+        before = scrape(metrics.url)
         sim = simulate(scenario, monitors=[metrics])
         final = scrape(metrics.url)
+    # no series under an empty pipeline label before the run (it stayed beside the run's)
+    assert not [key for key in before if ("pipeline", "") in key[1]]
     labels = {"pipeline": "simmed", "stage": "infer"}
+    # once it has ended its workers hold nothing (the last snapshot was taken before they
+    # were stopped)
+    assert value(final, "conveyor_cluster_gpus_reserved", pipeline="simmed") == 0
+    assert value(final, "conveyor_stage_workers", state="ready", **labels) == 0
     assert value(final, "conveyor_stage_tasks_total", outcome="in", **labels) == 400
     assert value(final, "conveyor_cluster_gpus", pipeline="simmed") == 4
     assert value(final, "conveyor_stage_service_seconds_count", **labels) == 400

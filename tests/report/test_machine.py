@@ -239,3 +239,12 @@ def test_cpu_burning_stages_on_two_cpus_are_machine_bound(tmp_path: Path) -> Non
     assert used >= 0.9 * 400 * 4 * 0.004, used
     assert log.report_path is not None
     assert "The machine&#x27;s CPUs were the limit" in log.report_path.read_text()
+
+
+def test_a_large_cluster_is_counted_in_whole_numbers() -> None:
+    """A 2,000-GPU cluster read "the workers held 6.65e+03 of 1.6e+04"."""
+    from conveyor.report.machine import _n
+
+    assert [_n(v) for v in (7.18, 5, 999.4, 6650.4, 16000, 2000)] == [
+        "7.18", "5", "999", "6,650", "16,000", "2,000",
+    ]  # fmt: skip
