@@ -254,13 +254,17 @@ def simulate(
         close_monitors(watch)
     summary = sim.report
     typer.echo(format_report(summary))
-    out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"{summary.scenario}-{summary.executor}-seed{summary.seed}"
-    json_path = stem.with_suffix(".json")
-    json_path.write_text(json.dumps(summary.to_dict(), indent=1) + "\n")
-    typer.echo(f"\nreport: {json_path}")
-    if chart:
-        from conveyor.sim.chart import write_chart
+    # the extension is appended, never put in with with_suffix: that would cut "v1.5" to "v1"
+    stem = f"{summary.scenario}-{summary.executor}-seed{summary.seed}"
+    json_path = out / f"{stem}.json"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(summary.to_dict(), indent=1) + "\n")
+        typer.echo(f"\nreport: {json_path}")
+        if chart:
+            from conveyor.sim.chart import write_chart
 
-        typer.echo(f"chart:  {write_chart(summary, stem.with_suffix('.png'))}")
+            typer.echo(f"chart:  {write_chart(summary, out / f'{stem}.png')}")
+    except OSError as exc:
+        raise fail(f"--out: cannot write {exc.filename or out} ({exc.strerror or exc})") from None
     _print_report_path(watch, "html:  ")

@@ -11,8 +11,10 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import re
 import types
 import typing
+import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from importlib import resources as importlib_resources
@@ -25,7 +27,7 @@ from conveyor.backends.simulated import Distribution, SimNode, SimulatedBackend,
 from conveyor.engine.policies.autoscale import AutoscaleConfig
 from conveyor.pipeline import Pipeline
 from conveyor.resources import Resources
-from conveyor.stage import ProcessingStage
+from conveyor.stage import ProcessingStage, validate_stage
 
 __all__ = [
     "ClusterGroup",
@@ -145,6 +147,17 @@ class StageScenario:
     #: free text: where the numbers come from
     note: str = ""
 
+    def placeholder(self) -> ModelledStage:
+        """The stage the pipeline holds; the backend runs its model."""
+        return (YieldingModelledStage if self.streams else ModelledStage)(
+            self.name,
+            self.resources.build(),
+            self.batch_size,
+            self.num_workers,
+            self.timeout_s,
+            self.batch_wait_s,
+        )
+
 
 @dataclass(frozen=True)
 class ClusterGroup:
@@ -254,17 +267,7 @@ class Scenario:
         """Placeholder stages with the declared shapes; the backend runs their models."""
         return Pipeline(
             self.name,
-            [
-                (YieldingModelledStage if s.streams else ModelledStage)(
-                    s.name,
-                    s.resources.build(),
-                    s.batch_size,
-                    s.num_workers,
-                    s.timeout_s,
-                    s.batch_wait_s,
-                )
-                for s in self.stages
-            ],
+            [s.placeholder() for s in self.stages],
             description=self.description or None,
         )
 
@@ -322,20 +325,63 @@ class YieldingModelledStage(ModelledStage):
 
 
 # -- loading ------------------------------------------------------------------------------
+class _ScenarioLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, made stricter where YAML 1.1 surprises: ``1e6`` is a number (a
+    string to PyYAML, which wants ``1.0e+6``), and a key given twice in one mapping is an
+    error (PyYAML keeps the last one silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        _refuse_duplicate_keys(self, node)
+        return super().construct_mapping(node, deep=deep)
+
+
+#: YAML 1.2's floats with an exponent, where PyYAML (YAML 1.1) needs a dot and a signed
+#: exponent: ``1e6``, ``1e-9``, ``2.5e3``, ``.5E+2``
+_ScenarioLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
+
+
+def _refuse_duplicate_keys(loader: _ScenarioLoader, node: yaml.MappingNode) -> None:
+    """A second ``name:`` would silently replace the first; say where both are. Merge keys
+    (``<<``) are left out: overriding what they bring in is their purpose."""
+    first: dict[Any, str] = {}
+    for key_node, _ in node.value:
+        if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        key = loader.construct_object(key_node)
+        mark = key_node.start_mark
+        if key in first:
+            raise yaml.constructor.ConstructorError(
+                "while constructing a mapping",
+                node.start_mark,
+                f"key {key!r} appears twice (first at {first[key]})",
+                mark,
+            )
+        first[key] = f"line {mark.line + 1}, column {mark.column + 1}"
+
+
 def load_scenario(path: str | Path) -> Scenario:
     """Read a scenario from a YAML file; errors name the file and the field."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ScenarioError(f"{path}: cannot read the scenario file ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise ScenarioError(
+            f"{path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset "
+            f"{exc.start}); a scenario is a YAML file"
+        ) from None
     return parse_scenario_text(text, str(path))
 
 
 def parse_scenario_text(text: str, origin: str = "<memory>") -> Scenario:
     """Parse YAML text (``origin`` is what error messages call it)."""
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_ScenarioLoader)  # a SafeLoader: builds no objects
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
@@ -495,8 +541,9 @@ def _check(s: Scenario, origin: str) -> None:
     def fail(path: str, message: str) -> ScenarioError:
         return _fail(origin, path, message)
 
-    if not s.name:
-        raise fail("name", "must not be empty")
+    problem = _name_problem(s.name)
+    if problem:
+        raise fail("name", problem)
     if not s.cluster:
         raise fail("cluster", "needs at least one node group")
     if not s.stages:
@@ -541,12 +588,28 @@ def _check(s: Scenario, origin: str) -> None:
             raise fail(f"{at}.batch_wait_s", f"must be >= 0, got {stage.batch_wait_s}")
         if stage.num_workers is not None and stage.num_workers < 1:
             raise fail(f"{at}.num_workers", f"must be >= 1 (or left out), got {stage.num_workers}")
+        if stage.timeout_s is not None and stage.timeout_s <= 0:
+            raise fail(f"{at}.timeout_s", f"must be > 0 (or left out), got {stage.timeout_s:g}")
         try:
             resources = stage.resources.build()
         except (TypeError, ValueError) as exc:
             raise fail(f"{at}.resources", str(exc)) from None
+        try:
+            validate_stage(stage.placeholder())
+        except ValueError as exc:
+            raise fail(at, str(exc)) from None
         _check_model(stage.model, f"{at}.model", fail)
+        if stage.model.hang_rate > 0 and stage.timeout_s is None:
+            raise fail(
+                f"{at}.model.hang_rate",
+                "a hung batch never returns, and without the stage's timeout_s the run could "
+                "never end: give the stage a timeout_s",
+            )
         _check_fits(s, resources, f"{at}.resources", stage.name, fail)
+    try:
+        s.pipeline().build()
+    except (TypeError, ValueError) as exc:
+        raise fail("stages", str(exc)) from None
     if s.source.tasks is None and s.source.duration_s is None:
         raise fail("source", "give tasks (a number of source tasks) or duration_s (or both)")
     if s.source.tasks is not None and s.source.tasks < 1:
@@ -584,6 +647,31 @@ def _check(s: Scenario, origin: str) -> None:
         raise fail("stop_at_s", f"must be after report.warmup_s ({r.warmup_s:g})")
     if s.memory_budget_bytes < 1:
         raise fail("memory_budget_bytes", f"must be >= 1, got {s.memory_budget_bytes}")
+
+
+#: the longest scenario name, in bytes: with ``-streaming-seed<N>.json`` after it, it stays
+#: within the 255 bytes a file name may have
+NAME_MAX_BYTES = 200
+
+
+def _name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name the output files (``<name>-<executor>-seed<N>.json`` in
+    ``--out``; ``None``: it can): a separator or ``..`` would write outside ``--out`` or into
+    a folder that is not there, a line break into a file name nobody can type."""
+    if not name.strip():
+        return "must not be empty"
+    why = "(it names the output files)"
+    if "/" in name or "\\" in name:
+        return f"must not contain a path separator ('/' or '\\') {why}, got {name!r}"
+    if ".." in name:
+        return f"must not contain '..' {why}, got {name!r}"
+    if not name.isprintable():
+        bad = next(c for c in name if not c.isprintable())
+        kind = unicodedata.name(bad, f"U+{ord(bad):04X}")
+        return f"must have printable characters only {why}, got {name!r} (with {kind})"
+    if len(name.encode()) > NAME_MAX_BYTES:
+        return f"must be at most {NAME_MAX_BYTES} bytes {why}, got {len(name.encode())}"
+    return None
 
 
 def _check_model(model: ModelSpec, at: str, fail: Any) -> None:

@@ -88,6 +88,72 @@ def test_bad_scenario_file_is_a_clear_usage_error(tmp_path: Path) -> None:
     assert missing.exit_code == 2
 
 
+def _scenario(tmp_path: Path, name: str, stage: str = "") -> Path:
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        f"name: {name}\ncluster: [{{name: n, cpus: 4}}]\n"
+        f"stages: [{{name: a, model: {{service: {{mean: 0.1}}}}{stage}}}]\nsource: {{tasks: 5}}\n"
+    )
+    return path
+
+
+def test_the_output_files_keep_a_dotted_name_whole(tmp_path: Path) -> None:
+    """``Path.with_suffix`` cut ``v1.5-streaming-seed0`` to ``v1``: runs overwrote each other."""
+    path = _scenario(tmp_path, "v1.5")
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["simulate", str(path), "--out", str(out), "--no-report"])
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in out.iterdir()) == [
+        "v1.5-streaming-seed0.json",
+        "v1.5-streaming-seed0.png",
+    ]
+
+
+def test_a_name_that_is_no_file_name_is_refused_before_the_run(tmp_path: Path) -> None:
+    """``a/b`` ran, then crashed writing into a folder that was not there; ``../../escape``
+    wrote outside --out."""
+    out = tmp_path / "one" / "two" / "out"
+    for name, shown in [("a/b", "'a/b'"), ('"../../escape"', "'../../escape'")]:
+        path = _scenario(tmp_path, name)
+        result = runner.invoke(app, ["simulate", str(path), "--out", str(out)])
+        assert result.exit_code == 2, result.output
+        assert result.output == (
+            f"error: {path}: name: must not contain a path separator ('/' or '\\') "
+            f"(it names the output files), got {shown}\n"
+        )
+    assert not list(tmp_path.rglob("*.json")) and not out.exists()
+
+
+def test_bad_stage_settings_and_binary_files_are_one_line_errors(tmp_path: Path) -> None:
+    """Both were tracebacks: a PipelineBuildError when the run started, a UnicodeDecodeError."""
+    path = _scenario(tmp_path, "t", ", timeout_s: -1")
+    result = runner.invoke(app, ["simulate", str(path), "--out", str(tmp_path)])
+    assert (result.exit_code, result.output) == (
+        2,
+        f"error: {path}: stages[0].timeout_s: must be > 0 (or left out), got -1\n",
+    )
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(b"\xff\xfe\x00garbage")
+    result = runner.invoke(app, ["simulate", str(binary), "--out", str(tmp_path)])
+    assert (result.exit_code, result.output) == (
+        2,
+        f"error: {binary}: not UTF-8 text (byte 0xff at offset 0); a scenario is a YAML file\n",
+    )
+    assert not list(tmp_path.glob("*.json"))
+
+
+def test_an_output_that_cannot_be_written_is_a_usage_error(tmp_path: Path) -> None:
+    path = _scenario(tmp_path, "t")
+    out = tmp_path / "out"
+    (out / "t-streaming-seed0.json").mkdir(parents=True)  # a folder where the report goes
+    args = ["simulate", str(path), "--out", str(out), "--no-chart", "--no-report"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2
+    assert result.output.splitlines()[-1] == (
+        f"error: --out: cannot write {out / 't-streaming-seed0.json'} (Is a directory)"
+    )
+
+
 def test_existing_commands_still_listed() -> None:
     result = runner.invoke(app, ["--help"])
     assert result.exit_code == 0
