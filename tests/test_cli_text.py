@@ -599,3 +599,23 @@ def test_help_lists_the_options() -> None:
     ):  # fmt: skip
         assert option in result.output, option
     assert "longer text is truncated" in " ".join(result.output.split())
+
+
+def test_a_link_to_nothing_is_said_and_an_output_that_cannot_be_made_is_one_line(
+    tmp_path: Path,
+) -> None:
+    source = tmp_path / "in"
+    source.mkdir()
+    (source / "a.jsonl").write_text('{"text": "one document"}\n')
+    (source / "gone.jsonl").symlink_to(tmp_path / "nothing.jsonl")
+    out = tmp_path / "out"
+    result = run(str(source), str(out), "--dedup", "none", "--no-filters", "--no-langid")
+    assert result.exit_code == 0, result.output
+    assert f"1 link(s) to nothing skipped: {source / 'gone.jsonl'}" in result.output
+    assert summary(out)["files"]["broken_links"] == [str(source / "gone.jsonl")]
+    (tmp_path / "file").write_text("")
+    result = run(str(source), str(tmp_path / "file" / "out"), "--no-langid")
+    assert result.exit_code == 2
+    assert result.output.strip() == f"error: output {tmp_path / 'file' / 'out'} inside " + (
+        f"{tmp_path / 'file'}, which is a file, not a folder"
+    )
