@@ -582,7 +582,7 @@ class Controller:
             stage.in_flight_tasks += len(entries)
             if stage.spec.streams:
                 streams.start(stage, batch, window)
-        stage.pool.sent(worker, ids, alone)
+        stage.pool.sent(worker, ids, alone, now)
         if stage.spec.streams:
             self.backend.submit(worker.worker_id, payload, threads, allowance=window)
         else:
@@ -680,7 +680,7 @@ class Controller:
             streams.end(stage, batch, self.backend.now())
         worker = self.workers.get(worker_id)
         if worker is not None:
-            stage.pool.batch_done(worker, batch_id)
+            stage.pool.batch_done(worker, batch_id, self.backend.now())
             if not worker.in_flight:
                 self.cpu_book.release(worker)
         return batch
@@ -993,7 +993,7 @@ class Controller:
             self._worker_event(kind, worker, reason=error.message)
         self._initial_workers.discard(worker_id)
         stage = self.stages[worker.stage]
-        stage.pool.remove(worker_id)
+        stage.pool.remove(worker_id, self.backend.now())
         self.cpu_book.release(worker)
         self.ledger.release(worker_id)
         self._placement_dirty = True
@@ -1370,21 +1370,7 @@ class Controller:
 
     def snapshot(self, now: float) -> RunSnapshot:
         """The run as a monitor sees it at ``now`` (the backend's clock)."""
-        running = {
-            stage.spec.name: sum(self._working_for(w, now) for w in stage.pool.workers.values())
-            for stage in self.stages
-        }
-        return run_snapshot(self._progress(now), self.stages, self.ledger, running)
-
-    def _working_for(self, worker: Worker, now: float) -> float:
-        """How long ``worker`` has worked on the batch at the head of its messages (0: none):
-        since it was sent or the one before it ended, less the time a generator's waited for
-        room downstream."""
-        batch = self.batches.get(worker.messages[0][0]) if worker.messages else None
-        if batch is None:
-            return 0.0
-        waited = batch.paused_s + (now - batch.paused_at if batch.paused_at is not None else 0.0)
-        return max(0.0, now - max(batch.sent_at, worker.last_done) - waited)
+        return run_snapshot(self._progress(now), self.stages, self.ledger, now)
 
     # -- events for monitors that want them -----------------------------------------------
     def _emit(self, event: RunEvent) -> None:
@@ -1429,10 +1415,11 @@ class Controller:
 
     def _finish(self, completed: bool) -> None:
         self._ended = True
-        progress = self._progress(self.backend.now())
+        now = self.backend.now()
+        progress = self._progress(now)
         fill_result(self.result, progress, self.stages, self.failures, completed)
         if self.monitors:
-            snap = run_snapshot(progress, self.stages, self.ledger)
+            snap = run_snapshot(progress, self.stages, self.ledger, now)
             for monitor in self.monitors:
                 monitor.on_tick(snap)
                 monitor.on_end(self.result)

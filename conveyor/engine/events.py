@@ -43,10 +43,10 @@ class StageSnapshot:
     #: those slower than every bound), and the sum of their service times
     service_counts: tuple[int, ...] = ()
     service_sum_s: float = 0.0
-    #: seconds its workers have spent so far on the batches they are running: ``busy_s``
-    #: counts a batch when it ends, so busy over a window shorter than a batch is the growth
-    #: of ``busy_s + running_s``
-    running_s: float = 0.0
+    #: cumulative seconds its workers have held work (``Pool.occupied_s``): it grows while
+    #: a batch runs, where ``busy_s`` grows when one ends, so a busy fraction over a window
+    #: shorter than a batch is its growth
+    occupied_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

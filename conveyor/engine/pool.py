@@ -34,6 +34,7 @@ class Worker:
     node: str | None = None  # where it runs: batches whose data is there prefer it
     messages: deque[list[int]] = field(default_factory=deque)  # batch ids per message sent
     held_cpus: float = 0.0  # CPUs it counts as busy while it holds messages (``CpuBook``)
+    occupied_since: float | None = None  # since when it has held messages (``Pool.occupied_s``)
     sent_batches: int = 0  # batches sent to it (``max_batches_per_worker``)
 
     @property
@@ -45,8 +46,11 @@ class Pool:
     """Workers of one stage: all of them, the live count, and who can take work now."""
 
     __slots__ = (
+        "_closed_s",
         "_free",
         "_local",
+        "_open",
+        "_open_since",
         "_ready_on",
         "live_count",
         "ready_count",
@@ -69,6 +73,34 @@ class Pool:
         )
         # ready (not stopping) workers per node: whether a stage has one off an avoided node
         self._ready_on: dict[str, int] = {}
+        # ``occupied_s``: the time workers have held messages, ended spells and open ones
+        self._closed_s = 0.0
+        self._open = 0
+        self._open_since = 0.0
+
+    def occupied_s(self, now: float) -> float:
+        """Seconds the stage's workers have held work, all of them together, up to ``now``.
+
+        It grows while a batch runs, where the busy time the workers report grows when a
+        batch ends: a busy fraction taken over a window shorter than a batch (a snapshot a
+        second, of 12 s batches) read 0 and 1 in turn. Kept as sums, so that a snapshot of
+        thousands of workers costs nothing.
+        """
+        return self._closed_s + self._open * now - self._open_since
+
+    def _occupy(self, worker: Worker, now: float) -> None:
+        if worker.occupied_since is None:
+            worker.occupied_since = now
+            self._open += 1
+            self._open_since += now
+
+    def _vacate(self, worker: Worker, now: float) -> None:
+        since = worker.occupied_since
+        if since is not None:
+            worker.occupied_since = None
+            self._open -= 1
+            self._open_since -= since
+            self._closed_s += max(0.0, now - since)
 
     def __len__(self) -> int:
         return len(self.workers)
@@ -105,10 +137,11 @@ class Pool:
         self.workers[worker.worker_id] = worker
         self.live_count += 1
 
-    def remove(self, worker_id: str) -> Worker | None:
+    def remove(self, worker_id: str, now: float) -> Worker | None:
         worker = self.workers.pop(worker_id, None)
         if worker is None:
             return None
+        self._vacate(worker, now)
         if not worker.stopping:
             self.live_count -= 1
             if worker.ready:
@@ -144,14 +177,15 @@ class Pool:
             self.reserved = None
         self._index(worker)
 
-    def sent(self, worker: Worker, batch_ids: list[int], alone: bool) -> None:
+    def sent(self, worker: Worker, batch_ids: list[int], alone: bool, now: float) -> None:
+        self._occupy(worker, now)
         worker.messages.append(batch_ids)
         worker.alone = alone
         if self.reserved is worker:
             self.reserved = None
         self._index(worker)
 
-    def batch_done(self, worker: Worker, batch_id: int) -> None:
+    def batch_done(self, worker: Worker, batch_id: int, now: float) -> None:
         """A batch finished; its message ends with its last batch, in whatever order they end."""
         for message in worker.messages:
             if batch_id in message:
@@ -160,6 +194,7 @@ class Pool:
                     worker.messages.remove(message)
                     if not worker.messages:
                         worker.alone = False
+                        self._vacate(worker, now)
                     self._index(worker)
                 return
 

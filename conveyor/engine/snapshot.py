@@ -43,8 +43,8 @@ class Progress:
     first_output_s: float | None
 
 
-def stage_snapshot(stage: StageState, running_s: float = 0.0) -> StageSnapshot:
-    """One stage as a monitor sees it (``running_s``: see ``StageSnapshot``)."""
+def stage_snapshot(stage: StageState, now: float) -> StageSnapshot:
+    """One stage as a monitor sees it at ``now`` (the backend's clock)."""
     pool, stats = stage.pool, stage.stats
     return StageSnapshot(
         name=stage.spec.name,
@@ -66,18 +66,14 @@ def stage_snapshot(stage: StageState, running_s: float = 0.0) -> StageSnapshot:
         timeouts=stats.timeouts,
         service_counts=tuple(stage.service_counts),
         service_sum_s=stage.service_sum_s,
-        running_s=running_s,
+        occupied_s=stage.pool.occupied_s(now),
     )
 
 
 def run_snapshot(
-    progress: Progress,
-    stages: Iterable[StageState],
-    ledger: Ledger,
-    running: Mapping[str, float] | None = None,
+    progress: Progress, stages: Iterable[StageState], ledger: Ledger, now: float
 ) -> RunSnapshot:
-    """The whole run as a monitor sees it at a tick (``running``: each stage's
-    ``running_s``)."""
+    """The whole run as a monitor sees it at a tick (``now``: the backend's clock)."""
     cpus, gpus = ledger.totals()
     cpus_held, gpus_held = ledger.reserved()
     return RunSnapshot(
@@ -85,7 +81,7 @@ def run_snapshot(
         progress.elapsed_s,
         progress.admitted,
         progress.outputs,
-        tuple(stage_snapshot(s, (running or {}).get(s.spec.name, 0.0)) for s in stages),
+        tuple(stage_snapshot(stage, now) for stage in stages),
         progress.source_done,
         cpus=cpus,
         gpus=gpus,

@@ -302,7 +302,7 @@ class EventLog:
         for stage in snap.stages:
             then, busy_then = self._prev.get(stage.name, (0.0, 0.0))
             span = snap.elapsed_s - then
-            worked = stage.busy_s + stage.running_s  # a long batch counts as it goes
+            worked = stage.occupied_s  # a long batch counts as it goes, not when it ends
             busy = 0.0
             if span > 0 and stage.workers_ready:
                 busy = min(1.0, max(0.0, (worked - busy_then) / (span * stage.workers_ready)))

@@ -88,7 +88,7 @@ class PrometheusMonitor:
         busy = {}
         for stage in snapshot.stages:
             history = self._history.setdefault(stage.name, deque())
-            worked = stage.busy_s + stage.running_s  # a long batch counts as it goes
+            worked = stage.occupied_s  # a long batch counts as it goes, not when it ends
             history.append((snapshot.elapsed_s, worked))
             while len(history) > 2 and snapshot.elapsed_s - history[1][0] >= BUSY_WINDOW_S:
                 history.popleft()

@@ -49,7 +49,8 @@ def test_a_stage_snapshot_counts_its_queue_workers_and_stats() -> None:
     s.pool.mark_ready(ready)
     s.target, s.in_flight_tasks = 3, 2
     s.stats.tasks_in, s.stats.failed = 10, 1
-    snap = stage_snapshot(s)
+    s.pool.sent(ready, [1], alone=False, now=4.0)  # holds work from 4 s
+    snap = stage_snapshot(s, 10.0)
     assert (snap.name, snap.workers_ready, snap.workers_starting, snap.target) == (
         "decode",
         1,
@@ -59,11 +60,12 @@ def test_a_stage_snapshot_counts_its_queue_workers_and_stats() -> None:
     assert (snap.queued, snap.queued_bytes, snap.in_flight) == (1, 100, 2)
     assert (snap.tasks_in, snap.failed, snap.done) == (10, 1, False)
     assert len(snap.service_counts) == len(s.service_counts)
+    assert snap.occupied_s == 6.0  # a batch counts while it runs, not when it ends
 
 
 def test_a_run_snapshot_carries_the_progress_and_the_cluster() -> None:
     ledger = Ledger.of([NodeInfo("n", 8, 2)])
-    snap = run_snapshot(progress(), [stage(0, "a"), stage(1, "b")], ledger)
+    snap = run_snapshot(progress(), [stage(0, "a"), stage(1, "b")], ledger, 12.5)
     assert (snap.pipeline, snap.elapsed_s, snap.inputs_admitted, snap.outputs) == ("p", 12.5, 7, 5)
     assert [s.name for s in snap.stages] == ["a", "b"] and snap.source_exhausted
     assert (snap.cpus, snap.gpus, snap.cpus_reserved) == (8.0, 2.0, 0.0)
