@@ -239,15 +239,16 @@ class Pipeline:
         executor: Executor | None = None,
         initial_tasks: Iterable[Any] | None = None,
         *,
-        journal: str | os.PathLike[str] | None = None,
+        journal: str | os.PathLike[str] | Journal | None = None,
         journal_key: JournalKey | None = None,
     ) -> Run:
         """Iterator of last-stage outputs, each yielded as soon as it is ready.
 
         The returned ``Run`` is also a context manager; ``close()`` (or leaving the ``with``)
         stops the run early. After exhaustion ``run.result`` holds the records. ``journal``
-        and ``journal_key`` as in ``run``; an output counts as delivered once the caller
-        asks for the next one.
+        and ``journal_key`` as in ``run`` (``journal`` may also be a ``Journal`` not yet
+        opened, with its settings); an output counts as delivered once the caller asks for
+        the next one.
         """
         specs = self.build()
         chosen = self._executor(executor, initial_tasks)
@@ -272,7 +273,7 @@ class Pipeline:
 
     def _journal(
         self,
-        path: str | os.PathLike[str],
+        path: str | os.PathLike[str] | Journal,
         initial_tasks: Iterable[Any] | None,
         journal_key: JournalKey | None,
     ) -> Journal:
@@ -286,7 +287,7 @@ class Pipeline:
         if isinstance(initial_tasks, Sequence):
             for task in initial_tasks:
                 source_key(task, journal_key)
-        return Journal(path).open(self.name)
+        return (path if isinstance(path, Journal) else Journal(path)).open(self.name)
 
     def __repr__(self) -> str:
         return f"Pipeline({self.name!r}, stages={[s.name for s in self.stages]})"

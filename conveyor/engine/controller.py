@@ -447,7 +447,7 @@ class Controller:
                 label = key_label(key)
                 # a source given twice is running (its root is live) or finished: the journal
                 # already holds every key, so none is kept a second time for this
-                if key in self.journal or self.lineage.running(label):
+                if self.journal.skips(key) or self.lineage.running(label):
                     self.skipped += 1  # finished by an earlier run (or given twice)
                     continue
             if isinstance(task, Task):

@@ -106,11 +106,20 @@ class Journal:
     Open it before the run (``open``), ``record`` each finished key, ``sync`` now and then
     and ``close`` at the end. ``key in journal`` says whether a key is finished (recorded
     by an earlier run or this one); ``len(journal)`` counts them.
+
+    ``skip_finished=False`` is for a pipeline whose sources leave out by themselves what is
+    finished, from records of their own (the video and image pipelines): the run then
+    takes every source it is given, the journal naming them and recording them still. A
+    source whose record was deleted (the way to have one done again) was skipped for ever
+    by the journal while the pipeline said it would be tried again.
     """
 
-    def __init__(self, path: str | os.PathLike[str], sync_s: float = SYNC_S) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], sync_s: float = SYNC_S, *, skip_finished: bool = True
+    ) -> None:
         self.path = Path(path)
         self.sync_s = sync_s
+        self.skip_finished = skip_finished
         self._finished: set[bytes] = set()  # digests of the finished keys
         #: sources an earlier run recorded as failed: this run tries them again
         self.retried = 0
@@ -181,6 +190,10 @@ class Journal:
 
     def __len__(self) -> int:
         return len(self._finished)
+
+    def skips(self, key: str) -> bool:
+        """Whether the run leaves the source of ``key`` out: finished, where it does that."""
+        return self.skip_finished and key in self
 
     def record(self, key: str, failed: bool = False) -> None:
         """``key`` is finished for this run; ``failed``: something made from it failed,

@@ -205,6 +205,7 @@ def run_image(
     Only one run at a time writes an output folder: another one raises ``OutputInUse``
     (``conveyor.output_lock``).
     """
+    from conveyor.engine.journal import Journal
     from conveyor.stages.image.dedup import deduplicate
     from conveyor.stages.image.layout import ImageLayout
     from conveyor.stages.image.shards import pack_shards
@@ -226,7 +227,10 @@ def run_image(
     sources.on_complete = tally.add_complete
     layout.sweep_tmp()  # before any worker writes: only one run may use an output at once
     started = time.perf_counter()
-    with pipeline.stream(executor, sources, journal=layout.journal) as run:
+    # the sources leave out the parts whose records say they are complete: a part whose
+    # record is gone is done again, whatever the journal holds
+    journal = Journal(layout.journal, skip_finished=False)
+    with pipeline.stream(executor, sources, journal=journal) as run:
         for output in run:
             tally.add_output(output)
             if on_output is not None:

@@ -473,6 +473,7 @@ def run_video(
     Only one run at a time writes an output folder: another one raises ``OutputInUse``
     (``conveyor.output_lock``).
     """
+    from conveyor.engine.journal import Journal
     from conveyor.media.layout import OutputLayout
     from conveyor.stages.video.reader import VideoSources
 
@@ -494,7 +495,10 @@ def run_video(
     started = time.perf_counter()
     # the listing stage makes each source its video task: without a journal the i-th one
     # is labelled "i", with one after its key (``video_of_label``)
-    run = pipeline.stream(executor, sources, journal=journal)
+    # the sources leave out the videos whose records say they are complete: a video whose
+    # record is gone is done again, whatever the journal holds
+    kept = None if journal is None else Journal(journal, skip_finished=False)
+    run = pipeline.stream(executor, sources, journal=kept)
     with run:
         for output in run:
             tally.add_output(output)

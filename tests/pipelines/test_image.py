@@ -241,6 +241,30 @@ def test_a_packed_part_whose_images_changed_is_refused_before_it_is_done_again(
     assert (output / "summary.json").read_bytes() == summary
 
 
+def test_a_part_whose_record_or_metadata_was_deleted_is_done_again(tmp_path: Path) -> None:
+    """The journal skipped it for ever: its metadata and embeddings were deleted, never
+    written again, and every run said it would be tried again."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for n in range(4):
+        (folder / f"{n}.png").write_bytes(encode(render_image(n, 120, 90), "PNG"))
+    output = tmp_path / "out"
+    made = config(folder, output, embed=False, tags=False, nsfw=False, images_per_task=3)
+    assert run_image(made, local()).summary["images"]["kept"] == 4
+    rows, samples = metadata(output), shard_samples(output)
+    (output / ".conveyor" / "parts" / "part-000000.json").unlink()
+    again = run_image(made, local()).summary["images"]
+    assert (again["kept"], again["incomplete"]) == (4, 0)
+    assert metadata(output).keys() == rows.keys()
+    assert sorted(map(str, shard_samples(output))) == sorted(map(str, samples))
+    # its metadata file deleted: the same (it stopped every later run with a bare path)
+    (output / "metadata" / "part-000001.parquet").unlink()
+    again = run_image(made, local()).summary["images"]
+    assert (again["kept"], again["incomplete"]) == (4, 0)
+    assert metadata(output).keys() == rows.keys()
+    assert sorted(map(str, shard_samples(output))) == sorted(map(str, samples))
+
+
 @pytest.mark.parametrize(
     ("changes", "message"),
     [

@@ -672,6 +672,19 @@ def test_command_runs_and_lists_failed_videos(inputs: Path, tmp_path: Path) -> N
     assert start["settings"]["clip_len"] == 3 and start["settings"]["splitter"] == "fixed"
     again = run_fixed(inputs, output, "3", "--no-quality")  # exits cleanly again
     assert "3 already complete" in again.output
+    # a video's record deleted: the next run does it again (the journal skipped it for
+    # ever, while the run said it would be tried again)
+    records = [p for p in sorted((output / "videos").glob("*.json")) if "broken" not in p.name]
+    clips = sorted(p.name for p in (output / "clips").glob("*.mp4"))
+    records[0].unlink()
+    redone = run_fixed(inputs, output, "3", "--no-quality")
+    assert "2 already complete" in redone.output and "incomplete" not in redone.output
+    assert records[0].exists() and sorted(p.name for p in (output / "clips").glob("*.mp4")) == clips
+    # a clip file deleted: its video is done again (every run counted the clip as there)
+    (output / "clips" / clips[0]).unlink()
+    redone = run_fixed(inputs, output, "3", "--no-quality")
+    assert "2 already complete" in redone.output
+    assert sorted(p.name for p in (output / "clips").glob("*.mp4")) == clips
     changed = runner.invoke(app, [*fixed_command(inputs, output, "3"), "--no-tags", "--no-live"])
     assert changed.exit_code == 2
     assert "other options" in changed.output

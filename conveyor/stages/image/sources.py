@@ -405,7 +405,11 @@ class ImageSources:
         for part in parts:
             self.found += 1
             record = self.layout.read_part_record(part.index)
-            if record is not None and record.get("key") == list(part.key):
+            if (
+                record is not None
+                and record.get("key") == list(part.key)
+                and self.layout.metadata_path(part.index).exists()
+            ):  # a part whose metadata file was deleted is done again (it stopped every run)
                 self.complete += 1
                 if self.on_complete is not None:
                     self.on_complete(part, record)

@@ -397,6 +397,7 @@ class VideoSources:
     def _check(self, batch: list[VideoSource]) -> Iterator[VideoSource]:
         """The sources of ``batch`` an earlier run did not finish, in order."""
         self.found += len(batch)
+        layout: OutputLayout | None = None
         if self.output is None:
             records: dict[str, dict[str, Any] | None] = {}
         else:
@@ -406,7 +407,11 @@ class VideoSources:
                 self._staged = _staged_videos(layout)
         for source in batch:
             record = records.get(source.relative_path)
-            if record is not None and same_source(record, source.size, source.mtime):
+            if (
+                record is not None
+                and same_source(record, source.size, source.mtime)
+                and not _clips_missing(layout, record)
+            ):
                 self.complete += 1
                 if self.on_complete is not None:
                     self.on_complete(source, record)
@@ -419,6 +424,15 @@ class VideoSources:
             if self.on_pending is not None:
                 self.on_pending(source)
             yield source
+
+
+def _clips_missing(layout: OutputLayout | None, record: dict[str, Any]) -> bool:
+    """Whether a kept clip of a complete video's record has no file in a local output: one
+    deleted by hand was counted as there by every later run (the video is done again). On a
+    bucket the check would cost a request per clip, and is not made."""
+    if layout is None or not isinstance(layout.clips, Path):
+        return False
+    return not all(Path(layout.clip_path(c)).exists() for c in record.get("kept") or ())
 
 
 def _staged_videos(layout: OutputLayout) -> set[str]:
