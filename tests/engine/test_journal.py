@@ -337,3 +337,15 @@ def test_a_directory_is_not_a_journal(tmp_path: Path) -> None:
 def test_journal_key_without_a_journal_is_a_mistake() -> None:
     with pytest.raises(TypeError, match="journal=PATH"):
         Pipeline("p", [Step("a")]).run(executor(), [1], journal_key=str)
+
+
+def test_a_journal_that_skips_nothing_runs_every_source_it_is_given(tmp_path: Path) -> None:
+    """For pipelines whose sources leave out what their own records say is finished: a
+    source given again (its record deleted) runs again, under the same label."""
+    path = tmp_path / "j"
+    pipeline = Pipeline("p", [Step("a")])
+    first = pipeline.run(executor(), range(4), journal=path)
+    again = pipeline.run(executor(), [1, 2], journal=Journal(path, skip_finished=False))
+    assert again.counts["skipped"] == 0 and sorted(again.outputs) == [1, 2]
+    assert pipeline.run(executor(), range(4), journal=path).counts["skipped"] == 4
+    assert len(first.outputs) == 4
