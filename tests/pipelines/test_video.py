@@ -290,6 +290,15 @@ def _descendants(pid: int) -> list[psutil.Process]:
 
 
 @pytest.mark.slow
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (not a zombie); one that ends while it is looked at has ended
+    (psutil can then raise a plain FileNotFoundError for its /proc file)."""
+    try:
+        return psutil.Process(pid).status() != "zombie"
+    except (psutil.Error, OSError):
+        return False
+
+
 def test_kill_9_mid_run_then_the_same_command_finishes_with_every_clip_once(
     tmp_path: Path,
 ) -> None:
@@ -325,7 +334,7 @@ def test_kill_9_mid_run_then_the_same_command_finishes_with_every_clip_once(
     # its workers go away by themselves once their driver is gone (a batch they were doing
     # may still be finished and written: writes are whole files)
     deadline = time.monotonic() + 30
-    while any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie" for p in family):
+    while any(_alive(p) for p in family):
         assert time.monotonic() < deadline, "workers outlived their killed driver"
         time.sleep(0.1)
     # what the killed run left: every file complete, every unfinished video incomplete

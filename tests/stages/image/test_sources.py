@@ -194,6 +194,8 @@ def test_a_part_with_a_matching_record_is_skipped_and_counted(tmp_path: Path) ->
     layout = ImageLayout(output)
     record = {"key": list(first[0].key), "part": 0}
     layout.write_json(layout.part_record(0), record)
+    layout.metadata_path(0).parent.mkdir(parents=True)
+    layout.metadata_path(0).write_bytes(b"")  # a complete part's metadata is there too
     layout.write_json(layout.part_record(1), {"key": ["image-part", 1, "stale"], "part": 1})
     told = []
     sources = ImageSources(
@@ -205,3 +207,6 @@ def test_a_part_with_a_matching_record_is_skipped_and_counted(tmp_path: Path) ->
     assert [p.index for p in sources] == [1]  # part 1's input changed: done again
     assert told == [record] and (sources.found, sources.complete, sources.pending) == (2, 1, 1)
     assert json.loads(layout.part_record(0).read_text()) == record
+    layout.metadata_path(0).unlink()  # deleted: the part is done again
+    again = ImageSources(str(tmp_path / "in"), str(output), images_per_task=2)
+    assert [p.index for p in again] == [0, 1]
