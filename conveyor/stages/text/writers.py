@@ -291,8 +291,10 @@ def _unified(schemas: list[pa.Schema]) -> pa.Schema:
                 merged = pa.unify_schemas(
                     [pa.schema([f.remove_metadata()]) for f in found],
                     promote_options="permissive",
-                )
-                unified.append(merged.field(name))
+                ).field(name)
+                for f in found:  # a promotion Arrow cannot cast to fails here, not at writing
+                    pa.array([], type=f.type).cast(merged.type)
+                unified.append(merged)
                 continue
             except (pa.ArrowInvalid, pa.ArrowTypeError, NotImplementedError):
                 pass
