@@ -36,7 +36,8 @@ demo: bytecode
 
 # `make test` leaves out the tests marked slow (end-to-end pipelines on Ray clusters,
 # kill-and-resume runs, the benchmarks' smoke runs: 43% of the suite's CPU) so that it
-# takes minutes on 2 cores; `make test-slow` runs those, `make test-all` everything (.ci/run)
+# takes minutes on 2 cores; `make test-slow` runs those, `make test-all` everything (.ci/run).
+# Each prints its 15 slowest tests, to keep the budget in sight
 test: TEST_SELECTION := not slow
 test-slow: TEST_SELECTION := slow
 test-all: TEST_SELECTION :=
@@ -50,7 +51,7 @@ test test-slow test-all: bytecode
 		|| { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }; } \
 		|| echo "chromium not installed: the report's browser tests will skip"; }
 	$(VENV)/bin/ruff check conveyor tests benchmarks examples
-	$(PY) -m pytest -q -n $(TEST_PROCESSES) --dist loadgroup -m "$(TEST_SELECTION)"
+	$(PY) -m pytest -q -n $(TEST_PROCESSES) --dist loadgroup -m "$(TEST_SELECTION)" --durations=15
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check conveyor tests benchmarks examples
