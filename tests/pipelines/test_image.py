@@ -218,13 +218,8 @@ def test_resuming_with_other_options_is_refused_and_overwrite_clears(
     assert not list(output.iterdir())
 
 
-def test_a_packed_part_whose_images_changed_is_refused_before_it_is_done_again(
-    tmp_path: Path,
-) -> None:
-    """The refusal came at packing, after the part's metadata and embeddings had been
-    written again for the new image: the shards held the old one."""
-    from conveyor.stages.image.sources import InputChanged
-
+def four_images_in_two_parts(tmp_path: Path) -> tuple[Path, Path, ImageConfig]:
+    """An input of 4 images, its output made in parts of 3, and the config that made it."""
     folder = tmp_path / "in"
     folder.mkdir()
     for n in range(4):
@@ -232,6 +227,17 @@ def test_a_packed_part_whose_images_changed_is_refused_before_it_is_done_again(
     output = tmp_path / "out"
     made = config(folder, output, embed=False, tags=False, nsfw=False, images_per_task=3)
     assert run_image(made, local()).summary["images"]["kept"] == 4
+    return folder, output, made
+
+
+def test_a_packed_part_whose_images_changed_is_refused_before_it_is_done_again(
+    tmp_path: Path,
+) -> None:
+    """The refusal came at packing, after the part's metadata and embeddings had been
+    written again for the new image: the shards held the old one."""
+    from conveyor.stages.image.sources import InputChanged
+
+    folder, output, made = four_images_in_two_parts(tmp_path)
     before = {p.name: p.read_bytes() for p in (output / "metadata").iterdir()}
     summary = (output / "summary.json").read_bytes()
     (folder / "1.png").write_bytes(encode(render_image(9, 90, 120), "PNG"))
@@ -244,13 +250,7 @@ def test_a_packed_part_whose_images_changed_is_refused_before_it_is_done_again(
 def test_a_part_whose_record_or_metadata_was_deleted_is_done_again(tmp_path: Path) -> None:
     """The journal skipped it for ever: its metadata and embeddings were deleted, never
     written again, and every run said it would be tried again."""
-    folder = tmp_path / "in"
-    folder.mkdir()
-    for n in range(4):
-        (folder / f"{n}.png").write_bytes(encode(render_image(n, 120, 90), "PNG"))
-    output = tmp_path / "out"
-    made = config(folder, output, embed=False, tags=False, nsfw=False, images_per_task=3)
-    assert run_image(made, local()).summary["images"]["kept"] == 4
+    _, output, made = four_images_in_two_parts(tmp_path)
     rows, samples = metadata(output), shard_samples(output)
     (output / ".conveyor" / "parts" / "part-000000.json").unlink()
     again = run_image(made, local()).summary["images"]
