@@ -56,6 +56,7 @@ from conveyor.engine.messages import ErrorInfo
 from conveyor.engine.policies.placement import fits_nowhere
 from conveyor.engine.spec import StageSpec
 from conveyor.errors import BackendError, JournalError, StageSetupError
+from conveyor.resources import Resources
 from conveyor.result import FailureRecord, RunResult, StageStats
 from conveyor.tasks.base import EmptyTask, Task
 
@@ -360,6 +361,7 @@ class RayDataRun:
         """A stage no node can host fails the run before it starts: Ray would otherwise wait
         for such an actor for ever (it reserves CPUs, so CPUs count here too)."""
         nodes = _live_nodes()
+        memory = None
         if any(spec.resources.gpu_memory_gb for spec in self.specs):
             memory = self._gpu_memory_gb()
             nodes = [dataclasses.replace(node, gpu_memory_gb=memory) for node in nodes]
@@ -367,13 +369,15 @@ class RayDataRun:
             why = fits_nowhere(spec.name, spec.resources, nodes, share_cpus=False)
             if why is not None:
                 raise BackendError(why)
-        self._check_pools_fit(sum(node.cpus for node in nodes), sum(n.gpus for n in nodes))
+        cpus, gpus = sum(node.cpus for node in nodes), sum(n.gpus for n in nodes)
+        self._check_pools_fit(cpus, gpus, memory)
 
-    def _check_pools_fit(self, cpus: float, gpus: int) -> None:
+    def _check_pools_fit(self, cpus: float, gpus: int, memory: float | None = None) -> None:
         """Every actor pool keeps at least one actor (``num_workers`` where pinned) for the
         whole run, and the task stages need a task's CPUs besides: where the cluster has
         fewer CPUs (or GPUs), an actor never starts and Ray Data waits for it for ever (it
-        did)."""
+        did). A ``gpu_memory_gb`` stage's share is its memory over ``memory``, the smallest
+        GPU's (it counted as no GPU)."""
         pools = [
             (spec, (spec.num_workers or 1) * spec.resources.cpus)
             for spec in self.specs
@@ -391,9 +395,9 @@ class RayDataRun:
                 "run the streaming executor, whose stages share the CPUs"
             )
         shares = [
-            (spec, (spec.num_workers or 1) * float(res.whole_gpus if res.gpus >= 1 else res.gpus))
-            for spec, res in ((s, s.resources) for s in self.specs)
-            if res.gpus > 0
+            (spec, (spec.num_workers or 1) * _gpu_share(spec.resources, memory))
+            for spec in self.specs
+            if spec.resources.gpus > 0 or (spec.resources.gpu_memory_gb and memory)
         ]
         if sum(g for _, g in shares) > gpus + 1e-9:
             each = ", ".join(f"{spec.name} {g:g}" for spec, g in shares)
@@ -500,6 +504,16 @@ class RayDataRun:
                 rows = max(executor.rows_per_block, self.specs[position + 1].batch_size)
                 ds = ds.repartition(target_num_rows_per_block=rows)
         return ds
+
+
+def _gpu_share(res: Resources, memory: float | None) -> float:
+    """The GPUs one actor of a stage holds: whole ones, a fraction, or its memory's share of
+    the smallest GPU (``memory``)."""
+    if res.gpus >= 1:
+        return float(res.whole_gpus)
+    if res.gpu_memory_gb and memory:
+        return res.gpu_fraction(memory)
+    return float(res.gpus)
 
 
 def _runs_in_actors(spec: StageSpec) -> bool:

@@ -252,6 +252,12 @@ def test_ray_data_actor_pools_the_cluster_cannot_hold_together_are_refused(
     gpus = [st.WhereAmI(name, Resources(cpus=0.25, gpus=2), None) for name in ("d", "e", "f")]
     with pytest.raises(BackendError, match=r"actor pools hold 6 GPUs .*\(d 2, e 2, f 2\)"):
         Pipeline("p", gpus).run(RayDataExecutor(address), initial_tasks=range(3))
+    # a share of a GPU's memory counted as no GPU at all
+    shared = [st.WhereAmI("g", Resources(cpus=0.25, gpu_memory_gb=8), 8)]
+    with pytest.raises(BackendError, match=r"actor pools hold 6.4 GPUs .*\(g 6.4\)"):
+        Pipeline("p", shared).run(
+            RayDataExecutor(address, gpu_memory_gb=10), initial_tasks=range(3)
+        )
 
 
 def test_an_address_nothing_answers_at_is_said_at_once() -> None:
