@@ -35,6 +35,7 @@ def videos(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.mark.slow  # 20-36 s on 2 cores, the longest of `make test`: it runs in test-all (CI)
 def test_a_run_from_a_bucket_into_a_bucket_then_a_resumed_one(bucket: str, videos: Path) -> None:
     fs = fsspec.filesystem("s3")
     fs.put(f"{videos}/", f"{bucket[5:]}/in/", recursive=True)
