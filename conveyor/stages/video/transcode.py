@@ -294,6 +294,11 @@ class ClipTranscoder(VideoStage):
         # NVDEC where the worker has a GPU; each video it cannot take is decoded on the CPU
         self._nvdec = decodes_on_nvdec(self.decoder, worker)
 
+    def teardown(self) -> None:
+        """What workers killed during the run left is swept at its end too, not by the
+        next run (a killed zygote left a clip in /dev/shm until then)."""
+        sweep_scratch(_scratch_dir())
+
     def _choose(self, has_gpu: bool) -> str:
         if self.encoder == "libx264" or (self.encoder == "auto" and not has_gpu):
             return "libx264"

@@ -729,7 +729,9 @@ def test_a_sparse_clip_gives_the_models_its_frames(tmp_path: Path) -> None:
         assert len(clip.frames[2.0]) >= 1 and clip.frames[2.0].shape[1:] == (64, 96, 3)
 
 
-def test_scratch_clips_of_dead_workers_are_swept(tmp_path: Path) -> None:
+def test_scratch_clips_of_dead_workers_are_swept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import subprocess
     import sys
 
@@ -747,6 +749,11 @@ def test_scratch_clips_of_dead_workers_are_swept(tmp_path: Path) -> None:
         path.write_bytes(b"partial")
     transcode.sweep_scratch(str(tmp_path))
     assert not left.exists() and mine.exists() and other.exists()
+    # at a worker's teardown as well as at its setup: a run's end leaves none behind
+    left.write_bytes(b"partial")
+    monkeypatch.setattr(transcode, "_scratch_dir", lambda: str(tmp_path))
+    transcode.ClipTranscoder().teardown()
+    assert not left.exists() and mine.exists()
 
 
 def test_the_encoder_takes_the_threads_its_batch_was_given(
