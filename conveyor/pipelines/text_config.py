@@ -112,11 +112,9 @@ class TextConfig:
             problems += source_problems(inputs, self.output, (INTERNAL, SUMMARY), parts)
         if not self.text_field:
             problems.append("text_field must be a non-empty name")
-        internal = (
-            ("_conveyor_doc_id", "language", "language_score")
-            if self.langid
-            else ("_conveyor_doc_id",)
-        )
+        from conveyor.stages.text.readers import DOC_ID
+
+        internal = (DOC_ID, "language", "language_score") if self.langid else (DOC_ID,)
         if self.text_field in internal:
             problems.append(
                 f"text_field {self.text_field!r} is a column the pipeline writes; rename it"

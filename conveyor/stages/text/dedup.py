@@ -36,6 +36,7 @@ from conveyor.stage import ProcessingStage
 from conveyor.stages.text import _arrow  # noqa: F401 - pandas/pyarrow set-up once
 from conveyor.stages.text import _minhash as mh
 from conveyor.stages.text._minhash import content_hash, normalise
+from conveyor.stages.text.readers import DOC_ID
 from conveyor.tasks import DocumentBatch
 
 if TYPE_CHECKING:
@@ -207,7 +208,7 @@ class DedupKeys(ProcessingStage[DocumentBatch, DocumentBatch]):
         config: FuzzyDedupConfig | None = None,
         *,
         text_column: str = "text",
-        id_column: str = "_conveyor_doc_id",
+        id_column: str = DOC_ID,
         partitions: int = 16,
     ) -> None:
         self.mode = _check_mode(mode, "DedupKeys")
@@ -715,7 +716,7 @@ class DropDuplicates(ProcessingStage[DocumentBatch, DocumentBatch]):
 
     resources = Resources(cpus=1.0)
 
-    def __init__(self, removed_path: str | Path, *, id_column: str = "_conveyor_doc_id") -> None:
+    def __init__(self, removed_path: str | Path, *, id_column: str = DOC_ID) -> None:
         if not id_column:
             raise ValueError("DropDuplicates: id_column must be a non-empty name")
         self.removed_path = str(removed_path)

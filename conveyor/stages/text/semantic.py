@@ -35,6 +35,7 @@ from conveyor.stages.text.dedup import (
     _texts,
     _write_atomic,
 )
+from conveyor.stages.text.readers import DOC_ID
 from conveyor.tasks import DocumentBatch
 
 if TYPE_CHECKING:
@@ -95,7 +96,7 @@ class DedupEmbeddings(ProcessingStage[DocumentBatch, DocumentBatch]):
         spill_dir: str | Path,
         *,
         text_column: str = "text",
-        id_column: str = "_conveyor_doc_id",
+        id_column: str = DOC_ID,
     ) -> None:
         if not text_column or not id_column or text_column == id_column:
             raise ValueError(
@@ -172,7 +173,7 @@ class DedupEmbeddings(ProcessingStage[DocumentBatch, DocumentBatch]):
         flat = pa.array(vectors.reshape(-1), pa.float32())
         spilled = pa.table(
             {
-                "_conveyor_doc_id": pa.array(ids[keep], pa.int64()),
+                DOC_ID: pa.array(ids[keep], pa.int64()),
                 "embedding": pa.FixedSizeListArray.from_arrays(flat, vectors.shape[1]),
             }
         )
