@@ -352,6 +352,12 @@ def _run(
             f"[yellow]{len(listing.broken)} link(s) to nothing skipped[/]: "
             f"{escape(', '.join(listing.broken[:3]))}{more}"
         )
+    if listing.outputs:
+        more = f" and {len(listing.outputs) - 3} more" if len(listing.outputs) > 3 else ""
+        console.print(
+            f"[yellow]{len(listing.outputs)} earlier Conveyor output(s) in INPUT not read[/]: "
+            f"{escape(', '.join(listing.outputs[:3]))}{more}"
+        )
     if empty == len(listing.files):
         console.print("[yellow]every input file is empty[/]: there is nothing to curate")
 

@@ -613,6 +613,12 @@ def test_a_link_to_nothing_is_said_and_an_output_that_cannot_be_made_is_one_line
     assert result.exit_code == 0, result.output
     assert f"1 link(s) to nothing skipped: {source / 'gone.jsonl'}" in result.output
     assert summary(out)["files"]["broken_links"] == [str(source / "gone.jsonl")]
+    # that run's output, inside the next run's INPUT, is not read again (4 files were)
+    again = run(str(tmp_path), str(tmp_path / "out2"), "--dedup", "none", "--no-langid")
+    assert again.exit_code == 0, again.output
+    assert f"1 earlier Conveyor output(s) in INPUT not read: {out}" in again.output
+    assert summary(tmp_path / "out2")["files"]["in"] == 1
+    assert summary(tmp_path / "out2")["files"]["earlier_outputs"] == [str(out)]
     (tmp_path / "file").write_text("")
     result = run(str(source), str(tmp_path / "file" / "out"), "--no-langid")
     assert result.exit_code == 2

@@ -27,7 +27,14 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from conveyor.dedup.plan import Chunk, Columns, CompareTask, SemanticDedupError, buckets
+from conveyor.dedup.plan import (
+    BadEmbeddings,
+    Chunk,
+    Columns,
+    CompareTask,
+    SemanticDedupError,
+    buckets,
+)
 from conveyor.dedup.similarity import BestEarlier, best_earlier_within, normalise
 from conveyor.errors import PermanentError
 from conveyor.resources import Resources
@@ -106,10 +113,11 @@ class Embeddings(NamedTuple):
     nonfinite: int
 
 
-def embeddings(table: Any, column: str, where: str) -> Embeddings:
+def embeddings(table: Any, column: str, where: str, first_row: int = 0) -> Embeddings:
     """The table's embeddings as float32 rows, and which rows they are. Rows whose embedding
     is null, empty, or holds a NaN or an infinity (nothing it is compared with would mean
-    anything) are left out; a length unlike the others' is an error naming ``where``."""
+    anything) are left out; a length unlike the others' is ``BadEmbeddings`` naming ``where``
+    and the row (counted from ``first_row``, the table's first row's number in its file)."""
     import pyarrow as pa
 
     array = table.column(column).combine_chunks()
@@ -132,9 +140,10 @@ def embeddings(table: Any, column: str, where: str) -> Embeddings:
     dim = int(lengths[keep[0]])
     odd = keep[lengths[keep] != dim]
     if len(odd):
-        raise SemanticDedupError(
+        raise BadEmbeddings(
             f"{where}: column {column!r} holds embeddings of {dim} and of "
-            f"{int(lengths[odd[0]])} numbers (row {int(odd[0])}); they must all have one length"
+            f"{int(lengths[odd[0]])} numbers (row {first_row + int(odd[0])}); they must all "
+            "have one length"
         )
     values = array.values.to_numpy(zero_copy_only=False)
     take = (offsets[keep][:, None] + np.arange(dim)[None, :]).reshape(-1)
@@ -209,7 +218,9 @@ class SampleEmbeddings(ProcessingStage[Chunk, Sampled]):
 
     def process(self, chunk: Chunk) -> Sampled:
         table = read_chunk(chunk, [self.columns.embedding])
-        vectors, kept, nonfinite = embeddings(table, self.columns.embedding, chunk.path)
+        vectors, kept, nonfinite = embeddings(
+            table, self.columns.embedding, chunk.path, chunk.first_row
+        )
         draw = np.random.default_rng([self.seed, chunk.index]).random(len(vectors))
         sample = normalise(vectors[draw < self.fraction])
         _save_npy(location(self.work) / "sample" / f"chunk-{chunk.index:06d}.npy", sample)
@@ -246,7 +257,7 @@ class TrainCentroids(ProcessingStage[Any, Trained]):
             raise SemanticDedupError("no item has an embedding: nothing to cluster")
         dims = {p.shape[1] for p in parts}
         if len(dims) > 1:
-            raise SemanticDedupError(
+            raise BadEmbeddings(
                 f"the inputs' embeddings have different lengths ({sorted(dims)}); they must "
                 "all have one"
             )
@@ -308,12 +319,12 @@ class AssignClusters(ProcessingStage[Chunk, Assigned]):
             self.setup(None)
         assert self._buckets is not None
         table = read_chunk(chunk, self.columns.read)
-        vectors, kept, _ = embeddings(table, self.columns.embedding, chunk.path)
+        vectors, kept, _ = embeddings(table, self.columns.embedding, chunk.path, chunk.first_row)
         clusters = len(self._buckets)
         if not len(kept):
             return Assigned(chunk.index, np.zeros(clusters, np.int64))
         if vectors.shape[1] != self._index.d:
-            raise SemanticDedupError(
+            raise BadEmbeddings(
                 f"{chunk.path}: embeddings of {vectors.shape[1]} numbers, the others' have "
                 f"{self._index.d}"
             )

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from conveyor.errors import ConveyorError
+from conveyor.errors import ConveyorError, PermanentError
 
 #: rows of one pass 1/2 task (a chunk of whole row groups; a larger row group is one chunk)
 CHUNK_ROWS = 65_536
@@ -32,6 +32,12 @@ MIN_SAMPLE = 20_000
 
 class SemanticDedupError(ConveyorError):
     """A semantic dedup input or option that cannot be used, or a pass that failed."""
+
+
+class BadEmbeddings(SemanticDedupError, PermanentError):
+    """An input's embeddings that no pass can use (lengths that differ), found while a pass
+    reads them: the input is at fault, not the run, so it is not tried again and the run
+    ends as for a bad input (``run_pass``)."""
 
 
 class MissingColumns(SemanticDedupError):
@@ -247,7 +253,8 @@ def scan(
     paths: list[str] = []
     for one in [inputs] if isinstance(inputs, (str, os.PathLike)) else inputs:
         try:
-            listing = list_inputs(one, exclude=exclude)
+            # embeddings of earlier runs' outputs (``videos/run1/embeddings``) are its inputs
+            listing = list_inputs(one, exclude=exclude, skip_outputs=False)
         except InputError as error:
             if os.path.isdir(one):  # the text readers' message lists their JSONL suffixes too
                 raise SemanticDedupError(f"INPUT {os.fspath(one)!r} has no Parquet file") from None

@@ -34,6 +34,7 @@ import numpy as np
 from conveyor.dedup.plan import (
     CHUNK_ROWS,
     PARTITION_ROWS,
+    BadEmbeddings,
     Chunk,
     Columns,
     SemanticDedupError,
@@ -111,6 +112,8 @@ def run_pass(pipeline: Pipeline, executor: Executor | None, tasks: list[Any]) ->
     result = pipeline.run(executor, tasks)
     if result.failures:
         first = result.failures[0]
+        if first.error_type == BadEmbeddings.__name__:  # the input's fault: said as such
+            raise SemanticDedupError(first.message)
         more = f" (and {len(result.failures) - 1} more)" if len(result.failures) > 1 else ""
         raise PassFailed(f"semantic dedup {pipeline.name}: {first.message}{more}")
     if not result.completed:

@@ -196,6 +196,7 @@ def build_summary(
             "empty": sorted(set(empty)),
             "ignored": len(listing.ignored),
             "broken_links": list(listing.broken),
+            "earlier_outputs": list(listing.outputs),
             "errors": file_errors,
         },
         "output_files": [str(f).rsplit("/", 1)[-1] for f in files],

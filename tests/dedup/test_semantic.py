@@ -156,6 +156,17 @@ def test_planted_duplicates_found_against_all_pairs(tmp_path: Path) -> None:
     assert not (tmp_path / "out" / ".conveyor").exists()  # work removed, and its folder
 
 
+def test_the_outputs_of_earlier_runs_in_a_folder_are_read(tmp_path: Path) -> None:
+    """Unlike ``conveyor text``, which leaves earlier outputs inside its INPUT out, dedup
+    reads them: embeddings of several video runs are what it is for."""
+    vectors = np.eye(4, dtype=np.float32)
+    for run in ("run1", "run2"):
+        (tmp_path / "runs" / run / ".conveyor").mkdir(parents=True)
+        write(tmp_path / "runs" / run / "embeddings", vectors, [f"{run}-{i}" for i in range(4)], 1)
+    result = semantic_dedup(tmp_path / "runs", tmp_path / "out", n_clusters=1)
+    assert result.items == 8 and result.duplicates == 4
+
+
 def test_big_clusters_split_in_parts_mark_the_same(tmp_path: Path) -> None:
     vectors, ids = planted(2_500, centers=3, seed=5)
     write(tmp_path / "in", vectors, ids.tolist())
@@ -385,6 +396,26 @@ def test_embeddings_of_different_lengths_in_later_row_groups(tmp_path: Path) -> 
     with pytest.raises(SemanticDedupError, match="embeddings of 4 and of 8 numbers") as error:
         semantic_dedup(tmp_path / "in", tmp_path / "out", chunk_rows=2)
     assert "x.parquet" in str(error.value) and not isinstance(error.value, PassFailed)
+
+
+def test_embeddings_of_different_lengths_inside_one_chunk(tmp_path: Path) -> None:
+    """Lengths that differ inside a chunk are the input's fault, said as a bad input naming
+    the file's row (it was a failed pass, exit 1, counting rows from the chunk's start), and
+    read once (a ``PermanentError``: not retried)."""
+    from conveyor.dedup.semantic import PassFailed
+
+    four, eight = [1.0, 0, 0, 0], [1.0, 0, 0, 0, 0, 0, 0, 0]
+    table = pa.table({"id": list("abcd"), "embedding": [four, four, four, eight]})
+    (tmp_path / "in").mkdir()
+    path = tmp_path / "in" / "x.parquet"
+    pq.write_table(table, path, row_group_size=2)
+    with pytest.raises(SemanticDedupError) as error:
+        semantic_dedup(tmp_path / "in", tmp_path / "out", chunk_rows=2)
+    assert not isinstance(error.value, PassFailed)
+    assert str(error.value) == (
+        f"{path}: column 'embedding' holds embeddings of 4 and of 8 numbers (row 3); they "
+        "must all have one length"
+    )
 
 
 @pytest.mark.parametrize("statistics", [True, False])

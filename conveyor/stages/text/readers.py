@@ -118,6 +118,8 @@ class InputListing:
     ignored: list[str] = field(default_factory=list)
     #: links a directory held whose target is not there
     broken: list[str] = field(default_factory=list)
+    #: folders inside a directory that hold an earlier Conveyor run's output (not read)
+    outputs: list[str] = field(default_factory=list)
 
     @property
     def empty(self) -> list[str]:
@@ -136,11 +138,13 @@ def list_inputs(
     source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     *,
     exclude: Sequence[str] = (),
+    skip_outputs: bool = True,
 ) -> InputListing:
     """The input files of ``source``: a file, a directory (searched recursively for
     ``LOOKED_FOR``; hidden files and folders skipped), or a glob (``data/*.jsonl.gz``,
     ``data/**/*.parquet``), local or a URL; or a list of them (read in that order, each
-    file once). Files under ``exclude`` (the output) are left out.
+    file once). Files under ``exclude`` (the output) are left out, and with ``skip_outputs``
+    the folders inside a directory that hold an earlier run's output (``earlier_output``).
 
     Raises ``InputError`` for a missing path, a glob that matches nothing, a directory with no
     text data, or more files than ``_conveyor_doc_id`` can number.
@@ -156,7 +160,7 @@ def list_inputs(
         if isinstance(where, ObjectPath):
             listings.append(_list_url(where, excluded))
         else:
-            listings.append(_list_local(text, excluded))
+            listings.append(_list_local(text, excluded, skip_outputs))
     listing = listings[0]
     if len(listings) > 1:
         seen: set[str] = set()
@@ -170,6 +174,8 @@ def list_inputs(
             ", ".join(os.fspath(s) for s in sources),
             files,
             [path for part in listings for path in part.ignored],
+            list(dict.fromkeys(path for part in listings for path in part.broken)),
+            list(dict.fromkeys(path for part in listings for path in part.outputs)),
         )
     if len(listing.files) > MAX_FILES:
         raise InputError(
@@ -179,7 +185,7 @@ def list_inputs(
     return listing
 
 
-def _list_local(text: str, excluded: list[str]) -> InputListing:
+def _list_local(text: str, excluded: list[str], skip_outputs: bool) -> InputListing:
     path = location(text)
     assert isinstance(path, Path)
     if has_magic(str(path)):
@@ -193,10 +199,11 @@ def _list_local(text: str, excluded: list[str]) -> InputListing:
         return _listing(text, [(str(path), path.stat().st_size)], strict=False)
     if not path.is_dir():
         raise InputError(f"INPUT {text!r} is neither a file nor a directory")
-    walk = _Walk(path, excluded)
+    walk = _Walk(path, excluded, skip_outputs)
     walk.run()
     listing = _directory_listing(text, [(full, size) for _, full, size in sorted(walk.entries)])
     listing.broken = sorted(walk.broken)
+    listing.outputs = sorted(walk.outputs)
     return listing
 
 
@@ -205,17 +212,25 @@ class _Walk:
     """A local folder's files, recursively (hidden ones skipped). A linked folder or file is
     followed where its target lies outside the folder, once per real one (one inside is
     read where it is, and one to a folder holding it would read that whole folder); a link
-    to nothing is kept in ``broken`` to be said, not skipped without a word."""
+    to nothing is kept in ``broken`` to be said, not skipped without a word. A subfolder
+    holding an earlier run's output (``earlier_output``) is left out and kept in ``outputs``:
+    its parts, summary and event log were read as documents again."""
 
     root: Path
     excluded: list[str]
+    skip_outputs: bool = True
     entries: list[tuple[str, str, int]] = field(default_factory=list)
     broken: list[str] = field(default_factory=list)
+    outputs: list[str] = field(default_factory=list)
 
     def run(self) -> None:
         top = os.path.realpath(self.root)
         seen = {top}
         for folder, dirs, names in os.walk(self.root, followlinks=True):
+            if self.skip_outputs and folder != str(self.root) and earlier_output(dirs, names):
+                self.outputs.append(folder)
+                dirs[:] = []
+                continue
             kept = []
             for name in sorted(dirs):
                 full = os.path.join(folder, name)
@@ -247,6 +262,20 @@ class _Walk:
         return os.path.islink(full) and (
             real == top or real.startswith(top + os.sep) or top.startswith(real + os.sep)
         )
+
+
+def earlier_output(dirs: Sequence[str], names: Sequence[str]) -> bool:
+    """Whether a folder of these subfolders and files is a Conveyor run's output: a work
+    folder (``.conveyor/``: video and image runs, a text run under way), a text run's parts
+    beside its ``summary.json``, or ``conveyor dedup``'s two files."""
+    from conveyor.stages.text.writers import published_pattern
+
+    files = set(names)
+    if ".conveyor" in dirs:
+        return True
+    if "summary.json" in files and any(published_pattern().fullmatch(n) for n in files):
+        return True
+    return {"dedup.json", "duplicates.parquet"} <= files
 
 
 def _list_url(where: ObjectPath, excluded: list[str]) -> InputListing:
