@@ -291,7 +291,7 @@ class OutputLayout:
         remove_tree(staging)
         return removed
 
-    def drop_from_group(self, name: str, vid: str) -> int:
+    def drop_from_group(self, name: str, vid: str | None = None) -> int:
         """Rewrite the shared table ``name`` (``metadata/group-...parquet``) with only the
         rows of videos other than ``vid`` whose records name it (removed when none is left);
         returns rows dropped.
@@ -391,6 +391,27 @@ def _parse_record(data: bytes) -> dict[str, Any] | None:
     except ValueError:
         return None
     return record if isinstance(record, dict) else None
+
+
+class GroupCount:
+    """How many complete videos' records name each shared table, against how many videos
+    it was written with (``clip_table_videos``): a table named by fewer holds rows of a
+    video whose record was deleted (done again, its rows are elsewhere), which no record
+    leads to. Counting the records a listing reads anyway finds them at no cost."""
+
+    def __init__(self) -> None:
+        self.named: dict[str, int] = {}
+        self.written: dict[str, int] = {}
+
+    def add(self, record: dict[str, Any]) -> None:
+        name, count = record.get("clip_table"), record.get("clip_table_videos")
+        if isinstance(name, str) and is_group_table(name) and isinstance(count, int):
+            self.named[name] = self.named.get(name, 0) + 1
+            self.written[name] = count
+
+    def stale(self) -> list[str]:
+        """The tables some video written with them no longer names (their rows to drop)."""
+        return sorted(n for n, count in self.written.items() if self.named[n] < count)
 
 
 def same_source(record: dict[str, Any] | None, size: int, mtime: float) -> bool:

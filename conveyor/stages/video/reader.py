@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from conveyor.media.decode import probe
-from conveyor.media.layout import INTERNAL, OutputLayout, same_source
+from conveyor.media.layout import INTERNAL, GroupCount, OutputLayout, same_source
 from conveyor.resources import Resources
 from conveyor.stage import CompositeStage, ProcessingStage
 from conveyor.stages.video.base import VideoStage
@@ -316,11 +316,21 @@ def _object_videos(
 def pending_videos(
     sources: Sequence[VideoSource], output: str | os.PathLike[str] | ObjectPath | None
 ) -> list[VideoSource]:
-    """The sources an earlier run into ``output`` did not finish (all without an output)."""
+    """The sources an earlier run into ``output`` did not finish (all without an output);
+    the shared tables' rows of videos whose records were deleted are dropped."""
     if output is None:
         return list(sources)
-    records = OutputLayout(output).read_records([s.relative_path for s in sources])
-    return [s for s in sources if not same_source(records[s.relative_path], s.size, s.mtime)]
+    layout = OutputLayout(output)
+    records = layout.read_records([s.relative_path for s in sources])
+    todo, groups = [], GroupCount()
+    for source in sources:
+        record = records[source.relative_path]
+        if record is not None and same_source(record, source.size, source.mtime):
+            groups.add(record)
+        else:
+            todo.append(source)
+    _drop_stale_rows(layout, groups)
+    return todo
 
 
 #: sources listed before their records are read together (on a store: concurrently); the
@@ -365,6 +375,7 @@ class VideoSources:
         self._peeked: list[VideoSource] = []
         self._staged: set[str] | None = None
         self._stream: Iterator[VideoSource] | None = None
+        self._groups = GroupCount()
 
     def empty(self) -> bool:
         """Whether the inputs hold no video at all (lists up to the first one)."""
@@ -393,6 +404,8 @@ class VideoSources:
         while batch := list(itertools.islice(listing, self.batch)):
             yield from self._check(batch)
         self.exhausted = True
+        if self.output is not None:
+            _drop_stale_rows(OutputLayout(self.output), self._groups)
 
     def _check(self, batch: list[VideoSource]) -> Iterator[VideoSource]:
         """The sources of ``batch`` an earlier run did not finish, in order."""
@@ -413,6 +426,7 @@ class VideoSources:
                 and not _clips_missing(layout, record)
             ):
                 self.complete += 1
+                self._groups.add(record)
                 if self.on_complete is not None:
                     self.on_complete(source, record)
                 continue
@@ -424,6 +438,16 @@ class VideoSources:
             if self.on_pending is not None:
                 self.on_pending(source)
             yield source
+
+
+def _drop_stale_rows(layout: OutputLayout, groups: GroupCount) -> None:
+    """Drop from the shared tables the rows of videos whose records no longer name them
+    (``GroupCount``): a video whose record was deleted by hand is done again, and its old
+    rows stayed beside its new ones, the same clip twice in ``metadata/``."""
+    for name in groups.stale():
+        dropped = layout.drop_from_group(name)
+        if dropped:
+            log.info("%s: %d row(s) of videos done again dropped", name, dropped)
 
 
 def _clips_missing(layout: OutputLayout | None, record: dict[str, Any]) -> bool:

@@ -156,6 +156,8 @@ class ClipWriter(ProcessingStage[VideoTask, VideoTask]):
         for video, w in zip(sharing, written, strict=True):
             record = _chunk_record(video, w.made)
             video.record = _video_record(video, [record], False, name if w.metas else None)
+            if w.metas:  # a member that loses its record is found by the count (reader.py)
+                video.record["clip_table_videos"] = len(rows)
             layout.write_json(layout.video_record(video.relative_path), video.record)
         for video, w in zip(sharing, written, strict=True):
             layout.remove_staging(layout.staging_dir(video.video_id), [w.intent])

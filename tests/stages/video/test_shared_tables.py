@@ -5,12 +5,14 @@ row exactly once."""
 from __future__ import annotations
 
 import copy
+import os
 from pathlib import Path
 
 import pyarrow.dataset as ds
 import pytest
 
 from conveyor.media.layout import OutputLayout, is_group_table
+from conveyor.stages.video.reader import VideoSources, list_videos, pending_videos
 from conveyor.stages.video.shards import ShardWriter, finish_shards
 from conveyor.stages.video.writer import ClipWriter
 from conveyor.tasks.video import VideoTask, video_id
@@ -162,6 +164,35 @@ def test_a_video_killed_before_its_record_is_dropped_from_the_group_on_resume(
     assert video_id(NAMES[-1]) in layout.started_videos()
     layout.reset(NAMES[-1])
     assert set(rows_by_video(tmp_path)) == {video_id(n) for n in NAMES[:-1]}
+
+
+@pytest.mark.parametrize("listing", ["streamed", "all at once"])
+def test_a_deleted_record_leaves_no_second_row_of_its_clips(tmp_path: Path, listing: str) -> None:
+    """Deleting a record (how a user has a video done again) left its old rows in the
+    group table beside its new ones: the same clip twice in ``metadata/``. The listing
+    counts the records naming each group against its ``clip_table_videos``."""
+    inputs, out = tmp_path / "in", tmp_path / "out"
+    for name in NAMES:  # sources of the size and time the records say
+        (inputs / name).parent.mkdir(parents=True, exist_ok=True)
+        (inputs / name).write_bytes(b"x" * 1234)
+        os.utime(inputs / name, (1700000000.5, 1700000000.5))
+    ClipWriter(out).process_batch([short(name, clips=2) for name in NAMES])
+    before = rows_by_video(out)
+    layout = OutputLayout(out)
+    assert layout.read_record(NAMES[0])["clip_table_videos"] == len(NAMES)  # type: ignore[index]
+    layout.video_record(NAMES[1]).unlink()
+    if listing == "streamed":  # run_video's
+        todo = [s.relative_path for s in VideoSources(str(inputs), str(out))]
+    else:  # VideoListing's, given a seed task
+        todo = [s.relative_path for s in pending_videos(list_videos(str(inputs)), str(out))]
+    assert todo == [NAMES[1]]
+    assert set(rows_by_video(out)) == {video_id(n) for n in NAMES} - {video_id(NAMES[1])}
+    ClipWriter(out).process(short(NAMES[1], clips=2))
+    assert rows_by_video(out) == before  # each clip once
+    # a consistent output costs no rewrite: the next listing drops nothing
+    group = next(layout.metadata.glob("group-*.parquet"))
+    stamp = group.stat().st_mtime_ns
+    assert list(VideoSources(str(inputs), str(out))) == [] and group.stat().st_mtime_ns == stamp
 
 
 def test_shards_read_a_video_s_metas_from_its_shared_table(tmp_path: Path) -> None:
