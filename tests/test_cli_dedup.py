@@ -133,12 +133,27 @@ def test_an_output_that_cannot_be_made_exits_2_with_one_line(tmp_path: Path) -> 
     )
 
 
-def test_a_failed_pass_exits_1_naming_the_file(tmp_path: Path) -> None:
+def test_a_failed_pass_exits_1_with_its_reason(tmp_path: Path) -> None:
+    write(tmp_path / "in.parquet", ["a", "a"], np.ones((2, 4)), [0.0, 1.0])
+    given = [str(tmp_path / "in.parquet"), str(tmp_path / "out"), "--id-column", "key"]
+    result = run(*given, "--embedding-column", "vec")
+    assert result.exit_code == 1, result.output
+    assert "id 'a' is on two rows that are near-duplicates" in result.output
+
+
+def test_lengths_that_differ_inside_a_file_exit_2_naming_the_file_and_row(
+    tmp_path: Path,
+) -> None:
+    """Found by the first pass (the plan reads one embedding per file): a bad input all the
+    same, not a failed pass (exit 1)."""
     ragged = pa.table({"id": ["a", "b"], "embedding": [[1.0, 0.0], [1.0]]})
     pq.write_table(ragged, tmp_path / "ragged.parquet")
     result = run(str(tmp_path / "ragged.parquet"), str(tmp_path / "out"))
-    assert result.exit_code == 1
-    assert "ragged.parquet" in result.output and "embeddings of 2 and of 1" in result.output
+    assert result.exit_code == 2
+    assert result.output.strip() == (
+        f"error: {tmp_path / 'ragged.parquet'}: column 'embedding' holds embeddings of 2 and "
+        "of 1 numbers (row 1); they must all have one length"
+    )
 
 
 def test_items_left_out_are_said_apart_by_why(tmp_path: Path) -> None:

@@ -411,6 +411,8 @@ class CompareClusters(ProcessingStage[CompareTask, Compared]):
                 f"id {twice!r} is on two rows that are near-duplicates of each other: the ids "
                 f"({self.columns.id}) must be unique, else duplicates.parquet would remove both"
             )
+        # a cosine of unit vectors is at most 1: a copy's rounds to 1.0000001 in float32
+        similarity = np.minimum(similarity, np.float32(1))
         return pa.table(
             {"id": ids, "duplicate_of": matches, "similarity": pa.array(similarity, pa.float32())}
         )

@@ -155,6 +155,12 @@ def semantic_dedup(
         check_output_place(output)
     except ValueError as exc:
         raise SemanticDedupError(str(exc)) from None
+    from conveyor.pipelines.places import source_problems
+
+    # the dedup's files beside the inputs made their folder unreadable as one dataset
+    problems = source_problems(_inputs(inputs), output, (".conveyor", DUPLICATES, REPORT))
+    if problems:
+        raise SemanticDedupError(problems[0])
     order = (order_by,) if isinstance(order_by, str) else tuple(order_by)
     columns = Columns(id_column, embedding_column, order)
     out = _absolute(output)

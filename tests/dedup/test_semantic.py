@@ -167,6 +167,26 @@ def test_the_outputs_of_earlier_runs_in_a_folder_are_read(tmp_path: Path) -> Non
     assert result.items == 8 and result.duplicates == 4
 
 
+def test_exact_copies_have_a_similarity_of_one_at_most(tmp_path: Path) -> None:
+    """Rounding made copies 1.0000001 similar (an arccos of it is NaN)."""
+    vectors = np.random.default_rng(3).normal(size=(200, 48)).astype(np.float32)
+    write(tmp_path / "in", np.concatenate([vectors, vectors]), list(range(400)), 1)
+    semantic_dedup(tmp_path / "in", tmp_path / "out", n_clusters=2)
+    similarity = marked(tmp_path / "out").column("similarity").to_numpy()
+    assert len(similarity) == 200 and similarity.max() == np.float32(1)
+
+
+def test_the_input_folder_as_output_is_refused(tmp_path: Path) -> None:
+    """Its own two files were written among the inputs, which then no longer read as one
+    dataset (``pyarrow.dataset``: "Parquet magic bytes not found" in dedup.json)."""
+    write(tmp_path / "emb", np.eye(4, dtype=np.float32), list("abcd"), 1)
+    for given in (tmp_path / "emb", str(tmp_path / "emb" / "*.parquet")):
+        with pytest.raises(SemanticDedupError, match="OUTPUT is the INPUT folder"):
+            semantic_dedup(given, tmp_path / "emb")
+    assert sorted(p.name for p in (tmp_path / "emb").iterdir()) == ["part-0.parquet"]
+    semantic_dedup(tmp_path / "emb", tmp_path)  # an output holding the input is fine
+
+
 def test_big_clusters_split_in_parts_mark_the_same(tmp_path: Path) -> None:
     vectors, ids = planted(2_500, centers=3, seed=5)
     write(tmp_path / "in", vectors, ids.tolist())

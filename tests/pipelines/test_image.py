@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
@@ -156,7 +157,9 @@ def test_phash_finds_near_duplicates_and_score_only_filters_nothing(
     assert rows["low/blank.png"]["filtered_by"] is None and rows["low/blank.png"]["contrast"] == 0
     assert not list((output / "embeddings").glob("*.parquet"))
     assert report.summary["images"]["in_shards"] == 27 - 5 - 2
-    marks = {m["id"]: m for m in pq.read_table(output / "duplicates.parquet").to_pylist()}
+    table = pq.read_table(output / "duplicates.parquet")
+    assert table.schema.field("distance").type == pa.int32()  # bits (it was a double)
+    marks = {m["id"]: m for m in table.to_pylist()}
     assert marks[rows["z-copy.jpg"]["id"]]["distance"] == 0
     assert marks[rows["z-near.jpg"]["id"]]["distance"] <= 4
 

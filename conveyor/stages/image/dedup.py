@@ -128,13 +128,19 @@ def _compare_group(
 
 
 def _write_marks(layout: ImageLayout, marks: dict[str, tuple[str, float]], measure: str) -> None:
+    """``duplicates.parquet``: a ``distance`` is a count of bits (int32), a ``similarity``
+    a cosine (float32, as ``conveyor dedup`` writes it)."""
     import pyarrow as pa
 
+    values = [m[1] for m in marks.values()]
     table = pa.table(
         {
             "id": pa.array(list(marks), pa.string()),
             "duplicate_of": pa.array([m[0] for m in marks.values()], pa.string()),
-            measure: pa.array([m[1] for m in marks.values()], pa.float64()),
+            measure: pa.array(
+                [round(v) for v in values] if measure == "distance" else values,
+                pa.int32() if measure == "distance" else pa.float32(),
+            ),
         }
     )
     layout.write_parquet(layout.duplicates, table)
