@@ -257,7 +257,7 @@ def kept_conveyor(output: Path) -> set[int]:
 
     return {
         int(i[1:])
-        for p in output.glob("part-*.parquet")
+        for p in (output / "documents").glob("part-*.parquet")
         for i in pq.read_table(p)["id"].to_pylist()
     }
 

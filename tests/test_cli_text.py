@@ -177,7 +177,7 @@ def summary(output: Path) -> dict[str, Any]:
 
 def read_output(output: Path) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
-    for path in sorted(output.glob("part-*")):
+    for path in sorted((output / "documents").glob("part-*")):
         if path.suffix == ".parquet":
             rows += pq.read_table(path).to_pylist()
         else:
@@ -222,8 +222,13 @@ def test_fuzzy_dedup_end_to_end(data: tuple[Path, dict[str, Any]], tmp_path: Pat
     assert s["blank_lines"] == 2
     assert s["files"]["in"] == 5 and s["files"]["ignored"] == 1
     assert [Path(p).name for p in s["files"]["empty"]] == ["empty.jsonl"]
-    assert s["output_files"] == [p.name for p in sorted(out.glob("part-*.parquet"))]
-    assert s["output_files"][0] == "part-00000.parquet"
+    published = sorted((out / "documents").glob("part-*.parquet"))
+    assert s["output_files"] == [f"documents/{p.name}" for p in published]
+    assert s["output_files"][0] == "documents/part-00000.parquet"
+    # the documents alone in their folder: it reads as one dataset, as pandas reads it
+    import pandas as pd
+
+    assert len(pd.read_parquet(out / "documents")) == s["documents"]["kept"]
     assert not (out / ".conveyor").exists()
     # every input column, the language columns, and no internal column
     rows = read_output(out)
@@ -241,10 +246,10 @@ def test_fuzzy_dedup_end_to_end(data: tuple[Path, dict[str, Any]], tmp_path: Pat
     assert len(starts) == 2 and (out / "report.html").exists()
     assert "1 empty file(s)" in result.output
     # the same command again gives the same files
-    before = {p.name: pq.read_table(p) for p in out.glob("part-*")}
+    before = {p.name: pq.read_table(p) for p in (out / "documents").glob("part-*")}
     again = run(str(source), str(out))
     assert again.exit_code == 0, again.output
-    after = {p.name: pq.read_table(p) for p in out.glob("part-*")}
+    after = {p.name: pq.read_table(p) for p in (out / "documents").glob("part-*")}
     assert before.keys() == after.keys() and all(before[k].equals(after[k]) for k in before)
 
 
@@ -270,7 +275,7 @@ def test_exact_dedup_languages_and_jsonl(data: tuple[Path, dict[str, Any]], tmp_
     assert {r["id"] for r in rows} == {d["id"] for d in wanted} - {d["id"] for d in exact_wanted}
     assert all(set(r) == {"id", "text", "url", "meta", "score", "language", "language_score"}
                for r in rows)  # fmt: skip
-    assert sorted(p.name for p in out.glob("part-*"))[0] == "part-00000.jsonl"
+    assert sorted(p.name for p in (out / "documents").glob("part-*"))[0] == "part-00000.jsonl"
 
 
 def test_no_dedup_text_field_no_filters_and_limit(tmp_path: Path) -> None:
@@ -301,7 +306,8 @@ def test_no_dedup_text_field_no_filters_and_limit(tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     assert summary(out)["filtered_by_rule"] == {"word_count": 30}
-    assert summary(out)["documents"]["kept"] == 0 and not list(out.glob("part-*"))
+    assert summary(out)["documents"]["kept"] == 0
+    assert not list((out / "documents").glob("part-*"))
 
 
 def semantic_corpus(root: Path) -> tuple[list[str], list[str]]:
@@ -421,23 +427,44 @@ def test_chunk_mb_splits_a_large_file_into_byte_ranges(tmp_path: Path) -> None:
 
 
 def test_part_files_no_text_run_wrote_are_refused_not_replaced(tmp_path: Path) -> None:
-    """A run replaces every part-NNNNN file of its OUTPUT: ones without an earlier run's
-    summary beside them are someone else's, and were deleted."""
+    """A run replaces every part-NNNNN file of its OUTPUT/documents: ones without an
+    earlier run's summary beside the folder are someone else's, and were deleted."""
     out = tmp_path / "out"
-    out.mkdir()
+    (out / "documents").mkdir(parents=True)
     theirs = {"part-00000.jsonl": '{"text": "mine"}\n', "part-00001.jsonl": ""}
     for name, text in theirs.items():
-        (out / name).write_text(text)
+        (out / "documents" / name).write_text(text)
     source = tmp_path / "docs.jsonl"
     source.write_text('{"text": "hello"}\n')
     result = run(str(source), str(out), "--dedup", "none")
     assert result.exit_code == 2
-    assert "holds part-00000.jsonl, part-00001.jsonl, which no earlier text run" in result.output
-    assert {p.name: p.read_text() for p in out.iterdir()} == theirs  # no event log either
-    (out / "part-00001.jsonl").unlink()
-    (out / "part-00000.jsonl").unlink()
+    assert (
+        "holds documents/part-00000.jsonl, part-00001.jsonl, which no earlier text run"
+        in result.output
+    )
+    assert [p.name for p in out.iterdir()] == ["documents"]  # no event log either
+    assert {p.name: p.read_text() for p in (out / "documents").iterdir()} == theirs
+    for name in theirs:
+        (out / "documents" / name).unlink()
     assert run(str(source), str(out), "--dedup", "none").exit_code == 0
     assert run(str(source), str(out), "--dedup", "none").exit_code == 0  # its own: replaced
+
+
+def test_parts_an_earlier_version_published_at_the_top_are_replaced(tmp_path: Path) -> None:
+    """Runs before ``documents/`` published the parts beside the summary: a run into such
+    an output removes them (its summary says they were a text run's), leaving one set."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "summary.json").write_text("{}")
+    (out / "part-00000.parquet").write_text("an earlier run's")
+    (out / "notes.txt").write_text("the user's")
+    source = tmp_path / "docs.jsonl"
+    source.write_text('{"text": "hello"}\n')
+    assert run(str(source), str(out), "--dedup", "none", "--no-filters").exit_code == 0
+    assert sorted(p.name for p in out.iterdir()) == [
+        "documents", "events.jsonl", "notes.txt", "report.html", "summary.json"
+    ]  # fmt: skip
+    assert [r["text"] for r in read_output(out)] == ["hello"]
 
 
 def test_every_line_malformed_exits_1(tmp_path: Path) -> None:

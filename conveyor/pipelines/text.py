@@ -8,14 +8,17 @@ embedding, ``DedupEmbeddings``) and stages the kept rows as Parquet under
 ``resolve_duplicates`` (``resolve_semantic``) then finds the duplicates across the whole
 dataset, and pass 2 reads the staged rows, drops them (``DropDuplicates``) and writes the
 output. ``run_text`` runs both passes on any executor and backend, publishes the shards as
-``OUTPUT/part-00000.parquet``... in input order, and writes ``OUTPUT/summary.json``. The
+``OUTPUT/documents/part-00000.parquet``... in input order, and writes ``OUTPUT/summary.json``.
+The
 ``conveyor text`` command only turns options into a ``TextConfig``: whatever it does, a script
 can do with the same objects.
 
 ::
 
-    OUT/part-00000.parquet ...     the kept documents, every input field plus language and
-                                   language_score (or part-00000.jsonl ... with format="jsonl")
+    OUT/documents/part-00000.parquet ...
+                                   the kept documents, every input field plus language and
+                                   language_score (or part-00000.jsonl ... with format="jsonl"):
+                                   a folder of them alone, which reads as one dataset
     OUT/summary.json               documents in / kept / filtered by rule and by language /
                                    removed as duplicates, malformed lines with file and line
     OUT/.conveyor/                 work in progress (staging, dedup keys or embeddings),
@@ -50,6 +53,9 @@ if TYPE_CHECKING:
 
 INTERNAL = ".conveyor"
 SUMMARY = "summary.json"
+#: the folder of the kept documents' part files (beside the summary and the event log,
+#: ``pandas.read_parquet(OUT)`` failed on the first file that is not Parquet)
+DOCUMENTS = "documents"
 
 
 # -- where things go ------------------------------------------------------------------------
@@ -64,6 +70,7 @@ class TextLayout:
         self.staging = self.internal / "staging"  # pass 1's kept rows (with dedup)
         self.ready = self.internal / "ready"  # finished shards, before they are published
         self.summary = self.root / SUMMARY
+        self.documents = self.root / DOCUMENTS
         if isinstance(self.root, Path):
             self.dedup: Path = self.root / INTERNAL / "dedup"
         else:  # the dedup spill is local (every worker on this machine, or a shared disk)
@@ -93,9 +100,10 @@ class TextLayout:
 
 
 def check_output(output: str | os.PathLike[str]) -> None:
-    """A local OUTPUT must be a folder, and its ``part-NNNNN`` files an earlier text run's:
-    a run replaces every such file there (``publish_shards``), so ones that came from
-    elsewhere (no ``summary.json`` beside them) are refused rather than deleted."""
+    """A local OUTPUT must be a folder, and the ``part-NNNNN`` files of its ``documents/``
+    an earlier text run's: a run replaces every such file there (``publish_shards``), so
+    ones that came from elsewhere (no ``summary.json`` beside the folder) are refused rather
+    than deleted."""
     from conveyor.stages.text.writers import published_pattern
 
     layout = TextLayout(output)
@@ -105,14 +113,29 @@ def check_output(output: str | os.PathLike[str]) -> None:
         raise NotADirectoryError(f"OUTPUT {os.fspath(output)!r} is a file, expected a directory")
     if layout.summary.exists():
         return
-    parts = sorted(p.name for p in layout.root.iterdir() if published_pattern().fullmatch(p.name))
+    if not layout.documents.is_dir():
+        return
+    pattern = published_pattern()
+    parts = sorted(p.name for p in layout.documents.iterdir() if pattern.fullmatch(p.name))
     if parts:
         more = f" and {len(parts) - 3} more" if len(parts) > 3 else ""
         raise ValueError(
-            f"OUTPUT {os.fspath(output)} holds {', '.join(parts[:3])}{more}, which no earlier "
-            f"text run wrote there (it has no {SUMMARY}), and a run replaces every part-NNNNN "
-            "file of its OUTPUT: move them, or write to another OUTPUT"
+            f"OUTPUT {os.fspath(output)} holds {DOCUMENTS}/{', '.join(parts[:3])}{more}, which "
+            f"no earlier text run wrote there (it has no {SUMMARY}), and a run replaces every "
+            f"part-NNNNN file of its {DOCUMENTS}/: move them, or write to another OUTPUT"
         )
+
+
+def _drop_parts_at_the_top(layout: TextLayout) -> None:
+    """Remove the part files a text run published at OUTPUT's top before they moved to
+    ``documents/`` (ours: a summary is beside them), so the output holds one set."""
+    from conveyor.stages.text.writers import published_pattern
+
+    if not isinstance(layout.root, Path) or not layout.summary.exists():
+        return
+    for path in layout.root.iterdir():
+        if published_pattern().fullmatch(path.name) and path.is_file():
+            path.unlink()
 
 
 # -- building -------------------------------------------------------------------------------
@@ -306,7 +329,7 @@ def run_text(
     ``InputError`` for a missing input, a glob matching nothing, no text files).
     ``on_output`` sees every last-stage output (a ``FileGroupTask`` whose metadata holds the
     counts); ``on_pass`` is told when a pass or the dedup step starts. Output shards are
-    published (moved to ``part-NNNNN``) only when every pass completed.
+    published (moved to ``documents/part-NNNNN``) only when every pass completed.
 
     Only one run at a time writes an output folder: another one raises ``OutputInUse``
     (``conveyor.output_lock``).
@@ -352,7 +375,8 @@ def run_text(
             passes = 2
     completed = len(results) == passes and all(r.completed for r in results)
     if completed:
-        files = publish_shards(layout.ready, config.output)
+        _drop_parts_at_the_top(layout)
+        files = publish_shards(layout.ready, layout.documents)
     wall = time.perf_counter() - started
     summary = build_summary(
         config, listing, counts, dedup, results, files, wall, completed, pipelines.first

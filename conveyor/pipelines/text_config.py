@@ -105,11 +105,13 @@ class TextConfig:
         inputs = [self.input] if isinstance(self.input, str) else list(self.input)
         if self.output:
             from conveyor.pipelines.places import source_problems
-            from conveyor.pipelines.text import INTERNAL, SUMMARY
+            from conveyor.pipelines.text import DOCUMENTS, INTERNAL, SUMMARY
             from conveyor.stages.text.writers import published_pattern
 
             parts = published_pattern().fullmatch
-            problems += source_problems(inputs, self.output, (INTERNAL, SUMMARY), parts)
+            # (part files at the top: where runs before ``documents/`` published them)
+            owned = (INTERNAL, SUMMARY, DOCUMENTS)
+            problems += source_problems(inputs, self.output, owned, parts)
         if not self.text_field:
             problems.append("text_field must be a non-empty name")
         from conveyor.stages.text.readers import DOC_ID

@@ -199,7 +199,7 @@ def build_summary(
             "earlier_outputs": list(listing.outputs),
             "errors": file_errors,
         },
-        "output_files": [str(f).rsplit("/", 1)[-1] for f in files],
+        "output_files": ["documents/" + str(f).rsplit("/", 1)[-1] for f in files],
         "failures": [_failure(f) for r in results for f in r.failures],
         "wall_s": round(wall_s, 3),
         "documents_per_s": round(documents / wall, 1),
@@ -280,10 +280,10 @@ def print_summary(summary: dict[str, Any], console: Console, max_lines: int = 10
         )
     if docs["in"] == 0:
         console.print("[yellow]no documents in the input[/] (every file empty or malformed)")
-    outputs = summary["output_files"]
+    outputs = [name.rsplit("/", 1)[-1] for name in summary["output_files"]]
     if summary["completed"]:
         console.print(
-            f"wrote {len(outputs)} file(s) to {escape(summary['output'])}"
+            f"wrote {len(outputs)} file(s) to {escape(summary['output'])}/documents"
             + (f" ({outputs[0]} .. {outputs[-1]})" if outputs else "")
         )
     console.print(f"wall {summary['wall_s']:.1f} s: {summary['documents_per_s']:,.0f} documents/s")

@@ -55,7 +55,9 @@ def write_corpus(root: Path) -> None:
 
 def kept_ids(output: Path) -> list[int]:
     return [
-        i for p in sorted(output.glob("part-*.parquet")) for i in pq.read_table(p)["id"].to_pylist()
+        i
+        for p in sorted((output / "documents").glob("part-*.parquet"))
+        for i in pq.read_table(p)["id"].to_pylist()
     ]
 
 
@@ -74,4 +76,4 @@ def test_fuzzy_dedup_on_ray(address: str, tmp_path: Path) -> None:
     }
     assert kept_ids(tmp_path / "ray") == list(range(80))  # the first of each kept, in order
     assert on_ray.results[0].stats["TextReader"].tasks_in > 1  # the work was shared out
-    assert on_ray.files == [str(tmp_path / "ray" / "part-00000.parquet")]
+    assert on_ray.files == [str(tmp_path / "ray" / "documents" / "part-00000.parquet")]

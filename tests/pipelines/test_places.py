@@ -69,6 +69,8 @@ def test_every_pipeline_refuses_a_source_where_it_writes(tmp_path: Path) -> None
         TextConfig(str(out / "part-00000.jsonl"), str(out))
     with pytest.raises(ValueError, match=r"lies in .*out/.conveyor, which the run writes"):
         TextConfig(str(out / ".conveyor" / "x.jsonl"), str(out))
+    with pytest.raises(ValueError, match=r"lies in .*out/documents, which the run writes"):
+        TextConfig(str(out / "documents" / "part-00000.parquet"), str(out))
     VideoConfig(str(out / "raw"), str(out))  # a folder of the user's inside OUTPUT
 
 

@@ -266,14 +266,17 @@ class _Walk:
 
 def earlier_output(dirs: Sequence[str], names: Sequence[str]) -> bool:
     """Whether a folder of these subfolders and files is a Conveyor run's output: a work
-    folder (``.conveyor/``: video and image runs, a text run under way), a text run's parts
-    beside its ``summary.json``, or ``conveyor dedup``'s two files."""
+    folder (``.conveyor/``: video and image runs, a text run under way), a text run's
+    ``documents/`` (or the part files runs before it published at the top) beside its
+    ``summary.json``, or ``conveyor dedup``'s two files."""
     from conveyor.stages.text.writers import published_pattern
 
     files = set(names)
     if ".conveyor" in dirs:
         return True
-    if "summary.json" in files and any(published_pattern().fullmatch(n) for n in files):
+    if "summary.json" in files and (
+        "documents" in dirs or any(published_pattern().fullmatch(n) for n in files)
+    ):
         return True
     return {"dedup.json", "duplicates.parquet"} <= files
 
