@@ -109,11 +109,15 @@ def test_earlier_outputs_inside_a_folder_are_left_out_and_said(tmp_path: Path) -
     """``conveyor text data data/run2`` read ``data/run1`` (a text run's parts, its summary
     and its event log) as documents again."""
     data = tmp_path / "data"
-    for folder in ("text_run", "video_run/clips", "dedup_run", "plain", "half"):
+    for folder in ("text_run/documents", "old_text_run", "video_run/clips", "dedup_run"):
         (data / folder).mkdir(parents=True)
+    for folder in ("plain", "half"):
+        (data / folder).mkdir()
     (data / "a.jsonl").write_text('{"text": "x"}\n')
-    for name in ("part-00000.parquet", "summary.json", "events.jsonl"):
+    for name in ("documents/part-00000.parquet", "summary.json", "events.jsonl"):
         (data / "text_run" / name).write_text("{}")
+    for name in ("part-00000.parquet", "summary.json"):  # as runs before documents/ left it
+        (data / "old_text_run" / name).write_text("{}")
     (data / "video_run" / ".conveyor").mkdir()
     (data / "video_run" / "summary.json").write_text("{}")
     for name in ("duplicates.parquet", "dedup.json"):
@@ -123,18 +127,18 @@ def test_earlier_outputs_inside_a_folder_are_left_out_and_said(tmp_path: Path) -
     listing = list_inputs(data)
     names = [Path(f.path).relative_to(data).as_posix() for f in listing.files]
     assert names == ["a.jsonl", "half/dedup.json", "plain/summary.json"]
-    assert listing.outputs == [str(data / d) for d in ("dedup_run", "text_run", "video_run")]
+    outputs = ("dedup_run", "old_text_run", "text_run", "video_run")
+    assert listing.outputs == [str(data / d) for d in outputs]
     # given as INPUT itself, an output is read (the user asked for it); several INPUTs keep
     # what their listings said, each once
-    assert [Path(f.path).name for f in list_inputs(data / "text_run").files] == [
-        "events.jsonl",
+    assert [Path(f.path).name for f in list_inputs(data / "old_text_run").files] == [
         "part-00000.parquet",
         "summary.json",
     ]
     (data / "plain" / "gone.jsonl").symlink_to(tmp_path / "nothing.jsonl")
     both = list_inputs([str(data), str(data / "plain")])
     assert both.broken == [str(data / "plain" / "gone.jsonl")]
-    assert len(both.outputs) == 3
+    assert len(both.outputs) == 4
 
 
 def test_directories_globs_and_files(tmp_path: Path) -> None:
