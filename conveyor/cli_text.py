@@ -66,7 +66,7 @@ def text(
     output: Annotated[
         str,
         typer.Argument(
-            help="Where part-NNNNN files and summary.json go: a directory or a URL.",
+            help="Where documents/part-NNNNN files and summary.json go: a directory or a URL.",
             show_default=False,
             metavar="OUTPUT",
         ),
@@ -199,8 +199,8 @@ def text(
 ) -> None:
     """Curate text: read JSONL or Parquet, filter with Gopher-style rules, identify languages
     (and keep chosen ones), remove exact, near or semantic duplicates, and write sharded
-    Parquet or JSONL with every input field to OUTPUT, with summary.json. Malformed lines are
-    counted and listed by file and line; they never stop the run."""
+    Parquet or JSONL with every input field to OUTPUT/documents, with summary.json.
+    Malformed lines are counted and listed by file and line; they never stop the run."""
     settings = dict(locals())  # the options as given, recorded with the run's event log
     del settings["ctx"]
     from rich.console import Console
