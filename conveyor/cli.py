@@ -6,7 +6,7 @@ import io
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -14,6 +14,7 @@ import conveyor
 from conveyor.cli_common import (
     METRICS_PORT,
     REPORT,
+    CheckedCommand,
     close_monitors,
     fail,
     report_path,
@@ -32,6 +33,15 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+#: the most documents ``conveyor text-demo`` generates
+DEMO_DOCS = 1_000_000
+
+
+def command(*args: Any, **kwargs: Any) -> Any:
+    """``app.command``, each value checked before the command runs (``CheckedCommand``)."""
+    return app.command(*args, cls=CheckedCommand, **kwargs)
 
 
 class ExecutorChoice(StrEnum):
@@ -72,7 +82,7 @@ _EXECUTOR = Annotated[
 ]
 
 
-@app.command(short_help="Curate generated videos with the full CPU pipeline; check them.")
+@command(short_help="Curate generated videos with the full CPU pipeline; check them.")
 def demo(
     workdir: Annotated[
         Path | None,
@@ -80,7 +90,7 @@ def demo(
     ] = None,
     executor: _EXECUTOR = ExecutorChoice.streaming,
     live: _LIVE = True,
-    seed: Annotated[int, typer.Option(help="Seed of the generated videos.")] = 0,
+    seed: Annotated[int, typer.Option(min=0, help="Seed of the generated videos.")] = 0,
     cpus: _CPUS = None,
     metrics_port: METRICS_PORT = None,
     report: REPORT = True,
@@ -118,14 +128,16 @@ def demo(
         raise typer.Exit(code=1)
 
 
-@app.command("text-demo", short_help="Curate a generated web-text corpus; check the filters.")
+@command("text-demo", short_help="Curate a generated web-text corpus; check the filters.")
 def text_demo(
     workdir: Annotated[
         Path | None,
         typer.Option(help="Where input/ and output/ go.", show_default="<tmp>/conveyor-text-demo"),
     ] = None,
-    files: Annotated[int, typer.Option(min=1, help="JSONL files to generate.")] = 40,
-    docs_per_file: Annotated[int, typer.Option(min=1, help="Documents per file.")] = 200,
+    files: Annotated[int, typer.Option(min=1, max=10_000, help="JSONL files to generate.")] = 40,
+    docs_per_file: Annotated[
+        int, typer.Option(min=1, max=100_000, help="Documents per file.")
+    ] = 200,
     executor: _EXECUTOR = ExecutorChoice.streaming,
     live: _LIVE = True,
     seed: Annotated[int, typer.Option(help="Seed of the generated corpus.")] = 0,
@@ -141,6 +153,8 @@ def text_demo(
     from conveyor.demos import check_places
     from conveyor.demos.text import DEFAULT_WORKDIR, print_report, run_demo
 
+    if files * docs_per_file > DEMO_DOCS:  # about a kilobyte each: a demo, not a disk filler
+        raise fail(f"--files x --docs-per-file must be at most {DEMO_DOCS:,} documents")
     console = Console()
     root = workdir or DEFAULT_WORKDIR
     try:
@@ -175,16 +189,14 @@ def _print_report_path(monitors: list[object], label: str = "report:") -> None:
 
 
 # one line each in `conveyor --help` (each command's own --help says the rest)
-app.command(short_help="Videos to filtered, embedded H.264 clips; resumes.")(video)
-app.command(name="report", short_help="Write DIR/report.html from DIR/events.jsonl.")(
-    report_command
-)
-app.command(short_help="JSONL or Parquet text: filters, language ID, dedup.")(text)
-app.command(short_help="Near-duplicates by the cosine similarity of embeddings.")(dedup)
-app.command(short_help="Images to WebDataset shards: filters, embeddings, dedup; resumes.")(image)
+command(short_help="Videos to filtered, embedded H.264 clips; resumes.")(video)
+command(name="report", short_help="Write DIR/report.html from DIR/events.jsonl.")(report_command)
+command(short_help="JSONL or Parquet text: filters, language ID, dedup.")(text)
+command(short_help="Near-duplicates by the cosine similarity of embeddings.")(dedup)
+command(short_help="Images to WebDataset shards: filters, embeddings, dedup; resumes.")(image)
 
 
-@app.command(short_help="Run a scenario on the simulated backend's virtual clock.")
+@command(short_help="Run a scenario on the simulated backend's virtual clock.")
 def simulate(
     scenario: Annotated[
         str | None,

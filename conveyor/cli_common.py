@@ -5,6 +5,7 @@ output, and how a run is watched (Prometheus metrics on a port, an event log wit
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -12,7 +13,9 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
+import click
 import typer
+from typer.core import TyperCommand
 
 
 class BackendChoice(StrEnum):
@@ -24,8 +27,11 @@ BACKEND = Annotated[BackendChoice, typer.Option(case_sensitive=False, help="Wher
 ADDRESS = Annotated[str | None, typer.Option(help="Ray cluster address (--backend ray).")]
 CPUS = Annotated[float | None, typer.Option(min=0.5, help="CPUs to use.", show_default="all")]
 GPUS = Annotated[
-    int | None, typer.Option(min=0, help="GPUs to use (0: CPU only).", show_default="all")
+    int | None,
+    typer.Option(min=0, max=1024, help="GPUs to use (0: CPU only).", show_default="all"),
 ]
+#: the largest ``--limit`` (Python's slices stop at ``sys.maxsize``)
+LIMIT_MAX = 2**62
 MEMORY_GB = Annotated[
     float | None,
     typer.Option(
@@ -111,6 +117,48 @@ def cluster_has_gpus(address: str) -> bool:
 
     RayConnection(address).connect()
     return float(ray.cluster_resources().get("GPU", 0.0)) > 0
+
+
+class CheckedCommand(TyperCommand):
+    """A command whose values are checked before it runs, whatever the option: a number
+    that is not finite (``--cpus inf`` crashed in the placement, ``--clip-len inf`` in the
+    splitter, where Typer's ranges let infinity through) and an empty INPUT, OUTPUT or
+    path (``""`` meant the current folder: ``conveyor text "" out`` read every JSONL under
+    it, ``conveyor text in ""`` wrote its output there) end it with exit 2 and one line."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        # a path option given "" arrives as Path("."), which a "." the user typed also is
+        ctx.meta[_EMPTY_GIVEN] = any(not arg.strip() for arg in args)
+        return super().parse_args(ctx, args)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        for param in self.params:
+            value = ctx.params.get(param.name or "")
+            problem = _bad_value(value, bool(ctx.meta.get(_EMPTY_GIVEN)))
+            if problem is None:
+                continue
+            if param.opts[0].startswith("-"):
+                raise fail(f"{param.opts[0]} {problem}")
+            name = param.metavar or (param.name or "").upper()
+            raise fail(
+                f"{name}: an argument {problem}" if isinstance(value, list) else f"{name} {problem}"
+            )
+        return super().invoke(ctx)
+
+
+_EMPTY_GIVEN = "conveyor.empty_argument"
+
+
+def _bad_value(value: Any, empty_given: bool) -> str | None:
+    values = value if isinstance(value, (list, tuple)) else [value]
+    for one in values:
+        if isinstance(one, float) and not math.isfinite(one):
+            return f"must be a finite number, got {one}"
+        if isinstance(one, str) and not one.strip():
+            return "is empty"
+        if empty_given and isinstance(one, Path) and one == Path("."):
+            return "is empty"
+    return None
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:

@@ -19,6 +19,7 @@ from conveyor.cli_common import (
     BACKEND,
     CPUS,
     GPUS,
+    LIMIT_MAX,
     MEMORY_GB,
     METRICS_PORT,
     REPORT,
@@ -140,7 +141,8 @@ def image(
     gpus: GPUS = None,
     memory_gb: MEMORY_GB = None,
     limit: Annotated[
-        int | None, typer.Option(min=1, help="Only the first N images (in input order).")
+        int | None,
+        typer.Option(min=1, max=LIMIT_MAX, help="Only the first N images (in input order)."),
     ] = None,
     overwrite: Annotated[
         bool, typer.Option("--overwrite", help="Delete OUTPUT's earlier results first.")
@@ -157,7 +159,12 @@ def image(
     del settings["ctx"]
     from rich.console import Console
 
-    from conveyor.pipelines.image import ImageConfig, check_resume, clear_output
+    from conveyor.pipelines.image import (
+        ImageConfig,
+        build_image_pipeline,
+        check_resume,
+        clear_output,
+    )
     from conveyor.stages.image.sources import IMAGE_EXTENSIONS, ImageInputError, ImageSources
     from conveyor.storage import check_output_place, normalize
 
@@ -204,6 +211,8 @@ def image(
             gpus=use_gpus,
         )
         check_output_place(config.output)
+        # its stages check their models: one that cannot be used ends it before OUTPUT is made
+        build_image_pipeline(config)
     except (ValueError, OSError, ImportError) as exc:
         raise _fail(as_flags(ctx, str(exc))) from None
     clear = clear_output if overwrite else None

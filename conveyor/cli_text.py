@@ -18,6 +18,7 @@ from conveyor.cli_common import (
     ADDRESS,
     BACKEND,
     CPUS,
+    LIMIT_MAX,
     MEMORY_GB,
     METRICS_PORT,
     REPORT,
@@ -187,7 +188,9 @@ def text(
     memory_gb: MEMORY_GB = None,
     limit: Annotated[
         int | None,
-        typer.Option(min=1, help="Only the first N records (lines or rows) of the input."),
+        typer.Option(
+            min=1, max=LIMIT_MAX, help="Only the first N records (lines or rows) of the input."
+        ),
     ] = None,
     chunk_mb: Annotated[
         float,

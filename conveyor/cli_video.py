@@ -19,6 +19,7 @@ from conveyor.cli_common import (
     BACKEND,
     CPUS,
     GPUS,
+    LIMIT_MAX,
     MEMORY_GB,
     METRICS_PORT,
     REPORT,
@@ -289,7 +290,8 @@ def video(
     gpus: GPUS = None,
     memory_gb: MEMORY_GB = None,
     limit: Annotated[
-        int | None, typer.Option(min=1, help="Only the first N videos (sorted by path).")
+        int | None,
+        typer.Option(min=1, max=LIMIT_MAX, help="Only the first N videos (sorted by path)."),
     ] = None,
     overwrite: Annotated[
         bool, typer.Option("--overwrite", help="Delete OUTPUT's earlier results first.")
@@ -359,6 +361,14 @@ def video(
         raise _fail("--journal needs the streaming or batch executor (Ray Data keeps none)")
     if journal is not None and journal.is_dir():
         raise _fail(f"--journal {str(journal)!r} is a directory, expected a file")
+    if journal is not None:
+        from conveyor.engine.journal import Journal
+        from conveyor.errors import JournalError
+
+        try:
+            Journal(journal).check()
+        except JournalError as exc:
+            raise _fail(f"--{exc}") from None
     machine = Machine(cpus, gpus, memory_gb)
     on_ray = backend is BackendChoice.ray or executor is VideoExecutor.ray_data
     try:
@@ -496,6 +506,10 @@ def _run(
     if empty:
         wanted = " ".join(VIDEO_EXTENSIONS)
         raise _fail(f"no videos in {config.input} (looked for {wanted}, recursively)")
+    try:  # before the event log: a model that cannot be used leaves nothing in OUTPUT
+        pipeline = build_video_pipeline(config)
+    except (ValueError, OSError, ImportError) as exc:
+        raise _fail(str(exc)) from None
     progress = _Progress(sources)
     view = LiveView(console=console, live=None if live else False, extra=progress.line)
     # the event log and report go into OUTPUT (not into a bucket: they are written as it runs)
@@ -505,7 +519,6 @@ def _run(
         executor = _executor(kind, backend, address, machine, [view, *extra])
     except (ImportError, ValueError, ConveyorError) as exc:
         raise _fail(str(exc), 2 if isinstance(exc, ValueError) else 1) from None
-    pipeline = build_video_pipeline(config)
     on_ray = backend is BackendChoice.ray or kind is VideoExecutor.ray_data
     console.print(
         f"[bold]conveyor video[/]: {config.input} -> {config.output} (videos are listed as "

@@ -103,3 +103,67 @@ def test_a_config_s_field_names_read_as_the_options_typed() -> None:
     result = runner.invoke(app, ["video", ".", "out", "--embed-model", "/no/m"])
     assert result.exit_code == 2
     assert result.output == "error: --embed-model '/no/m' does not exist\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        # numbers that are not finite: Typer's ranges let infinity through to a crash
+        (["text", "{tmp}", "{out}", "--cpus", "inf"], "--cpus must be a finite number, got inf"),
+        (["text", "{tmp}", "{out}", "--chunk-mb", "inf"], "--chunk-mb must be a finite number"),
+        (["dedup", "{tmp}", "{out}", "--memory-gb", "inf"], "--memory-gb must be a finite"),
+        (["video", "{tmp}", "{out}", "--splitter", "fixed", "--clip-len", "inf"], "--clip-len"),
+        (["video", "{tmp}", "{out}", "--splitter", "fixed", "--stride", "inf"], "--stride must"),
+        (["video", "{tmp}", "{out}", "--crop", "inf"], "--crop must be a finite number, got inf"),
+        # an empty path meant the current folder: read, or written into
+        (["text", "", "{out}"], "INPUT: an argument is empty"),
+        (["text", "{tmp}", ""], "OUTPUT is empty"),
+        (["video", "", "{out}"], "INPUT is empty"),
+        (["video", "{tmp}", "{out}", "--journal", ""], "--journal is empty"),
+        (["dedup", "{tmp}", ""], "INPUT... OUTPUT: an argument is empty"),
+        (["report", ""], "DIR is empty"),
+        (["simulate", "tiny3", "--out", ""], "--out is empty"),
+        (["demo", "--workdir", ""], "--workdir is empty"),
+        (["text-demo", "--workdir", "", "--files", "1"], "--workdir is empty"),
+        (["text", "{tmp}", "{out}", "--languages", ""], "--languages is empty"),
+        # sizes without a bound ran until the disk filled or the kernel killed a worker
+        (["text", "{tmp}", "{out}", "--bands", "1000000", "--rows", "1000000"], "must be <= 1024"),
+        (["text-demo", "--workdir", "{out}", "--files", "10000"], "at most 1,000,000 documents"),
+    ],
+)
+def test_values_no_command_can_use_exit_2_before_anything_is_written(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    given = [a.format(tmp=tmp_path, out=tmp_path / "out") for a in args]
+    result = runner.invoke(app, given)
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("error: ") and message in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_dot_typed_as_a_path_is_the_current_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only an empty path is refused: ``.`` given for one is what the user meant."""
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["report", "."])
+    assert (
+        result.exit_code == 2
+        and result.output == "error: .: no events.jsonl (was the run started with --report?)\n"
+    )
+
+
+def test_a_journal_file_that_is_no_journal_exits_2_before_anything_is_written(
+    tmp_path: Path,
+) -> None:
+    """It was exit 1 once the run had started, an empty OUTPUT left behind."""
+    from conveyor.samples.video import Segment, write_video
+
+    write_video(tmp_path / "in" / "a.mp4", [Segment("pan", 1, 1)], width=64, height=48)
+    (tmp_path / "notes.txt").write_text("my notes\n")
+    args = ["video", str(tmp_path / "in"), str(tmp_path / "out"), "--no-live"]
+    result = runner.invoke(app, [*args, "--journal", str(tmp_path / "notes.txt")])
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith(f"error: --journal {tmp_path / 'notes.txt'} is not a Conveyor")
+    assert not (tmp_path / "out").exists()

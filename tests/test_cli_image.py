@@ -97,6 +97,15 @@ def one_error_line(output: str) -> str:
             "no Ray cluster answers at 127.0.0.1:1",
         ),
         (["{folder}", "{tmp}/out", "--aesthetic-model", "{tmp}/nope.pt"], "aesthetic model path"),
+        # a folder without its head, a file that is no model: they were exit 1, OUTPUT made
+        (["{folder}", "{tmp}/out", "--aesthetic-model", "{tmp}/empty"], "has no aesthetic_head"),
+        (["{folder}", "{tmp}/out", "--aesthetic-model", "{tmp}/notes.pt"], "is neither a model"),
+        # not finite, or empty (it meant the current folder)
+        (["{folder}", "{tmp}/out", "--cpus", "inf"], "--cpus must be a finite number, got inf"),
+        (["{folder}", "{tmp}/out", "--memory-gb", "inf"], "--memory-gb must be a finite number"),
+        (["", "{tmp}/out"], "error: INPUT is empty"),
+        (["{folder}", ""], "error: OUTPUT is empty"),
+        (["{folder}", "{tmp}/out", "--aesthetic-model", ""], "error: --aesthetic-model is empty"),
         # an option that would have no effect with the others (it was silently ignored)
         (
             ["{folder}", "{tmp}/out", "--dedup", "exact", "--phash-distance", "30"],
@@ -111,6 +120,7 @@ def test_a_bad_input_or_option_exits_2_with_one_line(
     arguments: list[str], message: str, folder: Path, tmp_path: Path
 ) -> None:
     (tmp_path / "empty").mkdir()
+    (tmp_path / "notes.pt").write_text("hi")
     values = {"tmp": str(tmp_path), "folder": str(folder)}
     argv = ["image", *(a.format(**values) for a in arguments), "--no-live"]
     result = runner.invoke(app, argv)
@@ -119,6 +129,7 @@ def test_a_bad_input_or_option_exits_2_with_one_line(
         assert message in result.output
     else:
         assert message.format(**values) in one_error_line(result.output)
+    assert not (tmp_path / "out").exists()
 
 
 def test_other_options_on_an_existing_output_exit_2_and_overwrite_starts_afresh(

@@ -251,6 +251,7 @@ def scan(
     from conveyor.stages.text.readers import InputError, list_inputs
 
     paths: list[str] = []
+    taken: set[str] = set()
     for one in [inputs] if isinstance(inputs, (str, os.PathLike)) else inputs:
         try:
             # embeddings of earlier runs' outputs (``videos/run1/embeddings``) are its inputs
@@ -268,8 +269,12 @@ def scan(
             )
         if not found:
             raise SemanticDedupError(f"INPUT {os.fspath(one)!r} has no Parquet file")
-        # a folder's other files (notes, a recipe) are not the data: left out
-        paths += [f.path for f in listing.files if f.kind == "parquet" and f.size > 0]
+        # a folder's other files (notes, a recipe) are not the data: left out; a file given
+        # twice (a folder and a glob in it) is read once, as the text command reads it
+        for f in listing.files:
+            if f.kind == "parquet" and f.size > 0 and f.path not in taken:
+                taken.add(f.path)
+                paths.append(f.path)
     with ThreadPoolExecutor(max(1, min(threads, len(paths)))) as pool:
         footers = list(pool.map(lambda path: _inspect(path, columns), paths))
     files: list[InputFile] = []

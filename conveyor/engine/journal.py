@@ -151,15 +151,24 @@ class Journal:
             self._flush()
         return self
 
-    def _read(self) -> None:
-        with open(self.path, "rb") as f:
-            data = f.read()
-        lines = data.split(b"\n")
-        torn = lines.pop()  # after the last newline: empty, or a record a crash cut short
-        if torn:
-            log.warning("journal %s: ignoring a torn last record (%d bytes)", self.path, len(torn))
+    def check(self) -> None:
+        """``JournalError`` where the file is there and is not a journal (read its first
+        line only): a command says so before it writes anything."""
+        if self.path.is_dir():
+            raise JournalError(f"journal {self.path} is a directory, expected a file")
         try:
-            header = json.loads(lines[0]) if lines else None
+            with open(self.path, "rb") as f:
+                first = f.readline()
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise JournalError(f"journal {self.path} cannot be read: {exc}") from None
+        if first:
+            self._check_header(first if first.endswith(b"\n") else b"")
+
+    def _check_header(self, line: bytes) -> None:
+        try:
+            header = json.loads(line) if line else None
         except ValueError:
             header = None
         if not isinstance(header, dict) or header.get("conveyor_journal") != FORMAT:
@@ -167,6 +176,15 @@ class Journal:
                 f"journal {self.path} is not a Conveyor journal (its first line should be a "
                 f'{{"conveyor_journal": {FORMAT}, ...}} header); pass another path'
             )
+
+    def _read(self) -> None:
+        with open(self.path, "rb") as f:
+            data = f.read()
+        lines = data.split(b"\n")
+        torn = lines.pop()  # after the last newline: empty, or a record a crash cut short
+        if torn:
+            log.warning("journal %s: ignoring a torn last record (%d bytes)", self.path, len(torn))
+        self._check_header(lines[0] if lines else b"")
         failed: set[bytes] = set()
         for number, line in enumerate(lines[1:], start=2):
             try:

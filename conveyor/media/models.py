@@ -34,11 +34,14 @@ LITE_STD = (0.502, 0.502, 0.502)
 
 def check_model_path(model: str, what: str) -> None:
     """Raise ``FileNotFoundError`` for a model path that does not exist (names of packaged
-    models pass)."""
+    models pass), ``ValueError`` for a file that is not a PyTorch one (``check_torch_file``)."""
     if model == EFFICIENTNET_LITE0:
         return
-    if not Path(model).expanduser().exists():
+    path = Path(model).expanduser()
+    if not path.exists():
         raise FileNotFoundError(f"{what} model path {model!r} does not exist")
+    if not path.is_dir():
+        check_torch_file(path, f"{what} model")
 
 
 def center_crop_resize(frames: np.ndarray | Sequence[np.ndarray], size: int) -> np.ndarray:
@@ -267,6 +270,21 @@ def load_frame_encoder(
     module = load_torch_module(path, device)
     kind = "video-module" if hasattr(module, "encode_video") else "module"
     return FrameEncoder(kind, module, device, input_size)
+
+
+def check_torch_file(path: Path, what: str) -> None:
+    """``ValueError`` unless ``path`` starts as what ``torch.save`` and TorchScript write (a
+    zip archive, or a pickle of the format before it): anything else failed in every
+    worker once the run had started ("Memo value not found")."""
+    try:
+        with path.open("rb") as stream:
+            head = stream.read(4)
+    except OSError as exc:
+        raise ValueError(f"{what} {str(path)!r} cannot be read: {exc.strerror or exc}") from None
+    if not (head.startswith(b"PK\x03\x04") or head[:1] == b"\x80"):
+        raise ValueError(
+            f"{what} {str(path)!r} is neither a model folder nor a TorchScript or PyTorch file"
+        )
 
 
 def load_torch_module(path: str | os.PathLike[str], device: str) -> Any:

@@ -195,6 +195,15 @@ class VideoConfig:
             path = getattr(self, name)
             if path is not None and not Path(path).expanduser().exists():
                 problems.append(f"{name.replace('_', ' ')} path {path!r} does not exist")
+            elif (
+                name == "caption_model"
+                and path is not None
+                and not (Path(path).expanduser() / "config.json").is_file()
+            ):  # (a file given for it failed the run once it had started)
+                problems.append(
+                    f"caption model {path!r} is not a Hugging Face model folder (it has no "
+                    "config.json)"
+                )
         problems += self._video_type_problems()
         if (
             self.embed_model != "efficientnet-lite0"

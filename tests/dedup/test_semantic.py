@@ -176,6 +176,14 @@ def test_exact_copies_have_a_similarity_of_one_at_most(tmp_path: Path) -> None:
     assert len(similarity) == 200 and similarity.max() == np.float32(1)
 
 
+def test_a_file_given_twice_is_read_once(tmp_path: Path) -> None:
+    """Its every id was on two rows: the run failed after its passes, blaming the ids."""
+    write(tmp_path / "in", np.eye(4, dtype=np.float32), list("abcd"), 1)
+    given = [tmp_path / "in", tmp_path / "in" / "part-0.parquet", str(tmp_path / "in" / "*")]
+    result = semantic_dedup(given, tmp_path / "out", n_clusters=1)
+    assert result.items == 4 and result.duplicates == 0
+
+
 def test_the_input_folder_as_output_is_refused(tmp_path: Path) -> None:
     """Its own two files were written among the inputs, which then no longer read as one
     dataset (``pyarrow.dataset``: "Parquet magic bytes not found" in dedup.json)."""

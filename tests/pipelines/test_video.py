@@ -508,10 +508,11 @@ def test_one_worker_of_every_gpu_stage_fits_on_one_gpu(tmp_path: Path) -> None:
     assert gpu_load(VideoConfig(str(tmp_path), "o", gpus=False)) == {}
     # the tagger runs its own network where the embedder runs another
     other = tmp_path / "embedder.pt"
-    other.write_bytes(b"")
+    other.write_bytes(b"PK\x03\x04")  # as torch.save begins (the file is not loaded here)
     alone = gpu_load(VideoConfig(str(tmp_path), "o", gpus=True, embed_model=str(other)))
     assert "ImageNetTagger" in alone and sum(alone.values()) <= 1.0
     # every GPU stage there is, a captioner among them: it takes half, the five others share
+    (tmp_path / "config.json").write_text("{}")  # a model folder (none is loaded here)
     full = VideoConfig(
         str(tmp_path), "o", gpus=True, caption_model=str(tmp_path),
         aesthetic_model=str(tmp_path), text_embed=True,
@@ -778,6 +779,7 @@ def test_videos_too_short_for_a_clip_are_counted_and_say_why(inputs: Path, tmp_p
         (["video", "{input}", "out", "--splitter", "scenes"], "scenes"),
         (["video", "{input}", "out", "--address", "127.0.0.2:6390"], "--backend ray"),
         (["video", "{input}", "out", "--caption-model", "/no/model"], "does not exist"),
+        (["video", "{input}", "out", "--caption-model", "{file}"], "not a Hugging Face model"),
         (["video", "{input}", "out", "--clip-len", "0"], "0"),
         (["video", "{input}", "out", "--motion-source", "pixels"], "pixels"),
         (["video", "{empty}", "out"], "no videos in"),

@@ -63,6 +63,10 @@ _FORMAT = 1
 _KEY_FIELDS = ("shingle_size", "num_perm", "bands", "rows", "seed")
 
 
+#: the most MinHash permutations a fuzzy dedup takes (a signature of 4 KB per document)
+MAX_PERM = 1024
+
+
 @dataclass(frozen=True)
 class FuzzyDedupConfig:
     """MinHash LSH parameters. Two documents whose word ``shingle_size``-gram sets have a
@@ -98,6 +102,13 @@ class FuzzyDedupConfig:
             )
         if not 0 <= self.seed < 1 << 64:
             raise ValueError(f"FuzzyDedupConfig: seed must be in [0, 2**64), got {self.seed}")
+        if max(self.num_perm, self.bands * self.rows) > MAX_PERM:
+            # each permutation costs every document 4 bytes and a hash per shingle: a
+            # million by a million ran until the kernel killed the worker
+            raise ValueError(
+                f"FuzzyDedupConfig: num_perm (bands * rows) must be <= {MAX_PERM}, got "
+                f"{max(self.num_perm, self.bands * self.rows):,} (120 is usual)"
+            )
         if self.bands * self.rows != self.num_perm:
             raise ValueError(
                 f"FuzzyDedupConfig: num_perm must equal bands * rows, got {self.num_perm} != "

@@ -115,7 +115,7 @@ def test_the_embedder_skips_images_without_a_working_copy(embedder: ImageEmbedde
 
 def test_tags_from_the_embedder_need_its_packaged_network(tmp_path: Path) -> None:
     other = tmp_path / "model.pt"
-    other.write_bytes(b"x")
+    other.write_bytes(b"PK\x03\x04")  # as torch.save begins (the file is not loaded here)
     with pytest.raises(ValueError, match="efficientnet-lite0"):
         ImageEmbedder(str(other), tags=True)
 

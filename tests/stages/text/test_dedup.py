@@ -338,6 +338,11 @@ def test_resolve_holds_one_partition_at_a_time(corpus: Corpus, tmp_path: Path) -
         ({"num_perm": 0, "bands": 0, "rows": 6}, "num_perm must be >= 1"),
         ({"rows": 2.5}, "rows must be an int"),
         ({"seed": -1}, "seed must be in"),
+        (
+            {"bands": 10**6, "rows": 10**6},
+            r"bands \* rows\) must be <= 1024, got 1,000,000,000,000",
+        ),
+        ({"num_perm": 2048, "bands": 1024, "rows": 2}, r"must be <= 1024, got 2,048"),
         ({"jaccard_check": "yes"}, "jaccard_check must be a bool"),
     ],
 )

@@ -234,3 +234,33 @@ def test_the_command_scores_clips_and_filters_below_its_threshold(tmp_path: Path
     between = run(tmp_path / "some", (scores[0] + scores[1]) / 2)
     assert [m["filtered_by"] for m in between] == ["aesthetic", None]
     assert [m["scores"]["aesthetic"] for m in between] == pytest.approx(scores, abs=1e-4)
+
+
+def test_a_file_that_is_no_model_fails_at_construction(tmp_path: Path) -> None:
+    """It failed in every worker once the run had started ("Memo value not found")."""
+    (tmp_path / "notes.pt").write_text("hi")
+    with pytest.raises(ValueError, match="is neither a model folder nor a TorchScript or PyTorch"):
+        AestheticFilter(str(tmp_path / "notes.pt"))
+    legacy = tmp_path / "legacy.pt"  # torch.save's format before the zip archive
+    torch.save(Brightness(), str(legacy), _use_new_zipfile_serialization=False)
+    AestheticFilter(str(legacy))
+
+
+@pytest.mark.parametrize("model", ["empty", "notes.pt"])
+def test_the_command_refuses_a_model_it_cannot_use_before_writing(
+    tmp_path: Path, model: str
+) -> None:
+    """An empty folder was a traceback; a file that is no model failed the run."""
+    from typer.testing import CliRunner
+
+    from conveyor.cli import app
+    from conveyor.samples.video import Segment, write_video
+
+    write_video(tmp_path / "in" / "a.mp4", [Segment("pan", 1, 1)], width=64, height=48)
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "notes.pt").write_text("hi")
+    args = ["video", str(tmp_path / "in"), str(tmp_path / "out"), "--no-live"]
+    result = CliRunner().invoke(app, [*args, "--aesthetic-model", str(tmp_path / model)])
+    assert result.exit_code == 2, result.output
+    assert len(result.output.strip().splitlines()) == 1 and result.output.startswith("error: ")
+    assert not (tmp_path / "out").exists()
