@@ -51,6 +51,9 @@ def source_problems(
         where = _local_root(os.fspath(source))
         if where is None:
             continue
+        if where == root and os.path.isfile(where):
+            problems.append(f"OUTPUT is the INPUT file ({source}): give a folder to write to")
+            continue
         if where == root:
             problems.append(
                 f"OUTPUT is the INPUT folder ({source}): write to another folder (one inside "

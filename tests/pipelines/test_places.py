@@ -63,6 +63,9 @@ def test_every_pipeline_refuses_a_source_where_it_writes(tmp_path: Path) -> None
         VideoConfig(str(out / "videos"), str(out))
     with pytest.raises(ValueError, match="OUTPUT is the INPUT folder"):
         VideoConfig(str(out), str(out))
+    (tmp_path / "a.mp4").write_bytes(b"")
+    with pytest.raises(ValueError, match=r"OUTPUT is the INPUT file .*a.mp4.: give a folder"):
+        VideoConfig(str(tmp_path / "a.mp4"), str(tmp_path / "a.mp4"))
     with pytest.raises(ValueError, match=r"lies in .*out/shards, which the run writes"):
         ImageConfig(str(out / "shards"), str(out))
     with pytest.raises(ValueError, match=r"lies in .*out/part-00000.jsonl, which the run"):
