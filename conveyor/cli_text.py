@@ -209,7 +209,7 @@ def text(
     from rich.console import Console
 
     from conveyor.pipelines.text import TextConfig
-    from conveyor.stages.text.readers import InputError, list_inputs
+    from conveyor.stages.text.readers import InputError, list_inputs, text_field_problem
     from conveyor.storage import check_output_place, location, normalize
 
     inputs = [normalize(i) for i in input]
@@ -284,6 +284,9 @@ def text(
         raise _fail(str(exc)) from None
     except (OSError, ImportError, ValueError) as exc:  # a store refusing, unreachable, ...
         raise _fail(f"INPUT {exc}") from None
+    problem = text_field_problem(listing, config.text_field)
+    if problem:
+        raise _fail(f"{problem}: name the text field with --text-field")
     watch = (metrics_port, report, settings)
     machine = Machine(cpus, None, memory_gb)
     if backend is BackendChoice.ray:

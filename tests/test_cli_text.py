@@ -467,13 +467,29 @@ def test_parts_an_earlier_version_published_at_the_top_are_replaced(tmp_path: Pa
     assert [r["text"] for r in read_output(out)] == ["hello"]
 
 
-def test_every_line_malformed_exits_1(tmp_path: Path) -> None:
-    """A mistyped --text-field made every line malformed, and the run exited 0."""
+def test_a_mistyped_text_field_exits_2_before_the_run(tmp_path: Path) -> None:
+    """Every record was malformed, found only once the whole input had been read (exit 0
+    at first, then 1): the first file's schema or first records say it at once."""
     source = tmp_path / "docs.jsonl"
     source.write_text('{"id": 1, "text": "hello"}\n{"id": 2, "text": "world"}\n')
     result = run(str(source), str(tmp_path / "out"), "--text-field", "body", "--dedup", "none")
+    assert result.exit_code == 2, result.output
+    assert result.output == (
+        f"error: none of the first 2 record(s) of {source} has a field 'body' (their "
+        "fields: id, text): name the text field with --text-field\n"
+    )
+    pq.write_table(pa.table({"id": [1], "content": ["x"]}), tmp_path / "docs.parquet")
+    result = run(str(tmp_path / "docs.parquet"), str(tmp_path / "out"))
+    assert result.exit_code == 2, result.output
+    assert "docs.parquet has no column 'text' (it has id, content)" in result.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_every_line_malformed_exits_1(tmp_path: Path) -> None:
+    source = tmp_path / "docs.jsonl"
+    source.write_text('{"id": 1, "text": "hello"\n{"id": 2, "text": 7}\n')
+    result = run(str(source), str(tmp_path / "out"), "--dedup", "none")
     assert result.exit_code == 1, result.output
-    assert "no field 'body' (fields: id, text)" in result.output
     assert "every line was malformed" in result.output
 
 
@@ -569,7 +585,7 @@ def test_a_malformed_parquet_row_is_shown_as_a_row(tmp_path: Path) -> None:
             ["{data}", "{out}", "--semantic-threshold", "0.9"],
             "--semantic-threshold set semantic deduplication, which needs dedup='semantic'",
         ),
-        (["{data}", "{out}", "--text-field", ""], "--text-field must be a non-empty name"),
+        (["{data}", "{out}", "--text-field", ""], "--text-field is empty"),
         (["{data}", "{out}", "--language-threshold", "0.9"], "has no effect without --languages"),
         (
             ["{data}", "{out}", "--no-filters", "--min-words", "10", "--max-words", "99"],

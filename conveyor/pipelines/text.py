@@ -326,7 +326,8 @@ def run_text(
     write ``summary.json``; ``executor`` runs every pass (default: streaming, local).
 
     ``listing`` is the input's ``list_inputs`` when the caller already has it (it raises
-    ``InputError`` for a missing input, a glob matching nothing, no text files).
+    ``InputError`` for a missing input, a glob matching nothing, no text files; so does a
+    ``text_field`` the first file surely lacks, ``text_field_problem``).
     ``on_output`` sees every last-stage output (a ``FileGroupTask`` whose metadata holds the
     counts); ``on_pass`` is told when a pass or the dedup step starts. Output shards are
     published (moved to ``documents/part-NNNNN``) only when every pass completed.
@@ -334,13 +335,16 @@ def run_text(
     Only one run at a time writes an output folder: another one raises ``OutputInUse``
     (``conveyor.output_lock``).
     """
-    from conveyor.stages.text.readers import list_inputs
+    from conveyor.stages.text.readers import InputError, list_inputs, text_field_problem
     from conveyor.stages.text.writers import publish_shards
     from conveyor.storage import atomic_write
 
     started = time.perf_counter()
     if listing is None:
         listing = list_inputs(config.input, exclude=[config.output])
+        problem = text_field_problem(listing, config.text_field)
+        if problem:  # (the command checks it itself, before it writes its event log)
+            raise InputError(f"{problem}: name the text field with text_field=")
     check_output(config.output)
     layout = TextLayout(config.output)
     layout.clear_work()

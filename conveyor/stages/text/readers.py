@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import json
 import os
 from collections.abc import Iterator, Sequence
@@ -486,6 +487,53 @@ def _jsonl_stream(path: str, compression: Compression) -> Iterator[tuple[IO[byte
                 yield io.BufferedReader(reader, 1 << 20), True  # type: ignore[arg-type]
         else:
             yield raw, False
+
+
+#: records of the first input file looked at before a run for its text field
+FIELD_PEEK = 100
+
+
+def text_field_problem(listing: InputListing, field: str) -> str | None:
+    """Why ``field`` is surely not the input's text field, or None: the first non-empty
+    file's Parquet schema lacks it, or none of its first ``FIELD_PEEK`` JSON records has it
+    (a run over the whole input found it only at the end, every record of every file
+    malformed). Anything less certain (a file that does not parse) is left to
+    the run, which counts what it cannot read."""
+    first = next((f for f in listing.files if f.size > 0), None)
+    if first is None:
+        return None
+    try:
+        if first.kind == "parquet":
+            import pyarrow.parquet as pq
+
+            with open_input(first.path) as raw:
+                names = pq.ParquetFile(raw).schema_arrow.names
+            if field in names:
+                return None
+            return f"{first.path} has no column {field!r} (it has {', '.join(names[:12])})"
+        seen: dict[str, None] = {}
+        records = 0
+        with _jsonl_stream(first.path, first.compression) as (stream, _):
+            for line in itertools.islice(stream, FIELD_PEEK):
+                try:
+                    record = json.loads(line.removeprefix(_BOM))
+                except ValueError:
+                    continue
+                if not isinstance(record, dict):
+                    continue
+                if field in record:  # (a number there is a malformed record, counted)
+                    return None
+                records += 1
+                seen.update(dict.fromkeys(record))
+    except Exception:  # noqa: BLE001 - unreadable now: the run says why, file by file
+        return None
+    if not records:
+        return None
+    fields = ", ".join(list(seen)[:12]) or "no fields"
+    return (
+        f"none of the first {records} record(s) of {first.path} has a field {field!r} "
+        f"(their fields: {fields})"
+    )
 
 
 def _snippet(text: str) -> str:

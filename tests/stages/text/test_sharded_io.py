@@ -502,3 +502,29 @@ def test_unify_parquet_makes_one_schema(tmp_path: Path) -> None:
     table = pq.read_table(tmp_path)
     assert table.column("meta").to_pylist() == [None, "m"]
     assert table.schema.field("meta").type == pa.string()
+
+
+def test_a_text_field_the_first_file_surely_lacks_is_named(tmp_path: Path) -> None:
+    from conveyor.stages.text.readers import text_field_problem
+
+    (tmp_path / "a.jsonl").write_text('not json\n{"id": 1, "body": "x"}\n[1]\n')
+    listing = list_inputs(tmp_path / "a.jsonl")
+    assert text_field_problem(listing, "body") is None
+    assert text_field_problem(listing, "text") == (
+        f"none of the first 1 record(s) of {tmp_path / 'a.jsonl'} has a field 'text' (their "
+        "fields: id, body)"
+    )
+    # present but not a string: a malformed record the run counts, not a wrong name
+    (tmp_path / "b.jsonl").write_text('{"text": 7}\n')
+    assert text_field_problem(list_inputs(tmp_path / "b.jsonl"), "text") is None
+    # nothing parses: the run says why, line by line
+    (tmp_path / "c.jsonl").write_text("{broken\n")
+    assert text_field_problem(list_inputs(tmp_path / "c.jsonl"), "text") is None
+    # a gzip file is looked into; the first record with the field, past others, is enough
+    lines = [json.dumps({"n": i}) for i in range(50)] + [json.dumps({"text": "x"})]
+    (tmp_path / "d.jsonl.gz").write_bytes(gzip.compress("\n".join(lines).encode()))
+    assert text_field_problem(list_inputs(tmp_path / "d.jsonl.gz"), "text") is None
+    pq.write_table(pa.table({"id": [1], "body": ["x"]}), tmp_path / "e.parquet")
+    assert "e.parquet has no column 'text' (it has id, body)" in str(
+        text_field_problem(list_inputs(tmp_path / "e.parquet"), "text")
+    )
