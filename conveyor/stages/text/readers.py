@@ -228,10 +228,14 @@ class _Walk:
         top = os.path.realpath(self.root)
         seen = {top}
         for folder, dirs, names in os.walk(self.root, followlinks=True):
-            if self.skip_outputs and folder != str(self.root) and earlier_output(dirs, names):
-                self.outputs.append(folder)
-                dirs[:] = []
-                continue
+            if self.skip_outputs and earlier_output(dirs, names):
+                if folder != str(self.root):
+                    self.outputs.append(folder)
+                    dirs[:] = []
+                    continue
+                # INPUT itself is an output (its documents read again, or one written beside
+                # the file it read): its summary, event log and report are no documents
+                names = [n for n in names if n not in RUN_FILES]
             kept = []
             for name in sorted(dirs):
                 full = os.path.join(folder, name)
@@ -263,6 +267,10 @@ class _Walk:
         return os.path.islink(full) and (
             real == top or real.startswith(top + os.sep) or top.startswith(real + os.sep)
         )
+
+
+#: the files a run writes at its output's top that hold no documents
+RUN_FILES = ("summary.json", "events.jsonl", "report.html", "dedup.json")
 
 
 def earlier_output(dirs: Sequence[str], names: Sequence[str]) -> bool:

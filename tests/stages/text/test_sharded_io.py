@@ -131,9 +131,13 @@ def test_earlier_outputs_inside_a_folder_are_left_out_and_said(tmp_path: Path) -
     assert listing.outputs == [str(data / d) for d in outputs]
     # given as INPUT itself, an output is read (the user asked for it); several INPUTs keep
     # what their listings said, each once
+    # given as INPUT itself, an output's documents are read (the user asked for them), not
+    # its summary (it was read as a malformed document)
     assert [Path(f.path).name for f in list_inputs(data / "old_text_run").files] == [
-        "part-00000.parquet",
-        "summary.json",
+        "part-00000.parquet"
+    ]
+    assert [Path(f.path).name for f in list_inputs(data / "text_run").files] == [
+        "part-00000.parquet"
     ]
     (data / "plain" / "gone.jsonl").symlink_to(tmp_path / "nothing.jsonl")
     both = list_inputs([str(data), str(data / "plain")])
