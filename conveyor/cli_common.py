@@ -218,12 +218,13 @@ def hold_output(
     output: str,
     clear: Callable[[str], object] | None = None,
     check: Callable[[], object] | None = None,
+    ctx: typer.Context | None = None,
 ) -> Iterator[None]:
     """Hold OUTPUT's lock (``conveyor.output_lock``) from before the command writes anything
     there, its event log included, until it ends; another run holding it ends this command
     with exit 1 and a line naming that run. Under the lock, ``clear(output)``
     (``--overwrite``) then ``check()`` (can it be resumed?): a ValueError, OSError or
-    ImportError of theirs ends the command with exit 2."""
+    ImportError of theirs ends the command with exit 2, said by ``ctx``'s flags."""
     from conveyor.errors import OutputInUse
     from conveyor.output_lock import output_lock
 
@@ -240,7 +241,8 @@ def hold_output(
             if check is not None:
                 check()
         except (ValueError, OSError, ImportError) as exc:  # a ConfigMismatch among them
-            raise fail(str(exc)) from None
+            # the options that differ, by the flags of ``ctx``'s command (not field names)
+            raise fail(as_flags(ctx, str(exc)) if ctx is not None else str(exc)) from None
         yield
 
 

@@ -216,7 +216,7 @@ def image(
     except (ValueError, OSError, ImportError) as exc:
         raise _fail(as_flags(ctx, str(exc))) from None
     clear = clear_output if overwrite else None
-    with hold_output(config.output, clear, lambda: check_resume(config)):
+    with hold_output(config.output, clear, lambda: check_resume(config), ctx):
         try:
             sources = ImageSources(
                 config.input,

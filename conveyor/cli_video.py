@@ -431,7 +431,7 @@ def video(
     except (ValueError, OSError, ImportError) as exc:
         raise _fail(as_flags(ctx, str(exc))) from None
     clear = clear_output if overwrite else None
-    with hold_output(config.output, clear, lambda: check_resume(config)):
+    with hold_output(config.output, clear, lambda: check_resume(config), ctx):
         console = Console()
         if journal is None and executor is not VideoExecutor.ray_data:
             journal = default_journal(config.output)

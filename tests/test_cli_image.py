@@ -141,7 +141,7 @@ def test_other_options_on_an_existing_output_exit_2_and_overwrite_starts_afresh(
     other = [*FAST, "--limit", "2", "--min-size", "100"]
     refused = runner.invoke(app, ["image", str(folder), str(output), *other])
     assert refused.exit_code == 2
-    assert "min_size: 64 -> 100" in one_error_line(refused.output)
+    assert "(--min-size: 64 -> 100)" in one_error_line(refused.output)
     fresh = runner.invoke(app, ["image", str(folder), str(output), *other, "--overwrite"])
     assert fresh.exit_code == 0, fresh.output
     summary = json.loads((output / "summary.json").read_text())

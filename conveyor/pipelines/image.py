@@ -24,6 +24,7 @@ from conveyor.output_lock import locks_output
 from conveyor.pipeline import Pipeline
 from conveyor.pipelines.image_config import ImageConfig
 from conveyor.pipelines.image_summary import ImageTally, build_summary
+from conveyor.pipelines.owner import COMMAND, check_clearable, check_owner
 from conveyor.pipelines.video import ConfigMismatch
 from conveyor.resources import Resources
 from conveyor.stage import ProcessingStage
@@ -146,6 +147,7 @@ def check_resume(config: ImageConfig) -> dict[str, Any] | None:
     from conveyor.storage import check_output_place
 
     check_output_place(config.output)
+    check_owner(config.output, "image")
     layout = ImageLayout(config.output)
     listing(layout.local / "shards")
     return earlier_options(layout.config, config.fingerprint(), config.output)
@@ -162,11 +164,13 @@ def owned(output: str | os.PathLike[str]) -> tuple[list[Path], list[Path]]:
 
 
 def clear_output(output: str | os.PathLike[str]) -> None:
-    """Remove everything an image run writes under ``output`` (for ``--overwrite``)."""
+    """Remove everything an image run writes under ``output`` (for ``--overwrite``), where
+    the output is an image run's (``check_clearable``)."""
     from conveyor.stages.image.layout import ImageLayout
 
     layout = ImageLayout(output)
     folders, files = owned(output)
+    check_clearable(output, "image", [*folders, *files])
     for folder in folders:
         layout.remove_tree(folder)
     for file in files:
@@ -214,7 +218,7 @@ def run_image(
     check_resume(config)
     layout = ImageLayout(config.output)
     layout.internal.mkdir(parents=True, exist_ok=True)
-    layout.write_json(layout.config, config.fingerprint())
+    layout.write_json(layout.config, {**config.fingerprint(), COMMAND: "image"})
     pipeline = build_image_pipeline(config)
     tally = ImageTally()
     if sources is None:

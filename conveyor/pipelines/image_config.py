@@ -93,10 +93,13 @@ class ImageConfig:
             )
         else:
             from conveyor.pipelines.image import owned
+            from conveyor.pipelines.owner import nesting_problem
             from conveyor.pipelines.places import source_problems
 
             self.output = os.path.abspath(os.path.expanduser(normalize(os.fspath(self.output))))
             folders, files = owned(self.output)
+            nested = nesting_problem(self.output)
+            problems += [nested] if nested else []
             problems += source_problems(inputs, self.output, [*folders, *files])
         problems += self._number_problems()
         if self.dedup not in DEDUP_MODES:

@@ -140,6 +140,7 @@ def build_summary(
     failures.sort(key=lambda f: (f["kind"] != "input", str(f["key"])))
     now = sum(tally.parts[i].images for i in tally.now)
     return {
+        "command": "image",  # whose output this is (conveyor.pipelines.owner)
         "pipeline": pipeline.description or "",
         "input": config.input if isinstance(config.input, str) else list(config.input),
         "output": config.output,

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 from conveyor.executors.base import held
 from conveyor.output_lock import locks_output
 from conveyor.pipeline import Pipeline
+from conveyor.pipelines.owner import check_owner, output_kind
 from conveyor.pipelines.text_config import TextConfig
 from conveyor.pipelines.text_summary import TextCounts, build_summary
 from conveyor.stage import ProcessingStage
@@ -102,8 +103,8 @@ class TextLayout:
 def check_output(output: str | os.PathLike[str]) -> None:
     """A local OUTPUT must be a folder, and the ``part-NNNNN`` files of its ``documents/``
     an earlier text run's: a run replaces every such file there (``publish_shards``), so
-    ones that came from elsewhere (no ``summary.json`` beside the folder) are refused rather
-    than deleted."""
+    ones that came from elsewhere (no text run's ``summary.json`` beside the folder) are
+    refused rather than deleted; so is another command's output (``check_owner``)."""
     from conveyor.stages.text.writers import published_pattern
 
     layout = TextLayout(output)
@@ -111,7 +112,8 @@ def check_output(output: str | os.PathLike[str]) -> None:
         return
     if not layout.root.is_dir():
         raise NotADirectoryError(f"OUTPUT {os.fspath(output)!r} is a file, expected a directory")
-    if layout.summary.exists():
+    check_owner(output, "text")
+    if output_kind(output) == "text":
         return
     if not layout.documents.is_dir():
         return
@@ -128,10 +130,10 @@ def check_output(output: str | os.PathLike[str]) -> None:
 
 def _drop_parts_at_the_top(layout: TextLayout) -> None:
     """Remove the part files a text run published at OUTPUT's top before they moved to
-    ``documents/`` (ours: a summary is beside them), so the output holds one set."""
+    ``documents/`` (ours: its summary is a text run's), so the output holds one set."""
     from conveyor.stages.text.writers import published_pattern
 
-    if not isinstance(layout.root, Path) or not layout.summary.exists():
+    if not isinstance(layout.root, Path) or output_kind(layout.root) != "text":
         return
     for path in layout.root.iterdir():
         if published_pattern().fullmatch(path.name) and path.is_file():

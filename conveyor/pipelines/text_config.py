@@ -112,6 +112,10 @@ class TextConfig:
             # (part files at the top: where runs before ``documents/`` published them)
             owned = (INTERNAL, SUMMARY, DOCUMENTS)
             problems += source_problems(inputs, self.output, owned, parts)
+            from conveyor.pipelines.owner import nesting_problem
+
+            nested = nesting_problem(self.output)
+            problems += [nested] if nested else []
         if not self.text_field:
             problems.append("text_field must be a non-empty name")
         from conveyor.stages.text.readers import DOC_ID

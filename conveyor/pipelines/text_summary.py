@@ -164,6 +164,7 @@ def build_summary(
     elif config.dedup != "none":
         dedup_info.update({"documents": 0, "removed": 0})
     return {
+        "command": "text",  # whose output this is (conveyor.pipelines.owner)
         "pipeline": pipeline.description or "",
         "input": config.input if isinstance(config.input, str) else list(config.input),
         "output": str(config.output),

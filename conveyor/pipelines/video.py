@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from conveyor.output_lock import locks_output
 from conveyor.pipeline import Pipeline
+from conveyor.pipelines.owner import COMMAND, check_clearable, check_owner
 from conveyor.pipelines.video_config import (
     DEFAULT_THRESHOLDS,
     SHOT_THRESHOLD_RANGES,
@@ -376,6 +377,7 @@ def check_resume(config: VideoConfig) -> dict[str, Any] | None:
     from conveyor.storage import check_output_place
 
     check_output_place(config.output)
+    check_owner(config.output, "video")
     if config.shards != "none":
         from conveyor.stages.video.shards import check_shards
 
@@ -428,11 +430,13 @@ def owned(output: str | os.PathLike[str]) -> tuple[list[StoragePath], list[Stora
 
 
 def clear_output(output: str | os.PathLike[str]) -> None:
-    """Remove everything a video run writes under ``output`` (for ``--overwrite``)."""
+    """Remove everything a video run writes under ``output`` (for ``--overwrite``), where
+    the output is a video run's (``check_clearable``)."""
     from conveyor.media.layout import OutputLayout
 
     layout = OutputLayout(output)
     folders, files = owned(output)
+    check_clearable(output, "video", [*folders, *files])
     for folder in folders:
         layout.remove_tree(folder)
     for file in files:
@@ -480,7 +484,9 @@ def run_video(
     check_resume(config)
     layout = OutputLayout(config.output)
     layout.internal.mkdir(parents=True, exist_ok=True)
-    layout.write_json(layout.config, {**config.fingerprint(), LIMIT: config.limit})
+    layout.write_json(
+        layout.config, {**config.fingerprint(), LIMIT: config.limit, COMMAND: "video"}
+    )
     pipeline = build_video_pipeline(config)
     if config.shards != "none":
         from conveyor.stages.video.shards import finish_shards

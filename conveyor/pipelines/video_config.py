@@ -220,6 +220,7 @@ class VideoConfig:
 
     def _place_problems(self) -> list[str]:
         """No source may be the output folder or lie where the run writes."""
+        from conveyor.pipelines.owner import nesting_problem
         from conveyor.pipelines.places import source_problems
         from conveyor.pipelines.video import owned
 
@@ -227,7 +228,9 @@ class VideoConfig:
             return []
         folders, files = owned(self.output)
         sources = [self.input] if isinstance(self.input, (str, os.PathLike)) else self.input
-        return source_problems(sources, self.output, [*folders, *files])
+        nested = nesting_problem(self.output)
+        problems = [nested] if nested else []
+        return problems + source_problems(sources, self.output, [*folders, *files])
 
     def _shard_problems(self) -> list[str]:
         from conveyor.storage import is_url

@@ -247,6 +247,7 @@ def build_summary(
     layout = OutputLayout(config.output)
     videos, clips = tally.videos, tally.clips
     return {
+        "command": "video",  # whose output this is (conveyor.pipelines.owner)
         "pipeline": description,
         "input": config.input if isinstance(config.input, str) else list(config.input),
         "output": str(config.output),
@@ -270,7 +271,9 @@ def build_summary(
             "kept_seconds": round(tally.kept_seconds, 3),
             "filtered": dict(sorted(tally.filtered.items())),
             "failed": clips["failed"],
-            "duplicates": _duplicates(layout),
+            # this run's dedup only: a ``conveyor dedup`` into the output writes the same
+            # report, which the clips' tables do not reflect
+            "duplicates": _duplicates(layout) if config.dedup else None,
         },
         "failures": sorted(tally.failures, key=lambda f: f["video"]),
         "wall_s": round(wall_s, 3),
