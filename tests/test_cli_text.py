@@ -455,7 +455,7 @@ def test_parts_an_earlier_version_published_at_the_top_are_replaced(tmp_path: Pa
     an output removes them (its summary says they were a text run's), leaving one set."""
     out = tmp_path / "out"
     out.mkdir()
-    (out / "summary.json").write_text("{}")
+    (out / "summary.json").write_text('{"documents": {"in": 1}}')  # a text run's, then
     (out / "part-00000.parquet").write_text("an earlier run's")
     (out / "notes.txt").write_text("the user's")
     source = tmp_path / "docs.jsonl"
