@@ -284,7 +284,8 @@ def video(
     ] = VideoExecutor.streaming,
     backend: BACKEND = BackendChoice.local,
     address: Annotated[
-        str | None, typer.Option(help="Ray cluster address (--backend ray or ray-data).")
+        str | None,
+        typer.Option(help="Ray cluster address (--backend ray, or --executor ray-data)."),
     ] = None,
     cpus: CPUS = None,
     gpus: GPUS = None,

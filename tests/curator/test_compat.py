@@ -61,6 +61,9 @@ def run(stages: list[Any], tasks: list[Any], **config: Any) -> list[Any]:
         ("conveyor.curator.backends.xenna.executor", ["XennaExecutor"]),
         ("conveyor.curator.backends.ray_data", ["RayDataExecutor"]),
         ("conveyor.curator.backends.ray_actor_pool", ["RayActorPoolExecutor"]),
+        # where they were until NeMo Curator moved them out of experimental
+        ("conveyor.curator.backends.experimental.ray_data", ["RayDataExecutor"]),
+        ("conveyor.curator.backends.experimental.ray_actor_pool", ["RayActorPoolExecutor"]),
         ("conveyor.curator.backends.base", ["BaseExecutor", "NodeInfo", "WorkerMetadata"]),
     ],
 )
