@@ -169,3 +169,21 @@ def test_items_left_out_are_said_apart_by_why(tmp_path: Path) -> None:
         in result.output
     )
     assert "1 duplicates at >= 0.99" in result.output
+
+
+def test_another_command_s_output_is_refused(tmp_path: Path) -> None:
+    """Written into a video output, its duplicates.parquet and dedup.json replaced the
+    video run's own (--dedup), which the clips' tables and summary no longer matched."""
+    write(tmp_path / "in.parquet", ["a", "b"], np.eye(2, 4), [0.0, 1.0])
+    out = tmp_path / "out"
+    (out / ".conveyor").mkdir(parents=True)
+    (out / ".conveyor" / "config.json").write_text('{"command": "video"}')
+    result = run(
+        str(tmp_path / "in.parquet"), str(out), "--id-column", "key", "--embedding-column", "vec"
+    )
+    assert result.exit_code == 2, result.output
+    assert result.output.strip() == (
+        f"error: OUTPUT {out} holds a video run's output: write the dedup to another OUTPUT "
+        "(conveyor video --dedup dedups its own)"
+    )
+    assert sorted(p.name for p in out.iterdir()) == [".conveyor"]
