@@ -107,13 +107,13 @@ def dedup(
     except (ImportError, ValueError, OSError, ConveyorError) as exc:  # OSError: no cluster there
         raise fail(str(exc), 2 if isinstance(exc, (ValueError, OSError)) else 1) from None
     check_place(output)
-    from conveyor.pipelines.owner import output_kind
+    from conveyor.pipelines.owner import output_kind, whose
 
     kind = output_kind(output)
     if kind is not None:  # its summary and tables would not say what the dedup wrote
         raise fail(
-            f"OUTPUT {output} holds {'an' if kind == 'image' else 'a'} {kind} run's output: "
-            f"write the dedup to another OUTPUT (conveyor {kind} --dedup dedups its own)"
+            f"OUTPUT {output} holds {whose(kind)}: write the dedup to another OUTPUT "
+            f"(conveyor {kind} --dedup dedups its own)"
         )
     try:
         with hold_output(output):

@@ -6,7 +6,8 @@ the event log, ``.conveyor/``), so a text run into a video output replaced its s
 swept the video's staging, and ``conveyor image --overwrite`` deleted a video run's tables.
 Each run records its command (``"command"`` in ``.conveyor/config.json`` and in
 ``summary.json``); outputs written before that are known by what they hold. A standalone
-``conveyor dedup`` output is no command's: the dedup writes into the others' by design.
+``conveyor dedup`` output is no command's, and ``conveyor dedup`` writes into no run's
+output: there a run's own ``--dedup`` writes the same two files.
 """
 
 from __future__ import annotations
@@ -49,8 +50,8 @@ def check_owner(output: str | os.PathLike[str], command: str) -> None:
     kind = output_kind(output)
     if kind is not None and kind != command:
         raise ValueError(
-            f"OUTPUT {os.fspath(output)} holds {_a(kind)} {kind} run's output: write the "
-            f"{command} run to another OUTPUT"
+            f"OUTPUT {os.fspath(output)} holds {whose(kind)}: write the {command} run to "
+            "another OUTPUT"
         )
     if kind is None and _exists(_root(output) / "summary.json"):
         raise ValueError(
@@ -92,8 +93,8 @@ def nesting_problem(output: str | os.PathLike[str]) -> str | None:
         top = path.relative_to(above).parts[0]
         if top in owned_names(kind):
             return (
-                f"OUTPUT {text} lies in {above / top}, which {_a(kind)} {kind} run's output "
-                "owns: write to another OUTPUT"
+                f"OUTPUT {text} lies in {above / top}, which {whose(kind)} owns: write to "
+                "another OUTPUT"
             )
     return None
 
@@ -118,8 +119,9 @@ def _root(output: str | os.PathLike[str]) -> Any:
     return location(os.fspath(output))
 
 
-def _a(kind: str) -> str:
-    return "an" if kind[:1] in "aeiou" else "a"
+def whose(kind: str) -> str:
+    """``"a video run's output"``."""
+    return f"{'an' if kind[:1] in 'aeiou' else 'a'} {kind} run's output"
 
 
 def _read(path: Any) -> dict[str, Any] | None:
