@@ -888,9 +888,10 @@ def test_overwrite_clears_what_a_run_wrote_and_nothing_else(tmp_path: Path) -> N
 
     out = tmp_path / "out"
     written = ["clips/a.mp4", "metas/a.json", "videos/v.mp4.json", "embeddings/v.parquet"]
-    for name in [*written, "summary.json", "dedup.json", "duplicates.parquet", "notes.txt"]:
+    for name in [*written, "dedup.json", "duplicates.parquet", "notes.txt"]:
         (out / name).parent.mkdir(parents=True, exist_ok=True)
         (out / name).write_text("x")
+    (out / "summary.json").write_text('{"command": "video"}')  # a video run's output
     clear_output(out)
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
 
