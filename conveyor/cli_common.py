@@ -30,8 +30,6 @@ GPUS = Annotated[
     int | None,
     typer.Option(min=0, max=1024, help="GPUs to use (0: CPU only).", show_default="all"),
 ]
-#: the largest ``--limit`` (Python's slices stop at ``sys.maxsize``)
-LIMIT_MAX = 2**62
 MEMORY_GB = Annotated[
     float | None,
     typer.Option(

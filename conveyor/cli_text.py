@@ -18,7 +18,6 @@ from conveyor.cli_common import (
     ADDRESS,
     BACKEND,
     CPUS,
-    LIMIT_MAX,
     MEMORY_GB,
     METRICS_PORT,
     REPORT,
@@ -29,6 +28,7 @@ from conveyor.cli_common import (
     refuse_unused,
 )
 from conveyor.cli_common import fail as _fail
+from conveyor.pipelines.fields import LIMIT_MAX
 
 
 class FormatChoice(StrEnum):

@@ -19,7 +19,6 @@ from conveyor.cli_common import (
     BACKEND,
     CPUS,
     GPUS,
-    LIMIT_MAX,
     MEMORY_GB,
     METRICS_PORT,
     REPORT,
@@ -30,6 +29,7 @@ from conveyor.cli_common import (
     refuse_unused,
 )
 from conveyor.cli_common import fail as _fail
+from conveyor.pipelines.fields import LIMIT_MAX
 
 
 class SplitterChoice(StrEnum):

@@ -385,9 +385,11 @@ def test_semantic_options_of_the_config() -> None:
     assert "cosine >= 0.9, 3 clusters)" in describe(config)
     assert TextConfig("in", "out").options()["semantic"] is None
     for kwargs, message in (
-        ({"semantic_threshold": True}, "semantic_threshold must be in (0, 1], got True"),
-        ({"semantic_threshold": "0.9"}, "semantic_threshold must be in (0, 1], got '0.9'"),
-        ({"semantic_clusters": 2.5}, "semantic_clusters must be an int >= 1, got 2.5"),
+        ({"semantic_threshold": True}, "semantic_threshold must be a number, got True"),
+        ({"semantic_threshold": "0.9"}, "semantic_threshold must be a number, got '0.9'"),
+        ({"semantic_clusters": 2.5}, "semantic_clusters must be a whole number, got 2.5"),
+        ({"semantic_threshold": 2.0}, "semantic_threshold must be in (0, 1], got 2.0"),
+        ({"semantic_clusters": 0}, "semantic_clusters must be an int >= 1, got 0"),
     ):
         with pytest.raises(ValueError, match=re.escape(message)):
             TextConfig("in", "out", dedup="semantic", **kwargs)

@@ -95,15 +95,22 @@ def _inputs(
     return [_absolute(i) for i in inputs]
 
 
-def _check(threshold: float, n_clusters: int | None, partition_rows: int, chunk_rows: int) -> None:
+def _check(
+    threshold: float, n_clusters: int | None, partition_rows: int, chunk_rows: int, seed: int
+) -> None:
+    """Options a pass would fail on in a worker (``n_clusters=1.5``, ``seed=-1``), or run
+    with silently (NaN rows per chunk), refused by name."""
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)):
+        raise ValueError(f"threshold must be a number, got {threshold!r}")
     if not 0 < threshold <= 1:
         raise ValueError(f"threshold must be in (0, 1], got {threshold}")
-    if n_clusters is not None and (isinstance(n_clusters, bool) or n_clusters < 1):
-        raise ValueError(f"n_clusters must be a positive number or None, got {n_clusters!r}")
-    if partition_rows < 2:
-        raise ValueError(f"partition_rows must be at least 2, got {partition_rows}")
-    if chunk_rows < 1:
-        raise ValueError(f"chunk_rows must be at least 1, got {chunk_rows}")
+    whole = {"partition_rows": (partition_rows, 2), "chunk_rows": (chunk_rows, 1)}
+    whole["seed"] = (seed, 0)
+    if n_clusters is not None:
+        whole["n_clusters"] = (n_clusters, 1)
+    for name, (value, low) in whole.items():
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value < 2**31:
+            raise ValueError(f"{name} must be a whole number in {low}..2**31-1, got {value!r}")
 
 
 def run_pass(pipeline: Pipeline, executor: Executor | None, tasks: list[Any]) -> RunResult:
@@ -150,7 +157,12 @@ def semantic_dedup(
     import pyarrow as pa
 
     started = time.perf_counter()
-    _check(threshold, n_clusters, partition_rows, chunk_rows)
+    _check(threshold, n_clusters, partition_rows, chunk_rows, seed)
+    given = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
+    if not given or not all(os.fspath(i) for i in given):
+        raise ValueError("inputs must name at least one file, folder, glob or URL, none empty")
+    if not os.fspath(output):
+        raise ValueError("output must not be empty")
     try:
         check_output_place(output)
     except ValueError as exc:

@@ -216,10 +216,11 @@ def run_image(
     from conveyor.stages.image.sources import ImageSources
 
     check_resume(config)
+    # built first: options only the stages refuse must not be recorded as the output's
+    pipeline = build_image_pipeline(config)
     layout = ImageLayout(config.output)
     layout.internal.mkdir(parents=True, exist_ok=True)
     layout.write_json(layout.config, {**config.fingerprint(), COMMAND: "image"})
-    pipeline = build_image_pipeline(config)
     tally = ImageTally()
     if sources is None:
         sources = ImageSources(

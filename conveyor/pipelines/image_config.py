@@ -74,8 +74,12 @@ class ImageConfig:
     description: str = field(default="", repr=False)
 
     def __post_init__(self) -> None:
+        from conveyor.pipelines.fields import type_problems
         from conveyor.storage import is_url, normalize
 
+        typed = type_problems(self)
+        if typed:  # the checks below compare numbers
+            raise ValueError("; ".join(typed))
         problems: list[str] = []
         inputs = [self.input] if isinstance(self.input, (str, os.PathLike)) else list(self.input)
         inputs = [normalize(os.fspath(i)) for i in inputs if os.fspath(i)]
@@ -116,6 +120,8 @@ class ImageConfig:
             raise ValueError("; ".join(problems))
 
     def _number_problems(self) -> list[str]:
+        from conveyor.pipelines.fields import limit_problem
+
         problems = []
         checks = (
             ("min_size", self.min_size, 0, None),
@@ -128,8 +134,8 @@ class ImageConfig:
                 problems.append(f"{name} must be an int >= {low}, got {value!r}")
             elif high is not None and value > high:
                 problems.append(f"{name} must be at most {high}, got {value}")
-        if self.limit is not None and (isinstance(self.limit, bool) or self.limit < 1):
-            problems.append(f"limit must be >= 1, got {self.limit!r}")
+        limit = limit_problem(self.limit)
+        problems += [limit] if limit else []
         clusters = self.semantic_clusters
         if clusters is not None and (isinstance(clusters, bool) or clusters < 1):
             problems.append(f"semantic_clusters must be an int >= 1, got {clusters!r}")

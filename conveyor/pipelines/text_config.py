@@ -81,9 +81,13 @@ class TextConfig:
     description: str = field(default="", repr=False)
 
     def __post_init__(self) -> None:
+        from conveyor.pipelines.fields import limit_problem, type_problems
         from conveyor.stages.text.langid import parse_languages
         from conveyor.storage import is_url, normalize
 
+        typed = type_problems(self)
+        if typed:  # the checks below compare numbers
+            raise ValueError("; ".join(typed))
         problems: list[str] = []
 
         def absolute(value: str) -> str:  # so that workers elsewhere (Ray) find it too
@@ -139,12 +143,12 @@ class TextConfig:
             problems.append("choosing languages needs language identification (langid=True)")
         if not 0.0 <= self.language_threshold <= 1.0:
             problems.append(f"language_threshold must be in [0, 1], got {self.language_threshold}")
-        if self.limit is not None and self.limit < 1:
-            problems.append(f"limit must be >= 1, got {self.limit}")
+        limit = limit_problem(self.limit)
+        problems += [limit] if limit else []
         if self.chunk_bytes < 1:
             problems.append(f"chunk_bytes must be >= 1, got {self.chunk_bytes}")
-        if self.dedup_partitions < 1:
-            problems.append(f"dedup_partitions must be >= 1, got {self.dedup_partitions}")
+        if not 1 <= self.dedup_partitions <= 4096:  # each one a spill file per call
+            problems.append(f"dedup_partitions must be in 1..4096, got {self.dedup_partitions}")
         given = [name for name in FUZZY_OPTIONS if getattr(self, name) is not None]
         if given and self.dedup != "fuzzy":
             problems.append(

@@ -482,12 +482,13 @@ def run_video(
     from conveyor.stages.video.reader import VideoSources
 
     check_resume(config)
+    # built first: options only the stages refuse must not be recorded as the output's
+    pipeline = build_video_pipeline(config)
     layout = OutputLayout(config.output)
     layout.internal.mkdir(parents=True, exist_ok=True)
     layout.write_json(
         layout.config, {**config.fingerprint(), LIMIT: config.limit, COMMAND: "video"}
     )
-    pipeline = build_video_pipeline(config)
     if config.shards != "none":
         from conveyor.stages.video.shards import finish_shards
     if sources is None:

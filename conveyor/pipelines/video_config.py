@@ -129,7 +129,13 @@ class VideoConfig:
     description: str = field(default="", repr=False)
 
     def __post_init__(self) -> None:
-        problems = []
+        from conveyor.pipelines.fields import limit_problem, type_problems
+
+        typed = type_problems(self)
+        if typed:  # the checks below compare numbers
+            raise ValueError("; ".join(typed))
+        paths = self._path_problems()
+        problems = list(paths)
         if self.splitter not in ("fixed", "shots"):
             problems.append(f"splitter must be 'fixed' or 'shots', got {self.splitter!r}")
         if self.detector not in DETECTORS:
@@ -166,8 +172,8 @@ class VideoConfig:
             problems.append(f"motion_source must be 'source' or 'clip', got {self.motion_source!r}")
         if self.clips_per_chunk < 1:
             problems.append(f"clips_per_chunk must be >= 1, got {self.clips_per_chunk}")
-        if self.limit is not None and self.limit < 1:
-            problems.append(f"limit must be >= 1, got {self.limit}")
+        limit = limit_problem(self.limit)
+        problems += [limit] if limit else []
         if not 0 <= self.crf <= 51:
             problems.append(f"crf must be in 0..51, got {self.crf}")
         if self.preset not in X264_PRESETS:
@@ -214,9 +220,34 @@ class VideoConfig:
             problems.append(
                 "text_embed embeds each clip's caption or tags: give caption_model or keep tags"
             )
-        problems += self._place_problems()
+        problems += [] if paths else self._place_problems()
         if problems:
             raise ValueError("; ".join(problems))
+
+    def _path_problems(self) -> list[str]:
+        """INPUT and OUTPUT made absolute (a relative ``~/out`` was a folder named ``~``);
+        an empty one (the current folder, read or written into) is a problem."""
+        from conveyor.pipelines.fields import absolute
+
+        problems = []
+        single = isinstance(self.input, (str, os.PathLike))
+        inputs = [self.input] if single else []
+        if isinstance(self.input, (list, tuple)):
+            inputs = list(self.input)
+        if not inputs or not all(isinstance(i, (str, os.PathLike)) for i in inputs):
+            problems.append(f"input must be a path or a list of paths, got {self.input!r}")
+        elif not all(os.fspath(i) for i in inputs):
+            problems.append("input must not be empty")
+        else:
+            paths = [absolute(i) for i in inputs]
+            self.input = paths[0] if single else paths
+        if not isinstance(self.output, (str, os.PathLike)):
+            problems.append(f"output must be a path, got {self.output!r}")
+        elif not os.fspath(self.output):
+            problems.append("output must not be empty")
+        else:
+            self.output = absolute(self.output)
+        return problems
 
     def _place_problems(self) -> list[str]:
         """No source may be the output folder or lie where the run writes."""

@@ -1,0 +1,73 @@
+"""The pipelines' configs checked field by field for what their annotations promise.
+
+A script's ``VideoConfig(limit=True)`` meant one video, ``dedup="no"`` turned dedup on,
+``crf="5"`` said "'<=' not supported between int and str", and a NaN threshold was written
+into the output's recorded options, where ``NaN != NaN`` refused every resume after. The
+command line refuses such values before they reach a config; this does the same for every
+config whose fields are numbers or switches, by their annotations.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from typing import Any
+
+#: the most a ``limit`` may be: Python's slices stop at ``sys.maxsize``
+LIMIT_MAX = 2**62
+
+#: annotations (as written) this check judges; any other (text, paths, choices) is left to
+#: the config's own checks
+_SIMPLE = {"bool", "int", "float", "None"}
+
+
+def type_problems(config: Any) -> list[str]:
+    """One line per field of the dataclass ``config`` whose value is not what its
+    annotation (``bool``, ``int``, ``float``, optionally ``| None``) allows: a switch that is
+    not True or False, a bool or text where a number goes, a fraction where a whole number
+    goes, a number that is not finite."""
+    problems = []
+    for f in dataclasses.fields(config):
+        kinds = {part.strip() for part in str(f.type).split("|")}
+        if not kinds <= _SIMPLE:
+            continue
+        problem = _problem(getattr(config, f.name), kinds)
+        if problem:
+            problems.append(f"{f.name} {problem}")
+    return problems
+
+
+def _problem(value: Any, kinds: set[str]) -> str | None:
+    if value is None:
+        return None if "None" in kinds else "must be given, got None"
+    if kinds <= {"bool", "None"}:
+        return None if isinstance(value, bool) else f"must be True or False, got {value!r}"
+    number = "a whole number" if "float" not in kinds else "a number"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"must be {number}, got {value!r}"
+    if isinstance(value, float) and "float" not in kinds:
+        return f"must be a whole number, got {value!r}"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"must be a finite number, got {value}"
+    return None
+
+
+def limit_problem(limit: int | None) -> str | None:
+    """Why ``limit`` cannot be one (the type is ``type_problems``'s), or None."""
+    if limit is not None and not isinstance(limit, bool) and isinstance(limit, int):
+        if limit < 1:
+            return f"limit must be >= 1, got {limit}"
+        if limit > LIMIT_MAX:
+            return f"limit must be at most 2**62, got {limit}"
+    return None
+
+
+def absolute(path: str | os.PathLike[str]) -> str:
+    """``path`` with ``~`` expanded and made absolute (a URL as it is): a run's workers, on
+    this machine or on Ray, find it wherever they run (a relative ``~/out`` was made as a
+    folder named ``~``)."""
+    from conveyor.storage import is_url, normalize
+
+    text = normalize(os.fspath(path))
+    return text if is_url(text) else normalize(os.path.abspath(os.path.expanduser(text)))
