@@ -397,21 +397,33 @@ class GroupCount:
     """How many complete videos' records name each shared table, against how many videos
     it was written with (``clip_table_videos``): a table named by fewer holds rows of a
     video whose record was deleted (done again, its rows are elsewhere), which no record
-    leads to. Counting the records a listing reads anyway finds them at no cost."""
+    leads to. Counting the records a listing reads anyway finds them at no cost.
+
+    Records written before the count (``unknown``) cannot say: their tables are checked
+    only in a listing that found a video to do with no record at all (``recordless``),
+    the one way such rows come about, once per such run."""
 
     def __init__(self) -> None:
         self.named: dict[str, int] = {}
         self.written: dict[str, int] = {}
+        self.unknown: set[str] = set()
+        self.recordless = False
 
     def add(self, record: dict[str, Any]) -> None:
         name, count = record.get("clip_table"), record.get("clip_table_videos")
-        if isinstance(name, str) and is_group_table(name) and isinstance(count, int):
+        if not isinstance(name, str) or not is_group_table(name):
+            return
+        if isinstance(count, int):
             self.named[name] = self.named.get(name, 0) + 1
             self.written[name] = count
+        else:
+            self.unknown.add(name)
 
     def stale(self) -> list[str]:
-        """The tables some video written with them no longer names (their rows to drop)."""
-        return sorted(n for n, count in self.written.items() if self.named[n] < count)
+        """The tables some video written with them may no longer name (their rows to drop:
+        ``drop_from_group`` keeps those of the videos whose records name the table)."""
+        found = {n for n, count in self.written.items() if self.named[n] < count}
+        return sorted(found | self.unknown if self.recordless else found)
 
 
 def same_source(record: dict[str, Any] | None, size: int, mtime: float) -> bool:

@@ -329,6 +329,7 @@ def pending_videos(
             groups.add(record)
         else:
             todo.append(source)
+            groups.recordless |= record is None
     _drop_stale_rows(layout, groups)
     return todo
 
@@ -432,6 +433,7 @@ class VideoSources:
                 continue
             staged = bool(self._staged) and video_id(source.relative_path) in self._staged
             reset = self.output is not None and (record is not None or staged)
+            self._groups.recordless |= record is None and not staged
             if reset != source.reset:
                 source = replace(source, reset=reset)
             self.pending += 1

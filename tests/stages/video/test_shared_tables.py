@@ -166,8 +166,11 @@ def test_a_video_killed_before_its_record_is_dropped_from_the_group_on_resume(
     assert set(rows_by_video(tmp_path)) == {video_id(n) for n in NAMES[:-1]}
 
 
+@pytest.mark.parametrize("records", ["counted", "written before the count"])
 @pytest.mark.parametrize("listing", ["streamed", "all at once"])
-def test_a_deleted_record_leaves_no_second_row_of_its_clips(tmp_path: Path, listing: str) -> None:
+def test_a_deleted_record_leaves_no_second_row_of_its_clips(
+    tmp_path: Path, listing: str, records: str
+) -> None:
     """Deleting a record (how a user has a video done again) left its old rows in the
     group table beside its new ones: the same clip twice in ``metadata/``. The listing
     counts the records naming each group against its ``clip_table_videos``."""
@@ -180,6 +183,12 @@ def test_a_deleted_record_leaves_no_second_row_of_its_clips(tmp_path: Path, list
     before = rows_by_video(out)
     layout = OutputLayout(out)
     assert layout.read_record(NAMES[0])["clip_table_videos"] == len(NAMES)  # type: ignore[index]
+    if records != "counted":  # an output of the version before: its tables are read
+        for name in NAMES:
+            record = layout.read_record(name)
+            assert record is not None
+            del record["clip_table_videos"]
+            layout.write_json(layout.video_record(name), record)
     layout.video_record(NAMES[1]).unlink()
     if listing == "streamed":  # run_video's
         todo = [s.relative_path for s in VideoSources(str(inputs), str(out))]
