@@ -53,10 +53,18 @@ def check_owner(output: str | os.PathLike[str], command: str) -> None:
             f"OUTPUT {os.fspath(output)} holds {whose(kind)}: write the {command} run to "
             "another OUTPUT"
         )
-    if kind is None and _exists(_root(output) / "summary.json"):
+    if kind is not None:
+        return
+    root = _root(output)
+    if _exists(root / "summary.json"):
         raise ValueError(
             f"OUTPUT {os.fspath(output)} holds a summary.json no Conveyor run wrote, which "
             f"the {command} run would replace: move it, or write to another OUTPUT"
+        )
+    if _exists(root / "dedup.json"):  # a run's own dedup writes the same two files
+        raise ValueError(
+            f"OUTPUT {os.fspath(output)} holds a conveyor dedup output (dedup.json, "
+            f"duplicates.parquet): write the {command} run to another OUTPUT"
         )
 
 

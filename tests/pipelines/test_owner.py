@@ -52,6 +52,10 @@ def test_another_command_s_output_and_a_user_s_summary_are_refused(tmp_path: Pat
     with pytest.raises(ValueError, match=r"holds a summary\.json no Conveyor run wrote"):
         check_owner(tmp_path / "u", "image")
     check_owner(tmp_path / "nothing", "image")
+    # a dedup's: an image run replaced its dedup.json and duplicates.parquet with its own
+    write(tmp_path / "d" / "dedup.json", {"items": 4})
+    with pytest.raises(ValueError, match="holds a conveyor dedup output"):
+        check_owner(tmp_path / "d", "image")
 
 
 def test_an_output_inside_a_folder_another_output_owns(tmp_path: Path) -> None:
