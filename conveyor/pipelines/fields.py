@@ -71,3 +71,25 @@ def absolute(path: str | os.PathLike[str]) -> str:
 
     text = normalize(os.fspath(path))
     return text if is_url(text) else normalize(os.path.abspath(os.path.expanduser(text)))
+
+
+def model_problems(
+    config: Any, names: tuple[str, ...], packaged: str | None = None, *, optional: bool = True
+) -> list[str]:
+    """One line per model field of ``config`` (a path, or the ``packaged`` model's name;
+    None where ``optional``) that is empty (``Path("").exists()`` is the current folder's),
+    not a path, or missing."""
+    from pathlib import Path
+
+    problems = []
+    for name in names:
+        value = getattr(config, name)
+        if (value is None and optional) or (packaged is not None and value == packaged):
+            continue
+        if not isinstance(value, (str, os.PathLike)):
+            problems.append(f"{name} must be a path, got {value!r}")
+        elif not os.fspath(value).strip():
+            problems.append(f"{name} must not be empty")
+        elif not Path(value).expanduser().exists():
+            problems.append(f"{name.replace('_', ' ')} path {os.fspath(value)!r} does not exist")
+    return problems

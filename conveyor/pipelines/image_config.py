@@ -12,7 +12,6 @@ import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from conveyor.media.models import EFFICIENTNET_LITE0
@@ -74,7 +73,7 @@ class ImageConfig:
     description: str = field(default="", repr=False)
 
     def __post_init__(self) -> None:
-        from conveyor.pipelines.fields import type_problems
+        from conveyor.pipelines.fields import model_problems, type_problems
         from conveyor.storage import is_url, normalize
 
         typed = type_problems(self)
@@ -110,10 +109,8 @@ class ImageConfig:
             problems.append(f"dedup must be one of {', '.join(DEDUP_MODES)}, got {self.dedup!r}")
         if self.dedup == "semantic" and not self.embed:
             problems.append("dedup 'semantic' compares embeddings: drop --no-embed")
-        for name in ("aesthetic_model", "embed_model"):
-            path = getattr(self, name)
-            if path not in (None, EFFICIENTNET_LITE0) and not Path(path).expanduser().exists():
-                problems.append(f"{name.replace('_', ' ')} path {path!r} does not exist")
+        problems += model_problems(self, ("aesthetic_model",))
+        problems += model_problems(self, ("embed_model",), EFFICIENTNET_LITE0, optional=False)
         if not problems:
             problems += _import_problems(self)
         if problems:

@@ -129,7 +129,7 @@ class VideoConfig:
     description: str = field(default="", repr=False)
 
     def __post_init__(self) -> None:
-        from conveyor.pipelines.fields import limit_problem, type_problems
+        from conveyor.pipelines.fields import limit_problem, model_problems, type_problems
 
         typed = type_problems(self)
         if typed:  # the checks below compare numbers
@@ -197,21 +197,24 @@ class VideoConfig:
                 problems.append(str(exc))
         if not 0 < self.gpu_share <= 1:
             problems.append(f"gpu_share must be in (0, 1], got {self.gpu_share}")
-        for name in ("aesthetic_model", "caption_model"):
-            path = getattr(self, name)
-            if path is not None and not Path(path).expanduser().exists():
-                problems.append(f"{name.replace('_', ' ')} path {path!r} does not exist")
-            elif (
-                name == "caption_model"
-                and path is not None
-                and not (Path(path).expanduser() / "config.json").is_file()
-            ):  # (a file given for it failed the run once it had started)
-                problems.append(
-                    f"caption model {path!r} is not a Hugging Face model folder (it has no "
-                    "config.json)"
-                )
-        problems += self._video_type_problems()
+        models = model_problems(self, ("aesthetic_model", "caption_model"))
+        problems += models
+        caption = self.caption_model
         if (
+            not models
+            and caption is not None
+            and not (Path(caption).expanduser() / "config.json").is_file()
+        ):  # (a file given for it failed the run once it had started)
+            problems.append(
+                f"caption model {caption!r} is not a Hugging Face model folder (it has no "
+                "config.json)"
+            )
+        problems += self._video_type_problems()
+        if not isinstance(self.embed_model, (str, os.PathLike)) or not os.fspath(self.embed_model):
+            problems.append(
+                f"embed_model must be a path or efficientnet-lite0, got {self.embed_model!r}"
+            )
+        elif (
             self.embed_model != "efficientnet-lite0"
             and not Path(self.embed_model).expanduser().exists()
         ):

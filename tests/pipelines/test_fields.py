@@ -44,6 +44,11 @@ NAN, INF = math.nan, math.inf
         (VideoConfig, {"input": ""}, "input must not be empty"),
         (VideoConfig, {"input": None}, "input must be a path or a list of paths, got None"),
         (VideoConfig, {"output": 0}, "output must be a path, got 0"),
+        # an empty model path was the current folder's (Path("").exists())
+        (VideoConfig, {"aesthetic_model": ""}, "aesthetic_model must not be empty"),
+        (VideoConfig, {"embed_model": ""}, "embed_model must be a path or efficientnet-lite0"),
+        (ImageConfig, {"embed_model": None}, "embed_model must be a path, got None"),
+        (ImageConfig, {"aesthetic_model": ""}, "aesthetic_model must not be empty"),
     ],
 )
 def test_a_value_its_field_cannot_take_is_refused_by_name(
