@@ -62,6 +62,11 @@ class PeakRss:
         assert self.peak, "no process of the run was sampled"
         return max(self.peak.values())
 
+    @property
+    def heaviest(self) -> str:
+        """The process of the largest peak, as ``pid:command``, to say which one grew."""
+        return max(self.peak, key=self.peak.__getitem__)
+
 
 def long_video(path: Path, minutes: float) -> None:
     kinds = ["pan", "shapes", "rings", "checker", "plasma"]
@@ -69,7 +74,7 @@ def long_video(path: Path, minutes: float) -> None:
     write_video(path, segments, width=64, height=48, fps=10)
 
 
-def peak_for(tmp_path: Path, minutes: float) -> tuple[int, int]:
+def peak_for(tmp_path: Path, minutes: float) -> tuple[int, int, str]:
     source = tmp_path / f"in-{minutes}"
     long_video(source / "long.mp4", minutes)
     config = VideoConfig(
@@ -83,12 +88,12 @@ def peak_for(tmp_path: Path, minutes: float) -> tuple[int, int]:
     with PeakRss() as rss:
         report = run_video(config, StreamingExecutor(LocalBackend(num_cpus=2)))
     assert report.result.completed
-    return rss.largest, report.summary["clips"]["made"]
+    return rss.largest, report.summary["clips"]["made"], rss.heaviest
 
 
 def test_a_ten_times_longer_video_needs_no_more_memory_per_worker(tmp_path: Path) -> None:
-    short, short_clips = peak_for(tmp_path, 1.0)
-    long, long_clips = peak_for(tmp_path, 10.0)
+    short, short_clips, _ = peak_for(tmp_path, 1.0)
+    long, long_clips, heaviest = peak_for(tmp_path, 10.0)
     assert long_clips >= 9 * short_clips  # the long one really was processed in full
     # the same code, windows and chunks: the peak may move by noise, not by the length
-    assert long < short * 1.25 + 16 * 2**20, (short / 2**20, long / 2**20)
+    assert long < short * 1.25 + 16 * 2**20, (short / 2**20, long / 2**20, heaviest)
