@@ -116,3 +116,37 @@ def test_a_bad_option_only_a_stage_refuses_is_not_recorded_as_the_output_s(
         run_video(config)
     recorded = tmp_path / "out" / ".conveyor" / "config.json"
     assert not recorded.exists() or json.loads(recorded.read_text()).get("encoder") != "bogus"
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        ("MotionFilter(global_threshold=INF)", "global_threshold must be a finite number"),
+        ("MotionFilter(patch_threshold=-1)", "patch_threshold must be >= 0, got -1"),
+        ("MotionFilter(patch=NAN)", "patch must be >= 16 pixels"),
+        ("FixedStrideSplitter(clip_len_s=INF)", "clip_len_s must be a finite number"),
+        ("FixedStrideSplitter(min_clip_s=INF)", "min_clip_s must be a finite number"),
+        ("FixedStrideSplitter(clips_per_chunk=1.5)", "clips_per_chunk must be a whole number"),
+        ("QualityFilter(frame_rate=INF)", "frame_rate must be a finite number, got inf"),
+        ("QualityFilter(blank_std=INF)", "blank_std must be a finite number"),
+        ("NSFWFilter(frame_rate=NAN)", "frame_rate must be a finite number, got nan"),
+        ("OverlayTextFilter(short_side=INF)", "short_side must be a whole number"),
+    ],
+)
+def test_video_stages_built_by_hand_refuse_numbers_that_are_not_finite(
+    make: str, message: str
+) -> None:
+    """They failed every clip ("cannot convert float NaN to integer") or filtered nothing."""
+    from conveyor.stages.video.motion import MotionFilter
+    from conveyor.stages.video.nsfw import NSFWFilter
+    from conveyor.stages.video.overlay_text import OverlayTextFilter
+    from conveyor.stages.video.quality import QualityFilter
+    from conveyor.stages.video.split import FixedStrideSplitter
+
+    names = {
+        "MotionFilter": MotionFilter, "NSFWFilter": NSFWFilter, "QualityFilter": QualityFilter,
+        "OverlayTextFilter": OverlayTextFilter, "FixedStrideSplitter": FixedStrideSplitter,
+        "INF": INF, "NAN": NAN,
+    }  # fmt: skip
+    with pytest.raises(ValueError, match=message):
+        eval(make, names)

@@ -33,7 +33,7 @@ from conveyor.media.models import (
     to_tensor,
 )
 from conveyor.resources import Resources
-from conveyor.stages.video.base import ELASTIC_THREADS, FrameConsumer, TorchStage
+from conveyor.stages.video.base import ELASTIC_THREADS, FrameConsumer, TorchStage, check_rate
 from conveyor.tasks.video import Clip, Video
 
 HEAD_FILES = ("aesthetic_head.safetensors", "aesthetic_head.pt")
@@ -196,8 +196,7 @@ class AestheticFilter(FrameConsumer, TorchStage):
             raise ValueError(f"threshold must be a finite number, got {threshold}")
         if reduction not in REDUCTIONS:
             raise ValueError(f"reduction must be one of {', '.join(REDUCTIONS)}, got {reduction!r}")
-        if not frame_rate > 0:
-            raise ValueError(f"frame_rate must be > 0, got {frame_rate}")
+        check_rate(frame_rate)
         self.model = str(Path(model).expanduser())
         self.threshold = threshold
         self.reduction = reduction

@@ -24,6 +24,29 @@ if TYPE_CHECKING:
     from conveyor.cluster import WorkerInfo
 
 
+def check_numbers(**values: float | None) -> None:
+    """``ValueError`` naming the first of ``values`` (a stage's settings) that is not a
+    finite number (None passes): ``inf`` and NaN reached the stages' frame arithmetic and
+    failed every clip ("cannot convert float NaN to integer"), or compared false everywhere
+    and filtered nothing."""
+    import math
+
+    for name, value in values.items():
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"{name} must be a number, got {value!r}")
+        if not math.isfinite(value):
+            raise ValueError(f"{name} must be a finite number, got {value}")
+
+
+def check_rate(frame_rate: float) -> None:
+    """``ValueError`` unless ``frame_rate`` (frames sampled per second) is finite and > 0."""
+    check_numbers(frame_rate=frame_rate)
+    if not frame_rate > 0:
+        raise ValueError(f"frame_rate must be > 0, got {frame_rate}")
+
+
 class VideoStage(ProcessingStage[VideoTask, VideoTask]):
     """A stage over ``VideoTask``s. Failed videos go straight through to the writer.
 

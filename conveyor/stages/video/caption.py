@@ -24,7 +24,7 @@ import numpy as np
 
 from conveyor.media.errors import describe_error, input_errors
 from conveyor.resources import Resources
-from conveyor.stages.video.base import FrameConsumer, TorchStage
+from conveyor.stages.video.base import FrameConsumer, TorchStage, check_rate
 from conveyor.tasks.video import Clip, Video
 
 if TYPE_CHECKING:
@@ -86,8 +86,7 @@ class Captioner(FrameConsumer, TorchStage):
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{label} must be an int >= 1, got {value!r}")
-        if frame_rate <= 0:
-            raise ValueError(f"frame_rate must be > 0, got {frame_rate}")
+        check_rate(frame_rate)
         if not prompt.strip():
             raise ValueError("prompt must not be empty")
         if name_in_output is not None and not name_in_output:

@@ -13,7 +13,7 @@ from typing import Any
 
 from conveyor.media.models import EFFICIENTNET_LITE0, check_model_path, load_frame_encoder
 from conveyor.resources import Resources
-from conveyor.stages.video.base import ELASTIC_THREADS, FrameConsumer, TorchStage
+from conveyor.stages.video.base import ELASTIC_THREADS, FrameConsumer, TorchStage, check_rate
 from conveyor.tasks.video import Clip, Video
 
 
@@ -34,8 +34,7 @@ class ClipEmbedder(FrameConsumer, TorchStage):
         resources: Resources | None = None,
     ) -> None:
         check_model_path(model, "embedding")
-        if frame_rate <= 0:
-            raise ValueError(f"frame_rate must be > 0, got {frame_rate}")
+        check_rate(frame_rate)
         self.model = model
         self.frame_rate = frame_rate
         self.input_size = input_size

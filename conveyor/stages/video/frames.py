@@ -84,8 +84,8 @@ class ClipFrameExtractor(ClipStage):
         self.rates = tuple(sorted({float(r) for r in rates}))
         if not self.rates or any(r <= 0 for r in self.rates):
             raise ValueError(f"rates must be positive frame rates, got {list(rates)}")
-        if short_side < 16:
-            raise ValueError(f"short_side must be >= 16 pixels, got {short_side}")
+        if isinstance(short_side, bool) or not isinstance(short_side, int) or short_side < 16:
+            raise ValueError(f"short_side must be a whole number >= 16 pixels, got {short_side!r}")
         if motion_patch is not None and motion_patch < 16:
             raise ValueError(f"motion_patch must be >= 16 pixels, got {motion_patch}")
         self.short_side = short_side

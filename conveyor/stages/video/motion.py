@@ -33,7 +33,7 @@ import numpy as np
 
 from conveyor.media.errors import InputError
 from conveyor.resources import Resources
-from conveyor.stages.video.base import ClipStage
+from conveyor.stages.video.base import ClipStage, check_numbers
 from conveyor.tasks.video import Clip, MotionScores, Video
 
 #: whose motion vectors score a clip: the source's (read while it is cut) or the clip's
@@ -218,9 +218,14 @@ class MotionFilter(ClipStage):
         score_only: bool = False,
         source: MotionSource = "source",
     ) -> None:
-        if global_threshold < 0 or patch_threshold < 0:
-            raise ValueError("motion thresholds must be >= 0")
-        if patch < 16:
+        check_numbers(global_threshold=global_threshold, patch_threshold=patch_threshold)
+        for name, value in (
+            ("global_threshold", global_threshold),
+            ("patch_threshold", patch_threshold),
+        ):
+            if value < 0:
+                raise ValueError(f"{name} must be >= 0, got {value}")
+        if isinstance(patch, bool) or not isinstance(patch, int) or patch < 16:
             raise ValueError(f"patch must be >= 16 pixels, got {patch}")
         if source not in MOTION_SOURCES:
             raise ValueError(f"source must be 'source' or 'clip', got {source!r}")

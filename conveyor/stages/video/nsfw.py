@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from conveyor.resources import Resources
-from conveyor.stages.video.base import FrameConsumer
+from conveyor.stages.video.base import FrameConsumer, check_rate
 from conveyor.tasks.video import Clip, Video
 
 #: frames per onnxruntime call (a chunk's clips are scored together, this many at a time)
@@ -93,8 +93,7 @@ class NSFWFilter(FrameConsumer):
         self, threshold: float = 0.8, frame_rate: float = 1.0, *, score_only: bool = False
     ) -> None:
         check_nsfw_threshold(threshold)
-        if not frame_rate > 0:
-            raise ValueError(f"frame_rate must be > 0, got {frame_rate}")
+        check_rate(frame_rate)
         self.threshold = threshold
         self.frame_rate = frame_rate
         self.score_only = score_only

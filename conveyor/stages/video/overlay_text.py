@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from conveyor.resources import Resources
-from conveyor.stages.video.base import FrameConsumer
+from conveyor.stages.video.base import FrameConsumer, check_rate
 from conveyor.stages.video.nsfw import choose_providers
 from conveyor.tasks.video import Clip, Video
 
@@ -211,10 +211,9 @@ class OverlayTextFilter(FrameConsumer):
     ) -> None:
         if not 0.0 <= threshold <= 1.0:
             raise ValueError(f"threshold must be in [0, 1], got {threshold}")
-        if not frame_rate > 0:
-            raise ValueError(f"frame_rate must be > 0, got {frame_rate}")
-        if not short_side >= 32:
-            raise ValueError(f"short_side must be >= 32 pixels, got {short_side}")
+        check_rate(frame_rate)
+        if isinstance(short_side, bool) or not isinstance(short_side, int) or short_side < 32:
+            raise ValueError(f"short_side must be a whole number >= 32 pixels, got {short_side!r}")
         packaged_model_path()  # a missing package is an error now, not when workers start
         self.threshold = threshold
         self.frame_rate = frame_rate

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from conveyor.resources import Resources
-from conveyor.stages.video.base import FrameConsumer
+from conveyor.stages.video.base import FrameConsumer, check_numbers, check_rate
 from conveyor.tasks.video import Clip, Video
 
 #: a frame pair changed when, in any cell of a GRID x GRID split of the frame, more than
@@ -127,8 +127,8 @@ class QualityFilter(FrameConsumer):
         min_sharpness: float = 0.0,
         score_only: bool = False,
     ) -> None:
-        if not frame_rate > 0:
-            raise ValueError(f"frame_rate must be > 0, got {frame_rate}")
+        check_rate(frame_rate)
+        check_numbers(blank_std=blank_std, min_sharpness=min_sharpness)
         if not 0.0 <= dark_luma <= 255.0:
             raise ValueError(f"dark_luma must be in [0, 255], got {dark_luma}")
         if not blank_std >= 0:

@@ -24,7 +24,7 @@ from typing import Literal
 from conveyor.media.dissolves import VarianceDissolves
 from conveyor.media.transitions import GradualRuns, merge_transitions
 from conveyor.resources import Resources
-from conveyor.stages.video.base import VideoStage
+from conveyor.stages.video.base import VideoStage, check_numbers
 from conveyor.tasks.video import Clip, Video, VideoTask, clip_id
 
 MaxLenMode = Literal["stride", "truncate"]
@@ -44,6 +44,7 @@ def fixed_stride_spans(
 ) -> list[tuple[int, int]]:
     """Frame spans ``[start, end)`` every ``stride_s`` seconds, ``clip_len_s`` long; the last
     one ends with the video and is dropped when shorter than ``min_clip_s``."""
+    check_numbers(clip_len_s=clip_len_s, stride_s=stride_s, min_clip_s=min_clip_s)
     if clip_len_s <= 0 or stride_s <= 0 or min_clip_s < 0:
         raise ValueError("clip_len_s and stride_s must be > 0 and min_clip_s >= 0")
     spans = []
@@ -174,6 +175,8 @@ def scene_spans(
 
 def chunk_sizes(clips_per_chunk: int, start: int = 0) -> Iterator[int]:
     """Sizes of consecutive chunks from chunk ``start`` on: 1, 2, 4, ... up to the cap."""
+    if isinstance(clips_per_chunk, bool) or not isinstance(clips_per_chunk, int):
+        raise ValueError(f"clips_per_chunk must be a whole number, got {clips_per_chunk!r}")
     if clips_per_chunk < 1:
         raise ValueError(f"clips_per_chunk must be >= 1, got {clips_per_chunk}")
     index = start

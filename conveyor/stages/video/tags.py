@@ -15,7 +15,7 @@ import numpy as np
 
 from conveyor.media.models import EFFICIENTNET_LITE0, FrameEncoder, load_frame_encoder
 from conveyor.resources import Resources
-from conveyor.stages.video.base import ELASTIC_THREADS, FrameConsumer, TorchStage
+from conveyor.stages.video.base import ELASTIC_THREADS, FrameConsumer, TorchStage, check_rate
 from conveyor.tasks.video import Clip, Video
 
 
@@ -61,8 +61,7 @@ class ImageNetTagger(FrameConsumer, TorchStage):
         from_embedder: bool = False,
     ) -> None:
         check_tag_rule(top_k, min_score)
-        if frame_rate <= 0:
-            raise ValueError(f"frame_rate must be > 0, got {frame_rate}")
+        check_rate(frame_rate)
         self.top_k = top_k
         self.min_score = min_score
         self.frame_rate = frame_rate

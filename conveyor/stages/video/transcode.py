@@ -272,8 +272,8 @@ class ClipTranscoder(VideoStage):
         self.frame_rates = tuple(sorted({float(r) for r in frame_rates}))
         if any(r <= 0 for r in self.frame_rates):
             raise ValueError(f"frame_rates must be positive, got {list(frame_rates)}")
-        if short_side < 16:
-            raise ValueError(f"short_side must be >= 16 pixels, got {short_side}")
+        if isinstance(short_side, bool) or not isinstance(short_side, int) or short_side < 16:
+            raise ValueError(f"short_side must be a whole number >= 16 pixels, got {short_side!r}")
         if motion_patch is not None and motion_patch < 16:
             raise ValueError(f"motion_patch must be >= 16 pixels, got {motion_patch}")
         self.encoder = encoder
