@@ -8,6 +8,7 @@ option, 130 on Ctrl-C.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -474,6 +475,23 @@ def _executor(
     return cls(chosen, monitors=monitors)
 
 
+def _check_private_pools(pipeline: Any, machine: Machine) -> None:
+    """Ray Data's actor pools must fit the private cluster the run would start, whose CPUs
+    are known now (``--cpus``, else this machine's): said before Ray starts (7 s), exit 2,
+    not after it, with an OUTPUT begun."""
+    from conveyor.errors import BackendError
+    from conveyor.executors.ray_data import check_pools_fit
+
+    cpus = machine.cpus if machine.cpus is not None else float(os.cpu_count() or 1)
+    try:
+        check_pools_fit(pipeline.build(), cpus, machine.gpus)
+    except BackendError as exc:
+        raise ValueError(
+            f"{exc} (--cpus gives the cluster more; --no-quality and the other filter "
+            "switches take their stages away)"
+        ) from None
+
+
 def _run(
     config: Any,
     kind: VideoExecutor,
@@ -488,6 +506,7 @@ def _run(
     from conveyor.cli_common import (
         add_input_failures,
         close_monitors,
+        ray_target,
         report_path,
         run_monitors,
     )
@@ -509,7 +528,9 @@ def _run(
         raise _fail(f"no videos in {config.input} (looked for {wanted}, recursively)")
     try:  # before the event log: a model that cannot be used leaves nothing in OUTPUT
         pipeline = build_video_pipeline(config)
-    except (ValueError, OSError, ImportError) as exc:
+        if kind is VideoExecutor.ray_data and ray_target(address) is None:
+            _check_private_pools(pipeline, machine)
+    except (ValueError, OSError, ImportError, ConveyorError) as exc:
         raise _fail(str(exc)) from None
     progress = _Progress(sources)
     view = LiveView(console=console, live=None if live else False, extra=progress.line)

@@ -583,7 +583,18 @@ class RayConnection:
             ip = self.node_ip_address or _loopback_host(target)
             if ip is not None:
                 kwargs["_node_ip_address"] = ip
-            self._init(address=target, **kwargs)
+            try:
+                self._init(address=target, **kwargs)
+            except Exception as exc:
+                if not _token_refused(exc):
+                    raise
+                # Ray said only "Failed to connect", the cause in its chain, after 20 s
+                raise ConnectionError(
+                    f"the Ray cluster at {target} refused this driver's token: a cluster "
+                    "started with token authentication (Ray's default for ray start) takes "
+                    "drivers run with RAY_AUTH_MODE=token and its token (~/.ray/auth_token, "
+                    "or RAY_AUTH_TOKEN_PATH)"
+                ) from None
         self.started = True
 
     @staticmethod
@@ -626,6 +637,19 @@ class RayConnection:
 
 #: how long a cluster's address may take to answer before joining it is given up
 ANSWER_TIMEOUT_S = 10.0
+
+
+def _token_refused(exc: BaseException) -> bool:
+    """Whether ``exc`` or an exception in its chain is Ray refusing the driver's token."""
+    seen: BaseException | None = exc
+    for _ in range(10):
+        if seen is None:
+            return False
+        text = f"{type(seen).__name__} {seen}"
+        if "InvalidAuthToken" in text or "Unauthenticated" in text or "AuthenticationError" in text:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def check_answers(address: str) -> None:

@@ -33,7 +33,7 @@ import pickle
 import sys
 import time
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import cloudpickle
@@ -373,39 +373,7 @@ class RayDataRun:
         self._check_pools_fit(cpus, gpus, memory)
 
     def _check_pools_fit(self, cpus: float, gpus: int, memory: float | None = None) -> None:
-        """Every actor pool keeps at least one actor (``num_workers`` where pinned) for the
-        whole run, and the task stages need a task's CPUs besides: where the cluster has
-        fewer CPUs (or GPUs), an actor never starts and Ray Data waits for it for ever (it
-        did). A ``gpu_memory_gb`` stage's share is its memory over ``memory``, the smallest
-        GPU's (it counted as no GPU)."""
-        pools = [
-            (spec, (spec.num_workers or 1) * spec.resources.cpus)
-            for spec in self.specs
-            if _runs_in_actors(spec)
-        ]
-        tasks = max((s.resources.cpus for s in self.specs if not _runs_in_actors(s)), default=0)
-        needed = sum(c for _, c in pools) + tasks
-        if pools and needed > cpus + 1e-9:
-            each = ", ".join(f"{spec.name} {c:g}" for spec, c in pools)
-            also = f", and {tasks:g} for a task of the other stages" if tasks else ""
-            raise BackendError(
-                f"RayDataExecutor: the stages' actor pools hold {needed - tasks:g} CPUs for the "
-                f"whole run ({each}){also}, more than the cluster's {cpus:g}: Ray Data would "
-                "wait for ever for an actor that cannot start. Give the stages fewer CPUs, or "
-                "run the streaming executor, whose stages share the CPUs"
-            )
-        shares = [
-            (spec, (spec.num_workers or 1) * _gpu_share(spec.resources, memory))
-            for spec in self.specs
-            if spec.resources.gpus > 0 or (spec.resources.gpu_memory_gb and memory)
-        ]
-        if sum(g for _, g in shares) > gpus + 1e-9:
-            each = ", ".join(f"{spec.name} {g:g}" for spec, g in shares)
-            raise BackendError(
-                f"RayDataExecutor: the stages' actor pools hold {sum(g for _, g in shares):g} "
-                f"GPUs for the whole run ({each}), more than the cluster's {gpus}: Ray Data "
-                "would wait for ever for an actor that cannot start"
-            )
+        check_pools_fit(self.specs, cpus, gpus, memory)
 
     def _setup_on_nodes(self) -> None:
         """``setup_on_node`` of every stage that has one, on every live node, before the plan."""
@@ -504,6 +472,47 @@ class RayDataRun:
                 rows = max(executor.rows_per_block, self.specs[position + 1].batch_size)
                 ds = ds.repartition(target_num_rows_per_block=rows)
         return ds
+
+
+def check_pools_fit(
+    specs: Sequence[StageSpec], cpus: float, gpus: int | None, memory: float | None = None
+) -> None:
+    """``BackendError`` unless every actor pool can keep its actors on a cluster of ``cpus``
+    CPUs and ``gpus`` GPUs (None: not judged) for the whole run, with a task's CPUs for the
+    task stages besides: where the cluster has fewer, an actor never starts and Ray Data
+    waits for it for ever (it did). A ``gpu_memory_gb`` stage's share is its memory over
+    ``memory``, the smallest GPU's (it counted as no GPU). A command asks before it starts
+    a private cluster whose size it knows (``--cpus``)."""
+    pools = [
+        (spec, (spec.num_workers or 1) * spec.resources.cpus)
+        for spec in specs
+        if _runs_in_actors(spec)
+    ]
+    tasks = max((s.resources.cpus for s in specs if not _runs_in_actors(s)), default=0)
+    needed = sum(c for _, c in pools) + tasks
+    if pools and needed > cpus + 1e-9:
+        each = ", ".join(f"{spec.name} {c:g}" for spec, c in pools)
+        also = f", and {tasks:g} for a task of the other stages" if tasks else ""
+        raise BackendError(
+            f"RayDataExecutor: the stages' actor pools hold {needed - tasks:g} CPUs for the "
+            f"whole run ({each}){also}, more than the cluster's {cpus:g}: Ray Data would "
+            "wait for ever for an actor that cannot start. Give the stages fewer CPUs (or "
+            "the cluster more), or run the streaming executor, whose stages share the CPUs"
+        )
+    if gpus is None:
+        return
+    shares = [
+        (spec, (spec.num_workers or 1) * _gpu_share(spec.resources, memory))
+        for spec in specs
+        if spec.resources.gpus > 0 or (spec.resources.gpu_memory_gb and memory)
+    ]
+    if sum(g for _, g in shares) > gpus + 1e-9:
+        each = ", ".join(f"{spec.name} {g:g}" for spec, g in shares)
+        raise BackendError(
+            f"RayDataExecutor: the stages' actor pools hold {sum(g for _, g in shares):g} "
+            f"GPUs for the whole run ({each}), more than the cluster's {gpus}: Ray Data "
+            "would wait for ever for an actor that cannot start"
+        )
 
 
 def _gpu_share(res: Resources, memory: float | None) -> float:

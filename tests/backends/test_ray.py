@@ -279,6 +279,31 @@ def test_an_address_nothing_answers_at_is_said_at_once() -> None:
     check_answers("ray://127.0.0.1:1")  # a Ray Client URL is Ray's to connect
 
 
+def test_a_cluster_refusing_the_driver_s_token_is_said(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ray said "Failed to connect to Ray cluster at ..." after 20 lines of its retries, the
+    token refusal only in its exception's chain (a ray start cluster asks for tokens)."""
+    import conveyor.backends.ray as ray_backend
+
+    def refused(**kwargs: object) -> None:
+        try:
+            raise RuntimeError("Unauthenticated: RPC error: InvalidAuthToken")
+        except RuntimeError as cause:
+            raise ConnectionError("Failed to connect to Ray cluster at 192.0.2.2:6390") from cause
+
+    monkeypatch.setattr(ray_backend, "check_answers", lambda address: None)
+    monkeypatch.setattr(ray_backend.RayConnection, "_init", staticmethod(refused))
+    monkeypatch.setattr(ray_backend.ray, "is_initialized", lambda: False)
+    with pytest.raises(ConnectionError, match=r"refused this driver's token.*RAY_AUTH_MODE=token"):
+        ray_backend.RayConnection("127.0.0.2:6390").connect()
+
+    def other(**kwargs: object) -> None:
+        raise ConnectionError("Failed to connect to Ray cluster at 127.0.0.2:6390")
+
+    monkeypatch.setattr(ray_backend.RayConnection, "_init", staticmethod(other))
+    with pytest.raises(ConnectionError, match=r"^Failed to connect"):  # other causes as Ray said
+        ray_backend.RayConnection("127.0.0.2:6390").connect()
+
+
 def test_the_cluster_is_asked_whether_it_has_gpus(address: str) -> None:
     from conveyor.cli_common import cluster_has_gpus
 

@@ -784,6 +784,8 @@ def test_videos_too_short_for_a_clip_are_counted_and_say_why(inputs: Path, tmp_p
         (["video", "{input}", "out", "--motion-source", "pixels"], "pixels"),
         (["video", "{empty}", "out"], "no videos in"),
         (["video", "{input}", "out", "--executor", "ray-data", "--journal", "j"], "journal"),
+        # the private cluster's CPUs are known: said before Ray starts (it was after, exit 1)
+        (["video", "{input}", "out", "--executor", "ray-data", "--cpus", "1"], "actor pools hold"),
         (["video", "{input}", "out", "--journal", "{input}"], "is a directory"),
         (["video", "{input}", "out", "--memory-gb", "0.2"], "leaves nothing for workers"),
         (["video", "{input}", "{file}"], "afile is a file, not a folder"),
