@@ -8,10 +8,9 @@ embedding, ``DedupEmbeddings``) and stages the kept rows as Parquet under
 ``resolve_duplicates`` (``resolve_semantic``) then finds the duplicates across the whole
 dataset, and pass 2 reads the staged rows, drops them (``DropDuplicates``) and writes the
 output. ``run_text`` runs both passes on any executor and backend, publishes the shards as
-``OUTPUT/documents/part-00000.parquet``... in input order, and writes ``OUTPUT/summary.json``.
-The
-``conveyor text`` command only turns options into a ``TextConfig``: whatever it does, a script
-can do with the same objects.
+``OUTPUT/documents/part-00000.parquet``... in input order, and writes
+``OUTPUT/summary.json``. The ``conveyor text`` command only turns options into a
+``TextConfig``: whatever it does, a script can do with the same objects.
 
 ::
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import itertools
 import json
 import os
 from collections.abc import Iterator, Sequence
@@ -497,8 +496,10 @@ def _jsonl_stream(path: str, compression: Compression) -> Iterator[tuple[IO[byte
             yield raw, False
 
 
-#: records of the first input file looked at before a run for its text field
+#: records of the first input file looked at before a run for its text field, and the most
+#: of a line read (at a longer one the look ends: the run reads it)
 FIELD_PEEK = 100
+PEEK_LINE_BYTES = 16 << 20
 
 
 def text_field_problem(listing: InputListing, field: str) -> str | None:
@@ -522,7 +523,10 @@ def text_field_problem(listing: InputListing, field: str) -> str | None:
         seen: dict[str, None] = {}
         records = 0
         with _jsonl_stream(first.path, first.compression) as (stream, _):
-            for line in itertools.islice(stream, FIELD_PEEK):
+            for _ in range(FIELD_PEEK):
+                line = stream.readline(PEEK_LINE_BYTES)  # a line of gigabytes is not read
+                if not line or (len(line) == PEEK_LINE_BYTES and not line.endswith(b"\n")):
+                    break
                 try:
                     record = json.loads(line.removeprefix(_BOM))
                 except ValueError:
