@@ -104,8 +104,11 @@ def _check(
         raise ValueError(f"threshold must be a number, got {threshold!r}")
     if not 0 < threshold <= 1:
         raise ValueError(f"threshold must be in (0, 1], got {threshold}")
-    whole = {"partition_rows": (partition_rows, 2), "chunk_rows": (chunk_rows, 1)}
-    whole["seed"] = (seed, 0)
+    whole = {
+        "partition_rows": (partition_rows, 2),
+        "chunk_rows": (chunk_rows, 1),
+        "seed": (seed, 0),
+    }
     if n_clusters is not None:
         whole["n_clusters"] = (n_clusters, 1)
     for name, (value, low) in whole.items():

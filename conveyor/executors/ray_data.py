@@ -370,9 +370,6 @@ class RayDataRun:
             if why is not None:
                 raise BackendError(why)
         cpus, gpus = sum(node.cpus for node in nodes), sum(n.gpus for n in nodes)
-        self._check_pools_fit(cpus, gpus, memory)
-
-    def _check_pools_fit(self, cpus: float, gpus: int, memory: float | None = None) -> None:
         check_pools_fit(self.specs, cpus, gpus, memory)
 
     def _setup_on_nodes(self) -> None:

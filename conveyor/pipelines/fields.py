@@ -38,6 +38,14 @@ def type_problems(config: Any) -> list[str]:
     return problems
 
 
+def check_types(config: Any) -> None:
+    """``ValueError`` with every ``type_problems`` of ``config``: raised before its own
+    checks, which compare the numbers."""
+    problems = type_problems(config)
+    if problems:
+        raise ValueError("; ".join(problems))
+
+
 def _problem(value: Any, kinds: set[str]) -> str | None:
     if value is None:
         return None if "None" in kinds else "must be given, got None"
@@ -53,14 +61,15 @@ def _problem(value: Any, kinds: set[str]) -> str | None:
     return None
 
 
-def limit_problem(limit: int | None) -> str | None:
-    """Why ``limit`` cannot be one (the type is ``type_problems``'s), or None."""
-    if limit is not None and not isinstance(limit, bool) and isinstance(limit, int):
-        if limit < 1:
-            return f"limit must be >= 1, got {limit}"
-        if limit > LIMIT_MAX:
-            return f"limit must be at most 2**62, got {limit}"
-    return None
+def limit_problems(limit: int | None) -> list[str]:
+    """Why ``limit`` cannot be one (its type is ``type_problems``'s): none, or one line."""
+    if limit is None or isinstance(limit, bool) or not isinstance(limit, int):
+        return []
+    if limit < 1:
+        return [f"limit must be >= 1, got {limit}"]
+    if limit > LIMIT_MAX:
+        return [f"limit must be at most 2**62, got {limit}"]
+    return []
 
 
 def absolute(path: str | os.PathLike[str]) -> str:

@@ -73,19 +73,16 @@ class ImageConfig:
     description: str = field(default="", repr=False)
 
     def __post_init__(self) -> None:
-        from conveyor.pipelines.fields import model_problems, type_problems
-        from conveyor.storage import is_url, normalize
+        from conveyor.pipelines.fields import absolute, check_types, model_problems
+        from conveyor.storage import is_url
 
-        typed = type_problems(self)
-        if typed:  # the checks below compare numbers
-            raise ValueError("; ".join(typed))
+        check_types(self)
         problems: list[str] = []
         inputs = [self.input] if isinstance(self.input, (str, os.PathLike)) else list(self.input)
-        inputs = [normalize(os.fspath(i)) for i in inputs if os.fspath(i)]
+        inputs = [absolute(i) for i in inputs if os.fspath(i)]
         if not inputs:
             problems.append("input must not be empty")
         else:
-            inputs = [i if is_url(i) else os.path.abspath(os.path.expanduser(i)) for i in inputs]
             self.input = inputs[0] if len(inputs) == 1 else inputs
         if not os.fspath(self.output):
             problems.append("output must not be empty")
@@ -99,7 +96,7 @@ class ImageConfig:
             from conveyor.pipelines.owner import nesting_problem
             from conveyor.pipelines.places import source_problems
 
-            self.output = os.path.abspath(os.path.expanduser(normalize(os.fspath(self.output))))
+            self.output = absolute(self.output)
             folders, files = owned(self.output)
             nested = nesting_problem(self.output)
             problems += [nested] if nested else []
@@ -117,7 +114,7 @@ class ImageConfig:
             raise ValueError("; ".join(problems))
 
     def _number_problems(self) -> list[str]:
-        from conveyor.pipelines.fields import limit_problem
+        from conveyor.pipelines.fields import limit_problems
 
         problems = []
         checks = (
@@ -131,8 +128,7 @@ class ImageConfig:
                 problems.append(f"{name} must be an int >= {low}, got {value!r}")
             elif high is not None and value > high:
                 problems.append(f"{name} must be at most {high}, got {value}")
-        limit = limit_problem(self.limit)
-        problems += [limit] if limit else []
+        problems += limit_problems(self.limit)
         clusters = self.semantic_clusters
         if clusters is not None and (isinstance(clusters, bool) or clusters < 1):
             problems.append(f"semantic_clusters must be an int >= 1, got {clusters!r}")

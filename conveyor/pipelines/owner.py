@@ -45,8 +45,9 @@ def output_kind(output: str | os.PathLike[str]) -> str | None:
     return None
 
 
-def check_owner(output: str | os.PathLike[str], command: str) -> None:
-    """``ValueError`` where ``output`` holds another command's output."""
+def check_owner(output: str | os.PathLike[str], command: str) -> str | None:
+    """``ValueError`` where ``output`` holds another command's output (or a file a run would
+    replace); else the output's kind (``output_kind``)."""
     kind = output_kind(output)
     if kind is not None and kind != command:
         raise ValueError(
@@ -54,7 +55,7 @@ def check_owner(output: str | os.PathLike[str], command: str) -> None:
             "another OUTPUT"
         )
     if kind is not None:
-        return
+        return kind
     root = _root(output)
     if _exists(root / "summary.json"):
         raise ValueError(
@@ -66,14 +67,14 @@ def check_owner(output: str | os.PathLike[str], command: str) -> None:
             f"OUTPUT {os.fspath(output)} holds a conveyor dedup output (dedup.json, "
             f"duplicates.parquet): write the {command} run to another OUTPUT"
         )
+    return None
 
 
 def check_clearable(output: str | os.PathLike[str], command: str, owned: Iterable[Any]) -> None:
     """``ValueError`` unless ``--overwrite`` may empty ``owned`` under ``output``: the
     output is this command's, or holds none of those names (``--overwrite`` deleted a
     user's ``videos/`` and ``metadata/`` in a folder no run had written)."""
-    check_owner(output, command)
-    if output_kind(output) == command:
+    if check_owner(output, command) == command:
         return
     found = sorted(p.name for p in owned if _exists(p))
     if found:

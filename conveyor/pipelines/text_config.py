@@ -81,19 +81,11 @@ class TextConfig:
     description: str = field(default="", repr=False)
 
     def __post_init__(self) -> None:
-        from conveyor.pipelines.fields import limit_problem, type_problems
+        from conveyor.pipelines.fields import absolute, check_types, limit_problems
         from conveyor.stages.text.langid import parse_languages
-        from conveyor.storage import is_url, normalize
 
-        typed = type_problems(self)
-        if typed:  # the checks below compare numbers
-            raise ValueError("; ".join(typed))
+        check_types(self)
         problems: list[str] = []
-
-        def absolute(value: str) -> str:  # so that workers elsewhere (Ray) find it too
-            if not is_url(value):
-                value = os.path.abspath(os.path.expanduser(normalize(value)))
-            return normalize(value)
 
         if isinstance(self.input, (str, os.PathLike)):
             self.input = absolute(os.fspath(self.input)) if os.fspath(self.input) else ""
@@ -143,8 +135,7 @@ class TextConfig:
             problems.append("choosing languages needs language identification (langid=True)")
         if not 0.0 <= self.language_threshold <= 1.0:
             problems.append(f"language_threshold must be in [0, 1], got {self.language_threshold}")
-        limit = limit_problem(self.limit)
-        problems += [limit] if limit else []
+        problems += limit_problems(self.limit)
         if self.chunk_bytes < 1:
             problems.append(f"chunk_bytes must be >= 1, got {self.chunk_bytes}")
         if not 1 <= self.dedup_partitions <= 4096:  # each one a spill file per call

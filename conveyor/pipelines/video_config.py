@@ -129,11 +129,9 @@ class VideoConfig:
     description: str = field(default="", repr=False)
 
     def __post_init__(self) -> None:
-        from conveyor.pipelines.fields import limit_problem, model_problems, type_problems
+        from conveyor.pipelines.fields import check_types, limit_problems, model_problems
 
-        typed = type_problems(self)
-        if typed:  # the checks below compare numbers
-            raise ValueError("; ".join(typed))
+        check_types(self)
         paths = self._path_problems()
         problems = list(paths)
         if self.splitter not in ("fixed", "shots"):
@@ -172,8 +170,7 @@ class VideoConfig:
             problems.append(f"motion_source must be 'source' or 'clip', got {self.motion_source!r}")
         if self.clips_per_chunk < 1:
             problems.append(f"clips_per_chunk must be >= 1, got {self.clips_per_chunk}")
-        limit = limit_problem(self.limit)
-        problems += [limit] if limit else []
+        problems += limit_problems(self.limit)
         if not 0 <= self.crf <= 51:
             problems.append(f"crf must be in 0..51, got {self.crf}")
         if self.preset not in X264_PRESETS:
