@@ -199,6 +199,7 @@ class Controller:
         self.stages = [StageState(spec, StageStats(spec.name)) for spec in specs]
         self.source: Iterator[Any] = iter([EmptyTask()] if initial_tasks is None else initial_tasks)
         self.source_done = False
+        self._ahead: tuple[Any, str, Any] | None = None  # pulled before the backend opened
         self.admitted = 0
         self.outputs = 0
         self.final: deque[Handle] = deque()  # last-stage outputs not yet handed out
@@ -275,9 +276,18 @@ class Controller:
         interval, reconciles the workers with their targets, and ticks (timeouts, journal,
         monitors)."""
         backend = self.backend
-        backend.open()
         self._t0 = backend.now()
         try:
+            # the first source to run is known before the backend starts: a run with nothing
+            # to do (every source finished by an earlier run, or none given) starts no
+            # workers, and no cluster (a private Ray one took 9 s to find nothing to do)
+            self._ahead = self._next_source()
+            if self._ahead is None:
+                self._begin_idle()
+                self._finish(completed=True)
+                return
+            backend.open()
+            self._t0 = backend.now()
             self._begin()  # the cluster in the ledger, the first targets and workers
             while True:
                 self._admit()
@@ -335,6 +345,14 @@ class Controller:
             self._first_output_s = self.backend.now() - self._t0
         self.outputs += 1
         return handle.label, output
+
+    def _begin_idle(self) -> None:
+        """The start of a run with no source to run: told to the monitors, no backend."""
+        for monitor in self.monitors:
+            monitor.on_start(self.pipeline_name, [s.spec.name for s in self.stages])
+        if self._listeners:
+            self._emit(self._run_started([]))
+        self._update_done()
 
     def _begin(self) -> None:
         nodes = self.backend.nodes()
@@ -426,30 +444,10 @@ class Controller:
             budget,
             first.spec.batch_size,
         ):
-            try:
-                task = next(self.source)
-            except StopIteration:
-                self.source_done = True
+            pulled = self._next_source()
+            if pulled is None:
                 return
-            except Exception as exc:
-                # the caller's own error (a pipeline's sources refuse an input this way):
-                # it ends the run, said to come from there
-                exc.add_note(
-                    f"(raised by the initial_tasks of pipeline {self.pipeline_name!r} after "
-                    f"{self.admitted} tasks)"
-                )
-                raise
-            key = None
-            if self.journal is None:
-                label = str(self.admitted)
-            else:
-                key = source_key(task, self.journal_key)
-                label = key_label(key)
-                # a source given twice is running (its root is live) or finished: the journal
-                # already holds every key, so none is kept a second time for this
-                if self.journal.skips(key) or self.lineage.running(label):
-                    self.skipped += 1  # finished by an earlier run (or given twice)
-                    continue
+            task, label, key = pulled
             if isinstance(task, Task):
                 task.task_id = label
             self.admitted += 1
@@ -460,6 +458,37 @@ class Controller:
                 raise
             self.lineage.follow(label, handle, key)
             first.queue.push(Entry(handle), self.backend.now())
+
+    def _next_source(self) -> tuple[Any, str, Any] | None:
+        """The next source task to run, its label and journal key (None without a journal);
+        None once the source is done. Sources the journal holds as finished are skipped."""
+        if self._ahead is not None:
+            pulled, self._ahead = self._ahead, None
+            return pulled
+        while True:
+            try:
+                task = next(self.source)
+            except StopIteration:
+                self.source_done = True
+                return None
+            except Exception as exc:
+                # the caller's own error (a pipeline's sources refuse an input this way):
+                # it ends the run, said to come from there
+                exc.add_note(
+                    f"(raised by the initial_tasks of pipeline {self.pipeline_name!r} after "
+                    f"{self.admitted} tasks)"
+                )
+                raise
+            if self.journal is None:
+                return task, str(self.admitted), None
+            key = source_key(task, self.journal_key)
+            label = key_label(key)
+            # a source given twice is running (its root is live) or finished: the journal
+            # already holds every key, so none is kept a second time for this
+            if self.journal.skips(key) or self.lineage.running(label):
+                self.skipped += 1  # finished by an earlier run (or given twice)
+                continue
+            return task, label, key
 
     # -- dispatch -------------------------------------------------------------------------
     def _upstream_done(self, index: int) -> bool:

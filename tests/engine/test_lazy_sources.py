@@ -128,3 +128,25 @@ def test_a_stage_at_a_time_takes_the_whole_listing_first() -> None:
     listing = Listing(500)
     result = pipeline().run(executor(BatchExecutor), listing)
     assert len(result.outputs) == 500 and listing.taken == 500
+
+
+class NeverOpened(VirtualBackend):
+    """A backend whose start is a mistake: the run has nothing to do."""
+
+    def open(self) -> None:
+        raise AssertionError("the backend was started for a run with nothing to do")
+
+
+@pytest.mark.parametrize("kind", [StreamingExecutor, BatchExecutor])
+def test_a_run_with_nothing_to_do_starts_no_backend(
+    tmp_path: Path, kind: type[StreamingExecutor]
+) -> None:
+    """Every source finished by an earlier run, or none given: a private Ray cluster was
+    started (9 s) to find that out."""
+    journal = tmp_path / "journal"
+    pipeline().run(executor(), Listing(20), journal=journal)
+    idle = kind(NeverOpened(cpus=2, service_s={"probe": 0.01, "write": 0.01}))
+    again = pipeline().run(idle, Listing(20), journal=journal)
+    assert again.completed and again.counts["skipped"] == 20 and not again.outputs
+    empty = pipeline().run(kind(NeverOpened(cpus=2, service_s={})), [])
+    assert empty.completed and not empty.outputs and empty.counts["inputs"] == 0

@@ -276,12 +276,36 @@ def _walk(folder: str, prefix: str, walk: _Walk) -> Iterator[VideoSource]:
         # again as input by the next run into another output
         log.warning("%s is skipped: it holds a Conveyor output (%s/)", folder, OUTPUT_MARK)
         return
+    if output:
+        names = _beside_output(folder, names)
     names.sort(key=printable)
     for name in names:
         if name.endswith("/"):
             yield from _walk(os.path.join(folder, name[:-1]), prefix + printable(name), walk)
         elif name not in links or walk.takes_link(os.path.join(folder, name)):
             yield _local_source(os.path.join(folder, name), prefix + printable(name))
+
+
+def _beside_output(folder: str, names: list[str]) -> list[str]:
+    """An input folder that is an output holding the run's own sources too (``conveyor
+    video a.mp4 .``) is read without the folders its run wrote: its clips were the videos'
+    second copy. An output alone is read whole: its clips curated again, as asked."""
+    from conveyor.pipelines.owner import output_kind, owned_names
+
+    owned = set(owned_names(output_kind(folder) or "video"))
+    own = [name for name in names if name.rstrip("/") in owned]
+    if not own or len(own) == len(names):
+        return names
+    own.sort()
+    clips = "clips/" if "clips/" in own else own[0]
+    log.warning(
+        "%s is read without the folders of the Conveyor output written there (%s): give "
+        "%s as INPUT to curate what it holds",
+        folder,
+        ", ".join(own),
+        os.path.join(folder, clips),
+    )
+    return [name for name in names if name not in own]
 
 
 def _local_source(path: str, relative: str) -> VideoSource:

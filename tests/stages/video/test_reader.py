@@ -474,3 +474,21 @@ def test_reader_is_the_listing_then_the_probe(tree: Path, tmp_path: Path) -> Non
     assert isinstance(listing, VideoListing) and isinstance(prober, VideoProbe)
     assert listing.limit == 1 and listing.output == tmp_path / "out"
     assert prober.verify is False
+
+
+def test_an_output_written_beside_its_videos_is_not_read_with_them(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`conveyor video a.mp4 .`, then `conveyor video . other`: the second curated a.mp4
+    and, as videos, the first's clips of it."""
+    root = tmp_path / "data"
+    touch(root, "a.mp4", "clips/a/c.mp4", "filtered_clips/a/d.mp4", ".conveyor/config.json")
+    touch(root, "sub/b.mp4")
+    with caplog.at_level("WARNING", logger="conveyor.stages.video.reader"):
+        assert relatives(list_videos(root)) == ["a.mp4", "sub/b.mp4"]
+    assert "(clips/, filtered_clips/): give " in caplog.text
+    assert f"{root / 'clips'}/ as INPUT" in caplog.text
+    # an output alone is read whole: its clips curated again, as asked
+    alone = tmp_path / "curated"
+    touch(alone, "clips/a/c.mp4", ".conveyor/config.json")
+    assert relatives(list_videos(alone)) == ["clips/a/c.mp4"]
