@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import typing
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -127,6 +128,11 @@ class CheckedCommand(TyperCommand):
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         # a path option given "" arrives as Path("."), which a "." the user typed also is
         ctx.meta[_EMPTY_GIVEN] = any(not arg.strip() for arg in args)
+        # before the range checks, which said "should be <= 1" of a NaN
+        for option, value in _float_options(self.params, args):
+            with contextlib.suppress(ValueError):
+                if not math.isfinite(float(value)):
+                    raise fail(f"{option} must be a finite number, got {value}")
         return super().parse_args(ctx, args)
 
     def invoke(self, ctx: click.Context) -> Any:
@@ -145,6 +151,28 @@ class CheckedCommand(TyperCommand):
 
 
 _EMPTY_GIVEN = "conveyor.empty_argument"
+
+
+def _takes_float(param: Any) -> bool:
+    descriptor = getattr(param, "type_descriptor", None)
+    annotation = getattr(descriptor, "annotation", None)
+    return annotation is float or float in typing.get_args(annotation)
+
+
+def _float_options(params: Sequence[click.Parameter], args: list[str]) -> Iterator[tuple[str, str]]:
+    """Each value given to an option that takes a number with a fraction, with its option
+    as typed (``--opt value`` or ``--opt=value``)."""
+    takes = {opt for param in params if _takes_float(param) for opt in param.opts}
+    for index, arg in enumerate(args):
+        if arg == "--":
+            return
+        option, equals, value = arg.partition("=")
+        if option not in takes:
+            continue
+        if equals:
+            yield option, value
+        elif index + 1 < len(args):
+            yield option, args[index + 1]
 
 
 def _bad_value(value: Any, empty_given: bool) -> str | None:

@@ -115,6 +115,9 @@ def test_a_config_s_field_names_read_as_the_options_typed() -> None:
         (["video", "{tmp}", "{out}", "--splitter", "fixed", "--clip-len", "inf"], "--clip-len"),
         (["video", "{tmp}", "{out}", "--splitter", "fixed", "--stride", "inf"], "--stride must"),
         (["video", "{tmp}", "{out}", "--crop", "inf"], "--crop must be a finite number, got inf"),
+        # before a range's check, which said a NaN "should be less than or equal to 1"
+        (["text", "{tmp}", "{out}", "--max-ellipsis-lines", "nan"], "must be a finite number"),
+        (["video", "{tmp}", "{out}", "--min-clip=-inf"], "--min-clip must be a finite number"),
         # an empty path meant the current folder: read, or written into
         (["text", "", "{out}"], "INPUT: an argument is empty"),
         (["text", "{tmp}", ""], "OUTPUT is empty"),
