@@ -344,18 +344,8 @@ def pending_videos(
     the shared tables' rows of videos whose records were deleted are dropped."""
     if output is None:
         return list(sources)
-    layout = OutputLayout(output)
-    records = layout.read_records([s.relative_path for s in sources])
-    todo, groups = [], GroupCount()
-    for source in sources:
-        record = records[source.relative_path]
-        if record is not None and same_source(record, source.size, source.mtime):
-            groups.add(record)
-        else:
-            todo.append(source)
-            groups.recordless |= record is None
-    _drop_stale_rows(layout, groups)
-    return todo
+    # checked as a run's listing is: a kept clip deleted by hand was counted as there
+    return list(VideoSources((), output, batch=max(1, len(sources)), listed=sources))
 
 
 #: sources listed before their records are read together (on a store: concurrently); the
@@ -373,7 +363,8 @@ class VideoSources:
     engine has admitted and the batch being checked. ``found``, ``complete`` and ``pending``
     count as it goes; ``on_complete(source, record)`` is told of each video complete before
     the run, with the record just read (a summary folds it in instead of reading it again),
-    and ``on_pending(source)`` of each video still to do, as it is handed on.
+    and ``on_pending(source)`` of each video still to do, as it is handed on. Sources
+    ``listed`` already (``pending_videos``) are checked instead of listing ``inputs``.
     """
 
     def __init__(
@@ -386,11 +377,16 @@ class VideoSources:
         batch: int = RESUME_BATCH,
         on_complete: Callable[[VideoSource, dict[str, Any]], None] | None = None,
         on_pending: Callable[[VideoSource], None] | None = None,
+        listed: Sequence[VideoSource] | None = None,
     ) -> None:
         if limit is not None and limit < 1:
             raise ValueError(f"limit must be >= 1, got {limit}")
         exclude = [] if output is None else [output]
-        self._listing = iter_videos(inputs, extensions=extensions, exclude=exclude, limit=limit)
+        self._listing = (
+            iter(listed)
+            if listed is not None
+            else iter_videos(inputs, extensions=extensions, exclude=exclude, limit=limit)
+        )
         self.output = output
         self.batch = max(1, batch)
         self.on_complete = on_complete

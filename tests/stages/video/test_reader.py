@@ -429,6 +429,20 @@ def test_a_changed_size_means_not_complete(tree: Path, tmp_path: Path) -> None:
     assert relatives(pending_videos(list_videos(tree / "b.mp4"), tmp_path / "out")) == ["b.mp4"]
 
 
+def test_a_kept_clip_deleted_by_hand_makes_its_video_pending(tree: Path, tmp_path: Path) -> None:
+    """Listed by the ``VideoListing`` stage too (it counted the clip as there); a clip kept
+    in the record and on the disk leaves the video done."""
+    layout = OutputLayout(tmp_path / "out")
+    complete(layout, tree, "b.mp4")
+    record = json.loads(layout.video_record("b.mp4").read_text())
+    layout.write_json(layout.video_record("b.mp4"), {**record, "kept": ["b-0"]})
+    layout.clips.mkdir(parents=True)
+    Path(layout.clip_path("b-0")).write_bytes(b"clip")
+    assert pending_videos(list_videos(tree / "b.mp4"), tmp_path / "out") == []
+    Path(layout.clip_path("b-0")).unlink()
+    assert relatives(pending_videos(list_videos(tree / "b.mp4"), tmp_path / "out")) == ["b.mp4"]
+
+
 def test_a_record_without_source_is_not_complete(tree: Path, tmp_path: Path) -> None:
     layout = OutputLayout(tmp_path / "out")
     layout.video_record("b.mp4").parent.mkdir(parents=True)
