@@ -227,6 +227,36 @@ def as_flags(ctx: typer.Context, message: str) -> str:
     return re.sub(r"\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b", flag, message)
 
 
+def _by_flags(ctx: typer.Context, exc: Exception) -> str:
+    """``exc``'s message by ``ctx``'s flags; the options a ``ConfigMismatch`` names as typed:
+    ``--motion -> --no-motion``, ``--clip-len: 2.0 -> 3.0`` (were ``motion: True -> False``,
+    ``clip_len_s: 2.0 -> 3.0``)."""
+    said = getattr(exc, "said", None)
+    if not callable(said):
+        return as_flags(ctx, str(exc))
+    params = {p.name: p for p in ctx.command.params if p.opts[0].startswith("--")}
+
+    def change(name: str, before: Any, now: Any) -> str:
+        param = params.get(name) or params.get(name.removesuffix("_s"))
+        if param is None:
+            return f"{name}: {before!r} -> {now!r}"
+        if isinstance(before, bool) and isinstance(now, bool) and param.secondary_opts:
+            on, off = param.opts[0], param.secondary_opts[0]
+            return f"{on if before else off} -> {on if now else off}"
+        return f"{param.opts[0]}: {_typed_value(before)} -> {_typed_value(now)}"
+
+    return str(said(change))
+
+
+def _typed_value(value: Any) -> str:
+    """A recorded option's value as it would be typed (``none`` for one not given)."""
+    if value is None or value == []:
+        return "none"
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
 def _flags(ctx: typer.Context) -> dict[str, str]:
     """Each option of ``ctx``'s command by its parameter name: ``min_clip`` -> ``--min-clip``
     (arguments, which have no flag, left out)."""
@@ -268,7 +298,7 @@ def hold_output(
                 check()
         except (ValueError, OSError, ImportError) as exc:  # a ConfigMismatch among them
             # the options that differ, by the flags of ``ctx``'s command (not field names)
-            raise fail(as_flags(ctx, str(exc)) if ctx is not None else str(exc)) from None
+            raise fail(_by_flags(ctx, exc) if ctx is not None else str(exc)) from None
         yield
 
 

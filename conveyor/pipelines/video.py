@@ -14,7 +14,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -357,7 +357,22 @@ def default_journal(output: str | os.PathLike[str]) -> Path | None:
 
 
 class ConfigMismatch(ValueError):
-    """The output holds results made with other options than the ones given."""
+    """The output holds results made with other options than the ones given: each in
+    ``changes`` as (field, recorded value, value given)."""
+
+    def __init__(self, message: str, changes: Sequence[tuple[str, Any, Any]] = ()) -> None:
+        self.changes = list(changes)
+        self._template = message
+        super().__init__(self.said(_change))
+
+    def said(self, change: Callable[[str, Any, Any], str]) -> str:
+        """The message with each change written by ``change(field, before, now)`` (the
+        command line writes them as its flags)."""
+        return self._template.replace("{changes}", ", ".join(change(*one) for one in self.changes))
+
+
+def _change(name: str, before: Any, now: Any) -> str:
+    return f"{name}: {before!r} -> {now!r}"
 
 
 #: the recorded ``limit`` of the run an output was made by: a later run may take more of
@@ -404,12 +419,12 @@ def earlier_options(
         earlier = json.loads(recorded.read_bytes())
     except (OSError, ValueError):
         return None
-    changed = [k for k in now if k in earlier and earlier[k] != now[k]]
+    changed = [(k, earlier[k], now[k]) for k in now if k in earlier and earlier[k] != now[k]]
     if changed:
-        details = ", ".join(f"{k}: {earlier[k]!r} -> {now[k]!r}" for k in changed)
         raise ConfigMismatch(
-            f"{output} holds results made with other options ({details}); resume with "
-            "the same options, or write to a new output (or pass --overwrite)"
+            f"{output} holds results made with other options ({{changes}}); resume with "
+            "the same options, or write to a new output (or pass --overwrite)",
+            changed,
         )
     return earlier
 

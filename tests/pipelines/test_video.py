@@ -695,9 +695,13 @@ def test_command_runs_and_lists_failed_videos(inputs: Path, tmp_path: Path) -> N
     redone = run_fixed(inputs, output, "3", "--no-quality")
     assert "2 already complete" in redone.output
     assert sorted(p.name for p in (output / "clips").glob("*.mp4")) == clips
-    changed = runner.invoke(app, [*fixed_command(inputs, output, "3"), "--no-tags", "--no-live"])
+    changed = runner.invoke(app, [*fixed_command(inputs, output, "4"), "--no-embed", "--no-live"])
     assert changed.exit_code == 2
-    assert "other options" in changed.output
+    # by the flags to type (they were said by field: "clip_len_s: 3.0 -> 4.0, quality: ...")
+    assert (
+        "other options (--clip-len: 3.0 -> 4.0, --no-quality -> --quality, --no-tags -> --tags)"
+        in changed.output
+    )
 
 
 def test_a_video_with_damaged_packets_is_done_and_named_as_damaged(tmp_path: Path) -> None:
