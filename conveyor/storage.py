@@ -102,6 +102,17 @@ def printable(name: str) -> str:
     return name
 
 
+def printable_tree(value: Any) -> Any:
+    """``value`` (JSON-like: dicts, lists, strings, numbers) with every string ``printable``."""
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, dict):
+        return {printable_tree(k): printable_tree(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [printable_tree(v) for v in value]
+    return value
+
+
 def nearest_existing(path: str | os.PathLike[str]) -> Path:
     """``path`` made absolute, or the nearest of its folders that exists: what decides
     whether an output that is not there yet can be made a folder."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import random
 import re
 from pathlib import Path
@@ -493,6 +494,22 @@ def test_every_line_malformed_exits_1(tmp_path: Path) -> None:
     result = run(str(source), str(tmp_path / "out"), "--dedup", "none")
     assert result.exit_code == 1, result.output
     assert "every line was malformed" in result.output
+
+
+def test_file_names_that_are_not_utf8_are_escaped_in_the_summary(tmp_path: Path) -> None:
+    """A malformed line or an empty file in one made every such run fail at its summary
+    (JSON holds no surrogates), and its reruns the same."""
+    source = tmp_path / "in"
+    source.mkdir()
+    odd, empty = os.fsdecode(b"\xff.jsonl"), os.fsdecode(b"\xfe.jsonl")
+    (source / odd).write_text('{"text": "one fine document here"}\n{bad\n')
+    (source / empty).write_bytes(b"")
+    result = run(str(source), str(tmp_path / "out"), "--dedup", "none", "--no-langid")
+    assert result.exit_code == 0, result.output
+    s = summary(tmp_path / "out")
+    assert s["malformed_lines"]["lines"][0]["file"] == str(source / "\\xff.jsonl")
+    assert s["files"]["empty"] == [str(source / "\\xfe.jsonl")]
+    assert s["documents"]["in"] == 1
 
 
 def test_empty_input_files(tmp_path: Path) -> None:

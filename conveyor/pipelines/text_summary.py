@@ -15,6 +15,8 @@ import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+from conveyor.storage import printable_tree
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -126,7 +128,8 @@ def build_summary(
     completed: bool,
     pipeline: Pipeline,
 ) -> dict[str, Any]:
-    """The run's ``summary.json``."""
+    """The run's ``summary.json`` (a file name that is not valid UTF-8 written ``\\xNN``:
+    JSON holds no such name, and every summary with one failed to be written)."""
     from conveyor.stages.text.readers import absolute_lines
 
     rules = [rule.name for rule in config.rules()]
@@ -163,58 +166,60 @@ def build_summary(
         dedup_info["resolve_s"] = round(counts.dedup_s, 3)
     elif config.dedup != "none":
         dedup_info.update({"documents": 0, "removed": 0})
-    return {
-        "command": "text",  # whose output this is (conveyor.pipelines.owner)
-        "pipeline": pipeline.description or "",
-        "input": config.input if isinstance(config.input, str) else list(config.input),
-        "output": str(config.output),
-        "options": config.options(),
-        "completed": completed,
-        "documents": {
-            "in": documents,
-            "kept": counts.kept_rows if completed else None,
-            "filtered": filtered,
-            "filtered_by_language": by_language,
-            "duplicates": duplicates,
-            "malformed": counts.malformed,
-        },
-        "filtered_by_rule": rejected,
-        "languages": {
-            "identified": dict(counts.languages.most_common()),
-            "kept": dict(counts.kept_by_language.most_common()) if completed else {},
-            "filtered": dict(counts.rejected_by_language.most_common()),
-        },
-        "dedup": dedup_info,
-        "malformed_lines": {
-            "total": counts.malformed,
-            "listed": len(listed),
-            "lines": listed,
-        },
-        "blank_lines": int(counts.read.get("blank", 0)),
-        "files": {
-            "in": len(listing.files),
-            "bytes": listing.total_bytes,
-            "empty": sorted(set(empty)),
-            "ignored": len(listing.ignored),
-            "broken_links": list(listing.broken),
-            "earlier_outputs": list(listing.outputs),
-            "errors": file_errors,
-        },
-        "output_files": ["documents/" + str(f).rsplit("/", 1)[-1] for f in files],
-        "failures": [_failure(f) for r in results for f in r.failures],
-        "wall_s": round(wall_s, 3),
-        "documents_per_s": round(documents / wall, 1),
-        "engine": [
-            {
-                "first_output_s": r.first_output_s,
-                "startup_s": round(r.startup_s, 3),
-                "wall_s": round(r.wall_s, 3),
-                "stages": {name: s.as_dict() for name, s in r.stats.items()},
-            }
-            for r in results
-        ],
-        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }
+    return printable_tree(
+        {
+            "command": "text",  # whose output this is (conveyor.pipelines.owner)
+            "pipeline": pipeline.description or "",
+            "input": config.input if isinstance(config.input, str) else list(config.input),
+            "output": str(config.output),
+            "options": config.options(),
+            "completed": completed,
+            "documents": {
+                "in": documents,
+                "kept": counts.kept_rows if completed else None,
+                "filtered": filtered,
+                "filtered_by_language": by_language,
+                "duplicates": duplicates,
+                "malformed": counts.malformed,
+            },
+            "filtered_by_rule": rejected,
+            "languages": {
+                "identified": dict(counts.languages.most_common()),
+                "kept": dict(counts.kept_by_language.most_common()) if completed else {},
+                "filtered": dict(counts.rejected_by_language.most_common()),
+            },
+            "dedup": dedup_info,
+            "malformed_lines": {
+                "total": counts.malformed,
+                "listed": len(listed),
+                "lines": listed,
+            },
+            "blank_lines": int(counts.read.get("blank", 0)),
+            "files": {
+                "in": len(listing.files),
+                "bytes": listing.total_bytes,
+                "empty": sorted(set(empty)),
+                "ignored": len(listing.ignored),
+                "broken_links": list(listing.broken),
+                "earlier_outputs": list(listing.outputs),
+                "errors": file_errors,
+            },
+            "output_files": ["documents/" + str(f).rsplit("/", 1)[-1] for f in files],
+            "failures": [_failure(f) for r in results for f in r.failures],
+            "wall_s": round(wall_s, 3),
+            "documents_per_s": round(documents / wall, 1),
+            "engine": [
+                {
+                    "first_output_s": r.first_output_s,
+                    "startup_s": round(r.startup_s, 3),
+                    "wall_s": round(r.wall_s, 3),
+                    "stages": {name: s.as_dict() for name, s in r.stats.items()},
+                }
+                for r in results
+            ],
+            "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+    )
 
 
 def print_summary(summary: dict[str, Any], console: Console, max_lines: int = 10) -> None:
