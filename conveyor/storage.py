@@ -22,6 +22,7 @@ import fnmatch
 import os
 import re
 import shutil
+import stat
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -111,6 +112,32 @@ def printable_tree(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [printable_tree(v) for v in value]
     return value
+
+
+#: what a local path named like a video or an image can be instead of a file
+_SPECIAL_FILES = (
+    (stat.S_ISFIFO, "a named pipe"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISDIR, "a directory"),
+)
+
+
+def special_file(path: str) -> str | None:
+    """What a local ``path`` is if it is not a plain file (None for one, or a URL): reading
+    a named pipe or a device blocks or never ends, and their size says nothing (a pipe
+    reads as 0 bytes)."""
+    where = location(path)
+    if isinstance(where, ObjectPath):
+        return None
+    try:
+        mode = where.stat().st_mode
+    except OSError:
+        if where.is_symlink():  # the link is listed, its target is gone
+            return f"a broken symbolic link (to {printable(os.readlink(where))}, which is missing)"
+        return None  # the size's error below names the reason
+    return next((name for test, name in _SPECIAL_FILES if test(mode)), None)
 
 
 def nearest_existing(path: str | os.PathLike[str]) -> Path:

@@ -13,8 +13,6 @@ import contextlib
 import functools
 import itertools
 import math
-import os
-import stat
 from collections import deque
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
@@ -22,7 +20,7 @@ from fractions import Fraction
 from typing import Any
 
 from conveyor.media.errors import InputError, describe_error
-from conveyor.storage import READ_BLOCK, ObjectPath, is_url, location, printable
+from conveyor.storage import READ_BLOCK, ObjectPath, is_url, special_file
 from conveyor.storage import size as file_size
 from conveyor.tasks.video import VideoMetadata
 
@@ -399,7 +397,7 @@ def probe(path: str, *, verify: bool = True) -> VideoMetadata:
     seconds are decoded (the file holds as much video as its header says: a truncated file
     fails here rather than half-way through the pipeline).
     """
-    special = _special_file(path)
+    special = special_file(path)
     if special is not None:
         raise InputError(f"not a regular file but {special}")
     try:
@@ -419,31 +417,6 @@ def probe(path: str, *, verify: bool = True) -> VideoMetadata:
                 raise InputError(_open_reason(exc, logs)) from None
         with container:
             return _probe_open(container, size, verify)
-
-
-#: what a local path named like a video can be instead of a file
-_SPECIAL_FILES = (
-    (stat.S_ISFIFO, "a named pipe"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISSOCK, "a socket"),
-    (stat.S_ISDIR, "a directory"),
-)
-
-
-def _special_file(path: str) -> str | None:
-    """What a local ``path`` is if it is not a plain file: reading a named pipe or a device
-    blocks or never ends, and their size says nothing (a pipe reads as 0 bytes)."""
-    where = location(path)
-    if isinstance(where, ObjectPath):
-        return None
-    try:
-        mode = where.stat().st_mode
-    except OSError:
-        if where.is_symlink():  # the link is listed, its target is gone
-            return f"a broken symbolic link (to {printable(os.readlink(where))}, which is missing)"
-        return None  # the size's error below names the reason
-    return next((name for test, name in _SPECIAL_FILES if test(mode)), None)
 
 
 def _probe_open(container: Any, size: int, verify: bool) -> VideoMetadata:

@@ -17,7 +17,7 @@ from typing import Any
 
 from conveyor.resources import Resources
 from conveyor.stage import ProcessingStage
-from conveyor.storage import location, open_input
+from conveyor.storage import location, open_input, special_file
 from conveyor.tasks.image import (
     POSITION_BITS,
     ImageBatch,
@@ -66,6 +66,10 @@ class ImageReader(ProcessingStage[ImagePart, ImageBatch]):
 
     def _file(self, item: ImageFile, order: int) -> ImageRecord:
         image = ImageRecord(item.relative, item.relative, order)
+        special = special_file(item.path)  # a named pipe blocked the worker for ever,
+        if special is not None:  # a link to /dev/zero filled its memory
+            image.fail(self.name, f"not a regular file but {special}")
+            return image
         try:
             image.data = location(item.path).read_bytes()
         except OSError as exc:

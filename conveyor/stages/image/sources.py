@@ -34,7 +34,7 @@ from conveyor.stages.image.layout import ImageLayout
 from conveyor.stages.image.shards import changed_since_packed, group_name, packed_parts
 from conveyor.stages.video.reader import VideoSource
 from conveyor.stages.video.reader import iter_videos as iter_files
-from conveyor.storage import glob_files, has_magic, location, open_input, printable
+from conveyor.storage import glob_files, has_magic, location, open_input, printable, special_file
 from conveyor.tasks.image import ImageFile, ImagePart, ParquetRows, TarMember, TarSample, part_name
 
 #: what a folder run takes as images (any case); decoding decides whether a file is one
@@ -157,7 +157,10 @@ class Planner:
             if files:
                 yield self._part("files", None, files, _digest(*stamps))
                 files, stamps, size = [], [], 0
-            if kind == "tar":
+            special = special_file(source.path)  # a named pipe blocked the listing
+            if special is not None:
+                yield self._unreadable(source, f"not a regular file but {special}")
+            elif kind == "tar":
                 yield from self._tar(source)
             elif not _is_shard_table(source):
                 yield from self._parquet(source)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import tarfile
 from pathlib import Path
 
@@ -143,6 +144,21 @@ def test_a_file_that_is_no_tar_is_one_failure(tmp_path: Path) -> None:
     assert [p.kind for p in found] == ["unreadable"]
     (image,) = read(found[0])
     assert image.key == "broken.tar" and "tar shard unreadable" in image.errors["ImageReader"]
+
+
+def test_special_files_named_like_images_fail_alone(tmp_path: Path) -> None:
+    """A named pipe blocked the reader (or the listing, named like a shard) for ever; a link
+    to /dev/zero filled a worker's memory until it was killed, with the part's images."""
+    paths = write_folder(tmp_path / "in", 1, sizes=[(40, 30)])
+    os.mkfifo(tmp_path / "in" / "pipe.png")
+    os.mkfifo(tmp_path / "in" / "pipe.tar")
+    (tmp_path / "in" / "zero.png").symlink_to("/dev/zero")
+    found = parts(str(tmp_path / "in"), tmp_path / "out")
+    images = {i.key: i for part in found for i in read(part)}
+    assert images[paths[0].name].data == paths[0].read_bytes()
+    assert images["pipe.png"].errors["ImageReader"] == "not a regular file but a named pipe"
+    assert images["pipe.tar"].errors["ImageReader"] == "not a regular file but a named pipe"
+    assert images["zero.png"].errors["ImageReader"] == "not a regular file but a character device"
 
 
 def test_scan_reads_headers_only(tmp_path: Path) -> None:
