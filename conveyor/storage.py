@@ -18,6 +18,7 @@ with ``.``), which every listing here skips.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fnmatch
 import os
 import re
@@ -133,7 +134,9 @@ def special_file(path: str) -> str | None:
         return None
     try:
         mode = where.stat().st_mode
-    except OSError:
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return f"a loop of symbolic links (to {printable(os.readlink(where))})"
         if where.is_symlink():  # the link is listed, its target is gone
             return f"a broken symbolic link (to {printable(os.readlink(where))}, which is missing)"
         return None  # the size's error below names the reason

@@ -215,7 +215,10 @@ class _Walk:
 
     def takes_link(self, path: str) -> bool:
         """Whether the linked file ``path`` is listed: not where its real file is a video of
-        an input folder (listed itself), else once per real file."""
+        an input folder (listed itself), else once per real file. A link to nothing (or a
+        loop of links) is listed, for its failure to say so: it vanished without a word."""
+        if not os.path.exists(path):
+            return True
         real = os.path.realpath(path)
         for root in self.roots:
             inside = os.path.relpath(real, root)

@@ -23,6 +23,7 @@ from conveyor.stages.video.reader import (
     list_videos,
     pending_videos,
 )
+from conveyor.storage import special_file
 from conveyor.tasks.base import Task
 from conveyor.tasks.video import Video, VideoTask, video_id
 
@@ -506,3 +507,19 @@ def test_an_output_written_beside_its_videos_is_not_read_with_them(
     alone = tmp_path / "curated"
     touch(alone, "clips/a/c.mp4", ".conveyor/config.json")
     assert relatives(list_videos(alone)) == ["clips/a/c.mp4"]
+
+
+def test_links_to_nothing_are_listed_for_their_failure_to_say_so(tmp_path: Path) -> None:
+    """A link to a missing file of the input, or a loop of links, vanished without a word
+    (a link out of the input to nothing was said)."""
+    root = tmp_path / "in"
+    touch(root, "a.mp4")
+    (root / "d.mp4").symlink_to("nothere.mp4")
+    (root / "l1.mp4").symlink_to("l2.mp4")
+    (root / "l2.mp4").symlink_to("l1.mp4")
+    (root / "out.mp4").symlink_to(tmp_path / "nowhere" / "x.mp4")
+    assert relatives(list_videos(root)) == ["a.mp4", "d.mp4", "l1.mp4", "l2.mp4", "out.mp4"]
+    assert special_file(str(root / "d.mp4")) == (
+        "a broken symbolic link (to nothere.mp4, which is missing)"
+    )
+    assert special_file(str(root / "l1.mp4")) == "a loop of symbolic links (to l2.mp4)"
