@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import logging
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -36,6 +37,8 @@ from conveyor.stages.text import _arrow  # noqa: F401 - pandas/pyarrow set-up on
 from conveyor.storage import ObjectPath, glob_files, has_magic, location, open_input
 from conveyor.tasks import DocumentBatch
 from conveyor.tasks.base import Task
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -226,7 +229,7 @@ class _Walk:
     def run(self) -> None:
         top = os.path.realpath(self.root)
         seen = {top}
-        for folder, dirs, names in os.walk(self.root, followlinks=True):
+        for folder, dirs, names in os.walk(self.root, followlinks=True, onerror=_unreadable):
             if self.skip_outputs and earlier_output(dirs, names):
                 if folder != str(self.root):
                     self.outputs.append(folder)
@@ -266,6 +269,11 @@ class _Walk:
         return os.path.islink(full) and (
             real == top or real.startswith(top + os.sep) or top.startswith(real + os.sep)
         )
+
+
+def _unreadable(exc: OSError) -> None:
+    """A folder the walk cannot read is skipped, as ``os.walk`` does, but said."""
+    log.warning("%s is skipped: it cannot be read (%s)", exc.filename, exc.strerror or exc)
 
 
 #: the files a run writes at its output's top that hold no documents

@@ -272,8 +272,9 @@ def _walk(folder: str, prefix: str, walk: _Walk) -> Iterator[VideoSource]:
                     names.append(name)
                     if entry.is_symlink():
                         links.add(name)
-    except OSError:
-        return  # unreadable: skipped, as os.walk does
+    except OSError as exc:  # skipped, as os.walk does, but said: it vanished without a word
+        log.warning("%s is skipped: it cannot be read (%s)", folder, exc.strerror or exc)
+        return
     if output and real not in walk.roots:
         # an earlier run's output inside the input: its clips (or images) were curated
         # again as input by the next run into another output

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -523,3 +524,26 @@ def test_links_to_nothing_are_listed_for_their_failure_to_say_so(tmp_path: Path)
         "a broken symbolic link (to nothere.mp4, which is missing)"
     )
     assert special_file(str(root / "l1.mp4")) == "a loop of symbolic links (to l2.mp4)"
+
+
+def test_a_folder_that_cannot_be_read_is_skipped_and_said(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its videos (or documents) were left out without a word."""
+    from conveyor.stages.text.readers import list_inputs
+
+    root = tmp_path / "in"
+    touch(root, "a.mp4", "a.jsonl", "locked/b.mp4", "locked/b.jsonl")
+    scandir = os.scandir
+
+    def refusing(path: str = ".") -> Any:
+        if os.fspath(path).endswith("locked"):
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", refusing)
+    with caplog.at_level("WARNING"):
+        assert relatives(list_videos(root)) == ["a.mp4"]
+        assert [Path(f.path).name for f in list_inputs(str(root)).files] == ["a.jsonl"]
+    said = f"{root / 'locked'} is skipped: it cannot be read (Permission denied)"
+    assert caplog.text.count(said) == 2
