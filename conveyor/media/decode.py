@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from conveyor.media.errors import InputError, describe_error
+from conveyor.media.errors import InputError, check_access, describe_error
 from conveyor.storage import READ_BLOCK, ObjectPath, is_url, special_file
 from conveyor.storage import size as file_size
 from conveyor.tasks.video import VideoMetadata
@@ -403,6 +403,7 @@ def probe(path: str, *, verify: bool = True) -> VideoMetadata:
     try:
         size = file_size(path)
     except OSError as exc:
+        check_access(exc, path)
         raise InputError(f"cannot read the file: {exc.strerror or exc}") from None
     if size == 0:
         raise InputError("empty file (0 bytes)")
@@ -414,6 +415,7 @@ def probe(path: str, *, verify: bool = True) -> VideoMetadata:
 
                 container = open_input(source)
             except (av.FFmpegError, UnicodeDecodeError) as exc:
+                check_access(exc, path)
                 raise InputError(_open_reason(exc, logs)) from None
         with container:
             return _probe_open(container, size, verify)

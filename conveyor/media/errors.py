@@ -3,6 +3,11 @@ input is at fault, is recorded on the video or clip as a failure, and is never r
 
 from __future__ import annotations
 
+import errno
+
+#: a file that cannot be read for the machine's reasons, not its content's
+_ACCESS = frozenset({errno.EACCES, errno.EPERM, errno.EIO})
+
 
 class InputError(Exception):
     """The input (a video, a clip) is bad: recorded on it as a failure, never retried."""
@@ -13,6 +18,14 @@ def input_errors() -> tuple[type[BaseException], ...]:
     import av
 
     return (InputError, av.FFmpegError, EOFError)
+
+
+def check_access(exc: BaseException, path: str) -> None:
+    """Raise an ``OSError`` (not an ``InputError``) where ``exc`` says ``path`` could not be
+    read for want of permission or a disk's I/O error: such a video was recorded as bad,
+    and no rerun tried it again once the permissions were fixed; now it is incomplete."""
+    if isinstance(exc, OSError) and exc.errno in _ACCESS:
+        raise OSError(exc.errno, f"cannot read the file ({exc.strerror})", path) from None
 
 
 def describe_error(exc: BaseException) -> str:

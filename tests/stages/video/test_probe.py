@@ -127,6 +127,37 @@ def test_a_missing_file_is_an_input_error(tmp_path: Path) -> None:
         probe(str(tmp_path / "nowhere.mp4"))
 
 
+@pytest.mark.parametrize(
+    "error",
+    [PermissionError(13, "Permission denied"), OSError(5, "Input/output error")],
+    ids=["permission", "io"],
+)
+def test_a_file_the_machine_cannot_read_is_not_a_bad_video(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: OSError
+) -> None:
+    """Recorded as bad, it was never tried again once its permissions were fixed: now the
+    probe fails as a stage does (the video incomplete, the next run tries it again)."""
+    source = write_bad_file(tmp_path / "v.mp4", "random_bytes")
+
+    def refuse(path: str) -> int:
+        raise error
+
+    monkeypatch.setattr(decode, "file_size", refuse)
+    with pytest.raises(OSError, match=r"cannot read the file \(.*\): '.*v.mp4'") as raised:
+        probe(str(source))
+    assert not isinstance(raised.value, InputError) and raised.value.errno == error.errno
+    monkeypatch.setattr(decode, "file_size", os.path.getsize)  # then PyAV refuses to open it
+    failed = av.error.PermissionError(13, "Permission denied", str(source))
+
+    def refuse_open(source: str) -> None:
+        raise failed
+
+    monkeypatch.setattr(decode, "open_input", refuse_open)
+    with pytest.raises(OSError, match="cannot read the file") as raised:
+        probe(str(source))
+    assert not isinstance(raised.value, InputError)
+
+
 def test_a_broken_symbolic_link_names_its_missing_target(tmp_path: Path) -> None:
     link = tmp_path / "moved.mp4"
     link.symlink_to(tmp_path / "elsewhere" / "original.mp4")
