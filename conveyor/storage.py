@@ -569,9 +569,12 @@ def atomic_write(
             except FileNotFoundError:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 os.replace(temp, target)
-        except BaseException:
+        except BaseException as exc:
             with contextlib.suppress(OSError):
                 os.unlink(temp)
+            if isinstance(exc, OSError) and exc.filename is None and exc.errno is not None:
+                # a full disk said only "No space left on device", not which file
+                raise OSError(exc.errno, exc.strerror, str(target)) from exc
             raise
         return
     fs, final_key = target.filesystem()

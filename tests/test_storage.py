@@ -4,6 +4,7 @@ wrong with which URL."""
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import stat
@@ -78,6 +79,17 @@ def test_local_atomic_write_renames_and_a_failure_leaves_nothing(tmp_path: Path)
         raise RuntimeError("boom")
     assert final.read_bytes() == b"abc"  # the old file, untouched
     assert [p.name for p in final.parent.iterdir()] == ["out.bin"]
+
+
+def test_a_failed_local_write_names_its_file(tmp_path: Path) -> None:
+    """A full disk said only "[Errno 28] No space left on device", not which file."""
+    final = tmp_path / "summary.json"
+    with pytest.raises(OSError) as raised, atomic_write(final) as out:
+        out.write(b"half")
+        raise OSError(errno.ENOSPC, "No space left on device")
+    assert raised.value.errno == errno.ENOSPC and raised.value.filename == str(final)
+    assert str(raised.value) == f"[Errno 28] No space left on device: '{final}'"
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_local_write_makes_the_folders_it_lacks(tmp_path: Path) -> None:
