@@ -92,7 +92,7 @@ def dedup(
     from conveyor.dedup.semantic import PassFailed, semantic_dedup
     from conveyor.errors import ConveyorError
     from conveyor.executors import BatchExecutor, StreamingExecutor
-    from conveyor.storage import normalize
+    from conveyor.pipelines.fields import absolute
 
     if len(inputs) < 2:
         raise fail("give INPUT... and OUTPUT")
@@ -100,7 +100,7 @@ def dedup(
         raise fail(f"--threshold must be in (0, 1], got {threshold}")
     if address is not None and backend is BackendChoice.local:
         raise fail("--address needs --backend ray")
-    *sources, output = [normalize(i) for i in inputs]
+    *sources, output = [absolute(i) for i in inputs]  # "~/out" was a folder named "~"
     cls = BatchExecutor if executor is DedupExecutor.batch else StreamingExecutor
     try:
         engine = cls(Machine(cpus, None, memory_gb).backend(backend, address))

@@ -187,3 +187,18 @@ def test_another_command_s_output_is_refused(tmp_path: Path) -> None:
         "(conveyor video --dedup dedups its own)"
     )
     assert sorted(p.name for p in out.iterdir()) == [".conveyor"]
+
+
+def test_home_is_expanded_in_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``~/out`` (quoted, or from a script) was made as a folder named ``~`` in the current
+    one, and ``~/emb`` was not found, where every other command expands it."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    (home / "emb").mkdir(parents=True)
+    work.mkdir()
+    vectors = np.random.default_rng(1).standard_normal((6, 8))
+    write(home / "emb" / "x.parquet", [f"k{i}" for i in range(6)], vectors, [0.0] * 6)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(work)
+    result = run("~/emb", "~/out", "--id-column", "key", "--embedding-column", "vec")
+    assert result.exit_code == 0, result.output
+    assert (home / "out" / "dedup.json").exists() and list(work.iterdir()) == []

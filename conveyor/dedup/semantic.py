@@ -83,8 +83,8 @@ class SemanticDedupResult:
 
 
 def _absolute(path: str | os.PathLike[str]) -> str:
-    text = os.fspath(path)
-    return text if is_url(text) else os.path.abspath(text)
+    text = os.fspath(path)  # "~/out" was a folder named "~" in the current one
+    return text if is_url(text) else os.path.abspath(os.path.expanduser(text))
 
 
 def _inputs(
