@@ -582,6 +582,9 @@ def _run(
         )
     if (videos["failed"] or videos["incomplete"]) and not videos["ok"]:
         console.print("[red]every video failed[/]: nothing was curated (why: above)")
+    if videos["incomplete"] or (videos["failed"] and not videos["ok"]):
+        # the run's work is not done: a script must not take it for done (as image's and
+        # text's failed tasks), while a bad video is the input's, listed, not the run's
         raise typer.Exit(code=1)
 
 
