@@ -223,6 +223,21 @@ def test_ray_data_bad_arguments_are_clear_errors(kwargs: dict[str, Any], message
         RayDataExecutor(**kwargs)
 
 
+@pytest.mark.parametrize("kind", ["streaming", "ray_data"])
+def test_a_run_with_nothing_to_do_starts_no_ray(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A resume of a finished output started a private cluster (9 s) to find nothing to do."""
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("Ray was started for a run with nothing to do")
+
+    monkeypatch.setattr(ray, "init", refuse)
+    executor = (
+        StreamingExecutor(RayBackend(num_cpus=2)) if kind == "streaming" else RayDataExecutor()
+    )
+    result = Pipeline("p", [st.Slow("s", 0.0)]).run(executor, initial_tasks=[])
+    assert result.completed and result.outputs == [] and result.counts["inputs"] == 0
+
+
 @pytest.mark.parametrize(
     ("executor", "resources", "message"),
     [
