@@ -7,6 +7,8 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import signal
+import threading
 import typing
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -136,6 +138,10 @@ class CheckedCommand(TyperCommand):
         return super().parse_args(ctx, args)
 
     def invoke(self, ctx: click.Context) -> Any:
+        with _stop_on_signals():
+            return self._invoke_checked(ctx)
+
+    def _invoke_checked(self, ctx: click.Context) -> Any:
         for param in self.params:
             value = ctx.params.get(param.name or "")
             problem = _bad_value(value, bool(ctx.meta.get(_EMPTY_GIVEN)))
@@ -151,6 +157,43 @@ class CheckedCommand(TyperCommand):
 
 
 _EMPTY_GIVEN = "conveyor.empty_argument"
+
+
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP (``timeout``, ``docker stop``, a scheduler, a closed terminal),
+    stopping a command as Ctrl-C does: they killed the driver with no summary, no report
+    and no word, and a private Ray cluster printed its crash dumps."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def stopped_code(exc: KeyboardInterrupt) -> int:
+    """The exit status of a command stopped by ``exc``: 128 + its signal (130 for Ctrl-C)."""
+    return 128 + int(getattr(exc, "signum", signal.SIGINT))
+
+
+#: the signals a command stops on as on Ctrl-C
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def _stop_on_signals() -> Iterator[None]:
+    """Within the block, ``STOP_SIGNALS`` raise ``Stopped`` in the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, _frame: Any) -> None:
+        raise Stopped(signum)
+
+    saved = {sig: signal.signal(sig, stop) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
 
 
 def _takes_float(param: Any) -> bool:

@@ -27,6 +27,7 @@ from conveyor.cli_common import (
     as_flags,
     hold_output,
     refuse_unused,
+    stopped_code,
 )
 from conveyor.cli_common import fail as _fail
 from conveyor.pipelines.fields import LIMIT_MAX
@@ -276,10 +277,10 @@ def _run(
     )
     try:
         report = run_image(config, executor, on_output=progress.add, sources=sources)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM or SIGHUP (cli_common.Stopped)
         view.close()
         console.print("[yellow]interrupted[/]: run the same command again to resume")
-        raise typer.Exit(code=130) from None
+        raise typer.Exit(code=stopped_code(exc)) from None
     except InputChanged as exc:  # refused before its part was done again: nothing changed
         view.close()
         raise _fail(str(exc)) from None

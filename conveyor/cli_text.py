@@ -26,6 +26,7 @@ from conveyor.cli_common import (
     as_flags,
     hold_output,
     refuse_unused,
+    stopped_code,
 )
 from conveyor.cli_common import fail as _fail
 from conveyor.pipelines.fields import LIMIT_MAX
@@ -379,10 +380,10 @@ def _run(
         report = run_text(
             config, executor, listing=listing, on_output=progress.add, on_pass=on_pass
         )
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM or SIGHUP (cli_common.Stopped)
         view.close()
         console.print("[yellow]interrupted[/]: nothing was published; run the command again")
-        raise typer.Exit(code=130) from None
+        raise typer.Exit(code=stopped_code(exc)) from None
     except (ConveyorError, OSError, ImportError, ValueError) as exc:
         view.close()
         raise _fail(str(exc), 1) from None

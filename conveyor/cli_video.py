@@ -28,6 +28,7 @@ from conveyor.cli_common import (
     as_flags,
     hold_output,
     refuse_unused,
+    stopped_code,
 )
 from conveyor.cli_common import fail as _fail
 from conveyor.pipelines.fields import LIMIT_MAX
@@ -552,10 +553,10 @@ def _run(
         report = run_video(
             config, executor, on_output=progress.add, journal=journal, sources=sources
         )
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM or SIGHUP (cli_common.Stopped)
         view.close()
         console.print("[yellow]interrupted[/]: run the same command again to resume")
-        raise typer.Exit(code=130) from None
+        raise typer.Exit(code=stopped_code(exc)) from None
     except (ConveyorError, OSError, ImportError) as exc:  # OSError: e.g. a store refusing
         view.close()
         raise _fail(str(exc), 1) from None

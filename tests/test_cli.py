@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 from typer.testing import CliRunner
 
@@ -170,3 +176,53 @@ def test_a_journal_file_that_is_no_journal_exits_2_before_anything_is_written(
     assert result.exit_code == 2, result.output
     assert result.output.startswith(f"error: --journal {tmp_path / 'notes.txt'} is not a Conveyor")
     assert not (tmp_path / "out").exists()
+
+
+def _signals_as_in_a_terminal() -> None:
+    """A shell's background job ignores SIGINT; a terminal's command handles each signal."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_or_sighup_to_the_group_stops_a_run_as_ctrl_c_does(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
+    """``timeout``, ``docker stop``, a scheduler, a closed terminal: the driver died with no
+    word and no report, and the root process with it, before it removed the run's shared
+    memory (left in /dev/shm until another run swept it)."""
+    from conveyor.samples.video import Segment, write_video
+
+    for i in range(8):
+        write_video(tmp_path / "in" / f"v{i}.mp4", [Segment("pan", 6, i)], width=96, height=64)
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "conveyor", "video", str(tmp_path / "in"), str(out)]
+    options = ["--splitter", "fixed", "--clip-len", "2", "--no-embed", "--no-tags", "--no-live"]
+    proc = subprocess.Popen(
+        [*command, *options],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        preexec_fn=_signals_as_in_a_terminal,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not list(out.glob("clips/*.mp4")):
+            assert proc.poll() is None, proc.communicate()[0]
+            assert time.monotonic() < deadline, "no clip came within 120 s"
+            time.sleep(0.05)
+        workers = psutil.Process(proc.pid).children(recursive=True)
+        os.killpg(proc.pid, sig)  # to every process of the run, as those senders do
+        output, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 128 + sig, output
+    assert "interrupted: run the same command again to resume" in output
+    assert (out / "report.html").exists()
+    time.sleep(0.5)
+    assert not [p for p in workers if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not list(Path("/dev/shm").glob(f"conveyor-{proc.pid}-*"))

@@ -65,6 +65,9 @@ from conveyor.errors import PermanentError
 DRIVER_GONE_GRACE_S = 2.0
 #: the signal the root gets when its parent (thread) exits; caught, so it can clean up
 DRIVER_SIGNAL = signal.SIGUSR1
+#: signals a whole process group gets (Ctrl-C, a closed terminal, a scheduler's stop) that
+#: are the driver's to act on: a root killed by one left the run's shared memory behind
+DRIVERS_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _PR_SET_PDEATHSIG = 1
 _libc: Any = None
 
@@ -293,7 +296,8 @@ class _Forker:
         os.set_blocking(self.wake_w, False)
         signal.set_wakeup_fd(self.wake_w)
         signal.signal(signal.SIGCHLD, lambda *_: None)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        for sig in DRIVERS_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
 
     def in_child(self) -> None:
         """What a fresh child must drop: this process's control socket and signal plumbing."""
@@ -430,6 +434,9 @@ class StageHost(_Forker):
                 if not die_with_parent(signal.SIGKILL, host):
                     return  # the host is already gone
                 self.in_child()
+                # a stage's own processes must stop when told (``Popen.terminate``)
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                signal.signal(signal.SIGHUP, signal.SIG_DFL)
                 os.environ.update(env)
                 runner = StageRunner(self.stage, info.stage, info)
                 code = worker_main(fd, runner, ShmStore(self.store_root, info.worker_id))

@@ -44,9 +44,11 @@ import pickle
 import re
 import secrets
 import shutil
+import signal
 import socket
 import sys
 import tempfile
+import threading
 import time
 from collections import deque
 from collections.abc import Iterator, Sequence
@@ -567,8 +569,12 @@ class RayConnection:
                 kwargs.setdefault("dashboard_host", "127.0.0.1")  # this machine only
             else:
                 kwargs.setdefault("include_dashboard", False)
-            context = self._init(address="local", **kwargs)
-            self.private = True
+            self.private = True  # before: a Ctrl-C inside ray.init left its processes
+            try:
+                context = self._init(address="local", **kwargs)
+            except BaseException:
+                self.disconnect()
+                raise
             url = getattr(context, "dashboard_url", None)
             if url:
                 self.dashboard_url = url if "://" in url else f"http://{url}"
@@ -601,10 +607,22 @@ class RayConnection:
     def _init(**kwargs: Any) -> Any:
         """``ray.init``, with Ray's messages about dying workers and nodes off the console
         unless ``CONVEYOR_RAY_LOGS`` asks for them."""
-        if ray_logs_wanted():
-            return ray.init(**kwargs)
-        with _death_messages_off():
-            return ray.init(**kwargs)
+        # ray.init takes SIGTERM for its own (sys.exit, then crash dumps): the command's
+        # handler, which stops a run as Ctrl-C does, is put back
+        main = threading.current_thread() is threading.main_thread()
+        saved = signal.getsignal(signal.SIGTERM) if main else None
+        try:
+            if ray_logs_wanted():
+                return ray.init(**kwargs)
+            with _death_messages_off():
+                return ray.init(**kwargs)
+        except SystemExit as exc:  # Ray's handler got a SIGTERM while ray.init ran
+            if exc.code == signal.SIGTERM and callable(saved):
+                saved(signal.SIGTERM, None)  # the command's own, as if it had got it
+            raise
+        finally:
+            if saved is not None:
+                signal.signal(signal.SIGTERM, saved)
 
     @contextlib.contextmanager
     def held(self) -> Iterator[None]:

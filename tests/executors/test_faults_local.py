@@ -396,6 +396,61 @@ def test_ctrl_c_stops_every_worker(tmp_path: Path) -> None:
     assert list(tmp_path.glob("teardown-*")), "workers should tear down on Ctrl-C"
 
 
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_a_script_stopped_by_its_group_s_signal_leaves_no_shared_memory(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
+    """A script that does not handle SIGTERM (or SIGHUP: its terminal closed) dies of it with
+    every process of its group: the root process died with it, before it removed the run's
+    payloads from /dev/shm, which stayed until another run swept them. It is the driver's
+    to act on: the root outlives it and cleans up."""
+    script = tmp_path / "long.py"
+    script.write_text(
+        textwrap.dedent("""
+        import time
+        from conveyor import Pipeline, ProcessingStage, Resources
+        from conveyor.backends import LocalBackend
+        from conveyor.executors import StreamingExecutor
+
+        class Slow(ProcessingStage):
+            resources = Resources(cpus=0.25)
+            def process(self, x):
+                time.sleep(0.2)
+                return bytes(100_000)  # stored in shared memory, not inline
+
+        run = Pipeline("p", [Slow()]).stream(
+            StreamingExecutor(LocalBackend(num_cpus=2)), initial_tasks=range(10_000))
+        for i, _ in enumerate(run):
+            if i == 0:
+                print("running", flush=True)
+    """)
+    )
+    proc = subprocess.Popen(
+        [sys.executable, str(script)],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=_ctrl_c_as_in_a_terminal,
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "running"
+        tree = psutil.Process(proc.pid).children(recursive=True)
+        assert list(Path("/dev/shm").glob(f"conveyor-{proc.pid}-*")), "the run's payloads"
+        os.killpg(proc.pid, sig)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == -sig
+    deadline = time.monotonic() + 30
+    while list(Path("/dev/shm").glob(f"conveyor-{proc.pid}-*")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not list(Path("/dev/shm").glob(f"conveyor-{proc.pid}-*"))
+    assert not [p for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
 def test_permanent_error_fails_at_once_without_hurting_batch_mates() -> None:
     from conveyor import PermanentError
 
