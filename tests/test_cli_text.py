@@ -429,6 +429,36 @@ def test_chunk_mb_splits_a_large_file_into_byte_ranges(tmp_path: Path) -> None:
         assert stages["TextPartitioner"]["tasks_out"] == ranges
 
 
+def test_a_run_stopped_while_publishing_leaves_no_summary_calling_its_output_complete(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run before's summary (complete, its counts) stayed beside a mix of old and new
+    part files; the next run repairs the output."""
+    from conveyor.stages.text import writers
+
+    source = tmp_path / "big.jsonl"
+    line = json.dumps({"text": "word " * 40}) + "\n"
+    source.write_text(line * (1_300_000 // len(line)))  # three part files
+    out = tmp_path / "out"
+    args = (str(source), str(out), "--dedup", "none", "--chunk-mb", "0.5", "--no-filters")
+    assert run(*args).exit_code == 0
+    move = writers._move
+    moved: list[object] = []
+
+    def stop_after_one(source: Any, target: Any) -> None:
+        if moved:
+            raise KeyboardInterrupt  # as a kill between two files
+        moved.append(target)
+        move(source, target)
+
+    monkeypatch.setattr(writers, "_move", stop_after_one)
+    assert run(*args).exit_code == 130
+    assert not (out / "summary.json").exists()
+    monkeypatch.setattr(writers, "_move", move)
+    assert run(*args).exit_code == 0
+    assert summary(out)["documents"]["kept"] == len(read_output(out)) > 0
+
+
 def test_part_files_no_text_run_wrote_are_refused_not_replaced(tmp_path: Path) -> None:
     """A run replaces every part-NNNNN file of its OUTPUT/documents: ones without an
     earlier run's summary beside the folder are someone else's, and were deleted."""

@@ -381,6 +381,9 @@ def run_text(
     completed = len(results) == passes and all(r.completed for r in results)
     if completed:
         _drop_parts_at_the_top(layout)
+        # the run before's summary goes before its documents do: a run killed while it
+        # published left some of each under a summary that called them complete
+        layout.summary.unlink(missing_ok=True)
         files = publish_shards(layout.ready, layout.documents)
     wall = time.perf_counter() - started
     summary = build_summary(
