@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import weakref
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +36,7 @@ class Run:
     def __next__(self) -> Any:
         if self._iter is None:
             self._iter = iter(self._controller)
+            _started.add(self)
         return next(self._iter)
 
     @property
@@ -60,6 +63,19 @@ class Run:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+#: runs started and not yet collected: those still running at exit are closed then, while
+#: the modules their workers' teardown needs are there (it printed a traceback)
+_started: weakref.WeakSet[Run] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_running() -> None:
+    for run in list(_started):
+        if run.running:
+            with contextlib.suppress(Exception):
+                run.close()
 
 
 def held(runner: Any) -> contextlib.AbstractContextManager[None]:
@@ -122,7 +138,9 @@ class Executor:
             first_output_first=first_output_first,
         )
         self.monitors = list(monitors)
-        self._last: Run | None = None  # one run at a time holds the backend
+        # one run at a time holds the backend; a run its caller dropped unfinished is
+        # collected (its workers stopped), not kept alive here to refuse the next one
+        self._last: weakref.ref[Run] | None = None
 
     def held(self) -> contextlib.AbstractContextManager[None]:
         """A block of several runs (a workflow's passes): what the backend starts for a run
@@ -139,7 +157,7 @@ class Executor:
         journal_key: JournalKey | None = None,
         description: str = "",
     ) -> Run:
-        last = self._last
+        last = self._last() if self._last is not None else None
         if last is not None and last.running:
             raise RuntimeError(
                 f"{type(self).__name__} is still running pipeline "
@@ -158,5 +176,6 @@ class Executor:
             journal_key=journal_key,
             description=description,
         )
-        self._last = Run(controller)
-        return self._last
+        run = Run(controller)
+        self._last = weakref.ref(run)
+        return run

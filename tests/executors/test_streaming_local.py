@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -258,3 +259,49 @@ def test_an_executor_runs_one_pipeline_at_a_time() -> None:
             pipeline.run(executor, range(3))
         assert len([next(first), *first]) == 19  # the first run goes on, whole
     assert sorted(pipeline.run(executor, range(3)).outputs) == [1, 2, 3]  # then the next
+
+
+def test_a_stream_dropped_unfinished_stops_its_workers_and_frees_its_executor() -> None:
+    """The executor kept it alive: its workers ran until the interpreter exited, and the
+    next run on that executor was refused as if the stream were still in use."""
+    import gc
+
+    import psutil
+
+    executor = StreamingExecutor(LocalBackend(num_cpus=1))
+    pipeline = Pipeline("p", [AddOne()])
+    stream = pipeline.stream(executor, range(200))
+    assert next(stream) in range(1, 201)
+    workers = psutil.Process().children(recursive=True)
+    assert workers
+    del stream
+    gc.collect()
+    time.sleep(0.5)
+    assert not [p for p in workers if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert sorted(pipeline.run(executor, range(3)).outputs) == [1, 2, 3]
+
+
+def test_a_script_leaving_a_stream_open_exits_cleanly(tmp_path: Path) -> None:
+    """Its stream was closed as the interpreter tore its modules down: a traceback
+    ("Exception ignored in: <generator object Controller._run ...>") on every such exit."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "open.py"
+    script.write_text(
+        "from conveyor import Pipeline, ProcessingStage, Resources\n"
+        "from conveyor.backends import LocalBackend\n"
+        "from conveyor.executors import StreamingExecutor\n"
+        "class Square(ProcessingStage):\n"
+        "    resources = Resources(cpus=0.5)\n"
+        "    def process(self, x):\n"
+        "        return x * x\n"
+        "executor = StreamingExecutor(LocalBackend(num_cpus=2))\n"
+        "stream = Pipeline('s', [Square()]).stream(executor, initial_tasks=range(1000))\n"
+        "print(next(stream) >= 0)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "True" and "Exception ignored" not in out.stderr, out.stderr
