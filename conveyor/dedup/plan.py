@@ -135,7 +135,9 @@ def _inspect(path: str, columns: Columns) -> _Footer:
 
     try:
         with open_input(path) as raw:
-            parquet = pq.ParquetFile(raw, buffer_size=1 << 20)  # buffered: a page, not a chunk
+            # buffered and not pre-buffered: a page is read, not the whole column chunk (a row
+            # group's embeddings, 100 MB a file, 16 files at once in the driver)
+            parquet = pq.ParquetFile(raw, buffer_size=1 << 20, pre_buffer=False)
             meta = parquet.metadata
             schema = meta.schema.to_arrow_schema()
             check_schema(path, schema, columns)
@@ -157,7 +159,7 @@ def _first_length(parquet: Any, schema: Any, column: str) -> int | None:
     kind = schema.field(column).type
     if pa.types.is_fixed_size_list(kind):
         return kind.list_size or None
-    for batch in parquet.iter_batches(batch_size=1024, columns=[column]):
+    for batch in parquet.iter_batches(batch_size=1024, columns=[column], use_threads=False):
         lengths = pc.fill_null(pc.list_value_length(batch.column(0)), 0)
         found = pc.filter(lengths, pc.greater(lengths, 0))
         if len(found):

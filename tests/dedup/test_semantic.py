@@ -483,3 +483,36 @@ def test_an_id_on_two_near_duplicate_rows_fails_the_dedup(tmp_path: Path) -> Non
     with pytest.raises(PassFailed, match="id 'a' is on two rows that are near-duplicates"):
         semantic_dedup(tmp_path / "in", tmp_path / "out")
     assert not (tmp_path / "out" / "duplicates.parquet").exists()
+
+
+def test_the_plan_reads_a_page_of_each_file_not_its_row_group(tmp_path: Path) -> None:
+    """The driver's look at each file's first embedding read (pre-buffered) the whole column
+    chunk of its first row group: ~100 MB a file for 100,000 items of 256, 16 at once."""
+    import subprocess
+    import sys
+
+    rows, dim = 100_000, 256
+    vectors = np.random.default_rng(0).standard_normal((rows * dim,), dtype=np.float32)
+    lists = pa.FixedSizeListArray.from_arrays(pa.array(vectors), dim).cast(pa.list_(pa.float32()))
+    for name in ("a", "b"):  # one row group of 100 MB each
+        pq.write_table(
+            pa.table({"id": np.arange(rows), "embedding": lists}), tmp_path / f"{name}.parquet"
+        )
+    # the peak of this process's own memory (ru_maxrss keeps the forking parent's, pytest's)
+    script = (
+        "import re, sys\n"
+        "from conveyor.dedup.plan import Columns, scan\n"
+        "import pyarrow.compute\n"
+        "def peak():\n"
+        "    status = open('/proc/self/status').read()\n"
+        "    return int(re.search(r'VmHWM:\\s+(\\d+)', status).group(1))\n"
+        "base = peak()\n"
+        "files = scan(sys.argv[1], Columns('id', 'embedding'), threads=2)\n"
+        "print(len(files), files[0].rows, (peak() - base) // 1024)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, timeout=120
+    )
+    count, found_rows, grown_mb = out.stdout.split()
+    assert (count, found_rows) == ("2", str(rows)), out.stderr
+    assert int(grown_mb) < 150, f"the plan grew the driver by {grown_mb} MB for two files"
