@@ -405,7 +405,8 @@ def plan_reads(
     """Pack ``files`` (in order) into tasks of about ``chunk_bytes`` of input each.
 
     An uncompressed JSONL file larger than ``chunk_bytes`` is split into byte ranges, one
-    task each; compressed and Parquet files are read whole; small files share a task.
+    task each, a Parquet file into runs of whole row groups; compressed files are read
+    whole; small files share a task.
     ``limit`` keeps only the first ``limit`` records (non-blank lines, Parquet rows) of the
     input, in order. Empty files are left out.
     """
@@ -425,6 +426,9 @@ def plan_reads(
             remaining -= count
             if count == 0:
                 continue
+        if file.kind == "parquet" and file.size > chunk_bytes:
+            segments.extend(_parquet_segments(file, chunk_bytes, end))
+            continue
         if file.kind == "jsonl" and compression is None and file.size > chunk_bytes:
             compression = sniff_compression(file.path)
         if file.kind == "jsonl" and compression is None:
@@ -454,6 +458,37 @@ def plan_reads(
     if pack:
         tasks.append(ReadTask(data=pack, index=len(tasks)))
     return tasks
+
+
+def _parquet_segments(
+    file: InputFile, chunk_bytes: int, end: int | None
+) -> list[tuple[Segment, int]]:
+    """A Parquet file as runs of whole row groups of about ``chunk_bytes`` (their sizes in
+    its footer), rows ``[start, end)`` each, up to row ``end``: read whole by one task, a
+    1 GB file grew its worker's memory with the file."""
+    import pyarrow.parquet as pq
+
+    with open_input(file.path) as stream:
+        meta = pq.ParquetFile(stream).metadata
+    runs: list[tuple[int, int, int]] = []  # (first row, last row, bytes)
+    first = rows = size = 0
+    for i in range(meta.num_row_groups):
+        if end is not None and rows >= end:
+            break
+        group = meta.row_group(i)
+        nbytes = sum(group.column(j).total_compressed_size for j in range(group.num_columns))
+        if rows > first and size + nbytes > chunk_bytes:
+            runs.append((first, rows, size))
+            first, size = rows, 0
+        rows += group.num_rows
+        size += nbytes
+    runs.append((first, rows, size))
+    pieces = []
+    for chunk, (start, stop, size) in enumerate(runs):
+        last = end if chunk == len(runs) - 1 else stop  # the last run reads to the end
+        segment = Segment(file.path, file.index, "parquet", None, start, last, chunk)
+        pieces.append((segment, max(1, size)))
+    return pieces
 
 
 def _limit_end(file: InputFile, compression: Compression, wanted: int) -> tuple[int | None, int]:
@@ -875,12 +910,13 @@ class TextReader(ProcessingStage[ReadTask, DocumentBatch]):
 
         field = self.text_field
         base = segment.file_index << OFFSET_BITS
-        row = 0
+        row = first = segment.start
         try:
             with open_input(segment.path) as stream:
                 parquet = pq.ParquetFile(stream)
                 names = parquet.schema_arrow.names
-                for batch in parquet.iter_batches(batch_size=8192):
+                groups = _row_groups(parquet.metadata, segment.start, segment.end)
+                for batch in parquet.iter_batches(batch_size=8192, row_groups=groups):
                     table = pa.Table.from_batches([batch])
                     if segment.end is not None and row + table.num_rows > segment.end:
                         table = table.slice(0, segment.end - row)
@@ -936,8 +972,19 @@ class TextReader(ProcessingStage[ReadTask, DocumentBatch]):
         except Exception as exc:  # noqa: BLE001 - a file's problem never stops the task
             out.file_errors.append(_file_error(segment, row, exc))
         out.segments.append(
-            {"file_index": segment.file_index, "chunk": segment.chunk, "lines": row}
+            {"file_index": segment.file_index, "chunk": segment.chunk, "lines": row - first}
         )
+
+
+def _row_groups(meta: Any, start: int, end: int | None) -> list[int]:
+    """The row groups holding rows ``[start, end)`` (a segment starts on one's first row)."""
+    groups, first = [], 0
+    for i in range(meta.num_row_groups):
+        rows = meta.row_group(i).num_rows
+        if first + rows > start and (end is None or first < end):
+            groups.append(i)
+        first += rows
+    return groups
 
 
 _MISSING = object()

@@ -329,6 +329,27 @@ def test_truncated_gzip_keeps_the_lines_before_the_break(tmp_path: Path) -> None
     assert "EOFError" in error["reason"] and "truncated" in error["reason"]
 
 
+def test_a_big_parquet_file_is_read_in_runs_of_row_groups(tmp_path: Path) -> None:
+    """It was one task whatever its size: a 1 GB file's worker grew with the file."""
+    path = tmp_path / "big.parquet"
+    texts = [f"document {i} " + "z" * (i % 50) if i % 97 else None for i in range(4000)]
+    pq.write_table(pa.table({"text": texts, "k": range(4000)}), path, row_group_size=500)
+    got = read_all(path, chunk_bytes=path.stat().st_size // 3)
+    assert 3 <= len(got["tasks"]) <= 8
+    starts = [s.start for t in got["tasks"] for s in t.data]
+    assert starts[0] == 0 and all(start % 500 == 0 for start in starts)
+    whole = read_all(path)
+    assert len(whole["tasks"]) == 1
+    # the same documents, ids and malformed rows (numbered in the file) as read whole
+    assert got["rows"] == whole["rows"] and [r["k"] for r in got["rows"]][:3] == [1, 2, 3]
+    assert [m["row"] for m in got["malformed"]] == list(range(0, 4000, 97))
+    assert got["counts"] == whole["counts"]
+    # --limit: the first 1,234 rows only, across the runs
+    limited = plan_reads(list_inputs(path).files, path.stat().st_size // 3, limit=1234)
+    read = [b for t in limited for b in TextReader().process(t)]
+    assert sum(b.num_items for b in read) == 1234 - len(range(0, 1234, 97))
+
+
 def test_parquet_rows_without_text_are_malformed_by_row(tmp_path: Path) -> None:
     pq.write_table(pa.table({"text": ["a", None, "c"], "k": [1, 2, 3]}), tmp_path / "a.parquet")
     pq.write_table(pa.table({"body": ["x", "y"]}), tmp_path / "b.parquet")
