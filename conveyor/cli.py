@@ -12,6 +12,7 @@ import typer
 
 import conveyor
 from conveyor.cli_common import (
+    LIVE,
     METRICS_PORT,
     REPORT,
     CheckedCommand,
@@ -72,7 +73,6 @@ def main(
             stream.reconfigure(errors="backslashreplace")
 
 
-_LIVE = Annotated[bool, typer.Option("--live/--no-live", help="Show the live per-stage view.")]
 _CPUS = Annotated[
     float | None,
     typer.Option(min=0.5, help="CPUs the local backend may use.", show_default="this machine's"),
@@ -89,7 +89,7 @@ def demo(
         typer.Option(help="Where input/ and output/ go.", show_default="<tmp>/conveyor-demo"),
     ] = None,
     executor: _EXECUTOR = ExecutorChoice.streaming,
-    live: _LIVE = True,
+    live: LIVE = True,
     seed: Annotated[int, typer.Option(min=0, help="Seed of the generated videos.")] = 0,
     cpus: _CPUS = None,
     metrics_port: METRICS_PORT = None,
@@ -139,7 +139,7 @@ def text_demo(
         int, typer.Option(min=1, max=100_000, help="Documents per file.")
     ] = 200,
     executor: _EXECUTOR = ExecutorChoice.streaming,
-    live: _LIVE = True,
+    live: LIVE = True,
     seed: Annotated[int, typer.Option(help="Seed of the generated corpus.")] = 0,
     cpus: _CPUS = None,
     metrics_port: METRICS_PORT = None,

@@ -345,6 +345,13 @@ def hold_output(
         yield
 
 
+LIVE = Annotated[
+    bool,
+    typer.Option(
+        "--live/--no-live",
+        help="Live per-stage view (without it, or off a terminal: a line of totals every 30 s).",
+    ),
+]
 METRICS_PORT = Annotated[
     int | None,
     typer.Option(

@@ -19,6 +19,7 @@ from conveyor.cli_common import (
     BACKEND,
     CPUS,
     GPUS,
+    LIVE,
     MEMORY_GB,
     METRICS_PORT,
     REPORT,
@@ -148,7 +149,7 @@ def image(
     overwrite: Annotated[
         bool, typer.Option("--overwrite", help="Delete OUTPUT's earlier results first.")
     ] = False,
-    live: Annotated[bool, typer.Option("--live/--no-live", help="Live per-stage view.")] = True,
+    live: LIVE = True,
     metrics_port: METRICS_PORT = None,
     report: REPORT = True,
 ) -> None:

@@ -18,6 +18,7 @@ from conveyor.cli_common import (
     ADDRESS,
     BACKEND,
     CPUS,
+    LIVE,
     MEMORY_GB,
     METRICS_PORT,
     REPORT,
@@ -197,7 +198,7 @@ def text(
         float,
         typer.Option(min=0.001, help="Input MB per task (and roughly per output shard)."),
     ] = 16.0,
-    live: Annotated[bool, typer.Option("--live/--no-live", help="Live per-stage view.")] = True,
+    live: LIVE = True,
     metrics_port: METRICS_PORT = None,
     report: REPORT = True,
 ) -> None:

@@ -20,6 +20,7 @@ from conveyor.cli_common import (
     BACKEND,
     CPUS,
     GPUS,
+    LIVE,
     MEMORY_GB,
     METRICS_PORT,
     REPORT,
@@ -307,7 +308,7 @@ def video(
             show_default="OUTPUT/.conveyor/journal; none for a bucket OUTPUT or ray-data",
         ),
     ] = None,
-    live: Annotated[bool, typer.Option("--live/--no-live", help="Live per-stage view.")] = True,
+    live: LIVE = True,
     metrics_port: METRICS_PORT = None,
     report: REPORT = True,
 ) -> None:

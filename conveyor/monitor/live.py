@@ -2,8 +2,8 @@
 
 It answers the question one asks while a pipeline runs: which stage is the bottleneck (its
 queue grows, its workers are all busy) and is the autoscaler doing something about it (target
-above ready). Without a terminal it stays quiet and prints one final table at the end, so logs
-of batch jobs and CI get the numbers without a wall of redraws.
+above ready). Without a terminal it prints a line of totals now and then and one final table
+at the end, so logs of batch jobs and CI get the numbers without a wall of redraws.
 """
 
 from __future__ import annotations
@@ -63,7 +63,8 @@ class LiveView:
     The controller calls ``on_end`` also when a run fails or is stopped early; ``close()`` (or
     using the view as a context manager) restores the terminal if it never started.
     ``extra`` returns one more line to show under the table (a pipeline's own progress, such
-    as clips written).
+    as clips written). Not animating, it prints the totals (and ``extra``) as one line every
+    ``progress_s`` seconds (None: never): a job's log said nothing for 13 minutes.
     """
 
     def __init__(
@@ -75,9 +76,12 @@ class LiveView:
         window_s: float = 3.0,
         transient: bool = False,
         extra: Callable[[], str] | None = None,
+        progress_s: float | None = 30.0,
     ) -> None:
         if refresh_per_second <= 0:
             raise ValueError(f"LiveView: refresh_per_second must be > 0, got {refresh_per_second}")
+        if progress_s is not None and not progress_s > 0:
+            raise ValueError(f"LiveView: progress_s must be None or > 0, got {progress_s}")
         if window_s <= 0:
             raise ValueError(f"LiveView: window_s must be > 0, got {window_s}")
         self.console = console or Console()
@@ -90,6 +94,8 @@ class LiveView:
         self.window_s = window_s
         self.transient = transient
         self.extra = extra
+        self.progress_s = progress_s
+        self._last_line = 0.0
         self.pipeline = ""
         self.stages: list[str] = []
         self.snapshot: RunSnapshot | None = None
@@ -107,6 +113,7 @@ class LiveView:
         self.result = None
         self._history = {name: deque() for name in stages}
         self._last_draw = float("-inf")
+        self._last_line = 0.0
         if self.animate:
             self._live = Live(
                 self._waiting(),
@@ -128,6 +135,14 @@ class LiveView:
         if self._live is not None and snapshot.elapsed_s - self._last_draw >= self.refresh_s:
             self._last_draw = snapshot.elapsed_s
             self._live.update(self.render(), refresh=True)
+        elif (
+            not self.animate
+            and self.progress_s is not None
+            and snapshot.elapsed_s - self._last_line >= self.progress_s
+        ):
+            self._last_line = snapshot.elapsed_s
+            line = " | ".join(t.plain for t in self._lines(self._totals_line(snapshot), ""))
+            self.console.print(f"{snapshot.pipeline}: {line}", soft_wrap=True, highlight=False)
 
     def on_end(self, result: RunResult) -> None:
         self.result = result

@@ -119,6 +119,24 @@ def test_without_a_terminal_ticks_are_silent_and_the_end_prints_one_table() -> N
     assert "outputs 6 | filtered 3 | failed 1" in out
 
 
+def test_without_a_terminal_a_line_of_totals_comes_every_progress_s() -> None:
+    """A job's log (stdout not a terminal) said nothing for 13 minutes of a long run."""
+    console = _console()
+    view = LiveView(console=console, progress_s=30, extra=lambda: "clips made 12")
+    view.on_start("demo", STAGES)
+    for t in (0.0, 10.0, 29.0, 31.0, 45.0, 62.0, 70.0):
+        view.on_tick(_snap(t, _stage("read", tasks_in=int(t), failed=int(t > 60))))
+    assert _text(console).splitlines() == [
+        "demo: elapsed 31.0s | inputs 10 | outputs 3 | filtered 0 | failed 0 | clips made 12",
+        "demo: elapsed 62.0s | inputs 10 | outputs 3 | filtered 0 | failed 1 | clips made 12",
+    ]
+    quiet = _console()
+    view = LiveView(console=quiet, progress_s=None)
+    view.on_start("demo", STAGES)
+    view.on_tick(_snap(100.0, _stage("read")))
+    assert _text(quiet) == ""
+
+
 def test_live_table_shows_workers_queue_rates_and_totals() -> None:
     view = LiveView(console=_console(), live=False, window_s=3.0)
     _run_ticks(view)
@@ -219,6 +237,8 @@ def test_settings_are_validated() -> None:
         LiveView(refresh_per_second=0)
     with pytest.raises(ValueError, match="window_s must be > 0"):
         LiveView(window_s=-1)
+    with pytest.raises(ValueError, match="progress_s must be None or > 0"):
+        LiveView(progress_s=0)
 
 
 @pytest.mark.parametrize(
