@@ -439,7 +439,7 @@ class LocalBackend:
                 continue
             if worker.exit_reason is None and now - worker.closed_at < EXIT_STATUS_WAIT_S:
                 continue
-            reason = worker.exit_reason or "its connection closed"
+            reason = worker.exit_reason or "closed its connection (no exit status came)"
             self._drop(worker)
             if worker.stopping:
                 self._events.append(WorkerStopped(worker.worker_id))
