@@ -280,24 +280,23 @@ class RayDataRun:
         result.stats = stats
         names = [s.name for s in self.specs]
         outputs = 0
-        rows = self._source()
-        result.counts = {
-            "inputs": len(rows),
-            "outputs": 0,
-            "filtered": 0,
-            "failed": 0,
-            "skipped": 0,
-        }
-        if not rows:  # nothing to do: no cluster is started (a private one takes seconds)
-            result.completed = True
-            result.wall_s = result.startup_s = time.perf_counter() - t0
-            return
-        executor.connection.connect()
         context = ray.data.DataContext.get_current()
         saved = (context.enable_progress_bars, context.verbose_stats_logs)
         context.enable_progress_bars = executor.progress_bars
         context.verbose_stats_logs = False
         try:
+            rows = self._source()
+            result.counts = {
+                "inputs": len(rows),
+                "outputs": 0,
+                "filtered": 0,
+                "failed": 0,
+                "skipped": 0,
+            }
+            if not rows:  # nothing to do: no cluster is started (a private one takes seconds)
+                result.completed = True
+                return
+            executor.connection.connect()
             self._check_fits()
             for spec in self.specs:
                 _warn_unhonoured(spec)

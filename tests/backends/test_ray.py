@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -1052,18 +1053,28 @@ def test_actors_carry_their_stage_and_worker_and_sidestep_a_taken_name(address: 
             record = ray._private.state.actors(actor_id=actor._actor_id.hex())
             seen[record["Name"]] = record["ActorClassName"]
 
+    done = threading.Event()
+
+    def watch() -> None:
+        # looked up all along (it was at each output: under load the first stage had done
+        # all its inputs, and retired its worker, before the first output came)
+        while not done.is_set():
+            for name in ray.util.list_named_actors():
+                if name not in seen:
+                    look(name)
+            done.wait(0.05)
+
+    watcher = threading.Thread(target=watch)
     try:
         stages = [st.Slow("first stage", 0.05).with_(num_workers=1), st.Slow("b.2", 0.01)]
         stream = Pipeline("p", stages).stream(StreamingExecutor(backend), range(12))
-        outputs = []
+        watcher.start()
         with stream:
-            # looked up at every output: a stage whose inputs are all done retires its workers
-            for output in stream:
-                outputs.append(output)
-                for name in ray.util.list_named_actors():
-                    if name not in seen:
-                        look(name)
+            outputs = list(stream)
     finally:
+        done.set()
+        if watcher.is_alive():
+            watcher.join()
         ray.kill(taken)
     assert sorted(outputs) == list(range(12))
     assert seen["first_stage-0"] == "Holder"  # the taken name stayed the holder's
