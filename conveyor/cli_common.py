@@ -139,7 +139,13 @@ class CheckedCommand(TyperCommand):
 
     def invoke(self, ctx: click.Context) -> Any:
         with _stop_on_signals():
-            return self._invoke_checked(ctx)
+            try:
+                return self._invoke_checked(ctx)
+            except KeyboardInterrupt as exc:  # a command that does not say it itself
+                if not _received:
+                    raise  # Ctrl-C: Typer's exit 130
+                typer.echo("interrupted", err=True)
+                raise typer.Exit(code=stopped_code(exc)) from None
 
     def _invoke_checked(self, ctx: click.Context) -> Any:
         for param in self.params:
@@ -170,8 +176,15 @@ class Stopped(KeyboardInterrupt):
 
 
 def stopped_code(exc: KeyboardInterrupt) -> int:
-    """The exit status of a command stopped by ``exc``: 128 + its signal (130 for Ctrl-C)."""
-    return 128 + int(getattr(exc, "signum", signal.SIGINT))
+    """The exit status of a command stopped by ``exc``: 128 + its signal (130 for Ctrl-C).
+    The signal is the one received, whatever carried it out (Ray's waits raise a plain
+    ``KeyboardInterrupt`` in place of the handler's ``Stopped``)."""
+    signum = getattr(exc, "signum", None) or (_received[-1] if _received else signal.SIGINT)
+    return 128 + int(signum)
+
+
+#: the stop signals received while a command runs (``_stop_on_signals``)
+_received: list[int] = []
 
 
 #: the signals a command stops on as on Ctrl-C
@@ -186,8 +199,10 @@ def _stop_on_signals() -> Iterator[None]:
         return
 
     def stop(signum: int, _frame: Any) -> None:
+        _received.append(signum)
         raise Stopped(signum)
 
+    _received.clear()
     saved = {sig: signal.signal(sig, stop) for sig in STOP_SIGNALS}
     try:
         yield

@@ -226,3 +226,26 @@ def test_sigterm_or_sighup_to_the_group_stops_a_run_as_ctrl_c_does(
     time.sleep(0.5)
     assert not [p for p in workers if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     assert not list(Path("/dev/shm").glob(f"conveyor-{proc.pid}-*"))
+
+
+def test_a_command_without_its_own_stop_message_exits_by_the_signal(tmp_path: Path) -> None:
+    """``conveyor simulate``, ``demo``, ``dedup``: Typer took SIGTERM's stop for Ctrl-C's
+    (exit 130, and "finished" in the view)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "conveyor", "simulate", "hour_2000gpu", "--out", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=_signals_as_in_a_terminal,
+    )
+    try:
+        time.sleep(3)  # started: the scenario's virtual hour takes tens of seconds
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGTERM)
+        output, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + signal.SIGTERM, output
+    assert output.rstrip().endswith("interrupted")

@@ -66,7 +66,9 @@ DRIVER_GONE_GRACE_S = 2.0
 #: the signal the root gets when its parent (thread) exits; caught, so it can clean up
 DRIVER_SIGNAL = signal.SIGUSR1
 #: signals a whole process group gets (Ctrl-C, a closed terminal, a scheduler's stop) that
-#: are the driver's to act on: a root killed by one left the run's shared memory behind
+#: are the driver's to act on: a root killed by one left the run's shared memory behind.
+#: Hosts and workers take SIGTERM and SIGHUP back (``_stoppable``), so that what a stage
+#: starts (in ``setup_on_node`` too) stops when told (``Popen.terminate``).
 DRIVERS_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _PR_SET_PDEATHSIG = 1
 _libc: Any = None
@@ -285,6 +287,13 @@ def worker_main(fd: int, runner: StageRunner, store: ShmStore) -> int:
             send(pickle.dumps(Stopped()))
 
 
+def _stoppable() -> None:
+    """SIGTERM and SIGHUP back to their defaults in a host or a worker (the root ignores
+    them): a stage's own processes inherit what it ignores."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 # -- processes that fork -----------------------------------------------------------------
 class _Forker:
     """A single-threaded process that forks children and reaps them as they exit."""
@@ -296,8 +305,7 @@ class _Forker:
         os.set_blocking(self.wake_w, False)
         signal.set_wakeup_fd(self.wake_w)
         signal.signal(signal.SIGCHLD, lambda *_: None)
-        for sig in DRIVERS_SIGNALS:
-            signal.signal(sig, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     def in_child(self) -> None:
         """What a fresh child must drop: this process's control socket and signal plumbing."""
@@ -434,9 +442,7 @@ class StageHost(_Forker):
                 if not die_with_parent(signal.SIGKILL, host):
                     return  # the host is already gone
                 self.in_child()
-                # a stage's own processes must stop when told (``Popen.terminate``)
-                signal.signal(signal.SIGTERM, signal.SIG_DFL)
-                signal.signal(signal.SIGHUP, signal.SIG_DFL)
+                _stoppable()
                 os.environ.update(env)
                 runner = StageRunner(self.stage, info.stage, info)
                 code = worker_main(fd, runner, ShmStore(self.store_root, info.worker_id))
@@ -489,6 +495,8 @@ class Root(_Forker):
 
     def __init__(self, ctrl: socket.socket, driver: int) -> None:
         super().__init__(ctrl)
+        for sig in DRIVERS_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
         self.driver = driver
         self.driver_gone = False
         self.store_root: str | None = None
@@ -586,6 +594,7 @@ class Root(_Forker):
                     return  # the root is already gone
                 signal.signal(DRIVER_SIGNAL, signal.SIG_DFL)
                 self.in_child()
+                _stoppable()
                 host = StageHost(
                     socket.socket(fileno=fd),
                     name,

@@ -270,7 +270,7 @@ def run_demo(
     pipeline = build_pipeline(input_dir, output_dir, files_per_partition)
     backend = LocalBackend(num_cpus=cpus)
     declared = backend.num_cpus
-    views = [LiveView(console=console, live=None if live else False)] if live else []
+    views = [LiveView(console=console, live=None if live else False)]
     run_executor = _make_executor(executor, backend, [*views, *monitors])
     console.print(
         f"[bold]Conveyor demo[/]: {sample.documents:,} documents in {len(sample.files)} files "

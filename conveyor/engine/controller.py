@@ -278,16 +278,21 @@ class Controller:
         backend = self.backend
         self._t0 = backend.now()
         try:
+            for monitor in self.monitors:  # a slow first source shows the run starting
+                monitor.on_start(self.pipeline_name, [s.spec.name for s in self.stages])
             # the first source to run is known before the backend starts: a run with nothing
             # to do (every source finished by an earlier run, or none given) starts no
             # workers, and no cluster (a private Ray one took 9 s to find nothing to do)
-            self._ahead = self._next_source()
+            try:
+                self._ahead = self._next_source()
+            except BaseException:
+                self._started_without_backend()  # the source's error is logged
+                raise
             if self._ahead is None:
-                self._begin_idle()
+                self._started_without_backend()
                 self._finish(completed=True)
                 return
             backend.open()
-            self._t0 = backend.now()
             self._begin()  # the cluster in the ledger, the first targets and workers
             while True:
                 self._admit()
@@ -346,10 +351,9 @@ class Controller:
         self.outputs += 1
         return handle.label, output
 
-    def _begin_idle(self) -> None:
-        """The start of a run with no source to run: told to the monitors, no backend."""
-        for monitor in self.monitors:
-            monitor.on_start(self.pipeline_name, [s.spec.name for s in self.stages])
+    def _started_without_backend(self) -> None:
+        """The start of a run that ends before its backend starts (nothing to run, or its
+        source failed at once), for the event log."""
         if self._listeners:
             self._emit(self._run_started([]))
         self._update_done()
@@ -366,8 +370,6 @@ class Controller:
         )
         self.base_budget = budget
         self.budgets = [budget] * (n + 1)
-        for monitor in self.monitors:
-            monitor.on_start(self.pipeline_name, [s.spec.name for s in self.stages])
         if self._listeners:
             self._emit(self._run_started(nodes))
         self._admit()

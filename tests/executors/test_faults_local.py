@@ -451,6 +451,42 @@ def test_a_script_stopped_by_its_group_s_signal_leaves_no_shared_memory(
     assert not [p for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 
 
+class StopsItsOwnProcess(ProcessingStage[int, int]):
+    """Starts a process where a stage may (setup_on_node in its host, setup and process in
+    a worker) and tells it to stop, as a stage that runs a tool under a deadline does."""
+
+    resources = Resources(cpus=0.5)
+
+    def __init__(self, out: str) -> None:
+        self.out = out
+
+    def _stop_one(self, where: str) -> None:
+        proc = subprocess.Popen(["sleep", "60"])
+        proc.terminate()
+        try:
+            code = proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            code = "ignored SIGTERM"
+        Path(self.out, where).write_text(str(code))
+
+    def setup_on_node(self, node: Any, worker: Any) -> None:
+        self._stop_one("setup_on_node")
+
+    def process(self, task: int) -> int:
+        self._stop_one("process")
+        return task
+
+
+def test_what_a_stage_starts_stops_when_told(tmp_path: Path) -> None:
+    """The local backend's root and hosts leave SIGTERM and SIGHUP to the driver: a process
+    started in setup_on_node inherited the ignoring, and Popen.terminate() did nothing."""
+    stage = StopsItsOwnProcess(str(tmp_path))
+    Pipeline("p", [stage]).run(StreamingExecutor(LocalBackend(num_cpus=1)), [1])
+    got = {p.name: p.read_text() for p in tmp_path.iterdir()}
+    assert got == {"setup_on_node": str(-signal.SIGTERM), "process": str(-signal.SIGTERM)}
+
+
 def test_permanent_error_fails_at_once_without_hurting_batch_mates() -> None:
     from conveyor import PermanentError
 

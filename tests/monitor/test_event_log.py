@@ -218,3 +218,21 @@ def test_failures_found_in_the_data_are_added_after_the_run(tmp_path: Path) -> N
     assert log.report_path == first and first.exists()
     assert "1 bad inputs" in first.read_text()
     assert load_events(tmp_path).runs[-1].failures[-1]["task"] == "a.mp4"
+
+
+def test_a_source_failing_at_once_is_logged(tmp_path: Path) -> None:
+    """Its first item is taken before the backend starts: the run's start went unlogged, so
+    the event log (and report) of a run whose listing failed at once was not written."""
+
+    def listing() -> Any:
+        raise OSError("the bucket refused the listing")
+        yield  # a generator
+
+    double = processing_stage(lambda x: 2 * x, name="double", resources=Resources(cpus=0.5))
+    log = EventLog(tmp_path, report=True)
+    executor = StreamingExecutor(LocalBackend(num_cpus=1), monitors=[log])
+    with pytest.raises(OSError, match="refused the listing"):
+        Pipeline("listed", [double]).run(executor, listing())
+    types = [e["type"] for e in _lines(tmp_path)]
+    assert types[0] == "run_start" and types[-1] == "run_end"
+    assert (tmp_path / "report.html").exists()

@@ -468,8 +468,11 @@ def _parquet_segments(
     1 GB file grew its worker's memory with the file."""
     import pyarrow.parquet as pq
 
-    with open_input(file.path) as stream:
-        meta = pq.ParquetFile(stream).metadata
+    try:
+        with open_input(file.path) as stream:
+            meta = pq.ParquetFile(stream).metadata
+    except (OSError, ValueError):  # not Parquet, cut short: its reader says so, for it alone
+        return [(Segment(file.path, file.index, "parquet", None, 0, end, 0), file.size)]
     runs: list[tuple[int, int, int]] = []  # (first row, last row, bytes)
     first = rows = size = 0
     for i in range(meta.num_row_groups):
@@ -497,8 +500,11 @@ def _limit_end(file: InputFile, compression: Compression, wanted: int) -> tuple[
     if file.kind == "parquet":
         import pyarrow.parquet as pq
 
-        with open_input(file.path) as stream:
-            rows = pq.ParquetFile(stream).metadata.num_rows
+        try:
+            with open_input(file.path) as stream:
+                rows = pq.ParquetFile(stream).metadata.num_rows
+        except (OSError, ValueError):  # its reader says what is wrong, for it alone
+            return None, 1
         return (None, rows) if rows <= wanted else (wanted, wanted)
     count = pos = 0
     with _jsonl_stream(file.path, compression) as (stream, _):

@@ -350,6 +350,20 @@ def test_a_big_parquet_file_is_read_in_runs_of_row_groups(tmp_path: Path) -> Non
     assert sum(b.num_items for b in read) == 1234 - len(range(0, 1234, 97))
 
 
+@pytest.mark.parametrize("limit", [None, 700])
+def test_a_big_file_that_is_no_parquet_fails_alone(tmp_path: Path, limit: int | None) -> None:
+    """Its footer, read to cut it into runs of row groups (or to count its rows for
+    --limit), failed the listing task: the whole run, its good files with it."""
+    pq.write_table(pa.table({"text": ["w " * 80] * 600}), tmp_path / "good.parquet")
+    (tmp_path / "junk.parquet").write_bytes(os.urandom(20_000))
+    tasks = plan_reads(list_inputs(tmp_path).files, 5_000, limit=limit)
+    stage = TextReader()
+    batches = [b for t in tasks for b in stage.process(t)]
+    assert sum(b.num_items for b in batches) == 600
+    errors = [e for b in batches for e in b.metadata.get(FILE_ERRORS, [])]
+    assert [Path(e["file"]).name for e in errors] == ["junk.parquet"]
+
+
 def test_parquet_rows_without_text_are_malformed_by_row(tmp_path: Path) -> None:
     pq.write_table(pa.table({"text": ["a", None, "c"], "k": [1, 2, 3]}), tmp_path / "a.parquet")
     pq.write_table(pa.table({"body": ["x", "y"]}), tmp_path / "b.parquet")
