@@ -325,6 +325,30 @@ def _ctrl_c_as_in_a_terminal() -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
+def _running(script: Path, *args: str, stderr: Any = None) -> subprocess.Popen[str]:
+    """``script`` in a session of its own, started as a terminal starts it (Ctrl-C handled:
+    a signal ignored or blocked in this pytest process, by a library an earlier test
+    loaded, would be inherited, and Python then installs no KeyboardInterrupt at all: the
+    run was seen going on untouched in full runs of the suite, never alone), once it has
+    printed "running"."""
+    proc = subprocess.Popen(
+        [sys.executable, str(script), *args],
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        text=True,
+        start_new_session=True,
+        preexec_fn=_ctrl_c_as_in_a_terminal,
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "running"
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+    return proc
+
+
 def test_ctrl_c_stops_every_worker(tmp_path: Path) -> None:
     script = tmp_path / "long.py"
     script.write_text(
@@ -352,21 +376,8 @@ def test_ctrl_c_stops_every_worker(tmp_path: Path) -> None:
     """)
     )
     stderr = tmp_path / "stderr"
-    proc = subprocess.Popen(
-        [sys.executable, str(script), str(tmp_path)],
-        stdout=subprocess.PIPE,
-        stderr=stderr.open("w"),
-        text=True,
-        start_new_session=True,
-        # as a terminal starts it: Ctrl-C handled. A signal ignored or blocked in this pytest
-        # process (a library loaded by an earlier test in the same process) would be
-        # inherited, and Python then installs no KeyboardInterrupt at all: the run was seen
-        # going on untouched in full runs of the suite, never alone
-        preexec_fn=_ctrl_c_as_in_a_terminal,
-    )
+    proc = _running(script, str(tmp_path), stderr=stderr.open("w"))
     try:
-        assert proc.stdout is not None
-        assert proc.stdout.readline().strip() == "running"
         tree = psutil.Process(proc.pid).children(recursive=True)
         assert tree, "the run should have worker processes"
         os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
@@ -425,16 +436,8 @@ def test_a_script_stopped_by_its_group_s_signal_leaves_no_shared_memory(
                 print("running", flush=True)
     """)
     )
-    proc = subprocess.Popen(
-        [sys.executable, str(script)],
-        stdout=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-        preexec_fn=_ctrl_c_as_in_a_terminal,
-    )
+    proc = _running(script)
     try:
-        assert proc.stdout is not None
-        assert proc.stdout.readline().strip() == "running"
         tree = psutil.Process(proc.pid).children(recursive=True)
         assert list(Path("/dev/shm").glob(f"conveyor-{proc.pid}-*")), "the run's payloads"
         os.killpg(proc.pid, sig)

@@ -210,17 +210,22 @@ def test_batch_executor_runs_one_stage_at_a_time() -> None:
     assert len(streamed.outputs) == len(result.outputs) == 20
 
 
+#: a script's own stage, as a user writes one (no ``if __name__ == "__main__"`` guard)
+SQUARE = (
+    "from conveyor import Pipeline, ProcessingStage, Resources\n"
+    "from conveyor.backends import LocalBackend\n"
+    "from conveyor.executors import StreamingExecutor\n"
+    "class Square(ProcessingStage):\n"
+    "    resources = Resources(cpus=0.5)\n"
+    "    def process(self, x):\n"
+    "        return x * x\n"
+)
+
+
 def test_stage_defined_in_a_script_main_without_guard(tmp_path: Any) -> None:
     script = tmp_path / "script.py"
     script.write_text(
-        "from conveyor import Pipeline, ProcessingStage, Resources\n"
-        "from conveyor.backends import LocalBackend\n"
-        "from conveyor.executors import StreamingExecutor\n"
-        "class Square(ProcessingStage):\n"
-        "    resources = Resources(cpus=0.5)\n"
-        "    def process(self, x):\n"
-        "        return x * x\n"
-        "result = Pipeline('s', [Square()]).run(\n"
+        SQUARE + "result = Pipeline('s', [Square()]).run(\n"
         "    StreamingExecutor(LocalBackend(num_cpus=2)), initial_tasks=range(5))\n"
         "print(sorted(result.outputs))\n"
     )
@@ -289,14 +294,7 @@ def test_a_script_leaving_a_stream_open_exits_cleanly(tmp_path: Path) -> None:
 
     script = tmp_path / "open.py"
     script.write_text(
-        "from conveyor import Pipeline, ProcessingStage, Resources\n"
-        "from conveyor.backends import LocalBackend\n"
-        "from conveyor.executors import StreamingExecutor\n"
-        "class Square(ProcessingStage):\n"
-        "    resources = Resources(cpus=0.5)\n"
-        "    def process(self, x):\n"
-        "        return x * x\n"
-        "executor = StreamingExecutor(LocalBackend(num_cpus=2))\n"
+        SQUARE + "executor = StreamingExecutor(LocalBackend(num_cpus=2))\n"
         "stream = Pipeline('s', [Square()]).stream(executor, initial_tasks=range(1000))\n"
         "print(next(stream) >= 0)\n"
     )
