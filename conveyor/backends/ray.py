@@ -637,6 +637,18 @@ class RayConnection:
             if not self.holds:
                 self.disconnect()
 
+    def answers(self, timeout_s: float = 2.0) -> bool:
+        """Whether the cluster's GCS answers within ``timeout_s``: a signal to the driver's
+        whole process group (``timeout``, a scheduler's stop) reaches a private cluster's
+        processes too, and its GCS, alive, stopped answering; every call to it then waited
+        60 s, and Ray ended the driver with exit 1."""
+        try:
+            client = ray._private.worker.global_worker.gcs_client
+            client.internal_kv_get(b"conveyor-probe", None, timeout=timeout_s)
+        except Exception:  # noqa: BLE001 - a timeout, a closed channel: no answer
+            return False
+        return True
+
     def disconnect(self) -> None:
         """Stop the private cluster (unless ``held``); a joined cluster's connection stays
         for the next run."""
@@ -1387,11 +1399,12 @@ class RayBackend:
         if not self._open:
             return
         try:
-            for worker_id in list(self._workers):
-                self.stop_worker(worker_id)
-            deadline = time.monotonic() + grace_s
-            while self._workers and time.monotonic() < deadline:
-                self.poll(0.05)
+            if self.connection.answers():
+                for worker_id in list(self._workers):
+                    self.stop_worker(worker_id)
+                deadline = time.monotonic() + grace_s
+                while self._workers and time.monotonic() < deadline:
+                    self.poll(0.05)
             for worker in list(self._workers.values()):
                 self._gone(worker, WorkerStopped(worker.worker_id))
         finally:

@@ -1292,3 +1292,23 @@ def test_private_cluster_shows_its_dashboard_stage_actors_and_no_death_messages(
     console = out.stdout + out.stderr
     assert "A worker died" not in console and "(raylet)" not in console
     assert "'sleepy stage': a batch of 1 input ran" in out.stderr  # our notice stays
+
+
+def test_a_cluster_whose_gcs_stopped_answering_is_not_asked_to_stop_its_workers(
+    address: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A signal to the driver's whole process group reaches a private cluster's processes:
+    its GCS, alive, stopped answering, each stop waited 60 s on it, and Ray ended the driver
+    with exit 1 (`timeout`, a scheduler's stop). Its workers are now left to the cluster's
+    end; a cluster that answers is asked as before."""
+    backend = RayBackend(address)
+    result = Pipeline("p", [st.Slow("s", 0.0)]).run(StreamingExecutor(backend), range(3))
+    assert sorted(result.outputs) == [0, 1, 2]
+    assert backend.connection.answers()
+
+    class Silent:
+        def internal_kv_get(self, *args: Any, **kwargs: Any) -> None:
+            raise TimeoutError("no answer within 2 s")
+
+    monkeypatch.setattr(ray._private.worker.global_worker, "gcs_client", Silent())
+    assert not backend.connection.answers()
