@@ -141,11 +141,11 @@ class CheckedCommand(TyperCommand):
         with _stop_on_signals():
             try:
                 return self._invoke_checked(ctx)
-            except KeyboardInterrupt as exc:  # a command that does not say it itself
+            except KeyboardInterrupt:  # a command that does not say it itself
                 if not _received:
                     raise  # Ctrl-C: Typer's exit 130
                 typer.echo("interrupted", err=True)
-                raise typer.Exit(code=stopped_code(exc)) from None
+                raise typer.Exit(code=stopped_code()) from None
 
     def _invoke_checked(self, ctx: click.Context) -> Any:
         for param in self.params:
@@ -172,15 +172,13 @@ class Stopped(KeyboardInterrupt):
 
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)
-        self.signum = signum
 
 
-def stopped_code(exc: KeyboardInterrupt) -> int:
-    """The exit status of a command stopped by ``exc``: 128 + its signal (130 for Ctrl-C).
-    The signal is the one received, whatever carried it out (Ray's waits raise a plain
-    ``KeyboardInterrupt`` in place of the handler's ``Stopped``)."""
-    signum = getattr(exc, "signum", None) or (_received[-1] if _received else signal.SIGINT)
-    return 128 + int(signum)
+def stopped_code() -> int:
+    """The exit status of a stopped command: 128 + the stop signal received (130
+    for Ctrl-C), whatever carried it out (Ray's waits raise a plain ``KeyboardInterrupt``
+    in place of the handler's ``Stopped``)."""
+    return 128 + int(_received[-1] if _received else signal.SIGINT)
 
 
 #: the stop signals received while a command runs (``_stop_on_signals``)

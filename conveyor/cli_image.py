@@ -278,10 +278,10 @@ def _run(
     )
     try:
         report = run_image(config, executor, on_output=progress.add, sources=sources)
-    except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM or SIGHUP (cli_common.Stopped)
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP (cli_common.Stopped)
         view.close()
         console.print("[yellow]interrupted[/]: run the same command again to resume")
-        raise typer.Exit(code=stopped_code(exc)) from None
+        raise typer.Exit(code=stopped_code()) from None
     except InputChanged as exc:  # refused before its part was done again: nothing changed
         view.close()
         raise _fail(str(exc)) from None

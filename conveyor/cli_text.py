@@ -381,10 +381,10 @@ def _run(
         report = run_text(
             config, executor, listing=listing, on_output=progress.add, on_pass=on_pass
         )
-    except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM or SIGHUP (cli_common.Stopped)
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP (cli_common.Stopped)
         view.close()
         console.print("[yellow]interrupted[/]: nothing was published; run the command again")
-        raise typer.Exit(code=stopped_code(exc)) from None
+        raise typer.Exit(code=stopped_code()) from None
     except (ConveyorError, OSError, ImportError, ValueError) as exc:
         view.close()
         raise _fail(str(exc), 1) from None

@@ -554,10 +554,10 @@ def _run(
         report = run_video(
             config, executor, on_output=progress.add, journal=journal, sources=sources
         )
-    except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM or SIGHUP (cli_common.Stopped)
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP (cli_common.Stopped)
         view.close()
         console.print("[yellow]interrupted[/]: run the same command again to resume")
-        raise typer.Exit(code=stopped_code(exc)) from None
+        raise typer.Exit(code=stopped_code()) from None
     except (ConveyorError, OSError, ImportError) as exc:  # OSError: e.g. a store refusing
         view.close()
         raise _fail(str(exc), 1) from None
