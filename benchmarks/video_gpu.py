@@ -501,7 +501,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     LocalBackend(num_cpus=cpus, num_gpus=gpus), monitors=monitors
                 )
             results[label] = run(label, config, executor, events)
-            figures["contenders"] = report(results, shares, gpu_count, cpus, nvdecs)
+            # a stage only the captioned contender has (the captioner) shows its own share
+            column = {**figures.get("captioned_gpu_shares", {}), **shares}
+            figures["contenders"] = report(results, column, gpu_count, cpus, nvdecs)
             if floor:
                 ours = figures["contenders"][label]["cpu_s_per_video_hour"]
                 print(f"  {label}: {ours / floor:.2f}x the CPU of libx264 alone")

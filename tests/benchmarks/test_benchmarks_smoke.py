@@ -10,6 +10,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -476,6 +477,9 @@ def test_video_gpu_runs_its_captioned_contender_end_to_end_on_a_declared_gpu(
     assert figures["x264_floor_cpu_s_per_video_hour"] > 0
     assert "the floor without NVENC" in out and "captioned: " in out
     assert "x the CPU of libx264 alone" in out
+    # the per-stage table shows the captioner's GPU share, though no other contender ran
+    share = figures["captioned_gpu_shares"]["Captioner"]
+    assert share > 0 and re.search(rf"^Captioner +{share:.4g} ", out, re.M)
 
 
 def test_the_x264_floor_is_the_encode_alone(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
