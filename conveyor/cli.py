@@ -102,9 +102,15 @@ def demo(
     from rich.console import Console
 
     from conveyor.demos.video import DEFAULT_WORKDIR, check_workdir, print_report, run_demo
+    from conveyor.pipelines.fields import package_problems
 
     console = Console()
     root = workdir or DEFAULT_WORKDIR
+    missing = package_problems(
+        [("av", "the video demo", "video"), ("torch", "its models", "video")]
+    )
+    if missing:
+        raise fail("; ".join(missing))
     try:
         check_workdir(root)
     except ValueError as exc:

@@ -16,9 +16,11 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
-import click
 import typer
 from typer.core import TyperCommand
+
+if typing.TYPE_CHECKING:  # typer carries its own click: the package may not be installed
+    import click
 
 
 class BackendChoice(StrEnum):
@@ -400,7 +402,7 @@ def run_monitors(
 
         try:
             metrics = PrometheusMonitor(port=metrics_port)
-        except OSError as exc:
+        except (OSError, ImportError) as exc:  # ImportError: no prometheus-client
             typer.echo(f"error: --metrics-port {metrics_port}: {exc}", err=True)
             raise typer.Exit(code=2) from None
         echo(f"metrics: {metrics.url}")

@@ -99,7 +99,10 @@ def text(
         bool | None, _switch("symbol-ratio", "Symbol (#, ...) to word ratio filter.")
     ] = None,
     max_symbol_ratio: Annotated[
-        float, typer.Option(min=0.0, help="Most symbols per word kept.")
+        float,
+        typer.Option(
+            min=0.0, help="Most hash marks per word kept, and most ellipses (each apart)."
+        ),
     ] = 0.1,
     ellipsis_lines: Annotated[
         bool | None, _switch("ellipsis-lines", "Lines ending in an ellipsis filter.")
@@ -119,6 +122,13 @@ def text(
             "--langid/--no-langid", help="fastText language ID (language, language_score)."
         ),
     ] = True,
+    language_field: Annotated[
+        str,
+        typer.Option(
+            help="Field the language ID writes (and NAME_score): another name where the "
+            "input has a field of that name."
+        ),
+    ] = "language",
     languages: Annotated[
         str | None,
         typer.Option(
@@ -134,9 +144,10 @@ def text(
         DedupChoice,
         typer.Option(
             case_sensitive=False,
-            help="Remove duplicate documents: exact (the same normalised text), fuzzy (MinHash "
-            "LSH, word 5-gram Jaccard) or semantic (MiniLM embeddings, cosine; slower: a "
-            "small neural network reads every document). The first in input order is kept.",
+            help="Remove duplicate documents: exact (the same text but for case and "
+            "whitespace), fuzzy (MinHash LSH, word 5-gram Jaccard) or semantic (MiniLM "
+            "embeddings, cosine; slower: a small neural network reads every document). The "
+            "first in input order is kept.",
         ),
     ] = DedupChoice.fuzzy,
     shingle_size: Annotated[
@@ -154,7 +165,11 @@ def text(
     ] = None,
     threshold: Annotated[
         float | None,
-        typer.Option(help="Fuzzy: least Jaccard similarity of duplicates.", show_default="0.8"),
+        typer.Option(
+            help="Fuzzy: least Jaccard similarity of duplicates (given alone, bands and rows "
+            "follow it).",
+            show_default="0.8",
+        ),
     ] = None,
     jaccard_check: Annotated[
         bool | None,
@@ -210,8 +225,8 @@ def text(
     del settings["ctx"]
     from rich.console import Console
 
-    from conveyor.pipelines.text import TextConfig
-    from conveyor.stages.text.readers import InputError, list_inputs, text_field_problem
+    from conveyor.pipelines.text import TextConfig, input_problem
+    from conveyor.stages.text.readers import InputError, list_inputs
     from conveyor.storage import check_output_place, location, normalize
 
     inputs = [normalize(i) for i in input]
@@ -226,6 +241,7 @@ def text(
         ctx,
         [
             (not languages, ["language_threshold"], "--languages"),
+            (not langid, ["language_field"], "--langid"),
             (off(word_count), ["min_words", "max_words"], "--word-count"),
             (off(mean_word_length), ["min_mean_word_length", "max_mean_word_length"],
              "--mean-word-length"),
@@ -264,6 +280,7 @@ def text(
             repeated_lines=repeated_lines,
             max_repeated_lines=max_repeated_lines,
             langid=langid,
+            language_field=language_field,
             languages=languages or (),
             language_threshold=language_threshold,
             dedup=dedup.value,
@@ -286,9 +303,9 @@ def text(
         raise _fail(str(exc)) from None
     except (OSError, ImportError, ValueError) as exc:  # a store refusing, unreachable, ...
         raise _fail(f"INPUT {exc}") from None
-    problem = text_field_problem(listing, config.text_field)
+    problem = input_problem(config, listing, ("--text-field", "--language-field", "--no-langid"))
     if problem:
-        raise _fail(f"{problem}: name the text field with --text-field")
+        raise _fail(problem)
     watch = (metrics_port, report, settings)
     machine = Machine(cpus, None, memory_gb)
     if backend is BackendChoice.ray:

@@ -251,3 +251,63 @@ def test_a_command_without_its_own_stop_message_exits_by_the_signal(tmp_path: Pa
             proc.wait()
     assert proc.returncode == 128 + signal.SIGTERM, output
     assert output.rstrip().endswith("interrupted")
+
+
+@pytest.mark.parametrize(
+    ("missing", "args", "message"),
+    [
+        (("av",), ["video", "{tmp}", "{out}"], "the video pipeline needs the av package"),
+        (("av",), ["demo", "--workdir", "{out}"], "the video demo needs the av package"),
+        (
+            ("fasttext",),
+            ["text", "{tmp}", "{out}", "--dedup", "none"],
+            "language identification needs the fasttext package (pip install 'conveyor[text]')",
+        ),
+        (("xxhash",), ["text", "{tmp}", "{out}", "--no-langid"], "--dedup fuzzy needs the xxhash"),
+        (("prometheus_client",), ["text", "{tmp}", "{out}", "--metrics-port", "0"], "metrics]'"),
+    ],
+)
+def test_a_missing_extra_is_named_before_anything_is_written(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    missing: tuple[str, ...],
+    args: list[str],
+    message: str,
+) -> None:
+    """Without its extra a command failed in a worker (``VideoProbe: ModuleNotFoundError:
+    No module named 'av'``, every video failed), or printed a traceback (the demo,
+    ``--metrics-port``): one line names the package and the extra, exit 2."""
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name in missing else find_spec(name, *a),
+    )
+    for name in missing:
+        monkeypatch.setitem(sys.modules, name, None)  # importing it fails as if not installed
+    (tmp_path / "a.jsonl").write_text('{"text": "a b c"}\n')
+    (tmp_path / "v.mp4").write_bytes(b"")
+    result = runner.invoke(app, [a.format(tmp=tmp_path, out=tmp_path / "out") for a in args])
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("error: ") and message in result.output, result.output
+    assert "pip install 'conveyor[" in result.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_ray_backend_without_ray_says_what_installs_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in [
+        m
+        for m in sys.modules
+        if m == "ray"
+        or m.startswith(("ray.", "conveyor.backends.ray", "conveyor.executors.ray_data"))
+    ]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "ray", None)
+    (tmp_path / "a.jsonl").write_text('{"text": "a b c"}\n')
+    result = runner.invoke(app, ["text", str(tmp_path), str(tmp_path / "out"), "--backend", "ray"])
+    assert result.exit_code != 0
+    assert "the Ray backend needs Ray: pip install 'conveyor[ray]'" in result.output, result.output

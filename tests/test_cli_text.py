@@ -417,6 +417,27 @@ def test_each_rule_s_thresholds_and_the_dedup_partitions_reach_their_stages() ->
     assert [(type(r).__name__, r.max_ratio) for r in only.rules()] == [("SymbolToWordRatio", 0.25)]
 
 
+def test_a_fuzzy_threshold_given_alone_sets_bands_and_rows_that_reach_it() -> None:
+    """``--threshold 0.5`` kept the 20 x 6 banding made for 0.8, which finds a pair at
+    Jaccard 0.5 with probability 0.27: 2 of 60 such pairs were removed."""
+    from conveyor.pipelines.text import TextConfig
+
+    def banding(**options: Any) -> tuple[int, int, int]:
+        fuzzy = TextConfig("in", "out", **options).fuzzy_config()
+        assert fuzzy is not None
+        return fuzzy.bands, fuzzy.rows, fuzzy.num_perm
+
+    assert banding() == banding(threshold=0.8) == (20, 6, 120)  # the defaults unchanged
+    for threshold in (0.3, 0.5, 0.7, 0.9, 0.95):
+        fuzzy = TextConfig("in", "out", threshold=threshold).fuzzy_config()
+        assert fuzzy is not None and fuzzy.num_perm == 120
+        assert fuzzy.candidate_probability(threshold) >= 0.99
+        assert fuzzy.bands * fuzzy.rows == 120
+    assert banding(threshold=0.5) == (40, 3, 120)
+    assert banding(threshold=0.9) == (12, 10, 120)  # fewer candidates to check
+    assert banding(threshold=0.5, bands=20) == (20, 6, 120)  # given ones are kept
+
+
 def test_chunk_mb_splits_a_large_file_into_byte_ranges(tmp_path: Path) -> None:
     source = tmp_path / "big.jsonl"
     line = json.dumps({"text": "word " * 40}) + "\n"
@@ -516,6 +537,45 @@ def test_a_mistyped_text_field_exits_2_before_the_run(tmp_path: Path) -> None:
     assert result.exit_code == 2, result.output
     assert "docs.parquet has no column 'text' (it has id, content)" in result.output
     assert not (tmp_path / "out").exists()
+
+
+def test_an_input_field_the_language_id_writes_is_never_replaced(tmp_path: Path) -> None:
+    """An input's own ``language`` labels were replaced by the detected ones without a
+    word: the first file's are said at once (exit 2), a later file's fail its task, and
+    ``--language-field`` names ours so that both are kept."""
+    rng = random.Random(5)
+    text = prose(rng, "en")
+    source = tmp_path / "a.jsonl"
+    source.write_text(json.dumps({"text": text, "language": "pt"}) + "\n")
+    result = run(str(source), str(tmp_path / "out"), "--dedup", "none")
+    assert result.exit_code == 2, result.output
+    assert result.output == (
+        f"error: the first 1 record(s) of {source} have 'language', which language "
+        "identification writes: name its fields with --language-field (e.g. "
+        "detected_language), or turn it off (--no-langid)\n"
+    )
+    assert not (tmp_path / "out").exists()
+    out = tmp_path / "out2"
+    result = run(str(source), str(out), "--dedup", "none", "--language-field", "detected")
+    assert result.exit_code == 0, result.output
+    (row,) = pq.read_table(out / "documents").to_pylist()
+    assert (row["language"], row["detected"]) == ("pt", "en") and row["detected_score"] > 0.5
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["documents"]["kept"] == 1
+    assert summary["languages"]["kept"] == {"en": 1}  # counted by the field named
+    # a file past the first with the field: its task fails, naming its files
+    later = tmp_path / "later"
+    later.mkdir()
+    (later / "a.jsonl").write_text(json.dumps({"text": text}) + "\n")
+    (later / "b.jsonl").write_text(json.dumps({"text": text, "language_score": 1}) + "\n")
+    result = run(str(later), str(tmp_path / "out3"), "--dedup", "none")
+    assert result.exit_code == 1, result.output
+    assert "has a field 'language_score' already" in " ".join(result.output.split())
+    assert "no documents in the input" not in result.output  # they were read: the task failed
+    result = run(str(source), str(tmp_path / "out4"), "--no-langid", "--language-field", "x")
+    assert result.exit_code == 2 and "--language-field has no effect without --langid" in (
+        result.output
+    )
 
 
 def test_every_line_malformed_exits_1(tmp_path: Path) -> None:

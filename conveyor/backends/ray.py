@@ -58,7 +58,15 @@ from typing import Any
 from urllib.parse import urlparse
 
 import cloudpickle
-import ray
+
+try:
+    import ray
+except ModuleNotFoundError as exc:  # said with what installs it, on the command line too
+    if exc.name != "ray":
+        raise
+    raise ModuleNotFoundError(
+        "the Ray backend needs Ray: pip install 'conveyor[ray]'", name="ray"
+    ) from None
 import ray.exceptions
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 

@@ -38,7 +38,15 @@ from typing import Any
 
 import cloudpickle
 import pyarrow as pa
-import ray
+
+try:
+    import ray
+except ModuleNotFoundError as exc:  # said with what installs it, on the command line too
+    if exc.name != "ray":
+        raise
+    raise ModuleNotFoundError(
+        "RayDataExecutor needs Ray Data: pip install 'conveyor[ray]'", name="ray"
+    ) from None
 import ray.data
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 

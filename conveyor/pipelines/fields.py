@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+from collections.abc import Sequence
 from typing import Any
 
 #: the most a ``limit`` may be: Python's slices stop at ``sys.maxsize``
@@ -102,3 +103,16 @@ def model_problems(
         elif not Path(value).expanduser().exists():
             problems.append(f"{name.replace('_', ' ')} path {os.fspath(value)!r} does not exist")
     return problems
+
+
+def package_problems(wanted: Sequence[tuple[str, str, str]]) -> list[str]:
+    """``(module, what needs it, extra)`` for each package the options need: the missing
+    ones said now, with the extra that installs them, rather than as a worker's
+    ``ModuleNotFoundError`` once the run started."""
+    import importlib.util
+
+    return [
+        f"{what} needs the {module} package (pip install 'conveyor[{extra}]')"
+        for module, what, extra in wanted
+        if importlib.util.find_spec(module) is None
+    ]

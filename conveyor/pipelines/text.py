@@ -184,9 +184,12 @@ def build_text_pipelines(config: TextConfig) -> TextPipelines:
                 config.languages or None,
                 config.language_threshold,
                 text_field=config.text_field,
+                language_field=config.language_fields[0],
+                score_field=config.language_fields[1],
+                replace=False,
             )
         )
-    count_by = "language" if config.langid else None
+    count_by = config.language_field if config.langid else None
     if config.dedup == "none":
         stages.append(ShardedWriter(layout.ready, config.format, count_by=count_by))
         return TextPipelines(Pipeline("text-curation", stages, description=description))
@@ -294,6 +297,28 @@ def _resolve(
     )
 
 
+def input_problem(
+    config: TextConfig, listing: InputListing, options: tuple[str, str, str] | None = None
+) -> str | None:
+    """What the input's first file surely says against ``config``, or None: a text field
+    none of its records has, or (with language identification) a field of its own where
+    that writes. ``options`` names the command's flags for the text and language fields
+    and for no language identification (else the config's fields)."""
+    from conveyor.stages.text.readers import field_clash, text_field_problem
+
+    text_flag, language_flag, off = options or ("text_field=", "language_field=", "langid=False")
+    problem = text_field_problem(listing, config.text_field)
+    if problem:
+        return f"{problem}: name the text field with {text_flag}"
+    clash = field_clash(listing, config.language_fields) if config.langid else None
+    if clash:
+        return (
+            f"{clash}, which language identification writes: name its fields with "
+            f"{language_flag} (e.g. detected_language), or turn it off ({off})"
+        )
+    return None
+
+
 @dataclass
 class TextRunReport:
     """What ``run_text`` did: the passes' engine results and the summary it wrote."""
@@ -327,8 +352,8 @@ def run_text(
     write ``summary.json``; ``executor`` runs every pass (default: streaming, local).
 
     ``listing`` is the input's ``list_inputs`` when the caller already has it (it raises
-    ``InputError`` for a missing input, a glob matching nothing, no text files; so does a
-    ``text_field`` the first file surely lacks, ``text_field_problem``).
+    ``InputError`` for a missing input, a glob matching nothing, no text files; so do the
+    ``input_problem`` of the first file).
     ``on_output`` sees every last-stage output (a ``FileGroupTask`` whose metadata holds the
     counts); ``on_pass`` is told when a pass or the dedup step starts. Output shards are
     published (moved to ``documents/part-NNNNN``) only when every pass completed.
@@ -336,16 +361,16 @@ def run_text(
     Only one run at a time writes an output folder: another one raises ``OutputInUse``
     (``conveyor.output_lock``).
     """
-    from conveyor.stages.text.readers import InputError, list_inputs, text_field_problem
+    from conveyor.stages.text.readers import InputError, list_inputs
     from conveyor.stages.text.writers import publish_shards
     from conveyor.storage import atomic_write
 
     started = time.perf_counter()
     if listing is None:
         listing = list_inputs(config.input, exclude=[config.output])
-        problem = text_field_problem(listing, config.text_field)
+        problem = input_problem(config, listing)
         if problem:  # (the command checks it itself, before it writes its event log)
-            raise InputError(f"{problem}: name the text field with text_field=")
+            raise InputError(problem)
     check_output(config.output)
     layout = TextLayout(config.output)
     layout.clear_work()

@@ -284,7 +284,8 @@ def print_summary(summary: dict[str, Any], console: Console, max_lines: int = 10
             f"[red]failed[/] {escape('[' + failure['stage'] + ']')} task {failure['task']}: "
             f"{escape(failure['reason'])}"
         )
-    if docs["in"] == 0:
+    if docs["in"] == 0 and not summary["failures"]:
+        # (a failed task's counts are lost with it: its documents may well have been read)
         console.print("[yellow]no documents in the input[/] (every file empty or malformed)")
     outputs = [name.rsplit("/", 1)[-1] for name in summary["output_files"]]
     if summary["completed"]:

@@ -221,8 +221,20 @@ class VideoConfig:
                 "text_embed embeds each clip's caption or tags: give caption_model or keep tags"
             )
         problems += [] if paths else self._place_problems()
+        if not problems:
+            problems += self._package_problems()
         if problems:
             raise ValueError("; ".join(problems))
+
+    def _package_problems(self) -> list[str]:
+        from conveyor.pipelines.fields import package_problems
+
+        wanted = [("av", "the video pipeline", "video")]
+        if self.embed or self.tags or self.detector in ("auto", "transnetv2"):
+            wanted.append(("torch", "the models", "video"))
+        if self.dedup:
+            wanted.append(("faiss", "--dedup", "video"))
+        return package_problems(wanted)
 
     def _path_problems(self) -> list[str]:
         """INPUT and OUTPUT made absolute (a relative ``~/out`` was a folder named ``~``);

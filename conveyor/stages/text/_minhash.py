@@ -15,26 +15,42 @@ from itertools import chain
 import numpy as np
 import numpy.typing as npt
 
+from conveyor.stages.text._scripts import UNSPACED_CHAR, UNSPACED_WORDS
+
 U64 = npt.NDArray[np.uint64]
 I64 = npt.NDArray[np.int64]
 
 
 class _Separators(dict[int, str]):
     """``str.translate`` table of ``normalised_words``: punctuation, symbols, controls and
-    ``_`` become spaces; letters, digits, whitespace and combining marks stay. Marks are
-    letters' parts in Devanagari, Thai, Tamil...: taken for punctuation (as regular
-    expressions' ``\\w`` takes them), "the boy plays" and "the girl plays" in Hindi became the
-    same words. Filled as each character is first seen."""
+    ``_`` become spaces; letters, digits, whitespace and combining marks stay; invisible
+    format characters (a zero-width space, a soft hyphen) go, so that the word they sit in
+    stays one word. Marks are letters' parts in Devanagari, Thai, Tamil...: taken for
+    punctuation (as regular expressions' ``\\w`` takes them), "the boy plays" and "the girl
+    plays" in Hindi became the same words. Filled as each character is first seen."""
 
     def __missing__(self, code: int) -> str:
         char = chr(code)
-        kept = char.isalnum() or char.isspace() or unicodedata.category(char)[0] == "M"
-        value = char if kept and char != "_" else " "
+        category = unicodedata.category(char)
+        kept = char.isalnum() or char.isspace() or category[0] == "M"
+        value = "" if category == "Cf" else char if kept and char != "_" else " "
+        self[code] = value
+        return value
+
+
+class _Invisible(dict[int, str]):
+    """``str.translate`` table of ``exact_form``: invisible format characters go, the rest
+    stays. Filled as each character is first seen."""
+
+    def __missing__(self, code: int) -> str:
+        char = chr(code)
+        value = "" if unicodedata.category(char) == "Cf" else char
         self[code] = value
         return value
 
 
 _SEPARATORS = _Separators()
+_INVISIBLE = _Invisible()
 #: ``normalise`` for ASCII text as one ``bytes.translate``: lower case, punctuation to spaces
 _ASCII_TABLE = bytes(
     ord(c.lower()) if c.isalnum() else ord(c) if c.isspace() else ord(" ")
@@ -68,24 +84,35 @@ def normalise(text: str) -> str:
 
 
 def normalised_words(text: str) -> list[str]:
-    """The words of ``normalise(text)`` (what shingles are made of)."""
+    """The words of ``normalise(text)`` (what shingles are made of); in a script written
+    without spaces (Chinese, Japanese, Thai...) each character is a word, as the filters
+    count them: split at spaces, a page of Chinese was a few clause-long "words", and a
+    copy with one character changed shared none of its shingles."""
     if text.isascii():  # the same result, several times faster (NFKC keeps ASCII as it is)
         return text.encode("ascii").translate(_ASCII_TABLE).decode("ascii").split()
-    return unicodedata.normalize("NFKC", text).lower().translate(_SEPARATORS).split()
+    plain = unicodedata.normalize("NFKC", text).lower().translate(_SEPARATORS)
+    if UNSPACED_CHAR.search(plain) is None:
+        return plain.split()
+    return UNSPACED_WORDS.findall(plain)
+
+
+def exact_form(text: str) -> str:
+    """What exact dedup compares: Unicode NFKC, lower case, invisible format characters
+    removed, whitespace runs collapsed to one space, ends stripped. Punctuation and symbols
+    count: ``a < b`` is not ``a > b``, nor ``2 + 3`` ``2 - 3``, nor a price in dollars one in
+    euros (with them replaced by spaces, as fuzzy dedup's words have them, each pair was
+    one document)."""
+    if text.isascii():
+        return " ".join(text.lower().split())
+    return " ".join(unicodedata.normalize("NFKC", text).lower().translate(_INVISIBLE).split())
 
 
 def content_hash(text: str) -> int:
-    """xxh3-64 of the UTF-8 of ``normalise(text)``, as a signed int64 (fits an Arrow int64).
-
-    A text of no words (emoji, punctuation) is hashed as it is, its whitespace collapsed,
-    after a byte no text has: normalised to nothing, every such text was the duplicate of
-    every other and of the empty text."""
+    """xxh3-64 of the UTF-8 of ``exact_form(text)``, as a signed int64 (fits an Arrow
+    int64): exact dedup's key."""
     import xxhash
 
-    words = normalise(text)
-    if not words and text.strip():
-        words = "\0" + " ".join(unicodedata.normalize("NFKC", text).split())
-    value = xxhash.xxh3_64_intdigest(words.encode("utf-8"))
+    value = xxhash.xxh3_64_intdigest(exact_form(text).encode("utf-8"))
     return value - (1 << 64) if value >= 1 << 63 else value
 
 

@@ -9,7 +9,6 @@ word-count rule's business, so every rejection is attributed to the rule that me
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from conveyor.resources import Resources
 from conveyor.stage import ProcessingStage
 from conveyor.stages.text import _arrow  # noqa: F401 - pandas/pyarrow set-up once
+from conveyor.stages.text._scripts import UNSPACED_CHAR, UNSPACED_WORDS
 from conveyor.tasks import DocumentBatch
 
 if TYPE_CHECKING:
@@ -24,15 +24,6 @@ if TYPE_CHECKING:
 
 #: metadata key where ``HeuristicFilter`` adds up how many documents each rule rejected
 REJECTED_BY = "rejected_by"
-
-
-#: scripts written without spaces between words: Thai, Lao, Myanmar, Khmer, kana, Han
-_UNSPACED = (
-    "\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff"
-    "\uf900-\ufaff\U00020000-\U0002fa1f"
-)
-_UNSPACED_CHAR = re.compile(f"[{_UNSPACED}]")
-_UNSPACED_WORDS = re.compile(f"[{_UNSPACED}]|[^\\s{_UNSPACED}]+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,10 +43,10 @@ class TextStats:
     @classmethod
     def of(cls, text: str) -> TextStats:
         lines = [s for s in (line.strip() for line in text.splitlines()) if s]
-        if text.isascii() or not _UNSPACED_CHAR.search(text):
+        if text.isascii() or not UNSPACED_CHAR.search(text):
             return cls(text, text.split(), lines)
-        words = _UNSPACED_WORDS.findall(text)
-        single = sum(1 for w in words if len(w) == 1 and _UNSPACED_CHAR.match(w))
+        words = UNSPACED_WORDS.findall(text)
+        single = sum(1 for w in words if len(w) == 1 and UNSPACED_CHAR.match(w))
         return cls(text, words, lines, unspaced=2 * single > len(words))
 
 
@@ -111,23 +102,34 @@ class MeanWordLength(Rule):
 
 @dataclass(frozen=True)
 class SymbolToWordRatio(Rule):
-    """Too many hash marks or ellipses per word: hashtag spam, truncated teasers."""
+    """Too many hash marks, or too many ellipses, per word: hashtag spam, truncated teasers.
+
+    Each entry of ``symbols`` is held to the ratio apart, as the Gopher rule does (a few of
+    each is ordinary prose); an entry may be a tuple of spellings counted together (``...``
+    and ``\u2026`` are one ellipsis)."""
 
     name: ClassVar[str] = "symbol_to_word_ratio"
     max_ratio: float = 0.1
-    symbols: tuple[str, ...] = ("#", "...", "\u2026")
+    symbols: tuple[str | tuple[str, ...], ...] = ("#", ("...", "\u2026"))
 
     def __post_init__(self) -> None:
         if self.max_ratio < 0:
             raise ValueError(f"SymbolToWordRatio: max_ratio must be >= 0, got {self.max_ratio}")
-        if not self.symbols or any(not s for s in self.symbols):
+        spellings = [s for entry in self.symbols for s in _spellings(entry)]
+        if not self.symbols or not all(spellings) or not all(map(_spellings, self.symbols)):
             raise ValueError(f"SymbolToWordRatio: symbols must be non-empty, got {self.symbols!r}")
 
     def keep(self, stats: TextStats) -> bool:
         if not stats.words:
             return True
-        count = sum(stats.text.count(symbol) for symbol in self.symbols)
-        return count / len(stats.words) <= self.max_ratio
+        limit = self.max_ratio * len(stats.words)
+        return all(
+            sum(stats.text.count(s) for s in _spellings(entry)) <= limit for entry in self.symbols
+        )
+
+
+def _spellings(entry: str | tuple[str, ...]) -> tuple[str, ...]:
+    return (entry,) if isinstance(entry, str) else tuple(entry)
 
 
 @dataclass(frozen=True)

@@ -101,6 +101,9 @@ class LanguageIdentifier(ProcessingStage[DocumentBatch, DocumentBatch]):
     the filter, ``unknown`` for empty texts) and ``rejected_by_language`` (what the filter
     removed, by identified language). A batch left empty is passed on (with its counts)
     unless ``drop_empty``. ``max_chars`` classifies only the start of very long documents.
+    A column of the batch named ``language_field`` or ``score_field`` is replaced; with
+    ``replace=False`` such a batch fails instead, naming it (the input's own labels are not
+    lost without a word).
     """
 
     resources = Resources(cpus=1.0)
@@ -116,6 +119,7 @@ class LanguageIdentifier(ProcessingStage[DocumentBatch, DocumentBatch]):
         model_path: str | Path | None = None,
         max_chars: int | None = 100_000,
         drop_empty: bool = False,
+        replace: bool = True,
     ) -> None:
         known = None if model_path is not None else LID176_LANGUAGES
         self.languages = parse_languages(languages, known)
@@ -138,6 +142,7 @@ class LanguageIdentifier(ProcessingStage[DocumentBatch, DocumentBatch]):
         self.model_path = str(model_path) if model_path is not None else None
         self.max_chars = max_chars
         self.drop_empty = drop_empty
+        self.replace = replace
         self._model: Any = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -195,6 +200,14 @@ class LanguageIdentifier(ProcessingStage[DocumentBatch, DocumentBatch]):
 
         table = task.to_pyarrow()
         texts = text_column(self.name, task, self.text_field, table)
+        present = [n for n in (self.language_field, self.score_field) if n in table.column_names]
+        if present and not self.replace:
+            origin = ", ".join(task.metadata.get("source_files", [])) or "unknown files"
+            raise ValueError(
+                f"stage {self.name!r}: task {task.task_id or '?'} (from {origin}) has a field "
+                f"{present[0]!r} already, which language identification writes: name its "
+                "fields with language_field= (--language-field)"
+            )
         labels, scores = self.predict(texts)
         for name, values in (
             (self.language_field, pa.array(labels, type=pa.string())),

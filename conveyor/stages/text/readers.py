@@ -557,6 +557,41 @@ def text_field_problem(listing: InputListing, field: str) -> str | None:
     (a run over the whole input found it only at the end, every record of every file
     malformed). Anything less certain (a file that does not parse) is left to
     the run, which counts what it cannot read."""
+    peek = _first_fields(listing)
+    if peek is None or field in peek.names:
+        return None
+    if peek.records is None:
+        return f"{peek.path} has no column {field!r} (it has {', '.join(peek.names[:12])})"
+    fields = ", ".join(peek.names[:12]) or "no fields"
+    return (
+        f"none of the first {peek.records} record(s) of {peek.path} has a field {field!r} "
+        f"(their fields: {fields})"
+    )
+
+
+def field_clash(listing: InputListing, written: Sequence[str]) -> str | None:
+    """Which of the fields a pipeline ``written`` (adds to every document) the input's
+    first records have already, said, or None: the run would replace them."""
+    peek = _first_fields(listing)
+    found = [name for name in written if peek is not None and name in peek.names]
+    if not found:
+        return None
+    where = f"the first {peek.records} record(s) of" if peek.records is not None else ""
+    return f"{where or 'the columns of'} {peek.path} have {' and '.join(map(repr, found))}"
+
+
+@dataclass(frozen=True)
+class _Peek:
+    path: str
+    names: list[str]
+    #: JSON records read (None: a Parquet schema)
+    records: int | None
+
+
+def _first_fields(listing: InputListing) -> _Peek | None:
+    """The fields of the first non-empty file: its Parquet schema's, or those of its first
+    ``FIELD_PEEK`` JSON records, in first-seen order; None where there is no such file, no
+    record parses, or it cannot be read now (the run says why, file by file)."""
     first = next((f for f in listing.files if f.size > 0), None)
     if first is None:
         return None
@@ -566,9 +601,7 @@ def text_field_problem(listing: InputListing, field: str) -> str | None:
 
             with open_input(first.path) as raw:
                 names = pq.ParquetFile(raw).schema_arrow.names
-            if field in names:
-                return None
-            return f"{first.path} has no column {field!r} (it has {', '.join(names[:12])})"
+            return _Peek(first.path, names, None)
         seen: dict[str, None] = {}
         records = 0
         with _jsonl_stream(first.path, first.compression) as (stream, _):
@@ -582,19 +615,11 @@ def text_field_problem(listing: InputListing, field: str) -> str | None:
                     continue
                 if not isinstance(record, dict):
                     continue
-                if field in record:  # (a number there is a malformed record, counted)
-                    return None
                 records += 1
                 seen.update(dict.fromkeys(record))
     except Exception:  # noqa: BLE001 - unreadable now: the run says why, file by file
         return None
-    if not records:
-        return None
-    fields = ", ".join(list(seen)[:12]) or "no fields"
-    return (
-        f"none of the first {records} record(s) of {first.path} has a field {field!r} "
-        f"(their fields: {fields})"
-    )
+    return _Peek(first.path, list(seen), records) if records else None
 
 
 def _snippet(text: str) -> str:
@@ -690,9 +715,12 @@ class _Batcher:
 
     def finish(self) -> list[DocumentBatch]:
         self.flush(last=True)
+        # the files, named in the stages' errors ("from unknown files" before)
+        files = list(dict.fromkeys(segment.path for segment in self.task.data))
         for j, batch in enumerate(self.batches):
             batch.metadata = dict(self.task.metadata)
             batch.metadata[SHARD] = f"{self.task.index:08d}-{j:06d}"
+            batch.metadata.setdefault("source_files", files)
         last = self.batches[-1].metadata  # the task's counts ride on its last batch
         last[READ] = dict(self.counts)
         last[MALFORMED] = list(self.samples)
@@ -709,9 +737,29 @@ def _column(name: str, values: list[Any]) -> tuple[pa.Field, pa.Array]:
 
     try:
         array = pa.array(values)
-        return pa.field(name, array.type), array
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError):
         return json_field(name), json_text(values)
+    if pa.types.is_nested(array.type) and (
+        _has_empty_struct(array.type) or array.to_pylist() != values
+    ):
+        # Arrow gives every object of a column every key any of them has (``{"a": 1}``
+        # came out ``{"a": 1, "b": null}``), and an empty object a struct Parquet cannot
+        # write (the task failed): such objects are kept as JSON text, exactly
+        return json_field(name), json_text(values)
+    return pa.field(name, array.type), array
+
+
+def _has_empty_struct(kind: pa.DataType) -> bool:
+    """Whether ``kind`` is or holds a struct of no fields (an empty JSON object)."""
+    import pyarrow as pa
+
+    if pa.types.is_struct(kind):
+        return kind.num_fields == 0 or any(_has_empty_struct(f.type) for f in kind)
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+        return _has_empty_struct(kind.value_type)
+    if pa.types.is_map(kind):
+        return _has_empty_struct(kind.key_type) or _has_empty_struct(kind.item_type)
+    return False
 
 
 def records_table(records: list[dict[str, Any]], ids: list[int], text_field: str) -> pa.Table:

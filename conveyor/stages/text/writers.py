@@ -19,7 +19,7 @@ import logging
 import os
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Literal
 
@@ -67,22 +67,33 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
-def write_jsonl(table: Any, stream: BinaryIO, compression: str | None = None) -> None:
-    """``table``'s rows as JSON lines (UTF-8, not ASCII-escaped) into ``stream``."""
-    out: Any = stream
-    closer: Any = None
+@contextlib.contextmanager
+def _compressing(stream: BinaryIO, compression: str | None) -> Iterator[Any]:
+    """``stream``, or a gzip or zstd writer into it (closed at the end, ``stream`` not)."""
+    if compression is None:
+        yield stream
+        return
+    closer: Any
     if compression == "gzip":
         import gzip
 
-        closer = out = gzip.GzipFile(fileobj=stream, mode="wb", mtime=0)
-    elif compression == "zstd":
+        closer = gzip.GzipFile(fileobj=stream, mode="wb", mtime=0)
+    else:
         import zstandard
 
-        closer = out = zstandard.ZstdCompressor().stream_writer(stream, closefd=False)
+        closer = zstandard.ZstdCompressor().stream_writer(stream, closefd=False)
+    try:
+        yield closer
+    finally:
+        closer.close()
+
+
+def write_jsonl(table: Any, stream: BinaryIO, compression: str | None = None) -> None:
+    """``table``'s rows as JSON lines (UTF-8, not ASCII-escaped) into ``stream``."""
     dumps = json.JSONEncoder(ensure_ascii=False, default=_json_default).encode
     # a column of mixed types, kept as JSON text: its values as they were read
     texts = [f.name for f in table.schema if is_json(f)]
-    try:
+    with _compressing(stream, compression) as out:
         for batch in table.to_batches(max_chunksize=4096):
             rows = batch.to_pylist()
             for row in rows if texts else ():
@@ -92,9 +103,6 @@ def write_jsonl(table: Any, stream: BinaryIO, compression: str | None = None) ->
             lines = [dumps(row) for row in rows]
             if lines:
                 out.write(("\n".join(lines) + "\n").encode("utf-8", "surrogatepass"))
-    finally:
-        if closer is not None:
-            closer.close()
 
 
 class ShardedWriter(ProcessingStage[DocumentBatch, FileGroupTask]):
@@ -234,6 +242,7 @@ def publish_shards(
     shards = _files(source, staged_re)
     if unify_schemas:
         unify_parquet([p for p in shards if p.name.endswith(".parquet")])
+        unify_jsonl([p for p in shards if ".jsonl" in p.name])
     target.mkdir(parents=True, exist_ok=True)
     for stale in _files(target, published_pattern(prefix)):
         stale.unlink()
@@ -262,7 +271,7 @@ def unify_parquet(paths: Sequence[StoragePath]) -> int:
             schemas.append(pq.read_schema(stream))
     if all(s.equals(schemas[0]) for s in schemas[1:]):
         return 0
-    unified = _unified(schemas)
+    unified = _castable(_unified(schemas), paths, schemas)
     rewritten = 0
     for path, schema in zip(paths, schemas, strict=True):
         if schema.remove_metadata().equals(unified, check_metadata=True):
@@ -302,6 +311,102 @@ def _unified(schemas: list[pa.Schema]) -> pa.Schema:
         log.warning("column %r holds %s in different parts: JSON text in every part", name, kinds)
         unified.append(json_field(name))
     return pa.schema(unified)
+
+
+def unify_jsonl(paths: Sequence[StoragePath]) -> int:
+    """Rewrite the JSONL files of ``paths`` whose records lack fields others have, or have
+    them in another order, so that every record has every field in one order (null where it
+    had none), as every row of a Parquet folder has every column. A file's records all have
+    its table's columns, so its first record says its fields. Returns how many were
+    rewritten."""
+    if len(paths) < 2:
+        return 0
+    orders = [_first_keys(path) for path in paths]
+    names = list(dict.fromkeys(name for keys in orders if keys for name in keys))
+    rewritten = 0
+    for path, keys in zip(paths, orders, strict=True):
+        if keys is None or keys == names:
+            continue
+        _reorder_jsonl(path, names)
+        rewritten += 1
+    return rewritten
+
+
+def _jsonl_compression(path: StoragePath) -> str | None:
+    return {".gz": "gzip", ".zst": "zstd"}.get(Path(path.name).suffix)
+
+
+@contextlib.contextmanager
+def _jsonl_lines(path: StoragePath) -> Iterator[Iterator[bytes]]:
+    """The lines of a JSONL file we wrote, decompressed."""
+    compression = _jsonl_compression(path)
+    with _open(path) as raw:
+        if compression == "gzip":
+            import gzip
+
+            with gzip.GzipFile(fileobj=raw, mode="rb") as stream:
+                yield iter(stream)
+        elif compression == "zstd":
+            import io
+
+            import zstandard
+
+            with zstandard.ZstdDecompressor().stream_reader(raw) as reader:
+                yield iter(io.BufferedReader(reader))
+        else:
+            yield iter(raw)
+
+
+def _first_keys(path: StoragePath) -> list[str] | None:
+    with _jsonl_lines(path) as lines:
+        first = next(lines, None)
+    if first is None or not first.strip():
+        return None
+    return list(json.loads(first.decode("utf-8", "surrogatepass")))
+
+
+def _reorder_jsonl(path: StoragePath, names: list[str]) -> None:
+    """``path`` rewritten with each record's fields in ``names``' order, missing ones null
+    (values as they were: only the records' keys change)."""
+    dumps = json.JSONEncoder(ensure_ascii=False).encode
+    with (
+        _jsonl_lines(path) as lines,
+        atomic_write(path) as stream,
+        _compressing(stream, _jsonl_compression(path)) as out,
+    ):
+        for line in lines:
+            if not line.strip():
+                continue
+            record = json.loads(line.decode("utf-8", "surrogatepass"))
+            row = {name: record.get(name) for name in names}
+            out.write((dumps(row) + "\n").encode("utf-8", "surrogatepass"))
+
+
+def _castable(
+    unified: pa.Schema, paths: Sequence[StoragePath], schemas: list[pa.Schema]
+) -> pa.Schema:
+    """``unified`` with each column some part's values do not cast to (an integer beyond
+    2**53 where another part has decimals: the run failed after all its work) as JSON text.
+    Only the columns a part has with another type are read, one at a time."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    fields = list(unified)
+    for i, field in enumerate(fields):
+        if is_json(field):
+            continue
+        for path, schema in zip(paths, schemas, strict=True):
+            if field.name not in schema.names or schema.field(field.name).type == field.type:
+                continue
+            with _open(path) as stream:
+                column = pq.read_table(stream, columns=[field.name]).column(field.name)
+            try:
+                column.cast(field.type)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, NotImplementedError) as exc:
+                log.warning("column %r: %s: JSON text in every part", field.name, exc)
+                fields[i] = json_field(field.name)
+                break
+    return pa.schema(fields)
 
 
 def _conformed(table: pa.Table, unified: pa.Schema) -> pa.Table:

@@ -21,6 +21,7 @@ import pytest
 from conveyor import Pipeline
 from conveyor.backends import LocalBackend
 from conveyor.executors import StreamingExecutor
+from conveyor.stages.text._minhash import normalised_words, shingle_hashes
 from conveyor.stages.text.dedup import (
     DUPLICATES_REMOVED,
     DedupKeys,
@@ -160,8 +161,13 @@ def test_normalise_and_content_hash() -> None:
     assert normalise("  Hello,\tWORLD!! ﬁne_tuned\u3000end.Start ") == (
         "hello world fine tuned end start"
     )
-    assert content_hash("Hello, world.") == content_hash("hello   WORLD")
+    assert content_hash("Hello,  WORLD.\n") == content_hash(" hello,\tworld.")
     assert content_hash("hello world") != content_hash("hello worlds")
+    assert content_hash("\uff28ello wor\u200bld") == content_hash("hello world")  # NFKC, ZWSP
+    # punctuation and symbols are content for exact dedup (each pair was one document)
+    for one, other in (("if a < b:", "if a > b:"), ("2 + 3", "2 - 3"), ("$5", "\u20ac5")):
+        assert content_hash(one) != content_hash(other)
+    assert content_hash("Hello, world.") != content_hash("hello world")
     value = content_hash("anything")
     assert isinstance(value, int) and -(1 << 63) <= value < 1 << 63
     pa.array([value], type=pa.int64())  # fits an Arrow int64
@@ -185,6 +191,24 @@ def test_texts_of_no_words_are_duplicates_only_of_the_same_text() -> None:
     assert content_hash("") == content_hash("  \n")
 
 
+def test_scripts_without_spaces_are_shingled_by_character() -> None:
+    """A page of Chinese split at spaces was a few clause-long words: a copy with one
+    character changed shared none of its shingles, and no near duplicate was found."""
+    assert normalised_words("委员会审查了预算, and approved 新項目。") == [
+        *"委员会审查了预算",
+        "and",
+        "approved",
+        *"新項目",
+    ]
+    text = "".join(chr(0x4E00 + i * 37 % 20000) for i in range(400)).replace("\u4e00", "")
+    text = "\uff0c".join(text[i : i + 40] for i in range(0, len(text), 40))  # clauses, no spaces
+    changed = text[:200] + "些" + text[201:]
+    first, second = (set(shingle_hashes([t], SHINGLE)[0].tolist()) for t in (text, changed))
+    assert len(first & second) / len(first | second) > 0.95
+    # an invisible character inside a word leaves it one word
+    assert normalised_words("commit\u200btee soft\u00adhyphen") == ["committee", "softhyphen"]
+
+
 def test_the_ascii_shortcut_of_normalise_matches_its_definition() -> None:
     rng = np.random.default_rng(3)
     for _ in range(2000):
@@ -197,11 +221,11 @@ def test_exact_removes_copies_across_batches_keeping_the_first(tmp_path: Path) -
     texts = [
         "The cat sat on the mat.",  # 0 kept
         "Something else entirely",  # 1 kept
-        "the CAT sat  on the mat",  # 2 copy of 0
+        "the CAT sat  on the mat.",  # 2 copy of 0
         "",  # 3 kept: the first empty text
-        "Something else, entirely!",  # 4 copy of 1
+        "SOMETHING else\tentirely ",  # 4 copy of 1
         "   ",  # 5 copy of 3 (empty after normalisation)
-        "the cat sat on the mat",  # 6 copy of 0
+        "the cat sat on the mat.",  # 6 copy of 0
         "a different text",  # 7 kept
     ]
     ids = np.arange(100, 108, dtype=np.int64)

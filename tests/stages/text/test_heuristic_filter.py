@@ -57,9 +57,15 @@ def test_symbol_to_word_ratio_counts_hashes_and_ellipses() -> None:
     assert _keep(rule, _words(19) + " #tag")  # 1 / 20 words
     assert _keep(rule, _words(9) + " #tag")  # 1 / 10: the bound is inclusive
     assert not _keep(rule, _words(8) + " #a #b")  # 2 / 10
-    assert not _keep(rule, _words(8) + " wait... what\u2026")  # 2 symbols / 10 words
+    assert not _keep(rule, _words(8) + " wait... what\u2026")  # 2 ellipses / 10 words
+    # hashes and ellipses are held to the ratio apart, as Gopher does: 1 of each per 10
+    # words passes (it was rejected as 2 symbols)
+    assert _keep(rule, _words(8) + " #tag wait...")
+    assert not _keep(rule, _words(7) + " #a #b wait...")
     assert _keep(SymbolToWordRatio(max_ratio=0.5, symbols=("$",)), "$ $ a b")
     assert not _keep(SymbolToWordRatio(max_ratio=0.4, symbols=("$",)), "$ $ a b")
+    assert _keep(SymbolToWordRatio(max_ratio=0.3, symbols=("$", "%")), "$ $ % % a b c d")
+    assert not _keep(SymbolToWordRatio(max_ratio=0.3, symbols=(("$", "%"),)), "$ $ % % a b c d")
 
 
 def test_ellipsis_lines_fraction() -> None:
@@ -84,6 +90,8 @@ def test_repeated_lines_fraction() -> None:
         (lambda: MeanWordLength(min_length=-1), "min_length <= max_length"),
         (lambda: SymbolToWordRatio(max_ratio=-0.1), "max_ratio must be >= 0"),
         (lambda: SymbolToWordRatio(symbols=()), "symbols must be non-empty"),
+        (lambda: SymbolToWordRatio(symbols=("#", ())), "symbols must be non-empty"),
+        (lambda: SymbolToWordRatio(symbols=(("...", ""),)), "symbols must be non-empty"),
         (lambda: EllipsisLines(max_fraction=1.5), r"max_fraction must be in \[0, 1\]"),
         (lambda: RepeatedLines(max_fraction=-0.5), r"max_fraction must be in \[0, 1\]"),
     ],

@@ -524,6 +524,52 @@ def test_a_jsonl_field_of_mixed_types_is_written_back_as_it_was_read(tmp_path: P
     assert [json.loads(line) for line in out.getvalue().splitlines()] == rows
 
 
+def test_objects_are_written_back_as_they_were_read(tmp_path: Path) -> None:
+    """An empty object failed its task (Parquet has no struct of no fields) and its
+    documents were lost; objects of other keys in the batch came out with every key
+    (``{"a": 1}`` as ``{"a": 1, "b": null}``)."""
+    rows = [
+        {"text": "a", "meta": {}, "deep": {"x": {}}, "list": [{}]},
+        {"text": "b", "meta": {"a": 1}, "deep": {"x": {"y": 1}}, "list": [{"k": 1}]},
+        {"text": "c", "meta": {"b": 2}, "deep": None, "list": []},
+        {"text": "d", "same": {"k": [1]}},
+        {"text": "e", "same": {"k": [2, 3]}},
+    ]
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (batch,) = [b for t in plan_reads(list_inputs(tmp_path).files) for b in TextReader().process(t)]
+    table = batch.to_pyarrow().drop_columns(["_conveyor_doc_id"])
+    out = io.BytesIO()
+    write_jsonl(table, out)
+    written = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [{k: v for k, v in r.items() if v is not None} for r in written] == [
+        {k: v for k, v in r.items() if v is not None} for r in rows
+    ]
+    parquet = tmp_path / "out.parquet"
+    pq.write_table(table, parquet)  # it failed: "Cannot write struct type 'meta' with no child"
+    # objects of one shape stay a struct column, for Parquet readers
+    assert pa.types.is_struct(table.schema.field("same").type)
+    assert pq.read_table(parquet).column("same").to_pylist()[3:] == [{"k": [1]}, {"k": [2, 3]}]
+
+
+def test_an_integer_no_float_holds_makes_its_column_json_text(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Parts with integers beyond 2**53 in one and decimals in another failed the run at
+    its very end, after all its work, not naming the column."""
+    paths = [tmp_path / "a.parquet", tmp_path / "b.parquet", tmp_path / "c.parquet"]
+    big = 1_700_000_000_123_456_789
+    pq.write_table(pa.table({"ns": [big], "score": [1], "text": ["a"]}), paths[0])
+    pq.write_table(pa.table({"ns": [1.5], "score": [2.5], "text": ["b"]}), paths[1])
+    pq.write_table(pa.table({"ns": [None], "score": [3], "text": ["c"]}), paths[2])
+    with caplog.at_level("WARNING", logger="conveyor.stages.text.writers"):
+        assert unify_parquet(paths) == 3
+    assert "column 'ns': Integer value 1700000000123456789 not in range" in caplog.text
+    table = pq.read_table(tmp_path)
+    assert table.column("ns").to_pylist() == [str(big), "1.5", None]  # every digit kept
+    assert table.column("score").to_pylist() == [1.0, 2.5, 3.0]  # integers that fit: numbers
+    assert table.schema.field("score").type == pa.float64()
+
+
 def test_an_input_field_named_doc_id_is_kept(tmp_path: Path) -> None:
     """It was taken for the reader's own id column and dropped without a word."""
     (tmp_path / "a.jsonl").write_text('{"_doc_id": 1000, "text": "a"}\n')
@@ -531,6 +577,29 @@ def test_an_input_field_named_doc_id_is_kept(tmp_path: Path) -> None:
     rows = read_all(tmp_path)["rows"]
     assert [r["_doc_id"] for r in rows] == [1000, 7]
     assert len({r["_conveyor_doc_id"] for r in rows}) == 2
+
+
+@pytest.mark.parametrize("compression", [None, "gzip", "zstd"])
+def test_published_jsonl_records_all_have_every_field_in_one_order(
+    tmp_path: Path, compression: str | None
+) -> None:
+    """A field first seen in a later shard was missing from the earlier shards' records,
+    and came before others in its own: the README promises every field, in one order."""
+    staged, out = tmp_path / "staged", tmp_path / "out"
+    writer = ShardedWriter(staged, "jsonl", compression=compression)
+    writer.process(batch("0", id=[1, 2], text=["a", "b"], language=["en", "de"]))
+    odd = "c \u00fc\U0001f600"
+    writer.process(batch("1", late=[{"k": 1}], id=[3], text=[odd], language=["fr"]))
+    writer.process(batch("2", id=[4], text=["d"], language=["en"]))
+    files = publish_shards(staged, out)
+    opener = {None: open, "gzip": gzip.open, "zstd": zstandard.open}[compression]
+    records = []
+    for name in files:
+        with opener(name, "rb") as stream:
+            records += [json.loads(line) for line in stream.read().splitlines()]
+    assert [list(r) for r in records] == [["id", "text", "language", "late"]] * 4
+    assert [r["late"] for r in records] == [None, None, {"k": 1}, None]
+    assert [r["text"] for r in records] == ["a", "b", odd, "d"]  # values as they were
 
 
 def test_unify_parquet_makes_one_schema(tmp_path: Path) -> None:
