@@ -56,9 +56,11 @@ class ErrorInfo:
     def from_exception(cls, exc: BaseException) -> ErrorInfo:
         """``exc`` as text, whatever it does: an exception whose ``__str__`` raises is said by
         its type (formatting it killed the worker, and the record said only "worker stopped
-        with work in flight"), and a message or traceback of megabytes is cut to
-        ``MAX_ERROR_CHARS`` (each attempt crossed the socket with it, and every record kept
-        it: 760 MB for 40 failures of a 10 MB message)."""
+        with work in flight"), and a message of megabytes is cut to ``MAX_MESSAGE_CHARS``,
+        a traceback to ``MAX_ERROR_CHARS`` with the message in it cut alike (each attempt
+        crossed the socket with it, and every record kept it: 760 MB for 40 failures of a
+        10 MB message; a stage putting its input in its message held 165 KB per failure in
+        the driver, 1.6 GB for 1% of a million inputs)."""
         import traceback
 
         try:
@@ -69,9 +71,12 @@ class ErrorInfo:
             text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         except Exception:  # noqa: BLE001 - the frames without the message
             text = "".join(traceback.format_tb(exc.__traceback__))
+        short = _cut(message, MAX_MESSAGE_CHARS)
+        if short != message:  # the traceback's last line holds it again
+            text = text.replace(message, short)
         return cls(
             type=type(exc).__name__,
-            message=_cut(message),
+            message=short,
             traceback=_cut(text),
             permanent=isinstance(exc, PermanentError),
             deferred=isinstance(exc, DeferredError),
@@ -83,16 +88,18 @@ class ErrorInfo:
         return self.permanent or self.deferred
 
 
-#: the most of a failure's message (and of its traceback) a record keeps
+#: the most of a failure's traceback a record keeps
 MAX_ERROR_CHARS = 64 << 10
+#: the most of a failure's message a record keeps (in its traceback too)
+MAX_MESSAGE_CHARS = 4 << 10
 
 
-def _cut(text: str) -> str:
-    """``text``, its middle left out past ``MAX_ERROR_CHARS`` (its start names the error,
+def _cut(text: str, limit: int = MAX_ERROR_CHARS) -> str:
+    """``text``, its middle left out past ``limit`` characters (its start names the error,
     its end is where it was raised)."""
-    if len(text) <= MAX_ERROR_CHARS:
+    if len(text) <= limit:
         return text
-    half = MAX_ERROR_CHARS // 2
+    half = limit // 2
     return f"{text[:half]}\n... [{len(text) - 2 * half} characters left out] ...\n{text[-half:]}"
 
 

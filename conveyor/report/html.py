@@ -22,6 +22,11 @@ REPORT_FILE = "report.html"
 #: rows shown per table (the first and last halves; the log keeps them all)
 MAX_ROWS = 600
 MAX_TRACEBACK = 20_000
+#: the most of a failure's message the report shows (the event log has what was kept)
+MAX_MESSAGE = 2_000
+#: the failures of one kind (stage and error) listed; the rest are counted (a run failing
+#: 1% of a million inputs made a report of hundreds of megabytes)
+MAX_FAILURE_ROWS = 100
 TOOLTIP_POINTS = 300
 
 
@@ -446,22 +451,33 @@ def _failures_table(run: RunLog, colors: dict[str, str]) -> str:
             "failure-kinds",
         )
     rows = []
+    listed: Counter[tuple[str, str]] = Counter()
     for f in failures:
+        kind = (str(f.get("stage")), str(f.get("error_type")))
+        listed[kind] += 1
+        if listed[kind] > MAX_FAILURE_ROWS:
+            continue
         tb = f.get("traceback")
         tb_html = ""
         if tb:
-            text = str(tb)
-            if len(text) > MAX_TRACEBACK:
-                text = text[:MAX_TRACEBACK] + f"\n… ({len(str(tb)) - MAX_TRACEBACK:,} more chars)"
+            text = _shortened(str(tb), MAX_TRACEBACK)
             tb_html = f"<details><summary>traceback</summary><pre>{_e(text)}</pre></details>"
         rows.append(
             f'<tr><td class="num">{_e(fmt_duration(f.get("t")))}</td>'
             f"<td>{_swatch(str(f.get('stage')), colors)}</td>"
             f'<td class="task">{_e(f.get("task"))}</td>'
             f'<td class="err">{_e(f.get("error_type"))}</td>'
-            f'<td class="msg">{_e(f.get("message"))}{tb_html}</td>'
+            f'<td class="msg">{_e(_shortened(str(f.get("message") or ""), MAX_MESSAGE))}'
+            f"{tb_html}</td>"
             f'<td class="num">{_e(f.get("attempts") or "")}</td></tr>'
         )
+    for (stage, err), n in kinds.items():
+        if n > MAX_FAILURE_ROWS:
+            rows.append(
+                f'<tr class="more"><td></td><td>{_swatch(stage, colors)}</td>'
+                f'<td colspan="4">… and {n - MAX_FAILURE_ROWS:,} more {_e(err)} '
+                "(each in events.jsonl)</td></tr>"
+            )
     bad = sum(1 for f in failures if f.get("kind") == "input")
     what = f"{len(failures) - bad:,} inputs failed for good" if bad < len(failures) else ""
     if bad:
@@ -472,6 +488,10 @@ def _failures_table(run: RunLog, colors: dict[str, str]) -> str:
         + _table(["when", "stage", "task", "error", "message", "attempts"], rows, "failures")
         + "</section>"
     )
+
+
+def _shortened(text: str, limit: int) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}\n… ({len(text) - limit:,} more chars)"
 
 
 def _workers_table(run: RunLog, colors: dict[str, str]) -> str:

@@ -186,6 +186,32 @@ def test_everything_from_the_log_is_escaped(tmp_path: Path) -> None:
     assert 'data-series="&lt;script&gt;alert(1)&lt;/script&gt;:busy"' in html
 
 
+def test_many_failures_make_a_bounded_page(tmp_path: Path) -> None:
+    """Every failure was a row with its whole message: 500 failures of 100 KB messages made
+    a report of 43 MB. Each kind lists its first rows, the rest are counted; a long message
+    is cut as its traceback is."""
+    from conveyor.report.html import MAX_FAILURE_ROWS, MAX_MESSAGE
+
+    events: list[dict] = [run_start()] + [snapshot(float(t)) for t in range(1, 30)]
+    for i in range(MAX_FAILURE_ROWS + 150):
+        events.append(
+            {"type": "failure", "t": 3.0, "stage": "infer", "task": f"t{i}",
+             "error_type": "ValueError", "message": f"bad {i} " + "x" * 100_000,
+             "traceback": "Traceback\n" + "y" * 100_000, "attempts": 1}
+        )  # fmt: skip
+    events.append(
+        {"type": "failure", "t": 4.0, "stage": "write", "task": "rare", "error_type": "OSError",
+         "message": "disk full", "traceback": "", "attempts": 1}
+    )  # fmt: skip
+    write_events(tmp_path / "events.jsonl", events)
+    html = write_report(tmp_path).read_text()
+    assert len(html) < 5_000_000, len(html)
+    assert f"bad {MAX_FAILURE_ROWS - 1} " in html and f"bad {MAX_FAILURE_ROWS} " not in html
+    assert "… and 150 more ValueError (each in events.jsonl)" in html
+    assert "disk full" in html  # a rarer kind after them is listed still
+    assert f"({100_000 + len('bad 0 ') - MAX_MESSAGE:,} more chars)" in html
+
+
 def test_a_long_run_is_downsampled(tmp_path: Path) -> None:
     """50,000 snapshots (14 hours at one a second): a bounded page, written in seconds."""
     lines = [json.dumps(run_start())]
