@@ -146,13 +146,42 @@ def doc_partition(doc_ids: I64, partitions: int) -> I64:
     return partition_of(splitmix64(doc_ids.astype(np.int64).view(np.uint64)), partitions)
 
 
+#: characters of text whose words ``shingle_hashes`` holds as Python strings at once (a
+#: 16 MB batch of documents at once took 380 MB above the batch, which a worker's allocator
+#: kept); signatures likewise come from ``rensa`` in runs of ``_SIGNATURE_DOCS`` documents
+_SHINGLE_CHARS = 1 << 20
+_SIGNATURE_DOCS = 2048
+
+
 def shingle_hashes(texts: Sequence[str], shingle_size: int) -> tuple[U64, I64]:
     """64-bit hashes of each text's word ``shingle_size``-grams after ``normalise``.
 
     Returns ``(flat, offsets)``: document ``i``'s hashes are ``flat[offsets[i]:offsets[i+1]]``
     (not deduplicated). A text with fewer words than ``shingle_size`` has one shingle, all its
-    words; a text with no words has none.
+    words; a text with no words has none. Made in runs of about ``_SHINGLE_CHARS``
+    characters of text.
     """
+    runs, start, size = [], 0, 0
+    for i, text in enumerate(texts):
+        size += len(text)
+        if size >= _SHINGLE_CHARS:
+            runs.append(_shingle_hashes(texts[start : i + 1], shingle_size))
+            start, size = i + 1, 0
+    if start < len(texts) or not runs:
+        runs.append(_shingle_hashes(texts[start:], shingle_size))
+    if len(runs) == 1:
+        return runs[0]
+    flat = np.concatenate([run[0] for run in runs])
+    offsets = np.zeros(len(texts) + 1, dtype=np.int64)
+    at, base = 1, 0
+    for _, run_offsets in runs:
+        offsets[at : at + len(run_offsets) - 1] = run_offsets[1:] + base
+        at += len(run_offsets) - 1
+        base += int(run_offsets[-1])
+    return flat, offsets
+
+
+def _shingle_hashes(texts: Sequence[str], shingle_size: int) -> tuple[U64, I64]:
     import pyarrow as pa
     import xxhash
 
@@ -201,12 +230,19 @@ def signatures(flat: U64, offsets: I64, num_perm: int, seed: int) -> npt.NDArray
     """MinHash signatures (rensa's R-MinHash), one row of ``num_perm`` values per document."""
     import rensa
 
-    if len(offsets) <= 1:
-        return np.zeros((0, num_perm), dtype=np.uint32)
-    matrix = rensa.RMinHash.digest_matrix_from_flat_token_hashes(
-        np.ascontiguousarray(flat, dtype=np.uint64), offsets.astype(np.uint64), num_perm, seed
-    )
-    return np.asarray(matrix.to_rows(), dtype=np.uint32).reshape(len(offsets) - 1, num_perm)
+    documents = len(offsets) - 1
+    out = np.zeros((max(documents, 0), num_perm), dtype=np.uint32)
+    for lo in range(0, documents, _SIGNATURE_DOCS):  # its rows are Python lists of ints
+        hi = min(lo + _SIGNATURE_DOCS, documents)
+        first, last = int(offsets[lo]), int(offsets[hi])
+        matrix = rensa.RMinHash.digest_matrix_from_flat_token_hashes(
+            np.ascontiguousarray(flat[first:last], dtype=np.uint64),
+            (offsets[lo : hi + 1] - first).astype(np.uint64),
+            num_perm,
+            seed,
+        )
+        out[lo:hi] = np.asarray(matrix.to_rows(), dtype=np.uint32).reshape(hi - lo, num_perm)
+    return out
 
 
 def band_keys(sig: npt.NDArray[np.uint32], bands: int, rows: int) -> U64:

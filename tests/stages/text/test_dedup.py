@@ -209,6 +209,28 @@ def test_scripts_without_spaces_are_shingled_by_character() -> None:
     assert normalised_words("commit\u200btee soft\u00adhyphen") == ["committee", "softhyphen"]
 
 
+def test_shingles_and_signatures_made_in_runs_are_those_of_one_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A 16 MB batch held every word as a Python string at once (380 MB above the batch,
+    kept by the worker's allocator): runs of text give the same keys."""
+    import conveyor.stages.text._minhash as mh
+
+    rng = np.random.default_rng(11)
+    vocabulary = [f"w{i}" for i in range(300)]
+    texts = [
+        " ".join(rng.choice(vocabulary, size=int(n))) for n in rng.integers(0, 40, size=300)
+    ] + ["", "!!!", "one two", "委员会审查了预算"]
+    whole = mh.shingle_hashes(texts, 5)
+    whole_sig = mh.signatures(*whole, 24, 7)
+    monkeypatch.setattr(mh, "_SHINGLE_CHARS", 97)
+    monkeypatch.setattr(mh, "_SIGNATURE_DOCS", 13)
+    flat, offsets = mh.shingle_hashes(texts, 5)
+    assert np.array_equal(flat, whole[0]) and np.array_equal(offsets, whole[1])
+    assert np.array_equal(mh.signatures(flat, offsets, 24, 7), whole_sig)
+    assert mh.signatures(np.zeros(0, np.uint64), np.zeros(1, np.int64), 24, 7).shape == (0, 24)
+
+
 def test_the_ascii_shortcut_of_normalise_matches_its_definition() -> None:
     rng = np.random.default_rng(3)
     for _ in range(2000):
