@@ -116,6 +116,22 @@ def text(
     max_repeated_lines: Annotated[
         float, typer.Option(min=0.0, max=1.0, help="Largest share of repeated lines kept.")
     ] = 0.3,
+    gopher_all: Annotated[
+        bool,
+        typer.Option(
+            "--gopher-all/--no-gopher-all",
+            help="Gopher's other rules too, at its thresholds: bulleted lines, words with a "
+            "letter, repeated paragraphs, characters in repeated lines, paragraphs and "
+            "n-grams (slower).",
+        ),
+    ] = False,
+    stop_words: Annotated[
+        bool,
+        typer.Option(
+            "--stop-words/--no-stop-words",
+            help="At least 2 English stop words (the, of, and...): English text only.",
+        ),
+    ] = False,
     langid: Annotated[
         bool,
         typer.Option(
@@ -279,6 +295,8 @@ def text(
             max_ellipsis_lines=max_ellipsis_lines,
             repeated_lines=repeated_lines,
             max_repeated_lines=max_repeated_lines,
+            gopher_all=gopher_all,
+            stop_words=stop_words,
             langid=langid,
             language_field=language_field,
             languages=languages or (),

@@ -438,6 +438,36 @@ def test_a_fuzzy_threshold_given_alone_sets_bands_and_rows_that_reach_it() -> No
     assert banding(threshold=0.5, bands=20) == (20, 6, 120)  # given ones are kept
 
 
+def test_every_gopher_rule_and_the_stop_words_on_the_command_line(tmp_path: Path) -> None:
+    """Only five of the Gopher rules could be had: bulleted lists, numbers, a repeated
+    phrase and keyword spam passed every filter."""
+    rng = random.Random(3)
+    stop = {"the", "be", "to", "of", "and", "that", "have", "with"}
+    keywords = [word for word in VOCAB["en"].split() if word not in stop]
+    junk = {
+        "bullet_lines": "\n".join(f"- {prose(rng, 'en', 12)}" for _ in range(8)),
+        "alpha_words": " ".join(["20231115"] * 80),
+        "top_2gram_chars": " ".join(["buy now cheap"] * 40),
+        "stop_words": " ".join(rng.choice(keywords) for _ in range(80)),
+    }
+    good = prose(rng, "en")
+    lines = [json.dumps({"text": text, "kind": kind}) for kind, text in junk.items()]
+    (tmp_path / "a.jsonl").write_text("\n".join([*lines, json.dumps({"text": good})]) + "\n")
+    plain = run(str(tmp_path), str(tmp_path / "plain"), "--dedup", "none", "--no-langid")
+    assert plain.exit_code == 0, plain.output
+    summary = json.loads((tmp_path / "plain" / "summary.json").read_text())
+    assert summary["documents"]["kept"] == 5  # the default five keep them all
+    out = tmp_path / "out"
+    args = ["--dedup", "none", "--no-langid", "--gopher-all", "--stop-words"]
+    result = run(str(tmp_path), str(out), *args)
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["documents"]["kept"] == 1
+    rejected = {k: v for k, v in summary["filtered_by_rule"].items() if v}
+    assert rejected == dict.fromkeys(junk, 1), rejected
+    assert "duplicate_10gram_chars" in summary["options"]["rules"]
+
+
 def test_chunk_mb_splits_a_large_file_into_byte_ranges(tmp_path: Path) -> None:
     source = tmp_path / "big.jsonl"
     line = json.dumps({"text": "word " * 40}) + "\n"

@@ -53,6 +53,12 @@ class TextConfig:
     max_ellipsis_lines: float = 0.3
     repeated_lines: bool | None = None
     max_repeated_lines: float = 0.3
+    #: the Gopher paper's other rules, at its thresholds (``filters.more_gopher_rules``):
+    #: bulleted lines, words with a letter, repeated paragraphs, repeated n-grams
+    gopher_all: bool = False
+    #: at least 2 of the commonest English function words (``filters.StopWords``): for
+    #: English text only (every other language fails it)
+    stop_words: bool = False
     langid: bool = True
     #: the field language identification writes the language in (its probability in
     #: ``{language_field}_score``): another name where the input has a ``language`` field
@@ -227,6 +233,10 @@ class TextConfig:
             if self._on(getattr(self, switch)):
                 values = {param: getattr(self, f) for param, f in fields.items()}
                 rules.append(_made(getattr(filters, rule), fields, values))
+        if self.gopher_all:
+            rules += filters.more_gopher_rules()
+        if self.stop_words:
+            rules.append(filters.StopWords())
         return rules
 
     def fuzzy_config(self) -> FuzzyDedupConfig | None:

@@ -9,6 +9,8 @@ word-count rule's business, so every rejection is attributed to the rule that me
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -173,9 +175,243 @@ class RepeatedLines(Rule):
         return repeats / len(stats.lines) <= self.max_fraction
 
 
-def gopher_rules() -> list[Rule]:
-    """The default rule set with the Gopher paper's thresholds, cheapest first."""
-    return [WordCount(), MeanWordLength(), SymbolToWordRatio(), EllipsisLines(), RepeatedLines()]
+def _fraction_check(name: str, value: float) -> None:
+    if not 0 <= value <= 1:
+        raise ValueError(f"{name} must be in [0, 1], got {value}")
+
+
+#: what a bulleted line starts with
+BULLETS = ("\u2022", "\u25cf", "\u25e6", "\u2023", "\u2043", "\u25aa", "\u25a0", "-", "*", "\u2013")
+
+
+@dataclass(frozen=True)
+class BulletLines(Rule):
+    """Most lines bulleted: lists of links, menus and product features rather than prose."""
+
+    name: ClassVar[str] = "bullet_lines"
+    max_fraction: float = 0.9
+
+    def __post_init__(self) -> None:
+        _fraction_check("BulletLines: max_fraction", self.max_fraction)
+
+    def keep(self, stats: TextStats) -> bool:
+        if not stats.lines:
+            return True
+        bulleted = sum(1 for line in stats.lines if line.startswith(BULLETS))
+        return bulleted / len(stats.lines) <= self.max_fraction
+
+
+_LETTER = re.compile(r"[^\W\d_]")
+
+
+@dataclass(frozen=True)
+class AlphaWords(Rule):
+    """Too few words with a letter in them: tables of numbers, code, separator lines."""
+
+    name: ClassVar[str] = "alpha_words"
+    min_fraction: float = 0.8
+
+    def __post_init__(self) -> None:
+        _fraction_check("AlphaWords: min_fraction", self.min_fraction)
+
+    def keep(self, stats: TextStats) -> bool:
+        if not stats.words:
+            return True
+        alpha = sum(1 for word in stats.words if _LETTER.search(word))
+        return alpha / len(stats.words) >= self.min_fraction
+
+
+@dataclass(frozen=True)
+class StopWords(Rule):
+    """Fewer than ``min_count`` of the commonest English function words: keyword lists and
+    spam rather than sentences. English only: every other language fails it."""
+
+    name: ClassVar[str] = "stop_words"
+    min_count: int = 2
+    words: tuple[str, ...] = ("the", "be", "to", "of", "and", "that", "have", "with")
+
+    def __post_init__(self) -> None:
+        if self.min_count < 0 or not self.words or not all(self.words):
+            raise ValueError(
+                f"StopWords: need min_count >= 0 and non-empty words, got {self.min_count}, "
+                f"{self.words!r}"
+            )
+
+    def keep(self, stats: TextStats) -> bool:
+        wanted, found = frozenset(self.words), 0
+        for word in stats.words:
+            if word.lower().strip(".,;:!?\"'()") in wanted:
+                found += 1
+                if found >= self.min_count:
+                    return True
+        return found >= self.min_count
+
+
+def _paragraphs(text: str) -> list[str]:
+    return [p for p in (part.strip() for part in _BLANK_LINE.split(text)) if p]
+
+
+_BLANK_LINE = re.compile(r"\n[^\S\n]*\n\s*")
+
+
+def _repeats(items: Sequence[str]) -> tuple[int, int]:
+    """How many of ``items`` repeat an earlier one, and their characters."""
+    seen: set[str] = set()
+    count = chars = 0
+    for item in items:
+        if item in seen:
+            count += 1
+            chars += len(item)
+        else:
+            seen.add(item)
+    return count, chars
+
+
+@dataclass(frozen=True)
+class RepeatedParagraphs(Rule):
+    """Too many paragraphs (between blank lines) that repeat an earlier one."""
+
+    name: ClassVar[str] = "repeated_paragraphs"
+    max_fraction: float = 0.3
+
+    def __post_init__(self) -> None:
+        _fraction_check("RepeatedParagraphs: max_fraction", self.max_fraction)
+
+    def keep(self, stats: TextStats) -> bool:
+        paragraphs = _paragraphs(stats.text)
+        if len(paragraphs) < 2:
+            return True
+        return _repeats(paragraphs)[0] / len(paragraphs) <= self.max_fraction
+
+
+@dataclass(frozen=True)
+class RepeatedLineChars(Rule):
+    """Too much of the text in lines that repeat an earlier line (a few long repeated
+    lines, which the share of repeated lines misses)."""
+
+    name: ClassVar[str] = "repeated_line_chars"
+    max_fraction: float = 0.2
+
+    def __post_init__(self) -> None:
+        _fraction_check("RepeatedLineChars: max_fraction", self.max_fraction)
+
+    def keep(self, stats: TextStats) -> bool:
+        total = sum(map(len, stats.lines))
+        if len(stats.lines) < 2 or not total:
+            return True
+        return _repeats(stats.lines)[1] / total <= self.max_fraction
+
+
+@dataclass(frozen=True)
+class RepeatedParagraphChars(Rule):
+    """Too much of the text in paragraphs that repeat an earlier paragraph."""
+
+    name: ClassVar[str] = "repeated_paragraph_chars"
+    max_fraction: float = 0.2
+
+    def __post_init__(self) -> None:
+        _fraction_check("RepeatedParagraphChars: max_fraction", self.max_fraction)
+
+    def keep(self, stats: TextStats) -> bool:
+        paragraphs = _paragraphs(stats.text)
+        total = sum(map(len, paragraphs))
+        if len(paragraphs) < 2 or not total:
+            return True
+        return _repeats(paragraphs)[1] / total <= self.max_fraction
+
+
+def _ngrams(words: Sequence[str], n: int) -> list[tuple[str, ...]]:
+    return list(zip(*(words[i:] for i in range(n)), strict=False))
+
+
+@dataclass(frozen=True)
+class TopNGramChars(Rule):
+    """Too much of the text (its words' characters) in the commonest ``n``-gram of words,
+    when it occurs more than once: a phrase repeated over and over."""
+
+    n: int = 2
+    max_fraction: float = 0.2
+
+    def __post_init__(self) -> None:
+        if self.n < 1:
+            raise ValueError(f"TopNGramChars: n must be >= 1, got {self.n}")
+        _fraction_check("TopNGramChars: max_fraction", self.max_fraction)
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return f"top_{self.n}gram_chars"
+
+    def keep(self, stats: TextStats) -> bool:
+        total = sum(map(len, stats.words))
+        grams = _ngrams(stats.words, self.n)
+        if not grams or not total:
+            return True
+        gram, count = Counter(grams).most_common(1)[0]
+        if count < 2:
+            return True
+        return sum(map(len, gram)) * count / total <= self.max_fraction
+
+
+@dataclass(frozen=True)
+class DuplicateNGramChars(Rule):
+    """Too much of the text (its words' characters) inside ``n``-grams of words that occur
+    more than once, each word counted once however many such n-grams cover it."""
+
+    n: int = 5
+    max_fraction: float = 0.15
+
+    def __post_init__(self) -> None:
+        if self.n < 1:
+            raise ValueError(f"DuplicateNGramChars: n must be >= 1, got {self.n}")
+        _fraction_check("DuplicateNGramChars: max_fraction", self.max_fraction)
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return f"duplicate_{self.n}gram_chars"
+
+    def keep(self, stats: TextStats) -> bool:
+        words = stats.words
+        total = sum(map(len, words))
+        grams = _ngrams(words, self.n)
+        if not grams or not total:
+            return True
+        counts = Counter(grams)
+        covered = bytearray(len(words))
+        for start, gram in enumerate(grams):
+            if counts[gram] > 1:
+                covered[start : start + self.n] = b"\x01" * self.n
+        chars = sum(len(word) for word, mark in zip(words, covered, strict=True) if mark)
+        return chars / total <= self.max_fraction
+
+
+def gopher_rules(full: bool = False) -> list[Rule]:
+    """The default rule set with the Gopher paper's thresholds, cheapest first; ``full``
+    adds the paper's other rules but its English stop words (``StopWords``): bulleted
+    lines, words with a letter, repeated paragraphs, the characters in repeated lines and
+    paragraphs, in the commonest 2-, 3- and 4-grams and in repeated 5- to 10-grams."""
+    rules: list[Rule] = [
+        WordCount(), MeanWordLength(), SymbolToWordRatio(), EllipsisLines(), RepeatedLines()
+    ]  # fmt: skip
+    if full:
+        rules += more_gopher_rules()
+    return rules
+
+
+def more_gopher_rules() -> list[Rule]:
+    """The Gopher rules ``gopher_rules()`` leaves out (but ``StopWords``), with the paper's
+    thresholds: the repetition ones cost a pass over each document's n-grams."""
+    return [
+        BulletLines(),
+        AlphaWords(),
+        RepeatedParagraphs(),
+        RepeatedLineChars(),
+        RepeatedParagraphChars(),
+        *(TopNGramChars(n, limit) for n, limit in ((2, 0.20), (3, 0.18), (4, 0.16))),
+        *(
+            DuplicateNGramChars(n, limit)
+            for n, limit in ((5, 0.15), (6, 0.14), (7, 0.13), (8, 0.12), (9, 0.11), (10, 0.10))
+        ),
+    ]
 
 
 def first_failure(rules: Sequence[Rule], text: str) -> str | None:

@@ -2,19 +2,29 @@
 
 from __future__ import annotations
 
+import random
+
 import pandas as pd
 import pyarrow as pa
 import pytest
 
 from conveyor.stages.text import (
     REJECTED_BY,
+    AlphaWords,
+    BulletLines,
+    DuplicateNGramChars,
     EllipsisLines,
     HeuristicFilter,
     MeanWordLength,
+    RepeatedLineChars,
     RepeatedLines,
+    RepeatedParagraphChars,
+    RepeatedParagraphs,
     Rule,
+    StopWords,
     SymbolToWordRatio,
     TextStats,
+    TopNGramChars,
     WordCount,
     gopher_rules,
 )
@@ -99,6 +109,73 @@ def test_repeated_lines_fraction() -> None:
 def test_rule_settings_are_validated(make: object, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         make()  # type: ignore[operator]
+
+
+# -- the Gopher rules the default set leaves out ----------------------------------------------
+def test_bulleted_lines_and_words_without_a_letter() -> None:
+    items = [f"{mark} item {i} of the list" for i, mark in enumerate("-*\u2022\u25cf" * 3)]
+    assert not _keep(BulletLines(), "\n".join(items))
+    assert _keep(BulletLines(), "\n".join([*items[:9], "a line", "another line"]))  # 9/11
+    assert _keep(BulletLines(), "")
+    assert not _keep(AlphaWords(), " ".join(["20231115"] * 80))
+    assert not _keep(AlphaWords(), "\n".join(["----"] * 80))
+    assert _keep(AlphaWords(), _words(8, "word") + " 12 34")  # 8/10 words have a letter
+    assert not _keep(AlphaWords(), _words(7, "word") + " 12 34 56")
+    assert _keep(AlphaWords(), "年度预算 é 中")  # letters of any script
+
+
+def test_stop_words_are_english_function_words() -> None:
+    assert not _keep(StopWords(), _words(80, "budget"))  # keyword spam
+    assert _keep(StopWords(), "The budget of the city.")  # "The" and "of": 2, any case
+    assert not _keep(StopWords(min_count=3), "The budget of a city.")
+    assert not _keep(StopWords(), "Der Haushalt der Stadt wurde genehmigt.")
+
+
+def test_repeated_paragraphs_and_the_characters_in_repeats() -> None:
+    para = _words(40, "alpha")
+    twice = f"{para}\n\n{para}\n \n{para}\n\nshort one\n\nshort two"  # 2 of 5 repeat
+    assert not _keep(RepeatedParagraphs(max_fraction=0.3), twice)
+    assert _keep(RepeatedParagraphs(max_fraction=0.4), twice)
+    assert not _keep(RepeatedParagraphChars(), twice)  # most characters are repeats
+    assert _keep(RepeatedParagraphChars(), f"{para}\n\nother text here")
+    long_line = _words(30, "gamma")
+    lines = "\n".join([long_line, long_line, *(f"line {i}" for i in range(10))])
+    assert _keep(RepeatedLines(), lines)  # 1 of 12 lines repeats
+    assert not _keep(RepeatedLineChars(), lines)  # but it is 2/3 of the characters
+
+
+def test_repeated_n_grams() -> None:
+    assert not _keep(TopNGramChars(2, 0.2), " ".join(["buy now cheap"] * 40))
+    rng = random.Random(0)
+    vocabulary = [f"w{i}x" for i in range(500)]
+    prose = " ".join(rng.choice(vocabulary) for _ in range(300))
+    for n in range(2, 5):
+        assert _keep(TopNGramChars(n, 0.2), prose)
+    for n in range(5, 11):
+        assert _keep(DuplicateNGramChars(n, 0.1), prose)
+    copied = prose + " " + " ".join(prose.split()[:60])  # 60 of 360 words again
+    assert not _keep(DuplicateNGramChars(5, 0.15), copied)  # 120 words inside repeats
+    assert _keep(DuplicateNGramChars(5, 0.35), copied)
+    assert _keep(TopNGramChars(2), "one two")  # no n-gram occurs twice
+    assert TopNGramChars(3).name == "top_3gram_chars"
+    assert DuplicateNGramChars(7).name == "duplicate_7gram_chars"
+    with pytest.raises(ValueError, match="n must be >= 1"):
+        DuplicateNGramChars(0)
+
+
+def test_the_full_gopher_set_has_the_paper_s_thresholds_and_unique_names() -> None:
+    full = gopher_rules(full=True)
+    names = [rule.name for rule in full]
+    assert names[:5] == [rule.name for rule in gopher_rules()] and len(set(names)) == len(names)
+    thresholds = {r.name: r.max_fraction for r in full if hasattr(r, "n")}
+    assert thresholds == {
+        "top_2gram_chars": 0.2, "top_3gram_chars": 0.18, "top_4gram_chars": 0.16,
+        "duplicate_5gram_chars": 0.15, "duplicate_6gram_chars": 0.14,
+        "duplicate_7gram_chars": 0.13, "duplicate_8gram_chars": 0.12,
+        "duplicate_9gram_chars": 0.11, "duplicate_10gram_chars": 0.1,
+    }  # fmt: skip
+    assert "stop_words" not in names  # English only: asked for apart
+    HeuristicFilter(full)  # names unique, every rule a Rule
 
 
 def _batch(texts: list[str | None], **columns: list[object]) -> DocumentBatch:
