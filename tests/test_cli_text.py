@@ -593,6 +593,7 @@ def test_an_input_field_the_language_id_writes_is_never_replaced(tmp_path: Path)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["documents"]["kept"] == 1
     assert summary["languages"]["kept"] == {"en": 1}  # counted by the field named
+    assert summary["options"]["language_field"] == "detected"
     # a file past the first with the field: its task fails, naming its files
     later = tmp_path / "later"
     later.mkdir()

@@ -277,6 +277,7 @@ class TextConfig:
             "format": self.format,
             "rules": {rule.name: _rule_values(rule) for rule in self.rules()},
             "langid": self.langid,
+            "language_field": self.language_field,
             "languages": list(self.languages),
             "language_threshold": self.language_threshold,
             "dedup": self.dedup,
