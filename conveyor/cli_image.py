@@ -2,8 +2,9 @@
 
 It only turns options into an ``ImageConfig`` and an executor; ``run_image`` does the rest.
 Exit codes: 0 when the run completes (bad images are listed, not fatal), 1 when a stage
-cannot start, a part's task failed, every image failed or the run stops early, 2 for a bad
-INPUT, OUTPUT or option (one line saying why), 130 on Ctrl-C.
+cannot start, a part's task failed, every image failed, an image could not be read for now
+(permission, I/O) or the run stops early, 2 for a bad INPUT, OUTPUT or option (one line
+saying why), 130 on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -309,6 +310,12 @@ def _run(
     images = report.summary["images"]
     if images["in"] and images["failed"] == images["in"]:
         console.print("[red]every image failed[/]: nothing was curated (why: above)")
+        raise typer.Exit(code=1)
+    if images["read_again"]:
+        console.print(
+            f"[yellow]{images['read_again']:,} image(s) could not be read for now[/] (a "
+            "permission or I/O error, above): the same command does their parts again"
+        )
         raise typer.Exit(code=1)
 
 

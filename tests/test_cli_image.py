@@ -51,6 +51,29 @@ def test_a_run_where_every_image_failed_exits_1(tmp_path: Path) -> None:
     assert "every image failed" in result.output
 
 
+def test_images_that_could_not_be_read_for_now_exit_1_saying_the_next_run_reads_them(
+    folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run whose images failed for a permission or I/O error is not done: a script must
+    not take it for done. (The tests run as root, whom no permission stops: the run's
+    summary is told so.)"""
+    import conveyor.pipelines.image as image_pipeline
+
+    real = image_pipeline.run_image
+
+    def run_image(*args: object, **kwargs: object) -> object:
+        report = real(*args, **kwargs)  # type: ignore[arg-type]
+        report.summary["images"]["read_again"] = 2
+        return report
+
+    monkeypatch.setattr(image_pipeline, "run_image", run_image)
+    result = runner.invoke(app, ["image", str(folder), str(tmp_path / "out"), *FAST])
+    assert result.exit_code == 1, result.output
+    assert "2 image(s) could not be read for now (a permission or I/O error, above): the " in (
+        " ".join(result.output.split())
+    )
+
+
 def test_metrics_are_served_on_the_loopback_address_with_the_batch_executor(
     folder: Path, tmp_path: Path
 ) -> None:

@@ -20,11 +20,17 @@ def input_errors() -> tuple[type[BaseException], ...]:
     return (InputError, av.FFmpegError, EOFError)
 
 
+def access_error(exc: BaseException) -> bool:
+    """Whether ``exc`` says a file could not be read for want of permission or a disk's I/O
+    error: the machine's reason, which a later run may not meet, not the file's."""
+    return isinstance(exc, OSError) and exc.errno in _ACCESS
+
+
 def check_access(exc: BaseException, path: str) -> None:
     """Raise an ``OSError`` (not an ``InputError``) where ``exc`` says ``path`` could not be
     read for want of permission or a disk's I/O error: such a video was recorded as bad,
     and no rerun tried it again once the permissions were fixed; now it is incomplete."""
-    if isinstance(exc, OSError) and exc.errno in _ACCESS:
+    if isinstance(exc, OSError) and access_error(exc):
         raise OSError(exc.errno, f"cannot read the file ({exc.strerror})", path) from None
 
 

@@ -38,6 +38,8 @@ class PartTotals:
         images, kept: its images, and those no filter dropped.
         filtered: (filter, images) in the record's order.
         failures: (image key, stage, reason) of its images that failed.
+        read_again: how many of them could not be read for now (the next run does the
+            part again).
     """
 
     digest: str
@@ -45,6 +47,7 @@ class PartTotals:
     kept: int
     filtered: tuple[tuple[str, int], ...]
     failures: tuple[tuple[str, str, str], ...]
+    read_again: int = 0
 
     @classmethod
     def of(cls, record: dict[str, Any]) -> PartTotals:
@@ -54,6 +57,7 @@ class PartTotals:
             kept=int(record["kept"]),
             filtered=tuple(record["filtered"].items()),
             failures=tuple((f["key"], f["stage"], f["reason"]) for f in record["failures"]),
+            read_again=int(record.get("read_again", 0)),
         )
 
 
@@ -123,6 +127,7 @@ def build_summary(
         for name, count in totals.filtered:
             filtered[name] += count
         images["failed"] += len(totals.failures)
+        images["read_again"] += totals.read_again
         failures += [
             {"key": key, "stage": stage, "reason": reason, "kind": "input"}
             for key, stage, reason in totals.failures
@@ -157,6 +162,8 @@ def build_summary(
             "kept": images["kept"],
             "filtered": dict(sorted(filtered.items())),
             "failed": images["failed"],
+            # of the failed: could not be read for now (permission, I/O): read next run
+            "read_again": images["read_again"],
             "incomplete": images["incomplete"],
             "duplicates": None if dedup is None else dedup.duplicates,
             "in_shards": None if shards is None else shards.samples,

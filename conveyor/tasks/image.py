@@ -145,6 +145,8 @@ class ImageRecord:
         scores, tags, embedding, class_probabilities: what the models said.
         filtered_by: the filter that dropped it (``"error"`` when it failed), or ``None``.
         errors: stage -> reason, for an image that failed.
+        again: it failed for a reason of the machine's (its file could not be read for
+            want of permission, or an I/O error): the next run does its part again.
         duplicate_of: the id of the image it duplicates (set after deduplication).
     """
 
@@ -174,6 +176,7 @@ class ImageRecord:
     filtered_by: str | None = None
     errors: dict[str, str] = field(default_factory=dict)
     duplicate_of: str | None = None
+    again: bool = False
 
     def __post_init__(self) -> None:
         if not self.id:
@@ -188,10 +191,12 @@ class ImageRecord:
     def kept(self) -> bool:
         return self.filtered_by is None
 
-    def fail(self, stage: str, reason: str) -> None:
-        """The image is bad: recorded with its reason, never retried, never written."""
+    def fail(self, stage: str, reason: str, again: bool = False) -> None:
+        """The image is bad: recorded with its reason, never written; retried only by the
+        next run, and only ``again`` (the machine's reason, not the image's)."""
         self.errors[stage] = reason
         self.filtered_by = ERROR_FILTER
+        self.again = self.again or again
         self.release()
 
     def reject(self, filter_name: str) -> None:

@@ -268,6 +268,25 @@ def test_a_part_whose_record_or_metadata_was_deleted_is_done_again(tmp_path: Pat
     assert sorted(map(str, shard_samples(output))) == sorted(map(str, samples))
 
 
+def test_a_part_with_images_it_could_not_read_for_now_is_done_again(tmp_path: Path) -> None:
+    """An image failed by a permission or I/O error stayed failed: its part was complete.
+    Its record says so (``read_again``), and the next run reads the part again, packed
+    the same."""
+    _, output, made = four_images_in_two_parts(tmp_path)
+    rows, samples = metadata(output), shard_samples(output)
+    record_path = output / ".conveyor" / "parts" / "part-000000.json"
+    record = json.loads(record_path.read_text())
+    assert record["read_again"] == 0
+    # as the writer leaves it when one of its images could not be read for now
+    record_path.write_text(json.dumps({**record, "read_again": 1}))
+    again = run_image(made, local()).summary
+    assert again["parts"]["done_this_run"] == 1 and again["parts"]["skipped_as_complete"] == 1
+    assert (again["images"]["kept"], again["images"]["read_again"]) == (4, 0)
+    assert json.loads(record_path.read_text())["read_again"] == 0
+    assert metadata(output).keys() == rows.keys()
+    assert sorted(map(str, shard_samples(output))) == sorted(map(str, samples))
+
+
 @pytest.mark.parametrize(
     ("changes", "message"),
     [

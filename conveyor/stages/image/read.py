@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from conveyor.media.errors import access_error
 from conveyor.resources import Resources
 from conveyor.stage import ProcessingStage
 from conveyor.storage import location, open_input, special_file
@@ -73,7 +74,7 @@ class ImageReader(ProcessingStage[ImagePart, ImageBatch]):
         try:
             image.data = location(item.path).read_bytes()
         except OSError as exc:
-            image.fail(self.name, f"unreadable: {_reason(exc)}")
+            image.fail(self.name, f"unreadable: {_reason(exc)}", again=access_error(exc))
         return image
 
     # -- tar shards -----------------------------------------------------------------------
@@ -84,9 +85,9 @@ class ImageReader(ProcessingStage[ImagePart, ImageBatch]):
         stop = max((m.offset + m.size for m in members), default=0)
         try:
             span = read_range(part.path, start, stop)
-            problem = None
+            problem, again = None, False
         except OSError as exc:
-            span, problem = b"", f"unreadable: {_reason(exc)}"
+            span, problem, again = b"", f"unreadable: {_reason(exc)}", access_error(exc)
 
         def data(member: TarMember) -> bytes | None:
             piece = span[member.offset - start : member.offset - start + member.size]
@@ -97,7 +98,7 @@ class ImageReader(ProcessingStage[ImagePart, ImageBatch]):
             image = ImageRecord(f"{part.relative}/{sample.key}", part.relative, base + i)
             images.append(image)
             if problem is not None:
-                image.fail(self.name, problem)
+                image.fail(self.name, problem, again=again)
                 continue
             if sample.image is None:
                 image.fail(self.name, "the sample has no image member")
@@ -152,7 +153,7 @@ class ImageReader(ProcessingStage[ImagePart, ImageBatch]):
         try:
             image.data = where.read_bytes()
         except OSError as exc:
-            image.fail(self.name, f"unreadable: {_reason(exc)}")
+            image.fail(self.name, f"unreadable: {_reason(exc)}", again=access_error(exc))
 
 
 def _json_fields(raw: bytes, name: str) -> dict[str, Any]:

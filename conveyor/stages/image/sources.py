@@ -412,7 +412,9 @@ class ImageSources:
                 record is not None
                 and record.get("key") == list(part.key)
                 and self.layout.metadata_path(part.index).exists()
-            ):  # a part whose metadata file was deleted is done again (it stopped every run)
+                and not record.get("read_again")
+            ):  # a part whose metadata file was deleted is done again (it stopped every run),
+                # and one with images it could not read for now (permission, I/O)
                 self.complete += 1
                 if self.on_complete is not None:
                     self.on_complete(part, record)

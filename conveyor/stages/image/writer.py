@@ -159,6 +159,8 @@ def part_record(task: ImageBatch) -> dict[str, Any]:
             for image in task.data
             for stage, reason in image.errors.items()
         ],
+        # images that could not be read for now: the next run does the part again
+        "read_again": sum(image.again for image in task.data),
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
 

@@ -203,6 +203,36 @@ def test_a_parquet_without_images_is_one_failure_naming_its_columns(tmp_path: Pa
     assert "its columns: a, b" in image.errors["ImageReader"]
 
 
+def test_an_image_the_machine_could_not_read_for_now_has_its_part_read_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A permission or I/O error failed the image for good: a rerun once the permissions
+    were fixed skipped its part as complete. Its part's record says so, and the next run
+    does the part again; a file that is gone is the image's own failure."""
+    import errno
+
+    from conveyor.stages.image.writer import part_record
+    from conveyor.tasks.image import ImageBatch
+
+    paths = write_folder(tmp_path / "in", 3, sizes=[(40, 30)])
+    (part,) = parts(str(tmp_path / "in"), tmp_path / "out", images_per_task=8)
+    paths[2].unlink()  # gone since the listing: the image's own failure, not read again
+    real = Path.read_bytes
+
+    def read_bytes(path: Path) -> bytes:
+        if path.name == paths[0].name:
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return real(path)
+
+    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    denied, fine, missing = read(part)
+    assert denied.again and "PermissionError" in denied.errors["ImageReader"]
+    assert not fine.errors and not fine.again
+    assert "FileNotFoundError" in missing.errors["ImageReader"] and not missing.again
+    record = part_record(ImageBatch(data=[denied, fine, missing], part=part))
+    assert record["read_again"] == 1 and len(record["failures"]) == 2
+
+
 def test_a_part_with_a_matching_record_is_skipped_and_counted(tmp_path: Path) -> None:
     write_folder(tmp_path / "in", 4, sizes=[(40, 30)])
     output = tmp_path / "out"
@@ -226,3 +256,7 @@ def test_a_part_with_a_matching_record_is_skipped_and_counted(tmp_path: Path) ->
     layout.metadata_path(0).unlink()  # deleted: the part is done again
     again = ImageSources(str(tmp_path / "in"), str(output), images_per_task=2)
     assert [p.index for p in again] == [0, 1]
+    layout.metadata_path(0).write_bytes(b"")
+    layout.write_json(layout.part_record(0), {**record, "read_again": 1})
+    again = ImageSources(str(tmp_path / "in"), str(output), images_per_task=2)
+    assert [p.index for p in again] == [0, 1]  # an image it could not read for now
