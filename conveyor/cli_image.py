@@ -82,7 +82,10 @@ def image(
     min_contrast: Annotated[
         float,
         typer.Option(
-            min=0.0, max=255.0, help="Quality: least standard deviation of grey levels (blank)."
+            min=0.0,
+            max=255.0,
+            help="Quality: least standard deviation of grey levels (blank), of the 256-px "
+            "working copy.",
         ),
     ] = 2.0,
     max_pixels: Annotated[

@@ -90,9 +90,10 @@ def to_rgb(image: Any, changes: list[str]) -> Any:
     from PIL import Image
 
     mode = image.mode
-    if mode == "RGB":
+    keyed = "transparency" in image.info  # a colour that is transparent (PNG's tRNS)
+    if mode == "RGB" and not keyed:
         return image
-    if mode == "L":
+    if mode == "L" and not keyed:
         return image.convert("RGB")
     if mode.startswith("I") or mode == "F":
         values = np.asarray(image)
@@ -107,13 +108,15 @@ def to_rgb(image: Any, changes: list[str]) -> Any:
             label = "32-bit"
             low, top = min(0, int(values.min())), int(values.max())
             values = (values.astype(np.float64) - low) * (255.0 / max(top - low, 1))
-        elif values.size and int(values.max()) > 255:
-            values = values / 257.0  # 16-bit levels
+        elif mode.startswith("I;16") or (values.size and int(values.max()) > 255):
+            # 16-bit levels: a 16-bit file's always (its levels up to 255 were taken for
+            # 8-bit ones, and 256 for 16-bit: two near images, one bright, one black)
+            values = values / 257.0
         changes.append(label)
         grey = np.clip(np.rint(values), 0, 255).astype(np.uint8)
         return Image.fromarray(grey, "L").convert("RGB")
     transparent = mode in ("RGBA", "LA", "PA", "La", "RGBa") or (
-        mode == "P" and "transparency" in image.info
+        mode in ("P", "RGB", "L") and "transparency" in image.info  # (PNG's colour key too)
     )
     if transparent:
         changes.append("alpha")
@@ -153,18 +156,27 @@ class ImageDecoder(ImageStage):
                 orientation = int(source.getexif().get(ORIENTATION, 1) or 1)
             except Exception:  # noqa: BLE001 - a damaged EXIF block is no reason to fail
                 orientation = 1
+            if orientation not in range(1, 9):  # no orientation EXIF defines: upright
+                orientation = 1
             # the size its header gives, upright: kept in the metadata row of an image whose
             # pixels fail to decode (a truncated file), as its format and mode are
             width, height = source.size
             image.width, image.height = (
                 (height, width) if orientation in (5, 6, 7, 8) else (width, height)
             )
+            deep = _png_bit_depth(data) == 16  # Pillow gives a 48-bit RGB PNG as 8-bit RGB
             kept = (
                 image.format in KEPT_FORMATS
                 and image.mode in ("RGB", "L")
                 and orientation == 1
                 and image.frames == 1
+                and not deep
+                and "transparency" not in source.info
             )
+            # a re-encoded image keeps its colour profile (an RGB one: the pixels stay as
+            # they are); it was dropped, and colour-managed readers saw P3 photos as sRGB
+            icc = source.info.get("icc_profile")
+            icc = icc if isinstance(icc, bytes) and icc[16:20] == b"RGB " else None
             stored = source.size
             if kept and image.format == "JPEG":
                 # decoded at the smallest DCT scale at least as large as the working copy
@@ -180,12 +192,16 @@ class ImageDecoder(ImageStage):
                 raise BadImage(_damage(exc)) from None
             if orientation != 1:
                 changes.insert(0, "exif-rotated")
+            if deep and "16-bit" not in changes:
+                changes.append("16-bit")
             if image.frames > 1:
                 changes.append(f"first of {image.frames} frames")
-            self._finish(image, rgb, changes, stored if kept else None)
+            self._finish(image, rgb, changes, stored if kept else None, icc)
 
     @staticmethod
-    def _finish(image: ImageRecord, rgb: Any, changes: list[str], stored: Any) -> None:
+    def _finish(
+        image: ImageRecord, rgb: Any, changes: list[str], stored: Any, icc: bytes | None = None
+    ) -> None:
         """The payload (the bytes as read where ``stored``, the size they have, is given),
         the perceptual hash and the working copy of a decoded image."""
         import imagehash
@@ -196,7 +212,7 @@ class ImageDecoder(ImageStage):
             image.payload_ext = KEPT_FORMATS[image.format or ""]
         else:
             image.width, image.height = rgb.size
-            image.payload, image.payload_ext = _encode(rgb, image.format)
+            image.payload, image.payload_ext = _encode(rgb, image.format, icc)
             changes.append(f"re-encoded as {image.payload_ext}")
         image.normalised = changes
         image.data = None
@@ -212,11 +228,20 @@ def _damage(exc: BaseException) -> str:
     return f"damaged: {_reason(exc)}"
 
 
-def _encode(rgb: Any, source_format: str | None) -> tuple[bytes, str]:
-    """The normalised image for the shards: PNG for a lossless source, else JPEG."""
+def _encode(rgb: Any, source_format: str | None, icc: bytes | None = None) -> tuple[bytes, str]:
+    """The normalised image for the shards: PNG for a lossless source, else JPEG, with the
+    source's RGB colour profile where it had one."""
     out = io.BytesIO()
+    profile = {"icc_profile": icc} if icc else {}
     if source_format in LOSSLESS:
-        rgb.save(out, format="PNG", compress_level=3)
+        rgb.save(out, format="PNG", compress_level=3, **profile)
         return out.getvalue(), "png"
-    rgb.save(out, format="JPEG", quality=JPEG_QUALITY)
+    rgb.save(out, format="JPEG", quality=JPEG_QUALITY, **profile)
     return out.getvalue(), "jpg"
+
+
+def _png_bit_depth(data: bytes) -> int | None:
+    """The bit depth a PNG's header gives (its IHDR chunk comes first), or None."""
+    if data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR" and len(data) > 24:
+        return data[24]
+    return None

@@ -111,9 +111,21 @@ class ImageNSFWFilter(ImageStage):
         assert self._model is not None, "setup() loads the model"
         scores = self._model.probabilities([image.pixels for image in ready])
         for image, score in zip(ready, scores, strict=True):
-            image.scores["nsfw"] = round(float(score), 6)
+            if not scored(image, self.name, "nsfw", score):
+                continue
             if not self.score_only and score >= self.threshold:
                 image.reject(self.filter_name)
+
+
+def scored(image: ImageRecord, stage: str, name: str, score: float) -> bool:
+    """Record ``score`` as ``image.scores[name]``; a score that is no number (a model's NaN
+    passed every threshold, as no comparison with it holds) fails the image instead."""
+    value = float(score)
+    if not math.isfinite(value):
+        image.fail(stage, f"the {name} model gave {value} for it, not a score")
+        return False
+    image.scores[name] = round(value, 6)
+    return True
 
 
 class ImageAestheticFilter(ImageStage, TorchStage):
@@ -146,6 +158,7 @@ class ImageAestheticFilter(ImageStage, TorchStage):
         self.limit_threads()
         scores = self._scorer.scores([image.pixels for image in ready])
         for image, score in zip(ready, scores, strict=True):
-            image.scores["aesthetic"] = round(float(score), 6)
+            if not scored(image, self.name, "aesthetic", score):
+                continue
             if not self.score_only and score < self.threshold:
                 image.reject(self.filter_name)

@@ -292,24 +292,36 @@ def parquet_plan(path: str) -> tuple[list[int], tuple[str, bool, str | None, tup
         groups = [meta.metadata.row_group(i).num_rows for i in range(meta.num_row_groups)]
     by_name = {f.name.lower(): f for f in schema}
 
+    def is_bytes(kind: Any) -> bool:
+        return (
+            pa.types.is_binary(kind)
+            or pa.types.is_large_binary(kind)
+            or (str(kind) == "binary_view")
+        )
+
+    def is_text(kind: Any) -> bool:
+        # pandas writes every string column as large_string: captions were dropped and a
+        # table of paths refused as having none
+        return (
+            pa.types.is_string(kind)
+            or pa.types.is_large_string(kind)
+            or (str(kind) == "string_view")
+        )
+
     def binary(field: Any) -> bool:
         kind = field.type
         if pa.types.is_struct(kind):
             return any(
-                kind.field(i).name == "bytes" and pa.types.is_binary(kind.field(i).type)
+                kind.field(i).name == "bytes" and is_bytes(kind.field(i).type)
                 for i in range(kind.num_fields)
             )
-        return pa.types.is_binary(kind) or pa.types.is_large_binary(kind)
+        return is_bytes(kind)
 
     image = next((by_name[c] for c in BYTES_COLUMNS if c in by_name and binary(by_name[c])), None)
     is_path = False
     if image is None:
         image = next(
-            (
-                by_name[c]
-                for c in PATH_COLUMNS
-                if c in by_name and pa.types.is_string(by_name[c].type)
-            ),
+            (by_name[c] for c in PATH_COLUMNS if c in by_name and is_text(by_name[c].type)),
             None,
         )
         is_path = image is not None
@@ -320,14 +332,10 @@ def parquet_plan(path: str) -> tuple[list[int], tuple[str, bool, str | None, tup
             f"({', '.join(PATH_COLUMNS)}); its columns: {names}"
         )
     caption = next(
-        (
-            by_name[c].name
-            for c in CAPTION_COLUMNS
-            if c in by_name and pa.types.is_string(by_name[c].type)
-        ),
+        (by_name[c].name for c in CAPTION_COLUMNS if c in by_name and is_text(by_name[c].type)),
         None,
     )
-    plain = (pa.types.is_string, pa.types.is_integer, pa.types.is_floating, pa.types.is_boolean)
+    plain = (is_text, pa.types.is_integer, pa.types.is_floating, pa.types.is_boolean)
     extra = tuple(
         f.name
         for f in schema

@@ -103,6 +103,69 @@ def test_sixteen_bit_levels_are_scaled_not_clipped() -> None:
     assert np.abs(grey - expected).mean() < 2.0  # 16-bit levels back on the 8-bit scale
 
 
+def test_a_sixteen_bit_file_s_levels_are_sixteen_bit_whatever_their_range() -> None:
+    """Levels up to 255 were taken for 8-bit ones, up to 256 for 16-bit: two near images,
+    one shown bright, the other black."""
+    ramp = np.tile(np.arange(256, dtype=np.uint16), (16, 1))
+    low, high = (decode(saved(Image.fromarray(ramp + extra), "PNG")) for extra in (0, 1))
+    assert low.pixels.max() == 1 and high.pixels.max() == 1  # both 1/257 of full scale
+    assert low.normalised == high.normalised == ["16-bit", "re-encoded as png"]
+
+
+def test_a_48_bit_png_is_made_8_bit_not_stored_as_read() -> None:
+    """Pillow opens it as 8-bit RGB, and the file went into the shards as it was: 16 bits
+    per channel under a record saying RGB."""
+    cv2 = pytest.importorskip("cv2")
+    deep = (picture(4).astype(np.uint16) * 257)[..., ::-1]  # BGR for OpenCV
+    ok, data = cv2.imencode(".png", np.ascontiguousarray(deep))
+    assert ok and data.tobytes()[24] == 16
+    image = decode(data.tobytes())
+    assert image.normalised == ["16-bit", "re-encoded as png"]
+    stored = Image.open(io.BytesIO(image.payload))
+    assert stored.mode == "RGB" and stored.tobytes()[:3] == bytes(picture(4)[0, 0])
+
+
+def test_a_png_colour_key_is_transparency() -> None:
+    """A PNG's tRNS colour key was ignored: the keyed colour stayed, as read."""
+    pixels = picture(5)
+    pixels[:, :40] = (10, 20, 30)
+    rgb = decode(saved(Image.fromarray(pixels), "PNG", transparency=(10, 20, 30)))
+    assert rgb.normalised == ["alpha", "re-encoded as png"]
+    assert (rgb.pixels[:, :30] == 255).all()  # the keyed colour composited on white
+    grey = picture(6).mean(axis=2).astype(np.uint8)
+    grey[:, :40] = 7
+    keyed = decode(saved(Image.fromarray(grey, "L"), "PNG", transparency=7))
+    assert (
+        keyed.normalised == ["alpha", "re-encoded as png"] and (keyed.pixels[:, :30] == 255).all()
+    )
+
+
+def test_a_re_encoded_image_keeps_its_rgb_colour_profile() -> None:
+    """A rotated phone photo with a Display P3 profile came out without it, read as sRGB."""
+    from PIL import ImageCms
+
+    profile = ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB")).tobytes()
+    source = Image.open(io.BytesIO(exif_rotated(2)))
+    rotated = decode(saved(source, "JPEG", exif=source.getexif(), icc_profile=profile))
+    assert rotated.normalised[0] == "exif-rotated"
+    assert Image.open(io.BytesIO(rotated.payload)).info.get("icc_profile") == profile
+    # a CMYK profile is not an RGB image's: it is left out
+    cmyk_profile = b"\0" * 16 + b"CMYK" + b"\0" * 108
+    cmyk = decode(saved(Image.fromarray(picture(2)).convert("CMYK"), "JPEG",
+                        icc_profile=cmyk_profile))  # fmt: skip
+    assert "icc_profile" not in Image.open(io.BytesIO(cmyk.payload)).info
+
+
+def test_an_orientation_exif_does_not_define_is_upright() -> None:
+    """Orientation 9 was labelled exif-rotated, and the JPEG re-encoded for nothing."""
+    image = Image.fromarray(picture(1))
+    exif = image.getexif()
+    exif[0x0112] = 9
+    data = saved(image, "JPEG", exif=exif)
+    decoded = decode(data)
+    assert decoded.normalised == [] and decoded.payload == data
+
+
 def test_an_animated_gif_keeps_its_first_frame() -> None:
     image = decode(GOOD["moving.gif"]())
     assert image.frames == 3

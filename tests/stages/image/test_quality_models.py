@@ -161,6 +161,26 @@ def test_the_aesthetic_model_scores_and_filters_below_the_threshold(brightness_s
     assert again[0].kept and again[0].scores["aesthetic"] < 1
 
 
+def test_a_model_score_that_is_no_number_fails_the_image(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """A scorer giving NaN kept every image (no comparison with NaN holds), its score NaN."""
+    torch = pytest.importorskip("torch")
+
+    class Nan(torch.nn.Module):
+        def forward(self, frames: torch.Tensor) -> torch.Tensor:
+            return frames.mean(dim=(1, 2, 3)) * float("nan")
+
+    path = tmp_path_factory.mktemp("nan") / "nan.pt"
+    torch.jit.script(Nan()).save(str(path))
+    found = images(np.full((90, 120, 3), 230, np.uint8))
+    run(ready(ImageAestheticFilter(str(path), threshold=5.0)), found)
+    assert found[0].filtered_by == "error" and "aesthetic" not in found[0].scores
+    assert found[0].errors["ImageAestheticFilter"] == (
+        "the aesthetic model gave nan for it, not a score"
+    )
+
+
 def test_the_aesthetic_model_must_exist(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="aesthetic model path"):
         ImageAestheticFilter(str(tmp_path / "missing.pt"))

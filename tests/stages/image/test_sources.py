@@ -195,6 +195,41 @@ def test_parquet_of_bytes_and_of_relative_paths(tmp_path: Path) -> None:
     assert "unreadable" in images["paths.parquet#3"].errors["ImageReader"]
 
 
+def test_parquet_of_large_strings_as_pandas_writes_them(tmp_path: Path) -> None:
+    """pandas writes every string column as large_string: the captions and fields of a
+    table of bytes were dropped without a word, and a table of paths refused as having no
+    column of paths."""
+    (tmp_path / "in" / "pics").mkdir(parents=True)
+    jpegs = [encode(render_image(i, 40, 30)) for i in range(2)]
+    for i, data in enumerate(jpegs):
+        (tmp_path / "in" / "pics" / f"{i}.jpg").write_bytes(data)
+    text = pa.large_string()
+    pq.write_table(
+        pa.table(
+            {
+                "image": pa.array([{"bytes": d, "path": None} for d in jpegs],
+                                  pa.struct([("bytes", pa.large_binary()), ("path", text)])),
+                "caption": pa.array(["a", "b"], text),
+                "url": pa.array(["http://x/0", "http://x/1"], text),
+            }
+        ),
+        tmp_path / "in" / "bytes.parquet",
+    )  # fmt: skip
+    paths = pa.array([f"pics/{i}.jpg" for i in range(2)], text)
+    pq.write_table(pa.table({"path": paths, "caption": pa.array(["c", "d"], text)}),
+                   tmp_path / "in" / "paths.parquet")  # fmt: skip
+    images = {
+        i.key: i for part in parts(str(tmp_path / "in"), tmp_path / "out") for i in read(part)
+    }
+    assert [images[f"bytes.parquet#{r}"].data for r in range(2)] == jpegs
+    assert (images["bytes.parquet#1"].caption, images["bytes.parquet#1"].extra) == (
+        "b",
+        {"url": "http://x/1"},
+    )
+    assert [images[f"paths.parquet#{r}"].data for r in range(2)] == jpegs
+    assert images["paths.parquet#0"].caption == "c"
+
+
 def test_a_parquet_without_images_is_one_failure_naming_its_columns(tmp_path: Path) -> None:
     (tmp_path / "in").mkdir()
     pq.write_table(pa.table({"a": [1], "b": ["x"]}), tmp_path / "in" / "t.parquet")
