@@ -12,9 +12,10 @@ pipeline whose clips were not cut by the transcoder.
 
 from __future__ import annotations
 
+import functools
 import io
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -25,19 +26,6 @@ from conveyor.resources import Resources
 from conveyor.stages.video.base import ClipStage
 from conveyor.stages.video.motion import MotionTally
 from conveyor.tasks.video import Clip, Video
-
-
-def sample_indices(num_frames: int, fps: float, rate: float) -> list[int]:
-    """Frame indices at ``rate`` per second: the middle of each 1/rate interval (at least
-    one frame, the middle one, for a clip shorter than an interval)."""
-    if num_frames <= 0:
-        return []
-    duration = num_frames / fps
-    if duration * rate < 1:
-        return [num_frames // 2]
-    count = math.floor(duration * rate + 1e-9)
-    indices = [min(num_frames - 1, int((k + 0.5) / rate * fps)) for k in range(count)]
-    return sorted(set(indices))
 
 
 def scaled_size(width: int, height: int, short_side: int) -> tuple[int, int]:
@@ -97,9 +85,9 @@ class ClipFrameExtractor(ClipStage):
         if clip.encoded is None:
             raise InputError("no encoded clip to take frames from (ClipTranscoder first)")
         fps = clip.fps or (video.metadata.fps if video.metadata else 0.0)
-        wanted = {r: sample_indices(clip.num_frames, fps, r) for r in self.rates}
-        needed = sorted({i for indices in wanted.values() for i in indices})
-        decoded: dict[int, np.ndarray] = {}
+        # the clip's span on the nominal grid: its duration, whatever its frames' count
+        span = clip.frame_span[1] - clip.frame_span[0]
+        expected = span if span > 0 else clip.num_frames
         tally: MotionTally | None = None
         with av.open(io.BytesIO(clip.encoded)) as container:
             stream = container.streams.video[0]
@@ -108,36 +96,39 @@ class ClipFrameExtractor(ClipStage):
                 tally = MotionTally.of_stream(stream, self.motion_patch)
             aspect = stream.sample_aspect_ratio
             shape = (aspect.numerator, aspect.denominator) if aspect else (1, 1)
-            width, height = model_size(clip.width, clip.height, shape, self.short_side)
-            target = iter(needed)
-            nxt = next(target, None)
+            size = model_size(clip.width, clip.height, shape, self.short_side)
+            sampler: FrameSampler | None = None
+            origin = 0.0
             for position, frame in enumerate(container.decode(stream)):
                 if tally is not None:
                     tally.add(frame)  # every frame: the motion is the whole clip's
-                elif nxt is None:
+                if sampler is None:
+                    sampler = FrameSampler(self.rates, expected, fps, size, frame.rotation)
+                    origin = frame.time if frame.time is not None else 0.0
+                elif sampler.done and tally is None:
                     break
-                if position == nxt:
-                    image = frame.to_ndarray(width=width, height=height, format="rgb24")
-                    decoded[position] = _upright(image, frame.rotation)
-                    nxt = next(target, None)
+                at = frame.time - origin if frame.time is not None else position / fps
+                sampler.add(at, functools.partial(sampler.image, frame))
             frame = None
         if tally is not None:
             clip.motion = tally.scores()
-        if not decoded:
+        frames = sampler.frames() if sampler is not None else {}
+        if not frames:
             raise InputError("the encoded clip has no decodable frame")
-        last = decoded[max(decoded)]
-        for rate, indices in wanted.items():
-            clip.frames[rate] = np.stack([decoded.get(i, last) for i in indices])
+        clip.frames.update(frames)
 
 
 class FrameSampler:
-    """One clip's frames for the models, taken while its source is decoded to cut it.
+    """One clip's frames for the models, picked by time as the clip's frames go by.
 
-    The frames are picked as ``ClipFrameExtractor`` picks them from the encoded clip:
-    ``sample_indices`` of the clip's ``expected`` frames at each of ``rates``, ``size``
-    pixels, turned upright by ``rotation``. A clip that turns out to hold another number of
-    frames (damage, a variable-rate source) takes, for each index its count gives, the
-    nearest frame kept.
+    Per rate the frames shown at the middle of each ``1/rate`` interval of the clip's span
+    (``expected`` frames of the nominal ``fps``: ``target_times``), ``size`` pixels, turned
+    upright by ``rotation``. A frame is offered with the time it is shown, from the clip's
+    first frame, and its picture made only if picked; a frame picked for two times in a row
+    (a rate above the clip's) comes once. On a variable-rate source (screen and phone
+    recordings) these are the frames really shown then: picked by their position, a
+    30-then-10 fps clip gave the models its first second only, its last frame repeated, and
+    moving clips were filtered as frozen.
     """
 
     def __init__(
@@ -149,32 +140,68 @@ class FrameSampler:
         rotation: int = 0,
     ) -> None:
         self.rates = tuple(rates)
-        self.fps = fps
         self.size = size
         self.rotation = rotation
-        self.wanted = {i for r in self.rates for i in sample_indices(expected, fps, r)}
-        self.kept: dict[int, np.ndarray] = {}
-
-    def wants(self, position: int) -> bool:
-        """Whether the clip's frame at ``position`` is one to keep."""
-        return position in self.wanted
+        duration = expected / fps if fps > 0 else 0.0
+        self.targets = {rate: target_times(duration, rate) for rate in self.rates}
+        self._times = sorted({t for times in self.targets.values() for t in times})
+        # a stamp the container rounded (to milliseconds) still counts as on time
+        self._slack = 0.25 / fps if fps > 0 else 0.0
+        self._next = 0
+        self._picked: dict[float, np.ndarray] = {}
+        self._last: Callable[[], np.ndarray] | None = None
+        self._last_image: np.ndarray | None = None
 
     def image(self, frame: Any) -> np.ndarray:
         """``frame`` as the models get it (an ``av.VideoFrame`` of the source)."""
         width, height = self.size
         return _upright(to_rgb(frame, (width, height)), self.rotation)
 
-    def keep(self, position: int, image: np.ndarray) -> None:
-        self.kept[position] = image
+    @property
+    def done(self) -> bool:
+        """Whether every frame to pick has been picked (no later frame matters)."""
+        return self._next >= len(self._times)
 
-    def frames(self, num_frames: int) -> dict[float, np.ndarray]:
-        """The frames at every rate, for a clip of ``num_frames`` frames ({} without any)."""
-        if not self.kept:
+    def add(self, at: float, picture: Callable[[], np.ndarray]) -> None:
+        """The clip's next frame, shown ``at`` seconds after its first; ``picture`` makes
+        its image for the models (called only if it is picked)."""
+        while self._next < len(self._times) and self._times[self._next] + self._slack < at:
+            self._pick(self._times[self._next])  # shown before this frame: the last one
+            self._next += 1
+        self._last, self._last_image = picture, None
+
+    def _pick(self, time: float) -> None:
+        if self._last is None:
+            return
+        if self._last_image is None:
+            self._last_image = self._last()
+        self._picked[time] = self._last_image
+
+    def frames(self) -> dict[float, np.ndarray]:
+        """The frames at every rate ({} for a clip without a frame); the times past the
+        clip's last frame take that frame."""
+        for time in self._times[self._next :]:
+            self._pick(time)
+        self._next = len(self._times)
+        self._last = None
+        if not self._picked:
             return {}
-        have = np.array(sorted(self.kept))
         out = {}
-        for rate in self.rates:
-            indices = sample_indices(num_frames, self.fps, rate) or [int(have[0])]
-            nearest = [int(have[np.abs(have - i).argmin()]) for i in indices]
-            out[rate] = np.stack([self.kept[i] for i in nearest])
+        for rate, times in self.targets.items():
+            # a frame picked for two times in a row (a rate above the clip's) once
+            pictures = [self._picked[t] for t in times]
+            unique = [p for i, p in enumerate(pictures) if i == 0 or p is not pictures[i - 1]]
+            out[rate] = np.stack(unique)
         return out
+
+
+def target_times(duration: float, rate: float) -> list[float]:
+    """Seconds into a clip of ``duration`` of its frames at ``rate`` per second: the middle
+    of each ``1/rate`` interval (a partial last one is not sampled), or the middle of the
+    clip for a clip shorter than one."""
+    if duration <= 0:
+        return [0.0]
+    if duration * rate < 1:
+        return [duration / 2]
+    count = math.floor(duration * rate + 1e-9)
+    return [(k + 0.5) / rate for k in range(count)]

@@ -65,8 +65,13 @@ def output_size(
     if max_height is not None and height > max_height:
         target = max(2, max_height // 2 * 2)
         return max(2, round(width * target / height / 2) * 2), target
-    return max(2, round(width / 2) * 2), max(2, round(height / 2) * 2)
+    # an odd side loses a pixel: rounding halves to even grew 323 to 324 and kept 321 at 320
+    return max(2, width // 2 * 2), max(2, height // 2 * 2)
 
+
+#: FFmpeg's AVColorRange (limited: "tv", full: "pc") and its "unspecified" colour space,
+#: primaries and transfer
+_RANGE_LIMITED, _RANGE_FULL, _UNSPECIFIED = 1, 2, 2
 
 SCRATCH_PREFIX = "conveyor-clip-"
 
@@ -181,6 +186,8 @@ class _ClipEncoder:
         wanted = self.input_format
         if frame.width != width or frame.height != height or frame.format.name != wanted:
             frame = frame.reformat(width=width, height=height, format=wanted)
+        if not self.frames:
+            self._colour(frame)
         if self._origin is None:
             self._origin = t
         steps = (t - self._origin) / self._step_s
@@ -196,6 +203,18 @@ class _ClipEncoder:
         with self._encoding():  # the encoder opens at its first frame (NVENC may refuse)
             self.container.mux(self.stream.encode(frame))
         self.frames += 1
+
+    def _colour(self, frame: Any) -> None:
+        """The source's colour range and space, said on the clip as on the source (before
+        the encoder opens): a full-range clip was marked limited, and a BT.709 one untagged,
+        so players stretched the one's contrast and read the other as BT.601."""
+        context = self.stream.codec_context
+        if frame.color_range in (_RANGE_LIMITED, _RANGE_FULL):
+            context.color_range = frame.color_range
+        for name in ("colorspace", "color_primaries", "color_trc"):
+            value = getattr(frame, name)
+            if value not in (None, 0, _UNSPECIFIED):  # (0: RGB or reserved, not a YUV clip's)
+                setattr(context, name, value)
 
     def finish(self) -> bytes:
         try:
@@ -538,20 +557,18 @@ class _ClipWork:
         self.encoder = encoder
         self.sampler = sampler
         self.tally = tally
-        #: the clip's first frame, kept for the models where the clip ends before the first
-        #: frame its rates pick (a sparse variable-rate source: a screen recording)
-        self.first: _Decoded | None = None
+        #: when the clip's first frame is shown in the source (its frames' times count from it)
+        self.origin: float | None = None
 
     def add(self, decoded: _Decoded, t: float) -> None:
         """Append the source's frame shown ``t`` seconds in."""
         if self.tally is not None:  # before the encoder takes the frame (and its stamps)
             self.tally.add_measured(decoded.motion())
         if self.sampler is not None:
-            position = self.encoder.frames
-            if self.sampler.wants(position):
-                self.sampler.keep(position, decoded.image(self.sampler))
-            elif position == 0:
-                self.first = decoded
+            if self.origin is None:
+                self.origin = t
+            sampler = self.sampler
+            sampler.add(t - self.origin, lambda: decoded.image(sampler))
         self.encoder.add(decoded.frame, t)
 
     def finish(self, clip: Clip) -> None:
@@ -563,10 +580,7 @@ class _ClipWork:
         clip.num_frames = frames
         clip.codec = "h264"
         if self.sampler is not None:
-            if not self.sampler.kept and self.first is not None:
-                self.sampler.keep(0, self.first.image(self.sampler))
-            self.first = None
-            clip.frames.update(self.sampler.frames(frames))
+            clip.frames.update(self.sampler.frames())
         if self.tally is not None:
             motion = self.tally.scores()
             # no vectors in the source (VP9, AV1, HEVC, MJPEG...): the motion filter

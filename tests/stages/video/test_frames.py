@@ -10,8 +10,16 @@ import numpy as np
 import pytest
 
 from conveyor.samples.video import SyntheticVideo
-from conveyor.stages.video.frames import ClipFrameExtractor, sample_indices, scaled_size
+from conveyor.stages.video.frames import ClipFrameExtractor, FrameSampler, scaled_size
 from conveyor.tasks.video import VideoTask
+
+
+def picks(times: list[float], expected: int, fps: float, rates: list[float]) -> dict:
+    """The frames (by number) a ``FrameSampler`` picks of frames shown at ``times``."""
+    sampler = FrameSampler(rates, expected, fps, (4, 2))
+    for number, at in enumerate(times):
+        sampler.add(at, lambda n=number: np.full((2, 4, 3), n, np.uint8))
+    return {rate: [int(f[0, 0, 0]) for f in frames] for rate, frames in sampler.frames().items()}
 
 
 @pytest.mark.parametrize(
@@ -22,15 +30,29 @@ from conveyor.tasks.video import VideoTask
         (24, 24, 4.0, [3, 9, 15, 21]),
         (12, 12, 2.0, [3, 9]),
         (24, 24, 48.0, list(range(24))),  # never more than every frame
-        (0, 24, 1.0, []),
+        (10, 24, 1.0, [5]),  # a clip shorter than an interval: its middle frame
     ],
 )
-def test_sample_indices(frames: int, fps: float, rate: float, expected: list[int]) -> None:
-    assert sample_indices(frames, fps, rate) == expected
+def test_a_constant_rate_clip_gives_the_frames_at_the_middle_of_each_interval(
+    frames: int, fps: float, rate: float, expected: list[int]
+) -> None:
+    times = [n / fps for n in range(frames)]
+    assert picks(times, frames, fps, [rate]) == {rate: expected}
+    # stamps a container rounded to milliseconds pick the same frames
+    assert picks([round(t, 3) for t in times], frames, fps, [rate]) == {rate: expected}
 
 
-def test_a_clip_shorter_than_an_interval_gives_its_middle_frame() -> None:
-    assert sample_indices(10, 24, 1.0) == [5]
+def test_a_variable_rate_clip_gives_the_frames_shown_at_those_times() -> None:
+    """By position, a clip of 2 s at 30 fps and then 2 s at 10 fps gave the models frames
+    of its first 1.1 s only, its last one repeated: moving clips were filtered as frozen."""
+    times = [n / 30 for n in range(60)] + [2 + n / 10 for n in range(20)]
+    # its span is 4 s of the nominal (average) 20 fps: 80 frames
+    found = picks(times, 80, 20.0, [1.0, 2.0])
+    assert found[1.0] == [15, 45, 65, 75]  # at 0.5, 1.5, 2.5, 3.5 s
+    assert found[2.0] == [7, 22, 37, 52, 62, 67, 72, 77]
+    # a clip ending before its last times: those take its last frame, once
+    assert picks([0.0, 0.1], 40, 10.0, [1.0]) == {1.0: [1]}
+    assert picks([], 40, 10.0, [1.0]) == {}
 
 
 def test_scaled_size_never_upscales() -> None:
@@ -109,15 +131,17 @@ def test_a_clip_without_bytes_or_with_garbage_fails_alone(
     assert fourth.frames[1.0].shape[0] == 1 and not fourth.errors
 
 
-def test_a_clip_claiming_more_frames_than_it_has_repeats_the_last(
+def test_a_clip_whose_span_outlasts_its_frames_ends_with_its_last_frame_once(
     transcoded_standard: tuple[SyntheticVideo, VideoTask],
 ) -> None:
     _, encoded = transcoded_standard
     task = copy.deepcopy(encoded)
     clip = task.data.clips[0]
-    clip.num_frames = 36  # the stream holds 12
+    start = clip.frame_span[0]
+    assert clip.frame_span[1] - start == 12  # 1 s at 12 fps
+    clip.frame_span = (start, start + 36)  # its span says 3 s: the stream holds 1 s
     ClipFrameExtractor(rates=[1.0], short_side=64).process(task)
     frames = clip.frames[1.0]
-    assert frames.shape[0] == 3
-    np.testing.assert_array_equal(frames[1], frames[0])  # indices 18, 30 missing: index 6
-    np.testing.assert_array_equal(frames[2], frames[0])
+    # 0.5 s: frame 6; 1.5 and 2.5 s: past its last frame (11), which comes once
+    assert frames.shape[0] == 2
+    assert not np.array_equal(frames[1], frames[0])

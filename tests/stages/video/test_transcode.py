@@ -129,6 +129,7 @@ def assert_aligned(frames: list[np.ndarray], source: list[np.ndarray], first: in
     [
         (320, 240, None, (320, 240)),
         (321, 241, None, (320, 240)),
+        (323, 243, None, (322, 242)),  # never a pixel more than the source (was 324 x 244)
         (1920, 1080, 720, (1280, 720)),
         (1080, 1920, 720, (404, 720)),
         (640, 360, 720, (640, 360)),
@@ -729,6 +730,74 @@ def test_a_sparse_clip_gives_the_models_its_frames(tmp_path: Path) -> None:
         assert len(clip.frames[2.0]) >= 1 and clip.frames[2.0].shape[1:] == (64, 96, 3)
 
 
+def test_the_models_get_a_variable_rate_clip_s_frames_shown_at_their_times(
+    tmp_path: Path,
+) -> None:
+    """2 s at 30 fps and then 3 s at 10 fps: by position the models got the first 1.1 s
+    of each clip, its last frame repeated (moving clips were filtered as frozen)."""
+    from conveyor.media.decode import probe
+    from conveyor.stages.video.split import FixedStrideSplitter
+    from conveyor.tasks.video import Video
+
+    path = tmp_path / "phone.mp4"
+    stamps = [round(i * 1000 / 30) for i in range(60)] + [2000 + i * 100 for i in range(30)]
+    write_stamped(path, stamps, step=2)  # frame i is grey (2 i) % 250
+    meta = probe(str(path))
+    (chunk,) = FixedStrideSplitter(clip_len_s=60).process_video(Video(str(path), "p", meta))
+    task = VideoTask(data=chunk)
+    list(ClipTranscoder(encoder="libx264", frame_rates=[1.0]).process(task))
+    (clip,) = task.data.clips
+    greys = [round(float(f.mean()) / 2) for f in clip.frames[1.0]]
+    # the span is 4.9 s (its last frame's time): at 0.5, 1.5, 2.5, 3.5 s, frames 15, 45,
+    # then 60 + 5 and 60 + 15 (x264 moves a grey a little)
+    expected = [15, 45, 65, 75]
+    assert len(greys) == len(expected) and all(
+        abs(g - e) <= 1 for g, e in zip(greys, expected, strict=True)
+    ), greys
+
+
+@pytest.mark.parametrize(
+    ("pix_fmt", "tags", "expected"),
+    [
+        ("yuvj420p", {}, (2, None)),  # full range: said so (it was taken for limited)
+        ("yuv420p", {"colorspace": 1, "color_primaries": 1, "color_trc": 1}, (1, 1)),  # BT.709
+    ],
+)
+def test_a_clip_says_its_source_s_colour_range_and_space(
+    tmp_path: Path, pix_fmt: str, tags: dict[str, int], expected: tuple[int, int | None]
+) -> None:
+    from fractions import Fraction
+
+    from conveyor.media.decode import probe
+    from conveyor.stages.video.split import FixedStrideSplitter
+    from conveyor.tasks.video import Video
+
+    path = tmp_path / "source.mp4"
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("libx264", rate=12)
+        stream.width, stream.height, stream.pix_fmt = 96, 64, pix_fmt
+        for name, value in {"color_range": 1, **tags}.items():
+            if pix_fmt == "yuv420p" or name != "color_range":
+                setattr(stream.codec_context, name, value)
+        for i in range(24):
+            frame = av.VideoFrame.from_ndarray(np.full((64, 96, 3), 10 * i, np.uint8), "rgb24")
+            frame = frame.reformat(format=pix_fmt)
+            frame.pts, frame.time_base = i, Fraction(1, 12)
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode(None))
+    meta = probe(str(path))
+    (chunk,) = FixedStrideSplitter(clip_len_s=2).process_video(Video(str(path), "s", meta))
+    task = VideoTask(data=chunk)
+    list(ClipTranscoder(encoder="libx264").process(task))
+    (clip,) = task.data.clips
+    with av.open(io.BytesIO(clip.encoded)) as container:  # type: ignore[arg-type]
+        context = container.streams.video[0].codec_context
+        colour_range, space = context.color_range, context.colorspace
+    assert colour_range == expected[0]
+    if expected[1] is not None:
+        assert space == expected[1]
+
+
 def test_scratch_clips_of_dead_workers_are_swept(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -886,23 +955,6 @@ def test_the_models_frames_come_from_the_decode_the_clips_are_cut_from(
                 a, b = ours.frames[rate], theirs.frames[rate]
                 assert a.shape == b.shape and a.dtype == b.dtype == np.uint8
                 assert np.abs(a.astype(np.int16) - b).mean() < 4
-
-
-def test_a_clip_of_another_length_takes_the_nearest_frames_kept() -> None:
-    from conveyor.stages.video.frames import FrameSampler
-
-    sampler = FrameSampler([1.0, 2.0], expected=24, fps=12.0, size=(4, 2))
-    assert sorted(sampler.wanted) == [3, 6, 9, 15, 18, 21]
-    for position in range(30):  # six frames more than its span: a variable-rate source
-        if sampler.wants(position):
-            sampler.keep(position, np.full((2, 4, 3), position, np.uint8))
-    assert [int(f[0, 0, 0]) for f in sampler.frames(24)[2.0]] == [3, 9, 15, 21]
-    longer = sampler.frames(30)  # 2.5 s: 1 fps at 6, 18; 2 fps at 3, 9, 15, 21, 27
-    assert [int(f[0, 0, 0]) for f in longer[1.0]] == [6, 18]
-    assert [int(f[0, 0, 0]) for f in longer[2.0]] == [3, 9, 15, 21, 21]
-    shorter = sampler.frames(20)  # frames lost to damage: 2 fps at 3, 9, 15
-    assert [int(f[0, 0, 0]) for f in shorter[2.0]] == [3, 9, 15]
-    assert FrameSampler([1.0], 12, 12.0, (4, 2)).frames(0) == {}
 
 
 def test_the_source_motion_is_read_in_the_same_decode(media: Media) -> None:
