@@ -184,8 +184,14 @@ class _ClipEncoder:
             # same bit for bit, and converting it to yuv420p cost 6.5% of a 720p encode
             self.stream.pix_fmt = self.input_format = frame.format.name
         wanted = self.input_format
-        if frame.width != width or frame.height != height or frame.format.name != wanted:
-            frame = frame.reformat(width=width, height=height, format=wanted)
+        # a full-range source (MJPEG, many phones) is made limited range, as a clip's
+        # yuv420p is read: passed on as it was, its clip was read with its contrast stretched
+        full = frame.color_range == _RANGE_FULL or frame.format.name.startswith("yuvj")
+        if frame.width != width or frame.height != height or frame.format.name != wanted or full:
+            ranges = {"src_color_range": _RANGE_FULL, "dst_color_range": _RANGE_LIMITED}
+            frame = frame.reformat(
+                width=width, height=height, format=wanted, **(ranges if full else {})
+            )
         if not self.frames:
             self._colour(frame)
         if self._origin is None:
@@ -205,12 +211,11 @@ class _ClipEncoder:
         self.frames += 1
 
     def _colour(self, frame: Any) -> None:
-        """The source's colour range and space, said on the clip as on the source (before
-        the encoder opens): a full-range clip was marked limited, and a BT.709 one untagged,
-        so players stretched the one's contrast and read the other as BT.601."""
+        """The clip's colour range (limited: ``add`` makes it so) and the source's colour
+        space, said on the clip (before the encoder opens): a BT.709 source's clip was
+        untagged, and players read it as BT.601."""
         context = self.stream.codec_context
-        if frame.color_range in (_RANGE_LIMITED, _RANGE_FULL):
-            context.color_range = frame.color_range
+        context.color_range = _RANGE_LIMITED
         for name in ("colorspace", "color_primaries", "color_trc"):
             value = getattr(frame, name)
             if value not in (None, 0, _UNSPECIFIED):  # (0: RGB or reserved, not a YUV clip's)

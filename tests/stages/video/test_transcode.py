@@ -759,13 +759,18 @@ def test_the_models_get_a_variable_rate_clip_s_frames_shown_at_their_times(
 @pytest.mark.parametrize(
     ("pix_fmt", "tags", "expected"),
     [
-        ("yuvj420p", {}, (2, None)),  # full range: said so (it was taken for limited)
-        ("yuv420p", {"colorspace": 1, "color_primaries": 1, "color_trc": 1}, (1, 1)),  # BT.709
+        ("yuvj420p", {}, ((0, 1), None)),  # full range made limited (it was read as such)
+        ("yuv420p", {"colorspace": 1, "color_primaries": 1, "color_trc": 1}, ((1,), 1)),
     ],
 )
 def test_a_clip_says_its_source_s_colour_range_and_space(
-    tmp_path: Path, pix_fmt: str, tags: dict[str, int], expected: tuple[int, int | None]
+    tmp_path: Path,
+    pix_fmt: str,
+    tags: dict[str, int],
+    expected: tuple[tuple[int, ...], int | None],
 ) -> None:
+    """Both were lost: a full-range source's clip was read with its contrast stretched, a
+    BT.709 one's as BT.601. (Limited range is H.264's default: x264 may leave it unsaid.)"""
     from fractions import Fraction
 
     from conveyor.media.decode import probe
@@ -793,9 +798,15 @@ def test_a_clip_says_its_source_s_colour_range_and_space(
     with av.open(io.BytesIO(clip.encoded)) as container:  # type: ignore[arg-type]
         context = container.streams.video[0].codec_context
         colour_range, space = context.color_range, context.colorspace
-    assert colour_range == expected[0]
+    assert colour_range in expected[0]
     if expected[1] is not None:
         assert space == expected[1]
+    # the levels as the source meant them: a full-range source's darkest grey (0) is the
+    # clip's black (16), not a darker-than-black it was read as
+    with av.open(io.BytesIO(clip.encoded)) as container:  # type: ignore[arg-type]
+        first = next(container.decode(video=0))
+    assert first.format.name == "yuv420p"
+    assert int(first.to_ndarray()[:64].min()) >= 15
 
 
 def test_scratch_clips_of_dead_workers_are_swept(
