@@ -107,7 +107,7 @@ class ClipFrameExtractor(ClipStage):
                     origin = frame.time if frame.time is not None else 0.0
                 elif sampler.done and tally is None:
                     break
-                at = frame.time - origin if frame.time is not None else position / fps
+                at = frame.time - origin if frame.time is not None else position / (fps or 1)
                 sampler.add(at, functools.partial(sampler.image, frame))
             frame = None
         if tally is not None:
