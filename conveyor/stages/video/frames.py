@@ -99,7 +99,7 @@ class ClipFrameExtractor(ClipStage):
             size = model_size(clip.width, clip.height, shape, self.short_side)
             sampler: FrameSampler | None = None
             origin = 0.0
-            for position, frame in enumerate(container.decode(stream)):
+            for frame in container.decode(stream):
                 if tally is not None:
                     tally.add(frame)  # every frame: the motion is the whole clip's
                 if sampler is None:
@@ -107,7 +107,7 @@ class ClipFrameExtractor(ClipStage):
                     origin = frame.time if frame.time is not None else 0.0
                 elif sampler.done and tally is None:
                     break
-                at = frame.time - origin if frame.time is not None else position / (fps or 1)
+                at = frame.time - origin if frame.time is not None else None
                 sampler.add(at, functools.partial(sampler.image, frame))
             frame = None
         if tally is not None:
@@ -121,14 +121,16 @@ class ClipFrameExtractor(ClipStage):
 class FrameSampler:
     """One clip's frames for the models, picked by time as the clip's frames go by.
 
-    Per rate the frames shown at the middle of each ``1/rate`` interval of the clip's span
-    (``expected`` frames of the nominal ``fps``: ``target_times``), ``size`` pixels, turned
+    Per rate the frames at the middle of each ``1/rate`` interval of the clip's span
+    (``expected`` frames of the nominal ``fps``: ``sample_slots``), ``size`` pixels, turned
     upright by ``rotation``. A frame is offered with the time it is shown, from the clip's
-    first frame, and its picture made only if picked; a frame picked for two times in a row
-    (a rate above the clip's) comes once. On a variable-rate source (screen and phone
-    recordings) these are the frames really shown then: picked by their position, a
-    30-then-10 fps clip gave the models its first second only, its last frame repeated, and
-    moving clips were filtered as frozen.
+    first frame, and its picture made only if picked: the frame picked for a slot is the
+    last one whose nearest slot of the nominal grid is at or before it (as frames are given
+    to clips), so a constant-rate clip's are its frames at those positions, and a
+    variable-rate clip's (screen and phone recordings) the frames really shown then. By
+    position, a 30-then-10 fps clip gave the models its first second only, its last frame
+    repeated, and moving clips were filtered as frozen. A frame picked for two slots in a
+    row (a rate above the clip's) comes once.
     """
 
     def __init__(
@@ -142,13 +144,12 @@ class FrameSampler:
         self.rates = tuple(rates)
         self.size = size
         self.rotation = rotation
-        duration = expected / fps if fps > 0 else 0.0
-        self.targets = {rate: target_times(duration, rate) for rate in self.rates}
-        self._times = sorted({t for times in self.targets.values() for t in times})
-        # a stamp the container rounded (to milliseconds) still counts as on time
-        self._slack = 0.25 / fps if fps > 0 else 0.0
+        self.fps = fps
+        self.targets = {rate: sample_slots(expected, fps, rate) for rate in self.rates}
+        self._slots = sorted({slot for slots in self.targets.values() for slot in slots})
         self._next = 0
-        self._picked: dict[float, np.ndarray] = {}
+        self._offered = 0
+        self._picked: dict[int, np.ndarray] = {}
         self._last: Callable[[], np.ndarray] | None = None
         self._last_image: np.ndarray | None = None
 
@@ -160,48 +161,50 @@ class FrameSampler:
     @property
     def done(self) -> bool:
         """Whether every frame to pick has been picked (no later frame matters)."""
-        return self._next >= len(self._times)
+        return self._next >= len(self._slots)
 
-    def add(self, at: float, picture: Callable[[], np.ndarray]) -> None:
-        """The clip's next frame, shown ``at`` seconds after its first; ``picture`` makes
-        its image for the models (called only if it is picked)."""
-        while self._next < len(self._times) and self._times[self._next] + self._slack < at:
-            self._pick(self._times[self._next])  # shown before this frame: the last one
+    def add(self, at: float | None, picture: Callable[[], np.ndarray]) -> None:
+        """The clip's next frame, shown ``at`` seconds after its first (``None``: unknown,
+        its position then); ``picture`` makes its image (called only if it is picked)."""
+        slot = round(at * self.fps) if at is not None and self.fps > 0 else self._offered
+        self._offered += 1
+        while self._next < len(self._slots) and self._slots[self._next] < slot:
+            self._pick(self._slots[self._next])  # shown before this frame: the last one
             self._next += 1
         self._last, self._last_image = picture, None
 
-    def _pick(self, time: float) -> None:
+    def _pick(self, slot: int) -> None:
         if self._last is None:
             return
         if self._last_image is None:
             self._last_image = self._last()
-        self._picked[time] = self._last_image
+        self._picked[slot] = self._last_image
 
     def frames(self) -> dict[float, np.ndarray]:
-        """The frames at every rate ({} for a clip without a frame); the times past the
+        """The frames at every rate ({} for a clip without a frame); the slots past the
         clip's last frame take that frame."""
-        for time in self._times[self._next :]:
-            self._pick(time)
-        self._next = len(self._times)
+        for slot in self._slots[self._next :]:
+            self._pick(slot)
+        self._next = len(self._slots)
         self._last = None
         if not self._picked:
             return {}
         out = {}
-        for rate, times in self.targets.items():
-            # a frame picked for two times in a row (a rate above the clip's) once
-            pictures = [self._picked[t] for t in times]
+        for rate, slots in self.targets.items():
+            pictures = [self._picked[slot] for slot in slots]
             unique = [p for i, p in enumerate(pictures) if i == 0 or p is not pictures[i - 1]]
             out[rate] = np.stack(unique)
         return out
 
 
-def target_times(duration: float, rate: float) -> list[float]:
-    """Seconds into a clip of ``duration`` of its frames at ``rate`` per second: the middle
-    of each ``1/rate`` interval (a partial last one is not sampled), or the middle of the
-    clip for a clip shorter than one."""
-    if duration <= 0:
-        return [0.0]
+def sample_slots(expected: int, fps: float, rate: float) -> list[int]:
+    """Frame slots (positions on the nominal ``fps`` grid) at ``rate`` per second of a clip
+    of ``expected`` slots: the middle of each ``1/rate`` interval (a partial last one is
+    not sampled), or the middle slot of a clip shorter than one interval, or its first."""
+    if expected <= 0 or fps <= 0:
+        return [0]
+    duration = expected / fps
     if duration * rate < 1:
-        return [duration / 2]
+        return [expected // 2]
     count = math.floor(duration * rate + 1e-9)
-    return [(k + 0.5) / rate for k in range(count)]
+    return [min(expected - 1, int((k + 0.5) / rate * fps)) for k in range(count)]

@@ -42,14 +42,34 @@ def test_a_constant_rate_clip_gives_the_frames_at_the_middle_of_each_interval(
     assert picks([round(t, 3) for t in times], frames, fps, [rate]) == {rate: expected}
 
 
+@pytest.mark.parametrize(
+    ("fps", "rate"), [(30000 / 1001, 1.0), (24000 / 1001, 1.0), (25.0, 2.0), (30.0, 4.0),
+                      (12.0, 8.0), (60000 / 1001, 1.0)],
+)  # fmt: skip
+def test_a_constant_rate_clip_gives_the_frames_it_gave_by_position(fps: float, rate: float) -> None:
+    """The frames by time are those the positions gave (a quarter-frame tolerance picked
+    the next frame at NTSC rates: 15, 45... for 14, 44...)."""
+    frames = int(fps * 5)
+    by_position = sorted(
+        {
+            min(frames - 1, int((k + 0.5) / rate * fps))
+            for k in range(int(frames / fps * rate + 1e-9))
+        }
+    )
+    times = [n / fps for n in range(frames)]
+    assert picks(times, frames, fps, [rate]) == {rate: by_position}
+    assert picks([round(t, 3) for t in times], frames, fps, [rate]) == {rate: by_position}
+
+
 def test_a_variable_rate_clip_gives_the_frames_shown_at_those_times() -> None:
     """By position, a clip of 2 s at 30 fps and then 2 s at 10 fps gave the models frames
     of its first 1.1 s only, its last one repeated: moving clips were filtered as frozen."""
     times = [n / 30 for n in range(60)] + [2 + n / 10 for n in range(20)]
-    # its span is 4 s of the nominal (average) 20 fps: 80 frames
+    # its span is 4 s of the nominal (average) 20 fps: 80 slots; a frame is on its nearest
+    # slot (frame 8, shown at 0.267 s, is on slot 5: 0.25 s), as frames are given to clips
     found = picks(times, 80, 20.0, [1.0, 2.0])
     assert found[1.0] == [15, 45, 65, 75]  # at 0.5, 1.5, 2.5, 3.5 s
-    assert found[2.0] == [7, 22, 37, 52, 62, 67, 72, 77]
+    assert found[2.0] == [8, 23, 38, 53, 62, 67, 72, 77]
     # a clip ending before its last times: those take its last frame, once
     assert picks([0.0, 0.1], 40, 10.0, [1.0]) == {1.0: [1]}
     assert picks([], 40, 10.0, [1.0]) == {}
