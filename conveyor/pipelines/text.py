@@ -304,9 +304,14 @@ def input_problem(
     none of its records has, or (with language identification) a field of its own where
     that writes. ``options`` names the command's flags for the text and language fields
     and for no language identification (else the config's fields)."""
+    from conveyor.pipelines.fields import package_problems
     from conveyor.stages.text.readers import field_clash, text_field_problem
 
     text_flag, language_flag, off = options or ("text_field=", "language_field=", "langid=False")
+    if any(f.compression == "zstd" for f in listing.files):
+        missing = package_problems([("zstandard", "reading .zst files", "text")])
+        if missing:
+            return missing[0]
     problem = text_field_problem(listing, config.text_field)
     if problem:
         return f"{problem}: name the text field with {text_flag}"

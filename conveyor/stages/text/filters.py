@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from conveyor.resources import Resources
@@ -41,6 +41,8 @@ class TextStats:
     words: list[str]
     lines: list[str]  # stripped, non-empty
     unspaced: bool = False
+    #: what several rules derive from the words, made once (``_word_codes``)
+    derived: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def of(cls, text: str) -> TextStats:
@@ -320,8 +322,22 @@ class RepeatedParagraphChars(Rule):
         return _repeats(paragraphs)[1] / total <= self.max_fraction
 
 
-def _ngrams(words: Sequence[str], n: int) -> list[tuple[str, ...]]:
-    return list(zip(*(words[i:] for i in range(n)), strict=False))
+def _words_and_lengths(stats: TextStats) -> tuple[list[int], list[int]]:
+    """Each word's number (equal words, equal numbers: tuples of small ints hash fast)
+    and its length, made once a document for every n-gram rule."""
+    made = stats.derived.get("words")
+    if made is None:
+        numbers: dict[str, int] = {}
+        ids = [numbers.setdefault(w, len(numbers)) for w in stats.words]
+        made = stats.derived["words"] = (ids, [len(w) for w in stats.words])
+    return made
+
+
+def _ngram_counts(stats: TextStats, n: int) -> tuple[list[tuple[int, ...]], Counter[Any]]:
+    """The ``n``-grams of the words in order (as word numbers), and how often each occurs."""
+    ids, _ = _words_and_lengths(stats)
+    grams = list(zip(*(ids[i:] for i in range(n)), strict=False))
+    return grams, Counter(grams)
 
 
 @dataclass(frozen=True)
@@ -342,14 +358,16 @@ class TopNGramChars(Rule):
         return f"top_{self.n}gram_chars"
 
     def keep(self, stats: TextStats) -> bool:
-        total = sum(map(len, stats.words))
-        grams = _ngrams(stats.words, self.n)
+        grams, counts = _ngram_counts(stats, self.n)
+        _, lengths = _words_and_lengths(stats)
+        total = sum(lengths)
         if not grams or not total:
             return True
-        gram, count = Counter(grams).most_common(1)[0]
+        gram, count = counts.most_common(1)[0]
         if count < 2:
             return True
-        return sum(map(len, gram)) * count / total <= self.max_fraction
+        start = grams.index(gram)  # one of its occurrences: the characters of its words
+        return sum(lengths[start : start + self.n]) * count / total <= self.max_fraction
 
 
 @dataclass(frozen=True)
@@ -370,17 +388,16 @@ class DuplicateNGramChars(Rule):
         return f"duplicate_{self.n}gram_chars"
 
     def keep(self, stats: TextStats) -> bool:
-        words = stats.words
-        total = sum(map(len, words))
-        grams = _ngrams(words, self.n)
-        if not grams or not total:
+        grams, counts = _ngram_counts(stats, self.n)
+        _, lengths = _words_and_lengths(stats)
+        total = sum(lengths)
+        if not grams or not total or len(counts) == len(grams):  # (none repeats)
             return True
-        counts = Counter(grams)
-        covered = bytearray(len(words))
+        covered = bytearray(len(lengths))
         for start, gram in enumerate(grams):
             if counts[gram] > 1:
                 covered[start : start + self.n] = b"\x01" * self.n
-        chars = sum(len(word) for word, mark in zip(words, covered, strict=True) if mark)
+        chars = sum(length for length, mark in zip(lengths, covered, strict=True) if mark)
         return chars / total <= self.max_fraction
 
 

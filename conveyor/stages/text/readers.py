@@ -739,14 +739,47 @@ def _column(name: str, values: list[Any]) -> tuple[pa.Field, pa.Array]:
         array = pa.array(values)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError):
         return json_field(name), json_text(values)
-    if pa.types.is_nested(array.type) and (
-        _has_empty_struct(array.type) or array.to_pylist() != values
+    if _has_struct(array.type) and (
+        _has_empty_struct(array.type) or not _same(array.to_pylist(), values)
     ):
         # Arrow gives every object of a column every key any of them has (``{"a": 1}``
         # came out ``{"a": 1, "b": null}``), and an empty object a struct Parquet cannot
         # write (the task failed): such objects are kept as JSON text, exactly
         return json_field(name), json_text(values)
     return pa.field(name, array.type), array
+
+
+def _has_struct(kind: pa.DataType) -> bool:
+    """Whether ``kind`` is or holds a struct (JSON objects: what Arrow can change)."""
+    import pyarrow as pa
+
+    if pa.types.is_struct(kind):
+        return True
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+        return _has_struct(kind.value_type)
+    if pa.types.is_map(kind):
+        return _has_struct(kind.key_type) or _has_struct(kind.item_type)
+    return False
+
+
+def _same(made: Any, read: Any) -> bool:
+    """Whether Arrow's values are the JSON values read: the same keys in every object (a
+    NaN equal to a NaN, an integer to its float)."""
+    if isinstance(read, dict):
+        return (
+            isinstance(made, dict)
+            and made.keys() == read.keys()
+            and all(_same(made[k], read[k]) for k in read)
+        )
+    if isinstance(read, list):
+        return (
+            isinstance(made, list)
+            and len(made) == len(read)
+            and all(_same(a, b) for a, b in zip(made, read, strict=True))
+        )
+    if isinstance(read, float) and read != read:
+        return isinstance(made, float) and made != made
+    return bool(made == read)
 
 
 def _has_empty_struct(kind: pa.DataType) -> bool:

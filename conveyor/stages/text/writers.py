@@ -235,7 +235,9 @@ def publish_shards(
     Files an earlier run published there (``published_pattern``) are removed first, so the
     output holds exactly this run's shards. With ``unify_schemas`` Parquet shards whose
     schemas differ (a column missing, or all null, in some) are rewritten to one schema where
-    Arrow can unify them, so that the folder reads as one dataset. Returns the paths.
+    Arrow can unify them, so that the folder reads as one dataset, and JSONL shards whose
+    records lack a field others have, or have them in another order, are rewritten to one
+    field order (in this process, one at a time: about 60 MB/s). Returns the paths.
     """
     source, target = location(staged), location(output)
     staged_re = re.compile(rf"{re.escape(prefix)}-[0-9A-Za-z_-]+\.(parquet|jsonl(\.gz|\.zst)?)")
@@ -329,6 +331,8 @@ def unify_jsonl(paths: Sequence[StoragePath]) -> int:
             continue
         _reorder_jsonl(path, names)
         rewritten += 1
+    if rewritten:
+        log.info("%d of %d JSONL parts rewritten to one field order", rewritten, len(paths))
     return rewritten
 
 

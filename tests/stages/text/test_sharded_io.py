@@ -551,6 +551,20 @@ def test_objects_are_written_back_as_they_were_read(tmp_path: Path) -> None:
     assert pq.read_table(parquet).column("same").to_pylist()[3:] == [{"k": [1]}, {"k": [2, 3]}]
 
 
+def test_lists_and_objects_arrow_keeps_as_read_stay_arrow_columns() -> None:
+    """A list holding a NaN was taken for one Arrow changed (NaN is not NaN) and made text."""
+    import math
+
+    from conveyor.stages.text.readers import _column
+
+    field, array = _column("scores", [[1.0, math.nan], [2.0]])
+    assert field.type == pa.list_(pa.float64()) and math.isnan(array.to_pylist()[0][1])
+    field, _ = _column("meta", [{"a": math.nan, "b": [1]}, {"a": 2.0, "b": []}])
+    assert pa.types.is_struct(field.type)
+    field, _ = _column("meta", [{"a": 1}, {"b": 2}])
+    assert field.type == pa.string()  # other keys: JSON text, as read
+
+
 def test_an_integer_no_float_holds_makes_its_column_json_text(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
