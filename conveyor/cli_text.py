@@ -81,7 +81,12 @@ def text(
         FormatChoice, typer.Option(case_sensitive=False, help="Output format.")
     ] = FormatChoice.parquet,
     filters: Annotated[
-        bool, typer.Option("--filters/--no-filters", help="Every heuristic filter on or off.")
+        bool,
+        typer.Option(
+            "--filters/--no-filters",
+            help="Every heuristic filter on or off (one named on its own, --gopher-all or "
+            "--stop-words still apply).",
+        ),
     ] = True,
     word_count: Annotated[bool | None, _switch("word-count", "Word count filter.")] = None,
     min_words: Annotated[int, typer.Option(min=0, help="Fewest words kept.")] = 50,
@@ -129,7 +134,8 @@ def text(
         bool,
         typer.Option(
             "--stop-words/--no-stop-words",
-            help="At least 2 English stop words (the, of, and...): English text only.",
+            help="At least 2 English stop words (the, of, and...): every document is held "
+            "to it, so text in other languages fails it.",
         ),
     ] = False,
     langid: Annotated[

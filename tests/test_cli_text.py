@@ -580,7 +580,7 @@ def test_an_input_field_the_language_id_writes_is_never_replaced(tmp_path: Path)
     result = run(str(source), str(tmp_path / "out"), "--dedup", "none")
     assert result.exit_code == 2, result.output
     assert result.output == (
-        f"error: the first 1 record(s) of {source} have 'language', which language "
+        f"error: records among the first 1 of {source} have 'language', which language "
         "identification writes: name its fields with --language-field (e.g. "
         "detected_language), or turn it off (--no-langid)\n"
     )

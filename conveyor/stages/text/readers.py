@@ -576,8 +576,10 @@ def field_clash(listing: InputListing, written: Sequence[str]) -> str | None:
     found = [name for name in written if peek is not None and name in peek.names]
     if not found:
         return None
-    where = f"the first {peek.records} record(s) of" if peek.records is not None else ""
-    return f"{where or 'the columns of'} {peek.path} have {' and '.join(map(repr, found))}"
+    names = " and ".join(map(repr, found))
+    if peek.records is None:
+        return f"the columns of {peek.path} include {names}"
+    return f"records among the first {peek.records} of {peek.path} have {names}"
 
 
 @dataclass(frozen=True)

@@ -211,9 +211,10 @@ class _ClipEncoder:
         self.frames += 1
 
     def _colour(self, frame: Any) -> None:
-        """The clip's colour range (limited: ``add`` makes it so) and the source's colour
-        space, said on the clip (before the encoder opens): a BT.709 source's clip was
-        untagged, and players read it as BT.601."""
+        """The clip's colour range (limited: ``add`` makes it so; H.264's default, which
+        x264 writes out only beside a colour space) and the source's colour space, said on
+        the clip (before the encoder opens): a BT.709 source's clip was untagged, and
+        players read it as BT.601."""
         context = self.stream.codec_context
         context.color_range = _RANGE_LIMITED
         for name in ("colorspace", "color_primaries", "color_trc"):
