@@ -681,6 +681,22 @@ def write_stamped(path: Path, stamps: list[int], step: int) -> None:
         container.mux(stream.encode(None))
 
 
+def one_clip(path: Path, clip_len_s: float, **options: Any) -> Clip:
+    """The first clip of ``path`` cut every ``clip_len_s`` seconds, transcoded by libx264
+    with ``options``."""
+    from conveyor.media.decode import probe
+    from conveyor.stages.video.split import FixedStrideSplitter
+    from conveyor.tasks.video import Video
+
+    meta = probe(str(path))
+    chunk = next(
+        iter(FixedStrideSplitter(clip_len_s=clip_len_s).process_video(Video(str(path), "v", meta)))
+    )
+    task = VideoTask(data=chunk)
+    list(ClipTranscoder(encoder="libx264", **options).process(task))
+    return task.data.clips[0]
+
+
 def test_a_variable_rate_source_keeps_its_timing(tmp_path: Path) -> None:
     """A screen recording's frames come when the screen changes: the clip shows each at
     the moment it had in the source, not evenly spaced at the average rate."""
@@ -735,18 +751,11 @@ def test_the_models_get_a_variable_rate_clip_s_frames_shown_at_their_times(
 ) -> None:
     """2 s at 30 fps and then 3 s at 10 fps: by position the models got the first 1.1 s
     of each clip, its last frame repeated (moving clips were filtered as frozen)."""
-    from conveyor.media.decode import probe
-    from conveyor.stages.video.split import FixedStrideSplitter
-    from conveyor.tasks.video import Video
 
     path = tmp_path / "phone.mp4"
     stamps = [round(i * 1000 / 30) for i in range(60)] + [2000 + i * 100 for i in range(30)]
     write_stamped(path, stamps, step=2)  # frame i is grey (2 i) % 250
-    meta = probe(str(path))
-    (chunk,) = FixedStrideSplitter(clip_len_s=60).process_video(Video(str(path), "p", meta))
-    task = VideoTask(data=chunk)
-    list(ClipTranscoder(encoder="libx264", frame_rates=[1.0]).process(task))
-    (clip,) = task.data.clips
+    clip = one_clip(path, 60, frame_rates=[1.0])
     greys = [round(float(f.mean()) / 2) for f in clip.frames[1.0]]
     # the span is 4.9 s (its last frame's time): at 0.5, 1.5, 2.5, 3.5 s, frames 15, 45,
     # then 60 + 5 and 60 + 15 (x264 moves a grey a little)
@@ -773,10 +782,6 @@ def test_a_clip_says_its_source_s_colour_range_and_space(
     BT.709 one's as BT.601. (Limited range is H.264's default: x264 may leave it unsaid.)"""
     from fractions import Fraction
 
-    from conveyor.media.decode import probe
-    from conveyor.stages.video.split import FixedStrideSplitter
-    from conveyor.tasks.video import Video
-
     path = tmp_path / "source.mp4"
     with av.open(str(path), "w") as container:
         stream = container.add_stream("libx264", rate=12)
@@ -790,11 +795,7 @@ def test_a_clip_says_its_source_s_colour_range_and_space(
             frame.pts, frame.time_base = i, Fraction(1, 12)
             container.mux(stream.encode(frame))
         container.mux(stream.encode(None))
-    meta = probe(str(path))
-    (chunk,) = FixedStrideSplitter(clip_len_s=2).process_video(Video(str(path), "s", meta))
-    task = VideoTask(data=chunk)
-    list(ClipTranscoder(encoder="libx264").process(task))
-    (clip,) = task.data.clips
+    clip = one_clip(path, 2)
     with av.open(io.BytesIO(clip.encoded)) as container:  # type: ignore[arg-type]
         context = container.streams.video[0].codec_context
         colour_range, space = context.color_range, context.colorspace
