@@ -141,7 +141,8 @@ def text(
     langid: Annotated[
         bool,
         typer.Option(
-            "--langid/--no-langid", help="fastText language ID (language, language_score)."
+            "--langid/--no-langid",
+            help="fastText language ID (language, language_score: see --language-field).",
         ),
     ] = True,
     language_field: Annotated[
