@@ -609,6 +609,25 @@ def test_an_input_field_the_language_id_writes_is_never_replaced(tmp_path: Path)
     )
 
 
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"language_field": "text"}, "language_field 'text' would write over the text field"),
+        ({"text_field": "x_score", "language_field": "x"}, "would write over the text field"),
+        ({"language_field": 5}, "language_field must be a field name, got 5"),
+        ({"language_field": "_conveyor_doc_id"}, "language_field must be a field name"),
+        ({"text_field": 5}, "text_field must be a non-empty name, got 5"),
+    ],
+)
+def test_a_language_field_that_cannot_be_is_named(options: dict, message: str) -> None:
+    """``--language-field text`` was said as ``text_field 'text' is a column the pipeline
+    writes``, naming the option not given; a number was taken, and every task failed."""
+    from conveyor.pipelines.text import TextConfig
+
+    with pytest.raises(ValueError, match=message):
+        TextConfig("in", "out", **options)
+
+
 def test_every_line_malformed_exits_1(tmp_path: Path) -> None:
     source = tmp_path / "docs.jsonl"
     source.write_text('{"id": 1, "text": "hello"\n{"id": 2, "text": 7}\n')

@@ -121,17 +121,19 @@ class TextConfig:
 
             nested = nesting_problem(self.output)
             problems += [nested] if nested else []
-        if not self.text_field:
-            problems.append("text_field must be a non-empty name")
+        if not isinstance(self.text_field, str) or not self.text_field:
+            problems.append(f"text_field must be a non-empty name, got {self.text_field!r}")
         from conveyor.stages.text.readers import DOC_ID
 
-        internal = (DOC_ID, *self.language_fields) if self.langid else (DOC_ID,)
-        if self.text_field in internal:
-            problems.append(
-                f"text_field {self.text_field!r} is a column the pipeline writes; rename it"
-            )
-        if not self.language_field or self.language_field == DOC_ID:
+        if not isinstance(self.language_field, str) or self.language_field in ("", DOC_ID):
             problems.append(f"language_field must be a field name, got {self.language_field!r}")
+        elif self.text_field == DOC_ID:
+            problems.append(f"text_field {self.text_field!r} is a column the pipeline writes")
+        elif self.langid and self.text_field in self.language_fields:
+            problems.append(
+                f"language_field {self.language_field!r} would write over the text field "
+                f"{self.text_field!r}: name another"
+            )
         if self.format not in ("parquet", "jsonl"):
             problems.append(f"format must be 'parquet' or 'jsonl', got {self.format!r}")
         if self.dedup not in ("none", "exact", "fuzzy", "semantic"):

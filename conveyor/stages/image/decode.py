@@ -114,6 +114,12 @@ def to_rgb(image: Any, changes: list[str]) -> Any:
             values = values / 257.0
         changes.append(label)
         grey = np.clip(np.rint(values), 0, 255).astype(np.uint8)
+        key = image.info.get("transparency")
+        if isinstance(key, int) and not isinstance(key, bool):  # a 16-bit PNG's tRNS level
+            keyed = np.asarray(image) == key
+            if keyed.any():
+                changes.append("alpha")
+                grey[keyed] = 255  # transparent: composited on white
         return Image.fromarray(grey, "L").convert("RGB")
     transparent = mode in ("RGBA", "LA", "PA", "La", "RGBa") or (
         mode in ("P", "RGB", "L") and "transparency" in image.info  # (PNG's colour key too)
@@ -232,11 +238,12 @@ def _encode(rgb: Any, source_format: str | None, icc: bytes | None = None) -> tu
     """The normalised image for the shards: PNG for a lossless source, else JPEG, with the
     source's RGB colour profile where it had one."""
     out = io.BytesIO()
-    profile = {"icc_profile": icc} if icc else {}
+    # said always, None too: Pillow's PNG writer falls back to the image's own profile,
+    # and a grey or CMYK one went into an RGB file
     if source_format in LOSSLESS:
-        rgb.save(out, format="PNG", compress_level=3, **profile)
+        rgb.save(out, format="PNG", compress_level=3, icc_profile=icc)
         return out.getvalue(), "png"
-    rgb.save(out, format="JPEG", quality=JPEG_QUALITY, **profile)
+    rgb.save(out, format="JPEG", quality=JPEG_QUALITY, icc_profile=icc)
     return out.getvalue(), "jpg"
 
 

@@ -140,6 +140,14 @@ def test_a_png_colour_key_is_transparency() -> None:
     )
 
 
+def test_a_sixteen_bit_png_s_transparent_level_is_transparency() -> None:
+    """Its transparent level came out black: the 16-bit branch came before transparency."""
+    ramp = np.tile(np.arange(0, 65536, 256, dtype=np.uint16), (16, 1))
+    keyed = decode(saved(Image.fromarray(ramp), "PNG", transparency=0))
+    assert keyed.normalised == ["16-bit", "alpha", "re-encoded as png"]
+    assert (keyed.pixels[..., 0][:, 0] == 255).all() and keyed.pixels[0, 1, 0] == 1
+
+
 def test_a_re_encoded_image_keeps_its_rgb_colour_profile() -> None:
     """A rotated phone photo with a Display P3 profile came out without it, read as sRGB."""
     from PIL import ImageCms
@@ -154,6 +162,14 @@ def test_a_re_encoded_image_keeps_its_rgb_colour_profile() -> None:
     cmyk = decode(saved(Image.fromarray(picture(2)).convert("CMYK"), "JPEG",
                         icc_profile=cmyk_profile))  # fmt: skip
     assert "icc_profile" not in Image.open(io.BytesIO(cmyk.payload)).info
+    # nor a grey one, in a PNG: Pillow's PNG writer fell back to the image's own profile
+    grey_profile = b"\0" * 16 + b"GRAY" + b"\0" * 108
+    grey = Image.fromarray(picture(3).mean(axis=2).astype(np.uint8), "L")
+    exif = grey.getexif()
+    exif[0x0112] = 6
+    rotated_grey = decode(saved(grey, "PNG", icc_profile=grey_profile, exif=exif))
+    assert rotated_grey.payload_ext == "png"
+    assert "icc_profile" not in Image.open(io.BytesIO(rotated_grey.payload)).info
 
 
 def test_an_orientation_exif_does_not_define_is_upright() -> None:
