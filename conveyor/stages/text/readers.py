@@ -741,8 +741,9 @@ def _column(name: str, values: list[Any]) -> tuple[pa.Field, pa.Array]:
         array = pa.array(values)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError):
         return json_field(name), json_text(values)
-    if _has_struct(array.type) and (
-        _has_empty_struct(array.type) or not _same(array.to_pylist(), values)
+    structs = list(_structs(array.type))
+    if structs and (
+        any(s.num_fields == 0 for s in structs) or not _same(array.to_pylist(), values)
     ):
         # Arrow gives every object of a column every key any of them has (``{"a": 1}``
         # came out ``{"a": 1, "b": null}``), and an empty object a struct Parquet cannot
@@ -751,17 +752,21 @@ def _column(name: str, values: list[Any]) -> tuple[pa.Field, pa.Array]:
     return pa.field(name, array.type), array
 
 
-def _has_struct(kind: pa.DataType) -> bool:
-    """Whether ``kind`` is or holds a struct (JSON objects: what Arrow can change)."""
+def _structs(kind: pa.DataType) -> Iterator[pa.StructType]:
+    """Every struct type ``kind`` is or holds (JSON objects: what Arrow can change)."""
     import pyarrow as pa
 
     if pa.types.is_struct(kind):
-        return True
-    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
-        return _has_struct(kind.value_type)
-    if pa.types.is_map(kind):
-        return _has_struct(kind.key_type) or _has_struct(kind.item_type)
-    return False
+        yield kind
+        for field in kind:
+            yield from _structs(field.type)
+    elif (
+        pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)
+    ):
+        yield from _structs(kind.value_type)
+    elif pa.types.is_map(kind):
+        yield from _structs(kind.key_type)
+        yield from _structs(kind.item_type)
 
 
 def _same(made: Any, read: Any) -> bool:
@@ -782,19 +787,6 @@ def _same(made: Any, read: Any) -> bool:
     if isinstance(read, float) and read != read:
         return isinstance(made, float) and made != made
     return bool(made == read)
-
-
-def _has_empty_struct(kind: pa.DataType) -> bool:
-    """Whether ``kind`` is or holds a struct of no fields (an empty JSON object)."""
-    import pyarrow as pa
-
-    if pa.types.is_struct(kind):
-        return kind.num_fields == 0 or any(_has_empty_struct(f.type) for f in kind)
-    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
-        return _has_empty_struct(kind.value_type)
-    if pa.types.is_map(kind):
-        return _has_empty_struct(kind.key_type) or _has_empty_struct(kind.item_type)
-    return False
 
 
 def records_table(records: list[dict[str, Any]], ids: list[int], text_field: str) -> pa.Table:

@@ -26,7 +26,15 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Literal
 from conveyor.resources import Resources
 from conveyor.stage import ProcessingStage
 from conveyor.stages.text import _arrow  # noqa: F401 - pandas/pyarrow set-up once
-from conveyor.stages.text.readers import DOC_ID, SHARD, is_json, json_field, json_text
+from conveyor.stages.text.readers import (
+    DOC_ID,
+    SHARD,
+    Compression,
+    _jsonl_stream,
+    is_json,
+    json_field,
+    json_text,
+)
 from conveyor.storage import ObjectPath, StoragePath, atomic_write, location
 from conveyor.tasks import DocumentBatch, FileGroupTask
 
@@ -336,29 +344,15 @@ def unify_jsonl(paths: Sequence[StoragePath]) -> int:
     return rewritten
 
 
-def _jsonl_compression(path: StoragePath) -> str | None:
+def _jsonl_compression(path: StoragePath) -> Compression:
     return {".gz": "gzip", ".zst": "zstd"}.get(Path(path.name).suffix)
 
 
 @contextlib.contextmanager
 def _jsonl_lines(path: StoragePath) -> Iterator[Iterator[bytes]]:
-    """The lines of a JSONL file we wrote, decompressed."""
-    compression = _jsonl_compression(path)
-    with _open(path) as raw:
-        if compression == "gzip":
-            import gzip
-
-            with gzip.GzipFile(fileobj=raw, mode="rb") as stream:
-                yield iter(stream)
-        elif compression == "zstd":
-            import io
-
-            import zstandard
-
-            with zstandard.ZstdDecompressor().stream_reader(raw) as reader:
-                yield iter(io.BufferedReader(reader))
-        else:
-            yield iter(raw)
+    """The lines of a JSONL file we wrote, decompressed (as the reader opens one)."""
+    with _jsonl_stream(str(path), _jsonl_compression(path)) as (stream, _):
+        yield iter(stream)
 
 
 def _first_keys(path: StoragePath) -> list[str] | None:
