@@ -324,6 +324,7 @@ def semantic_corpus(root: Path) -> tuple[list[str], list[str]]:
     return [d["id"] for d in docs[: len(ORIGINALS)]], [d["id"] for d in docs[len(ORIGINALS) :]]
 
 
+@pytest.mark.slow  # 34 s, the longest of `make test`: CI's `make test-all` runs it
 def test_semantic_dedup_end_to_end(tmp_path: Path) -> None:
     """Copies with whitespace, punctuation, case or one word changed are removed and the
     first of each kept; then the options: a threshold only an identical copy reaches, and
