@@ -243,7 +243,8 @@ def text(
     """Curate text: read JSONL or Parquet, filter with Gopher-style rules, identify languages
     (and keep chosen ones), remove exact, near or semantic duplicates, and write sharded
     Parquet or JSONL with every input field to OUTPUT/documents, with summary.json.
-    Malformed lines are counted and listed by file and line; they never stop the run."""
+    Malformed lines are counted and listed by file and line; they never stop the run.
+    Re-running the same command on the same OUTPUT resumes an interrupted run."""
     settings = dict(locals())  # the options as given, recorded with the run's event log
     del settings["ctx"]
     from rich.console import Console
@@ -421,11 +422,23 @@ def _run(
 
     try:
         report = run_text(
-            config, executor, listing=listing, on_output=progress.add, on_pass=on_pass
+            config,
+            executor,
+            listing=listing,
+            on_output=progress.add,
+            on_pass=on_pass,
+            on_note=lambda note: console.print(escape(note)),
         )
     except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP (cli_common.Stopped)
         view.close()
-        console.print("[yellow]interrupted[/]: nothing was published; run the command again")
+        console.print(
+            "[yellow]interrupted[/]: nothing was published; "
+            + (
+                "run the same command again to resume"
+                if run_dir is not None
+                else "run the command again (an output in a bucket starts over)"
+            )
+        )
         raise typer.Exit(code=stopped_code()) from None
     except (ConveyorError, OSError, ImportError, ValueError) as exc:
         view.close()

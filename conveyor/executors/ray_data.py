@@ -477,8 +477,9 @@ class RayDataRun:
             if executor.rows_per_block and position + 1 < len(self.specs):
                 # a fan-out leaves a task's children in one block, which reaches the next
                 # stage as one serial call (ray#54430); cutting blocks fixes that, at a cost
-                rows = max(executor.rows_per_block, self.specs[position + 1].batch_size)
-                ds = ds.repartition(target_num_rows_per_block=rows)
+                # (``rows``, the source rows, still sizes a later stage that asks no CPU)
+                per_block = max(executor.rows_per_block, self.specs[position + 1].batch_size)
+                ds = ds.repartition(target_num_rows_per_block=per_block)
         return ds
 
 

@@ -29,8 +29,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,6 +41,7 @@ from conveyor.output_lock import locks_output
 from conveyor.pipeline import Pipeline
 from conveyor.pipelines.owner import check_owner, output_kind
 from conveyor.pipelines.text_config import TextConfig
+from conveyor.pipelines.text_resume import Finished, PassLog, TextResume
 from conveyor.pipelines.text_summary import TextCounts, build_summary
 from conveyor.stage import ProcessingStage
 
@@ -83,8 +85,6 @@ class TextLayout:
 
     def clear_work(self) -> None:
         """Remove what an earlier (or this) run left in the work folders."""
-        import shutil
-
         from conveyor.storage import remove_tree
 
         for folder in (self.staging, self.ready):
@@ -155,9 +155,10 @@ class TextPipelines:
         return "\n".join(parts)
 
 
-def build_text_pipelines(config: TextConfig) -> TextPipelines:
-    """The stages of ``config``, in order, as ordinary ``Pipeline``s."""
-    from conveyor.stages.text.dedup import DedupKeys, DropDuplicates
+def build_text_pipelines(config: TextConfig, *, skip: Collection[int] = ()) -> TextPipelines:
+    """The stages of ``config``, in order, as ordinary ``Pipeline``s. ``skip``: the read
+    tasks of pass 1 an earlier run finished (``text_resume``)."""
+    from conveyor.stages.text.dedup import DedupKeys
     from conveyor.stages.text.filters import HeuristicFilter
     from conveyor.stages.text.langid import LanguageIdentifier
     from conveyor.stages.text.readers import TextPartitioner, TextReader
@@ -172,6 +173,7 @@ def build_text_pipelines(config: TextConfig) -> TextPipelines:
             chunk_bytes=config.chunk_bytes,
             limit=config.limit,
             exclude=[config.output],
+            skip=skip,
         ),
         TextReader(config.text_field, batch_bytes=config.chunk_bytes),
     ]
@@ -209,18 +211,29 @@ def build_text_pipelines(config: TextConfig) -> TextPipelines:
         ShardedWriter(layout.staging, "parquet", drop_columns=(), compression="zstd", count_by=None)
     )
     first = Pipeline("text-curation", stages, description=description)
-    second = Pipeline(
+    return TextPipelines(first, second_pipeline(config))
+
+
+def second_pipeline(config: TextConfig, *, skip: Collection[int] = ()) -> Pipeline:
+    """Pass 2 of a run with deduplication: the staged rows without the duplicates, written
+    to the output's format. ``skip``: its read tasks an earlier run finished."""
+    from conveyor.stages.text.dedup import DropDuplicates
+    from conveyor.stages.text.readers import TextPartitioner, TextReader
+    from conveyor.stages.text.writers import ShardedWriter
+
+    layout = TextLayout(config.output)
+    count_by = config.language_field if config.langid else None
+    return Pipeline(
         "text-curation-pass-2",
         [
             # staged Parquet is compressed (about 3x): pack a few staged files per output shard
-            TextPartitioner(layout.staging, chunk_bytes=2 * config.chunk_bytes),
+            TextPartitioner(layout.staging, chunk_bytes=2 * config.chunk_bytes, skip=skip),
             TextReader(config.text_field, batch_bytes=16 * config.chunk_bytes, keep_ids=True),
             DropDuplicates(layout.removed),
             ShardedWriter(layout.ready, config.format, count_by=count_by),
         ],
         description=f"drop the {config.dedup} duplicates, write {config.format}",
     )
-    return TextPipelines(first, second)
 
 
 def describe(config: TextConfig) -> str:
@@ -352,6 +365,7 @@ def run_text(
     listing: InputListing | None = None,
     on_output: Callable[[Any], None] | None = None,
     on_pass: Callable[[str], None] | None = None,
+    on_note: Callable[[str], None] | None = None,
 ) -> TextRunReport:
     """Run the pipelines of ``config`` (pass 1, dedup, pass 2) into ``config.output`` and
     write ``summary.json``; ``executor`` runs every pass (default: streaming, local).
@@ -360,8 +374,10 @@ def run_text(
     ``InputError`` for a missing input, a glob matching nothing, no text files; so do the
     ``input_problem`` of the first file).
     ``on_output`` sees every last-stage output (a ``FileGroupTask`` whose metadata holds the
-    counts); ``on_pass`` is told when a pass or the dedup step starts. Output shards are
-    published (moved to ``documents/part-NNNNN``) only when every pass completed.
+    counts); ``on_pass`` is told when a pass or the dedup step starts; ``on_note`` what
+    the run decided that a user should know (it takes up an interrupted run's work, or
+    starts over, and why: ``text_resume``; default: the log). Output shards are published
+    (moved to ``documents/part-NNNNN``) only when every pass completed.
 
     Only one run at a time writes an output folder: another one raises ``OutputInUse``
     (``conveyor.output_lock``).
@@ -378,38 +394,59 @@ def run_text(
             raise InputError(problem)
     check_output(config.output)
     layout = TextLayout(config.output)
-    layout.clear_work()
-    pipelines = build_text_pipelines(config)
+    resume = TextResume(layout, config, listing, on_note)
+    pipelines = build_text_pipelines(config, skip=resume.first.tasks)
     counts = TextCounts()
     results: list[RunResult] = []
     dedup: DedupResult | SemanticResult | None = None
     files: list[str] = []
 
-    def run_pass(pipeline: Pipeline, final: bool, label: str) -> RunResult:
+    def run_pass(
+        pipeline: Pipeline, label: str, finished: Finished, log: PassLog | None, *, final: bool
+    ) -> RunResult:
+        first_pass = not results
+        before = counts.documents
+        for metadata in finished.outputs:  # what an earlier run did of this pass
+            counts.add(metadata, first_pass=first_pass, final=final)
+        counts.carried_documents += counts.documents - before
+        counts.resumed[label] = len(finished.tasks)
         if on_pass is not None:
             on_pass(label)
-        with pipeline.stream(executor) as run:
-            for output in run:
-                counts.add(output.metadata, first_pass=not results, final=final)
-                if on_output is not None:
-                    on_output(output)
+        try:
+            with pipeline.stream(executor) as run:
+                for output in run:
+                    if log is not None:
+                        log.add(output.metadata)
+                    counts.add(output.metadata, first_pass=first_pass, final=final)
+                    if on_output is not None:
+                        on_output(output)
+        finally:
+            if log is not None:
+                log.close()
         results.append(run.result)
         return run.result
 
     with held(executor):  # one private Ray cluster for every pass
-        result = run_pass(pipelines.first, pipelines.second is None, "pass 1")
+        final = pipelines.second is None
+        result = run_pass(pipelines.first, "pass 1", resume.first, resume.first_log(), final=final)
         passes = 1
-        if result.completed and pipelines.second is not None and counts.staged_rows:
+        if result.completed and not final and counts.staged_rows:
             if on_pass is not None:
                 on_pass("dedup")
             t0 = time.perf_counter()
+            shutil.rmtree(layout.dedup / "semantic", ignore_errors=True)  # an earlier resolve's
             layout.dedup.mkdir(parents=True, exist_ok=True)
             dedup = _resolve(config, layout, executor)
             counts.dedup_s = time.perf_counter() - t0
-            run_pass(pipelines.second, True, "pass 2")
+            finished, log = resume.second()
+            second = second_pipeline(config, skip=finished.tasks)
+            run_pass(second, "pass 2", finished, log, final=True)
             passes = 2
     completed = len(results) == passes and all(r.completed for r in results)
     if completed:
+        # a run stopped from here on is done again whole: the ready shards are moved (and
+        # may be rewritten to one schema) below
+        resume.forget()
         _drop_parts_at_the_top(layout)
         # the run before's summary goes before its documents do: a run killed while it
         # published left some of each under a summary that called them complete

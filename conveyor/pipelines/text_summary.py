@@ -46,6 +46,10 @@ class TextCounts:
         self.segments: list[dict[str, Any]] = []
         self.file_errors: list[dict[str, Any]] = []
         self.dedup_s = 0.0
+        #: per pass, the read tasks an earlier, interrupted run finished (resumed runs)
+        self.resumed: dict[str, int] = {}
+        #: documents those tasks read: the rate counts this run's alone
+        self.carried_documents = 0
 
     def add(self, metadata: dict[str, Any], *, first_pass: bool, final: bool) -> None:
         """Add one output's metadata: ``first_pass`` for pass 1's (the reading and filter
@@ -160,6 +164,7 @@ def build_summary(
     ]
     documents = counts.documents
     wall = max(wall_s, 1e-9)
+    resumed = {label.replace(" ", "_"): n for label, n in counts.resumed.items() if n}
     dedup_info: dict[str, Any] = {"mode": config.dedup}
     if dedup is not None:
         dedup_info.update(_dedup_counts(dedup))
@@ -206,8 +211,9 @@ def build_summary(
             },
             "output_files": ["documents/" + str(f).rsplit("/", 1)[-1] for f in files],
             "failures": [_failure(f) for r in results for f in r.failures],
+            "resumed_tasks": resumed,
             "wall_s": round(wall_s, 3),
-            "documents_per_s": round(documents / wall, 1),
+            "documents_per_s": round((documents - counts.carried_documents) / wall, 1),
             "engine": [
                 {
                     "first_output_s": r.first_output_s,
@@ -293,4 +299,14 @@ def print_summary(summary: dict[str, Any], console: Console, max_lines: int = 10
             f"wrote {len(outputs)} file(s) to {escape(summary['output'])}/documents"
             + (f" ({outputs[0]} .. {outputs[-1]})" if outputs else "")
         )
-    console.print(f"wall {summary['wall_s']:.1f} s: {summary['documents_per_s']:,.0f} documents/s")
+    resumed = summary.get("resumed_tasks") or {}
+    console.print(
+        f"wall {summary['wall_s']:.1f} s: {summary['documents_per_s']:,.0f} documents/s"
+        + (
+            " (resumed: "
+            + ", ".join(f"{n:,} task(s) of {k.replace('_', ' ')}" for k, n in resumed.items())
+            + " done by an earlier run)"
+            if resumed
+            else ""
+        )
+    )

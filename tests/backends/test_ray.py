@@ -224,6 +224,41 @@ def test_ray_data_bad_arguments_are_clear_errors(kwargs: dict[str, Any], message
         RayDataExecutor(**kwargs)
 
 
+def test_ray_data_blocks_cut_before_a_stage_that_asks_no_cpu_plan(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With ``rows_per_block``, the block size took the name of the source rows, and a
+    later stage asking no CPU (sized by those rows) failed the plan: ``len()`` of an int."""
+    from conveyor.executors.ray_data import RayDataRun
+
+    class Dataset:
+        def __init__(self) -> None:
+            self.calls: list[tuple[str, dict[str, Any]]] = []
+
+        def map_batches(self, *_: Any, **kwargs: Any) -> Dataset:
+            self.calls.append(("map", kwargs))
+            return self
+
+        def repartition(self, **kwargs: Any) -> Dataset:
+            self.calls.append(("repartition", kwargs))
+            return self
+
+    made = Dataset()
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 2.0})
+    monkeypatch.setattr(ray.data, "from_items", lambda *_, **__: made)
+    monkeypatch.setattr(ray.data, "TaskPoolStrategy", lambda **_: None)
+
+    class Same(ProcessingStage[int, int]):
+        def process(self, task: int) -> int:
+            return task
+
+    specs = Pipeline("p", [Same(), Same().with_(name="free", resources=Resources(cpus=0))]).build()
+    run = RayDataRun(RayDataExecutor(rows_per_block=64), specs, [1, 2, 3], "p")
+    assert run._plan([{"i": 1}, {"i": 2}, {"i": 3}]) is made
+    assert [c for c, _ in made.calls] == ["map", "repartition", "map"]
+    assert made.calls[1][1] == {"target_num_rows_per_block": 64}
+
+
 @pytest.mark.parametrize("kind", ["streaming", "ray_data"])
 def test_a_run_with_nothing_to_do_starts_no_ray(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A resume of a finished output started a private cluster (9 s) to find nothing to do."""

@@ -26,7 +26,7 @@ import io
 import json
 import logging
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal
@@ -62,6 +62,9 @@ MALFORMED = "malformed_lines"
 SEGMENTS = "segments"
 FILE_ERRORS = "file_errors"
 SHARD = "shard"
+#: on a task's last batch: how many batches the task made (a resumed run knows by it
+#: that every batch of a task reached the end)
+BATCHES = "batches"
 
 Kind = Literal["jsonl", "parquet"]
 Compression = Literal["gzip", "zstd"] | None
@@ -728,6 +731,7 @@ class _Batcher:
         last[MALFORMED] = list(self.samples)
         last[SEGMENTS] = list(self.segments)
         last[FILE_ERRORS] = list(self.file_errors)
+        last[BATCHES] = len(self.batches)
         return self.batches
 
 
@@ -1138,17 +1142,19 @@ class TextPartitioner(ProcessingStage[Any, ReadTask]):
     """Lists ``source`` (a file, directory or glob, or a list of them; see ``list_inputs``)
     and emits its ``ReadTask``s (see ``plan_reads``). It ignores its input (the pipeline's
     seed task), so it belongs first. Listing happens on a worker, so its cost shows in the
-    stage's stats."""
+    stage's stats. ``skip`` holds the indices of tasks an earlier run finished (a resumed
+    run leaves them out; the others keep their index, so their outputs keep their names)."""
 
     resources = Resources(cpus=0.5)
 
     def __init__(
         self,
-        source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+        source: str | os.PathLike[str] | ObjectPath | Sequence[str | os.PathLike[str]],
         *,
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
         limit: int | None = None,
         exclude: Sequence[str] = (),
+        skip: Collection[int] = (),
     ) -> None:
         if chunk_bytes < 1:
             raise ValueError(f"TextPartitioner: chunk_bytes must be >= 1, got {chunk_bytes}")
@@ -1157,15 +1163,19 @@ class TextPartitioner(ProcessingStage[Any, ReadTask]):
         self.source: str | list[str] = (
             os.fspath(source)
             if isinstance(source, (str, os.PathLike))
+            else str(source)  # a bucket's folder (a text run's staging there)
+            if isinstance(source, ObjectPath)
             else [os.fspath(s) for s in source]
         )
         self.chunk_bytes = chunk_bytes
         self.limit = limit
         self.exclude = [os.fspath(e) for e in exclude]
+        self.skip = frozenset(skip)
 
     def tasks(self) -> list[ReadTask]:
         listing = list_inputs(self.source, exclude=self.exclude)
-        return plan_reads(listing.files, self.chunk_bytes, limit=self.limit)
+        tasks = plan_reads(listing.files, self.chunk_bytes, limit=self.limit)
+        return [task for task in tasks if task.index not in self.skip]
 
     def process(self, task: Any) -> list[ReadTask]:
         return self.tasks()
