@@ -77,7 +77,8 @@ if TYPE_CHECKING:
     from conveyor.stage import CompositeStage, ProcessingStage, processing_stage
 
 
-__getattr__ = lazy_getattr("conveyor", _EXPORTS, globals())
+if not TYPE_CHECKING:  # a type checker sees the names imported above, and no others
+    __getattr__ = lazy_getattr("conveyor", _EXPORTS, globals())
 
 
 def __dir__() -> list[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from conveyor.engine.journal import Journal, JournalKey, source_key
 from conveyor.engine.spec import StageSpec
@@ -22,6 +22,7 @@ from conveyor.stage import (
 
 if TYPE_CHECKING:
     from conveyor.executors.base import Executor, Run
+    from conveyor.executors.ray_data import RayDataExecutor, RayDataRun
 
 
 def check_stage(pipeline: str, stage: Any) -> None:
@@ -185,7 +186,9 @@ class Pipeline:
         return "\n".join(lines)
 
     # -- run ------------------------------------------------------------------------------
-    def _executor(self, executor: Executor | None, initial_tasks: Any) -> Executor:
+    def _executor(
+        self, executor: Executor | RayDataExecutor | None, initial_tasks: Any
+    ) -> Executor | RayDataExecutor:
         """The executor to run on (``StreamingExecutor()`` unless given), once the two
         arguments are known to be what they should: swapped or a class, they failed deep in
         the engine with an ``AttributeError`` naming neither."""
@@ -214,10 +217,10 @@ class Pipeline:
 
     def run(
         self,
-        executor: Executor | None = None,
+        executor: Executor | RayDataExecutor | None = None,
         initial_tasks: Iterable[Any] | None = None,
         *,
-        journal: str | os.PathLike[str] | None = None,
+        journal: str | os.PathLike[str] | Journal | None = None,
         journal_key: JournalKey | None = None,
     ) -> RunResult:
         """Run to completion and return every last-stage output with the run's records.
@@ -234,6 +237,7 @@ class Pipeline:
         result.outputs = outputs
         return result
 
+    @overload
     def stream(
         self,
         executor: Executor | None = None,
@@ -241,7 +245,26 @@ class Pipeline:
         *,
         journal: str | os.PathLike[str] | Journal | None = None,
         journal_key: JournalKey | None = None,
-    ) -> Run:
+    ) -> Run: ...
+
+    @overload
+    def stream(
+        self,
+        executor: RayDataExecutor,
+        initial_tasks: Iterable[Any] | None = None,
+        *,
+        journal: str | os.PathLike[str] | Journal | None = None,
+        journal_key: JournalKey | None = None,
+    ) -> RayDataRun: ...
+
+    def stream(
+        self,
+        executor: Executor | RayDataExecutor | None = None,
+        initial_tasks: Iterable[Any] | None = None,
+        *,
+        journal: str | os.PathLike[str] | Journal | None = None,
+        journal_key: JournalKey | None = None,
+    ) -> Run | RayDataRun:
         """Iterator of last-stage outputs, each yielded as soon as it is ready.
 
         The returned ``Run`` is also a context manager; ``close()`` (or leaving the ``with``)

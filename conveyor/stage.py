@@ -13,7 +13,7 @@ import math
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Self, TypeVar
 
 from conveyor.cluster import NodeInfo, WorkerInfo
 from conveyor.errors import PipelineBuildError
@@ -46,7 +46,9 @@ class ProcessingStage(Generic[In, Out]):
     #: stage's input has ended. Either way nothing waits while the run has yet to make its
     #: first output (no task has reached the last stage)
     batch_wait_s: float | None = None
-    num_workers: int | None = None
+    #: a fixed pool size (``None``: autoscaled); typed ``Any`` so that NeMo Curator's form,
+    #: a ``num_workers()`` method in a subclass, type-checks too
+    num_workers: Any = None
     #: modules the stage's code imports lazily that are slow to import (``"torch"``): the local
     #: backend imports them once per machine, before forking the stage's workers, so workers
     #: share them instead of each importing them again
@@ -80,12 +82,12 @@ class ProcessingStage(Generic[In, Out]):
             cls.name = cls.__name__
 
     # -- the work -------------------------------------------------------------------------
-    def process(self, task: In) -> Out | list[Out] | None:
+    def process(self, task: In) -> Out | list[Out] | Iterator[Out] | None:
         raise NotImplementedError(
             f"stage {self.name!r} implements neither process nor process_batch"
         )
 
-    def process_batch(self, tasks: list[In]) -> list[Out]:
+    def process_batch(self, tasks: list[In]) -> list[Out] | Iterator[Out]:
         outputs: list[Out] = []
         for task in tasks:
             result = self.process(task)
@@ -153,7 +155,7 @@ class ProcessingStage(Generic[In, Out]):
         timeout_s: float | None = _UNSET,
         max_attempts: int | None = _UNSET,
         max_batches_per_worker: int | None = _UNSET,
-    ) -> ProcessingStage[In, Out]:
+    ) -> Self:
         """A copy with the given settings replaced; ``num_workers`` pins the pool size."""
         try:
             new = copy.deepcopy(self)
@@ -494,8 +496,8 @@ def processing_stage(
 class CompositeStage(ProcessingStage[In, Out]):
     """A stage that expands into several stages when the pipeline is built."""
 
-    def decompose(self) -> list[ProcessingStage[Any, Any]]:
+    def decompose(self) -> Sequence[ProcessingStage[Any, Any]]:
         raise NotImplementedError(f"composite stage {self.name!r} must implement decompose()")
 
-    def process(self, task: In) -> Out | list[Out] | None:
+    def process(self, task: In) -> Out | list[Out] | Iterator[Out] | None:
         raise RuntimeError(f"composite stage {self.name!r} is expanded at build time, never run")

@@ -22,4 +22,5 @@ if TYPE_CHECKING:
     from conveyor.backends.simulated import SimulatedBackend
 
 
-__getattr__ = lazy_getattr("conveyor.backends", _EXPORTS, globals())
+if not TYPE_CHECKING:  # a type checker sees the names imported above, and no others
+    __getattr__ = lazy_getattr("conveyor.backends", _EXPORTS, globals())

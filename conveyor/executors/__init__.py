@@ -16,4 +16,5 @@ __all__ = ["BatchExecutor", "Executor", "RayDataExecutor", "Run", "StreamingExec
 if TYPE_CHECKING:
     from conveyor.executors.ray_data import RayDataExecutor
 
-__getattr__ = lazy_getattr("conveyor.executors", _EXPORTS, globals())
+if not TYPE_CHECKING:  # a type checker sees the names imported above, and no others
+    __getattr__ = lazy_getattr("conveyor.executors", _EXPORTS, globals())

@@ -31,6 +31,7 @@ from conveyor.stage import ProcessingStage
 
 if TYPE_CHECKING:
     from conveyor.executors.base import Executor
+    from conveyor.executors.ray_data import RayDataExecutor
     from conveyor.result import RunResult
     from conveyor.stages.image.dedup import ImageDedupResult
     from conveyor.stages.image.shards import PackResult
@@ -192,7 +193,7 @@ class ImageRunReport:
 @locks_output(lambda config, *_, **__: config.output)
 def run_image(
     config: ImageConfig,
-    executor: Executor | None = None,
+    executor: Executor | RayDataExecutor | None = None,
     *,
     on_output: Callable[[Any], None] | None = None,
     sources: ImageSources | None = None,

@@ -35,9 +35,10 @@ class ImageConfig:
     """Everything the image pipeline can be told (the CLI's options, and more)."""
 
     #: a folder, a file (image, tar shard, Parquet), a glob or a URL; or several
-    input: str | Sequence[str]
+    #: (``pathlib.Path``s too: each becomes its absolute path's text)
+    input: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
     #: a local (or mounted) folder: shards are filled by appending
-    output: str
+    output: str | os.PathLike[str]
     #: quality rules: shorter side under ``min_size`` pixels, longer over shorter side past
     #: ``max_aspect``, grey-level standard deviation under ``min_contrast`` (blank)
     quality: bool = True

@@ -47,6 +47,7 @@ from conveyor.stage import ProcessingStage
 
 if TYPE_CHECKING:
     from conveyor.executors.base import Executor
+    from conveyor.executors.ray_data import RayDataExecutor
     from conveyor.result import RunResult
     from conveyor.stages.text.dedup import DedupResult
     from conveyor.stages.text.readers import InputListing
@@ -360,7 +361,7 @@ class TextRunReport:
 @locks_output(lambda config, *_, **__: config.output)
 def run_text(
     config: TextConfig,
-    executor: Executor | None = None,
+    executor: Executor | RayDataExecutor | None = None,
     *,
     listing: InputListing | None = None,
     on_output: Callable[[Any], None] | None = None,

@@ -36,8 +36,9 @@ class TextConfig:
     """
 
     #: a file, a directory, a glob or a URL; or a list of them
-    input: str | Sequence[str]
-    output: str
+    #: (``pathlib.Path``s too: each becomes its absolute path's text)
+    input: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
+    output: str | os.PathLike[str]
     text_field: str = "text"
     format: Format = "parquet"
     filters: bool = True

@@ -33,6 +33,7 @@ from conveyor.stage import ProcessingStage
 
 if TYPE_CHECKING:
     from conveyor.executors.base import Executor
+    from conveyor.executors.ray_data import RayDataExecutor
     from conveyor.result import RunResult
     from conveyor.stages.video.reader import VideoSources
     from conveyor.storage import StoragePath
@@ -473,7 +474,7 @@ class VideoRunReport:
 @locks_output(lambda config, *_, **__: config.output)
 def run_video(
     config: VideoConfig,
-    executor: Executor | None = None,
+    executor: Executor | RayDataExecutor | None = None,
     *,
     on_output: Callable[[Any], None] | None = None,
     journal: str | os.PathLike[str] | None = None,

@@ -51,8 +51,9 @@ OUTPUT_OPTIONS = (
 class VideoConfig:
     """Everything the video pipeline can be told (the CLI's options, and more)."""
 
-    input: str | Sequence[str]
-    output: str
+    #: (``pathlib.Path``s too: each becomes its absolute path's text)
+    input: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
+    output: str | os.PathLike[str]
     splitter: Splitter = "shots"
     #: ``auto``: TransNetV2 where the machine has a GPU, else ``hybrid`` (the adaptive
     #: detector, TransNetV2 on doubtful stretches only; benchmarks/shots.py)

@@ -44,4 +44,5 @@ if TYPE_CHECKING:
         VideoTask,
     )
 
-__getattr__ = lazy_getattr("conveyor.tasks", _EXPORTS, globals())
+if not TYPE_CHECKING:  # a type checker sees the names imported above, and no others
+    __getattr__ = lazy_getattr("conveyor.tasks", _EXPORTS, globals())

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import warnings
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Self, TypeVar
 
 from conveyor.curator.stages.resources import Resources
 from conveyor.stage import CompositeStage as _CompositeStage
@@ -125,7 +125,7 @@ class ProcessingStage(_ProcessingStage[X, Y]):
         xenna_stage_spec: dict[str, Any] | None = _UNSET,
         num_workers: int | None = _UNSET,
         num_workers_per_node: float | None = _UNSET,
-    ) -> ProcessingStage[X, Y]:
+    ) -> Self:
         """A copy with the given settings replaced; the two spec dicts are merged over what
         the stage returns, the given keys winning. As in NeMo Curator, ``None`` leaves a
         name, resources, batch size or runtime_env as they were (``with_(batch_size=
