@@ -443,16 +443,16 @@ def run_text(
             second = second_pipeline(config, skip=finished.tasks)
             run_pass(second, "pass 2", finished, log, final=True)
             passes = 2
-    completed = len(results) == passes and all(r.completed for r in results)
-    if completed:
-        # a run stopped from here on is done again whole: the ready shards are moved (and
-        # may be rewritten to one schema) below
-        resume.forget()
-        _drop_parts_at_the_top(layout)
-        # the run before's summary goes before its documents do: a run killed while it
-        # published left some of each under a summary that called them complete
-        layout.summary.unlink(missing_ok=True)
-        files = publish_shards(layout.ready, layout.documents)
+        completed = len(results) == passes and all(r.completed for r in results)
+        if completed:
+            # a run stopped from here on is done again whole: the ready shards are moved
+            # (and may be rewritten to one schema, JSONL on the run's executor) below
+            resume.forget()
+            _drop_parts_at_the_top(layout)
+            # the run before's summary goes before its documents do: a run killed while it
+            # published left some of each under a summary that called them complete
+            layout.summary.unlink(missing_ok=True)
+            files = publish_shards(layout.ready, layout.documents, executor=executor)
     wall = time.perf_counter() - started
     summary = build_summary(
         config, listing, counts, dedup, results, files, wall, completed, pipelines.first

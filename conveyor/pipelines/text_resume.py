@@ -118,19 +118,24 @@ def _line(metadata: dict[str, Any]) -> bytes:
 
 
 def fingerprint(config: TextConfig, listing: InputListing) -> dict[str, Any]:
-    """What a run must share with an interrupted one to take up its work: the options,
-    and each input file's path and size."""
+    """What a run must share with an interrupted one to take up its work: the options
+    (the dedup keys' partitions too: spilled keys are made for them), and each input
+    file's path and size (a digest: a million files' names would make a big file)."""
+    files = hashlib.sha256()
+    for f in listing.files:
+        files.update(json.dumps([f.path, f.size]).encode() + b"\n")
     state = {
         "format": FORMAT,
-        "options": config.options(),
-        "input": [[f.path, f.size] for f in listing.files],
+        "options": {**config.options(), "dedup_partitions": config.dedup_partitions},
+        "input": {"files": len(listing.files), "sha256": files.hexdigest()},
     }
     return json.loads(json.dumps(state, default=str))  # as read back from the file
 
 
 def _digest(path: Path) -> str | None:
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
+        with open(path, "rb") as f:  # (8 bytes per removed document: not read at once)
+            return hashlib.file_digest(f, "sha256").hexdigest()
     except FileNotFoundError:
         return None
 

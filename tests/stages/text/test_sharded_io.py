@@ -16,6 +16,8 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
+from conveyor.backends import LocalBackend
+from conveyor.executors import StreamingExecutor
 from conveyor.stages.text.readers import (
     DOC_ID,
     FILE_ERRORS,
@@ -614,6 +616,38 @@ def test_published_jsonl_records_all_have_every_field_in_one_order(
     assert [list(r) for r in records] == [["id", "text", "language", "late"]] * 4
     assert [r["late"] for r in records] == [None, None, {"k": 1}, None]
     assert [r["text"] for r in records] == ["a", "b", odd, "d"]  # values as they were
+
+
+def test_jsonl_parts_rewritten_by_the_run_s_workers_are_those_the_driver_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from conveyor.stages.text import writers
+
+    made = []
+    for copy in ("one", "many"):
+        folder = tmp_path / copy
+        folder.mkdir()
+        for n in range(4):
+            extra = {"late": n} if n == 3 else {}
+            lines = [json.dumps({"text": f"t{n}-{i}", "id": i, **extra}) for i in range(50)]
+            (folder / f"part-{n}.jsonl").write_text("\n".join(lines) + "\n")
+        made.append(sorted(folder.iterdir()))
+    assert writers.unify_jsonl(made[0]) == 3
+    monkeypatch.setattr(writers, "PARALLEL_REWRITE_BYTES", 0)
+    executor = StreamingExecutor(LocalBackend(num_cpus=2))
+    assert writers.unify_jsonl(made[1], executor=executor) == 3
+    assert [p.read_bytes() for p in made[0]] == [p.read_bytes() for p in made[1]]
+    assert json.loads(made[1][0].read_text().splitlines()[0]) == {
+        "text": "t0-0",
+        "id": 0,
+        "late": None,
+    }
+    # a part that cannot be rewritten stops the publishing, naming it
+    for broken in made[1][1:3]:
+        broken.write_text('{"text": "a", "id": 1}\n{not json\n')
+    for parts, how, count in ((made[1][:2], None, 1), (made[1], executor, 2)):  # driver, workers
+        with pytest.raises(OSError, match=rf"{count} JSONL part\(s\) could not be rewritten"):
+            writers.unify_jsonl(parts, executor=how)
 
 
 def test_unify_parquet_makes_one_schema(tmp_path: Path) -> None:
