@@ -84,11 +84,12 @@ class TextLayout:
             self.dedup = Path(tempfile.gettempdir()) / f"conveyor-dedup-{digest}"
         self.removed = self.dedup / "removed.npy"
 
-    def clear_work(self) -> None:
-        """Remove what an earlier (or this) run left in the work folders."""
+    def clear_work(self, *, keep_ready: bool = False) -> None:
+        """Remove what an earlier (or this) run left in the work folders (``keep_ready``:
+        but ``ready/``, which says the output is a text run's until its summary is in)."""
         from conveyor.storage import remove_tree
 
-        for folder in (self.staging, self.ready):
+        for folder in (self.staging,) if keep_ready else (self.staging, self.ready):
             remove_tree(folder)
         shutil.rmtree(self.dedup, ignore_errors=True)
 
@@ -453,6 +454,8 @@ def run_text(
             # published left some of each under a summary that called them complete
             layout.summary.unlink(missing_ok=True)
             files = publish_shards(layout.ready, layout.documents, executor=executor)
+            # the staged copy and the keys go before the summary calls the output complete
+            layout.clear_work(keep_ready=True)
     wall = time.perf_counter() - started
     summary = build_summary(
         config, listing, counts, dedup, results, files, wall, completed, pipelines.first

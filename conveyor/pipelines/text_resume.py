@@ -7,7 +7,8 @@ summary adds up. The driver appends each one's metadata to its pass's log, one J
 every half second: a crash loses at most that much, whose tasks run again. A read task is
 finished once every batch it made is in the log (its last batch says how many).
 
-The next run with the same input (paths and sizes) and the same options (``run.json``)
+The next run with the same input (paths, sizes and modification times) and the same
+options (``run.json``)
 leaves the finished tasks out (``TextPartitioner(skip=...)``), adds their counts from the
 log and does the rest: the outputs a redone task writes have the names they had, and the
 dedup keys and embeddings it spills replace theirs or are read as the repeats they are.
@@ -120,16 +121,28 @@ def _line(metadata: dict[str, Any]) -> bytes:
 def fingerprint(config: TextConfig, listing: InputListing) -> dict[str, Any]:
     """What a run must share with an interrupted one to take up its work: the options
     (the dedup keys' partitions too: spilled keys are made for them), and each input
-    file's path and size (a digest: a million files' names would make a big file)."""
+    file's path, size and, on a disk, modification time (a file rewritten to the same
+    size was resumed with its old documents); a digest of them: a million files' names
+    would make a big file."""
+    from conveyor.storage import is_url
+
     files = hashlib.sha256()
     for f in listing.files:
-        files.update(json.dumps([f.path, f.size]).encode() + b"\n")
+        when = None if is_url(f.path) else _modified(f.path)
+        files.update(json.dumps([f.path, f.size, when]).encode() + b"\n")
     state = {
         "format": FORMAT,
         "options": {**config.options(), "dedup_partitions": config.dedup_partitions},
         "input": {"files": len(listing.files), "sha256": files.hexdigest()},
     }
     return json.loads(json.dumps(state, default=str))  # as read back from the file
+
+
+def _modified(path: str) -> int | None:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:  # gone since it was listed: the run says so when it reads it
+        return None
 
 
 def _digest(path: Path) -> str | None:
@@ -241,5 +254,5 @@ def _changed(earlier: dict[str, Any], wanted: dict[str, Any]) -> str:
         if earlier.get("options", {}).get(name) != wanted["options"][name]
     ]
     if earlier.get("input") != wanted["input"]:
-        names.append("the input (its files or their sizes)")
+        names.append("the input (its files, their sizes or modification times)")
     return ", ".join(names) or "the run's state"

@@ -5,6 +5,7 @@ are exactly those of a run never interrupted; anything changed starts over."""
 from __future__ import annotations
 
 import json
+import os
 import random
 from pathlib import Path
 from typing import Any
@@ -134,14 +135,48 @@ def test_a_changed_option_or_input_starts_over(tmp_path: Path) -> None:
     stop = Stop("pass 1", 2)
     with pytest.raises(KeyboardInterrupt):
         run_text(config(source, out, dedup="none"), on_output=stop.on_output, on_pass=stop.on_pass)
+    changed = "starting over: the input (its files, their sizes or modification times) changed"
     with open(source / "f1.jsonl", "a") as f:
         f.write(json.dumps({"text": " ".join(WORDS)}) + "\n")
     notes.clear()
     report = run_text(config(source, out, dedup="none"), on_note=notes.append)
-    assert notes == [
-        "starting over: the input (its files or their sizes) changed since the interrupted run"
-    ]
+    assert notes == [f"{changed} since the interrupted run"]
     assert report.summary["documents"]["in"] == 801 and report.summary["resumed_tasks"] == {}
+    # a file rewritten to the same size was resumed with its old documents
+    stop = Stop("pass 1", 2)
+    with pytest.raises(KeyboardInterrupt):
+        run_text(config(source, out, dedup="none"), on_output=stop.on_output, on_pass=stop.on_pass)
+    first = source / "f0.jsonl"
+    before = first.stat()
+    first.write_text(first.read_text().replace("river", "RIVER").replace("the", "THE"))
+    assert first.stat().st_size == before.st_size
+    os.utime(first, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000))
+    notes.clear()
+    report = run_text(config(source, out, dedup="none"), on_note=notes.append)
+    assert notes == [f"{changed} since the interrupted run"]
+    assert any("THE" in row["text"] for row in rows(out))
+
+
+def test_the_copies_of_a_finished_run_go_before_its_summary_says_complete(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kill right after the summary was written left the staged rows (a second copy of
+    the output) and the dedup keys under a summary that called the output complete."""
+    from conveyor.pipelines import text
+
+    source = corpus(tmp_path / "in", files=1, lines=200)
+    out = tmp_path / "out"
+    build = text.build_summary
+    left: list[list[str]] = []
+
+    def look(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        left.append(sorted(p.name for p in (out / ".conveyor").iterdir()))
+        return build(*args, **kwargs)
+
+    monkeypatch.setattr(text, "build_summary", look)
+    assert run_text(config(source, out, dedup="exact")).completed
+    assert left == [["ready"]]  # (it says the output is a text run's until the summary is in)
+    assert not (out / ".conveyor").exists()
 
 
 def test_the_command_says_how_to_resume_and_resumes(

@@ -235,7 +235,8 @@ class _Walk:
         for folder, dirs, names in os.walk(self.root, followlinks=True, onerror=_unreadable):
             if self.skip_outputs and earlier_output(dirs, names):
                 if folder != str(self.root):
-                    self.outputs.append(folder)
+                    if not _under(folder, self.excluded):  # (this run's own OUTPUT: unsaid)
+                        self.outputs.append(folder)
                     dirs[:] = []
                     continue
                 # INPUT itself is an output (its documents read again, or one written beside

@@ -131,6 +131,10 @@ def test_earlier_outputs_inside_a_folder_are_left_out_and_said(tmp_path: Path) -
     assert names == ["a.jsonl", "half/dedup.json", "plain/summary.json"]
     outputs = ("dedup_run", "old_text_run", "text_run", "video_run")
     assert listing.outputs == [str(data / d) for d in outputs]
+    # the run's own OUTPUT (excluded) is left out without a word: a second run into
+    # data/text_run said it was an earlier output it did not read
+    excluded = list_inputs(data, exclude=[str(data / "text_run")])
+    assert excluded.outputs == [str(data / d) for d in outputs if d != "text_run"]
     # given as INPUT itself, an output is read (the user asked for it); several INPUTs keep
     # what their listings said, each once
     # given as INPUT itself, an output's documents are read (the user asked for them), not
