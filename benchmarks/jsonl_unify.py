@@ -20,6 +20,7 @@ import json
 import os
 import random
 import shutil
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -53,24 +54,37 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--parts", type=int, default=8)
     p.add_argument("--part-mb", type=float, default=32.0)
+    p.add_argument("--repeat", type=int, default=3, help="rounds, the two ways in turn")
     args = p.parse_args()
     root = Path(tempfile.mkdtemp(prefix="conveyor-jsonl-unify-"))
     try:
-        one = make_parts(root / "one", args.parts, args.part_mb)
-        shutil.copytree(root / "one", root / "many")
-        many = sorted((root / "many").glob("*.jsonl"))
-        total = sum(p.stat().st_size for p in one) / 1e6
-        t0 = time.perf_counter()
-        unify_jsonl(one)
-        alone = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        unify_jsonl(many, executor=StreamingExecutor(LocalBackend()))
-        shared = time.perf_counter() - t0
-        same = all(a.read_bytes() == b.read_bytes() for a, b in zip(one, many, strict=True))
-        print(f"{args.parts} parts, {total:,.0f} MB, {os.cpu_count()} CPUs; same bytes: {same}")
-        print(f"{'driver alone':<14}{alone:8.2f} s {total / alone:8.1f} MB/s")
-        print(f"{'workers':<14}{shared:8.2f} s {total / shared:8.1f} MB/s")
-        print(f"ratio (driver / workers): {alone / shared:.2f}x")
+        base = make_parts(root / "base", args.parts, args.part_mb)
+        total = sum(p.stat().st_size for p in base) / 1e6
+        times: dict[str, list[float]] = {"driver alone": [], "workers": []}
+        same = True
+        for n in range(args.repeat):
+            made = {}
+            for way in times:
+                shutil.copytree(root / "base", root / f"{way}-{n}")
+                made[way] = sorted((root / f"{way}-{n}").glob("*.jsonl"))
+            for way in sorted(times, key=lambda w: (w == "workers") == bool(n % 2)):
+                executor = StreamingExecutor(LocalBackend()) if way == "workers" else None
+                t0 = time.perf_counter()
+                unify_jsonl(made[way], executor=executor)  # (the executor's start counts)
+                times[way].append(time.perf_counter() - t0)
+            pairs = zip(made["driver alone"], made["workers"], strict=True)
+            same = same and all(a.read_bytes() == b.read_bytes() for a, b in pairs)
+            for way in times:
+                shutil.rmtree(root / f"{way}-{n}")
+        print(
+            f"{args.parts} parts, {total:,.0f} MB ({args.parts // 2} rewritten), "
+            f"{os.cpu_count()} CPUs, {args.repeat} rounds; same bytes: {same}"
+        )
+        for way, found in times.items():
+            median = statistics.median(found)
+            print(f"{way:<14}{median:8.2f} s (median; {', '.join(f'{t:.2f}' for t in found)})")
+        alone, shared = (statistics.median(t) for t in times.values())
+        print(f"ratio (driver alone / workers): {alone / shared:.2f}x")
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
