@@ -9,14 +9,15 @@ straight from the mapping without a copy.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import itertools
+import logging
 import mmap
 import os
 import pickle
 import shutil
 import struct
-import tempfile
 import uuid
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,9 @@ import cloudpickle
 
 from conveyor.engine.messages import Handle
 from conveyor.errors import UnpicklablePayload
+from conveyor.scratch import scratch_dir
+
+log = logging.getLogger(__name__)
 
 INLINE_LIMIT = 32 * 1024
 _MAGIC = b"CVY1"
@@ -34,10 +38,8 @@ _ALIGN = 64
 
 
 def default_root() -> Path:
-    base = Path("/dev/shm")
-    if not (base.is_dir() and os.access(base, os.W_OK)):
-        base = Path(tempfile.gettempdir())
-    return base
+    """``/dev/shm`` where it has room, else the temporary folder (``conveyor.scratch``)."""
+    return Path(scratch_dir())
 
 
 #: a file in each run directory that its driver holds an exclusive ``flock`` on while it runs
@@ -112,6 +114,7 @@ class ShmStore:
         self.owner = owner
         self._seq = itertools.count()
         self._lock: int | None = None  # the driver's: held while the run may use the store
+        self._full_said = False
 
     @classmethod
     def create(cls, base: Path | None = None) -> ShmStore:
@@ -139,18 +142,38 @@ class ShmStore:
         if size <= INLINE_LIMIT and not buffers:
             return Handle(data, size, label)
         path = os.path.join(self.root, f"{self.owner}-{next(self._seq)}")
-        with open(path, "wb") as f:
-            f.write(_HEADER.pack(_MAGIC, len(buffers), len(data)))
-            f.write(data)
-            offset = _HEADER.size + len(data)
-            for buf in buffers:
-                raw = buf.raw()
-                offset += _LEN.size
-                pad = -offset % _ALIGN
-                f.write(_LEN.pack(raw.nbytes) + b"\0" * pad)
-                f.write(raw)
-                offset += pad + raw.nbytes
+        try:
+            with open(path, "wb") as f:
+                f.write(_HEADER.pack(_MAGIC, len(buffers), len(data)))
+                f.write(data)
+                offset = _HEADER.size + len(data)
+                for buf in buffers:
+                    raw = buf.raw()
+                    offset += _LEN.size
+                    pad = -offset % _ALIGN
+                    f.write(_LEN.pack(raw.nbytes) + b"\0" * pad)
+                    f.write(raw)
+                    offset += pad + raw.nbytes
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            # the store's disk is full (a small /dev/shm filled after the run began): the
+            # payload travels in the message instead, slower, rather than fail its task
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            self._say_full(exc)
+            return Handle(cloudpickle.dumps(obj, protocol=5), size, label)
         return Handle(path, size, label)
+
+    def _say_full(self, exc: OSError) -> None:
+        if not self._full_said:
+            self._full_said = True
+            log.warning(
+                "%s is full (%s): payloads go in the messages between processes instead, "
+                "slower; give it more room (a container: docker run --shm-size=2g)",
+                self.root.parent,
+                exc.strerror,
+            )
 
     @staticmethod
     def get(handle: Handle) -> Any:

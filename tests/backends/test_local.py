@@ -205,6 +205,54 @@ def test_small_payloads_travel_inline(tmp_path: Path) -> None:
     assert not list(tmp_path.iterdir())
 
 
+def test_a_payload_a_full_store_cannot_hold_travels_in_its_message(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A small /dev/shm (a container's 64 MB) that filled failed every task that wrote a
+    payload there, and every run again."""
+    import builtins
+    import errno
+
+    store = ShmStore(tmp_path, "t")
+    array = np.arange(100_000, dtype=np.float64)
+    real_open = builtins.open
+
+    def full(path: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+        if str(path).startswith(str(tmp_path)) and "w" in mode:
+            stream = real_open(path, mode, *args, **kwargs)
+            stream.close()  # (the file is made, then the write fails, as on a full disk)
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_open(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", full)
+    with caplog.at_level("WARNING"):
+        handles = [store.put({"a": array}, str(i)) for i in range(2)]
+    monkeypatch.setattr(builtins, "open", real_open)
+    assert all(isinstance(h.ref, bytes) and h.nbytes > array.nbytes for h in handles)
+    assert np.array_equal(ShmStore.get(handles[0])["a"], array)
+    assert list(tmp_path.iterdir()) == []  # the partial file went
+    said = [r.getMessage() for r in caplog.records if "is full" in r.getMessage()]
+    assert len(said) == 1 and "--shm-size" in said[0]  # once per process
+
+
+def test_scratch_files_go_to_dev_shm_only_where_it_has_room(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import tempfile
+
+    from conveyor import scratch
+
+    if not (os.path.isdir(scratch.SHM) and os.access(scratch.SHM, os.W_OK)):
+        pytest.skip("no writable /dev/shm here")
+    free = scratch.free_bytes(scratch.SHM)
+    assert free is not None
+    monkeypatch.setattr(scratch, "MIN_FREE_BYTES", free // 2)
+    assert scratch.scratch_dir() == scratch.SHM
+    monkeypatch.setattr(scratch, "MIN_FREE_BYTES", free * 2)  # as a 64 MB /dev/shm
+    assert scratch.scratch_dir() == tempfile.gettempdir()
+    assert scratch.scratch_dirs() == [scratch.SHM, tempfile.gettempdir()]
+
+
 def test_corrupt_payload_is_reported(tmp_path: Path) -> None:
     bad = tmp_path / "bad"
     bad.write_bytes(b"garbage" * 100)

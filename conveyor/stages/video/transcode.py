@@ -30,6 +30,7 @@ from conveyor.media.decode import (
 )
 from conveyor.media.errors import InputError, describe_error, input_errors
 from conveyor.resources import Resources
+from conveyor.scratch import scratch_dir, scratch_dirs
 from conveyor.stages.video.base import ELASTIC_THREADS, VideoStage
 from conveyor.stages.video.frames import FrameSampler, model_size
 from conveyor.stages.video.motion import FrameMotion, MotionGrid, MotionTally
@@ -74,14 +75,6 @@ def output_size(
 _RANGE_LIMITED, _RANGE_FULL, _UNSPECIFIED = 1, 2, 2
 
 SCRATCH_PREFIX = "conveyor-clip-"
-
-
-def _scratch_dir() -> str:
-    return (
-        "/dev/shm"
-        if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK)
-        else tempfile.gettempdir()
-    )
 
 
 def sweep_scratch(folder: str) -> None:
@@ -136,7 +129,8 @@ class _ClipEncoder:
         import av
 
         prefix = f"{SCRATCH_PREFIX}{os.getpid()}-"
-        fd, self.path = tempfile.mkstemp(suffix=".mp4", prefix=prefix, dir=_scratch_dir())
+        # (chosen per clip: when /dev/shm runs short, the next clips go to the disk)
+        fd, self.path = tempfile.mkstemp(suffix=".mp4", prefix=prefix, dir=scratch_dir())
         os.close(fd)
         self.codec = codec
         with self._encoding():  # a codec FFmpeg cannot set up fails here
@@ -314,7 +308,8 @@ class ClipTranscoder(VideoStage):
         self._nvdec = False
 
     def setup(self, worker: Any) -> None:
-        sweep_scratch(_scratch_dir())
+        for folder in scratch_dirs():
+            sweep_scratch(folder)
         self._codec = self._choose(bool(worker.gpu_ids))
         # NVDEC where the worker has a GPU; each video it cannot take is decoded on the CPU
         self._nvdec = decodes_on_nvdec(self.decoder, worker)
@@ -322,7 +317,8 @@ class ClipTranscoder(VideoStage):
     def teardown(self) -> None:
         """What workers killed during the run left is swept at its end too, not by the
         next run (a killed zygote left a clip in /dev/shm until then)."""
-        sweep_scratch(_scratch_dir())
+        for folder in scratch_dirs():
+            sweep_scratch(folder)
 
     def _choose(self, has_gpu: bool) -> str:
         if self.encoder == "libx264" or (self.encoder == "auto" and not has_gpu):

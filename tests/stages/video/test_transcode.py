@@ -35,7 +35,8 @@ def scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """The encoders' scratch files go to a folder of the test's own, checked empty after."""
     folder = tmp_path / "scratch"
     folder.mkdir()
-    monkeypatch.setattr(transcode, "_scratch_dir", lambda: str(folder))
+    monkeypatch.setattr(transcode, "scratch_dir", lambda: str(folder))
+    monkeypatch.setattr(transcode, "scratch_dirs", lambda: [str(folder)])
     yield folder
     assert list(folder.iterdir()) == []
 
@@ -832,7 +833,7 @@ def test_scratch_clips_of_dead_workers_are_swept(
     assert not left.exists() and mine.exists() and other.exists()
     # at a worker's teardown as well as at its setup: a run's end leaves none behind
     left.write_bytes(b"partial")
-    monkeypatch.setattr(transcode, "_scratch_dir", lambda: str(tmp_path))
+    monkeypatch.setattr(transcode, "scratch_dirs", lambda: [str(tmp_path)])
     transcode.ClipTranscoder().teardown()
     assert not left.exists() and mine.exists()
 
