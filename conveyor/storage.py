@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, BinaryIO, cast
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from fsspec import AbstractFileSystem
 
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
@@ -483,6 +484,15 @@ def glob_files(pattern: str) -> list[tuple[str, int]]:
         if fnmatch.fnmatchcase(e.relative, rest)
         and not any(part.startswith(".") for part in e.relative.split("/"))
     ]
+
+
+def arrow_file(path: str | os.PathLike[str], mode: str = "rb") -> pa.NativeFile:
+    """pyarrow's file at the local ``path``, named to it in bytes: pyarrow refuses a ``str``
+    path that is not UTF-8 (an output named in Latin-1 bytes reaches Python with
+    surrogates), and its spills and tables failed there."""
+    import pyarrow as pa
+
+    return pa.OSFile(os.fsencode(path), mode)
 
 
 def open_input(path: str | os.PathLike[str] | ObjectPath) -> IO[bytes]:

@@ -170,3 +170,15 @@ def test_other_options_on_an_existing_output_exit_2_and_overwrite_starts_afresh(
     summary = json.loads((output / "summary.json").read_text())
     assert summary["options"]["min_size"] == 100
     assert summary["images"]["filtered"] == {"too_small": 1}  # broken.jpg, then a 120 x 90
+
+
+def test_an_output_whose_name_is_not_utf8_is_written(folder: Path, tmp_path: Path) -> None:
+    """pyarrow refuses a str path that is not UTF-8: the run finished, then exited 1 on
+    reading its own tables back for dedup, writing neither shards nor summary."""
+    import os
+
+    output = Path(os.fsdecode(bytes(tmp_path) + b"/caf\xe9"))
+    result = runner.invoke(app, ["image", str(folder), str(output), *FAST, "--limit", "6"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((output / "summary.json").read_text())
+    assert summary["images"]["in"] == 6 and list((output / "shards").glob("*.tar"))

@@ -224,10 +224,13 @@ def _check_output(paths: list[Path], sample: SampleData) -> tuple[int, int, int,
     """Read back label and hash columns: kept rows, junk kept, good dropped, exact duplicates."""
     import pyarrow.parquet as pq
 
+    from conveyor.storage import arrow_file
+
     labels: Counter[str] = Counter()
     hashes: list[str] = []
     for path in paths:
-        table = pq.read_table(path, columns=["label", "content_hash"])
+        with arrow_file(path) as source:  # (a work folder whose name is not UTF-8)
+            table = pq.read_table(source, columns=["label", "content_hash"])
         labels.update(table.column("label").to_pylist())
         hashes.extend(table.column("content_hash").to_pylist())
     kept = sum(labels.values())

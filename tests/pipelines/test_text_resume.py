@@ -66,9 +66,11 @@ def config(source: Path, out: Path, **options: Any) -> TextConfig:
 
 
 def rows(out: Path) -> list[dict[str, Any]]:
-    return [
-        r for p in sorted((out / "documents").glob("part-*")) for r in pq.read_table(p).to_pylist()
-    ]
+    found = []
+    for path in sorted((out / "documents").glob("part-*")):
+        with open(path, "rb") as stream:  # (pyarrow takes no path that is not UTF-8)
+            found += pq.read_table(stream).to_pylist()
+    return found
 
 
 def counts(summary: dict[str, Any]) -> dict[str, Any]:
@@ -307,3 +309,16 @@ def test_an_output_in_a_bucket_is_written_and_keeps_no_resume_state(
     got = [r for p in found for r in pq.read_table(fs.open(p)).to_pylist()]
     assert got == rows(tmp_path / "whole")
     assert not fs.find(f"{out[5:]}/.conveyor")
+
+
+@pytest.mark.parametrize("dedup", ["exact", pytest.param("semantic", marks=pytest.mark.slow)])
+def test_an_output_whose_name_is_not_utf8_is_written(tmp_path: Path, dedup: str) -> None:
+    """pyarrow refuses a str path that is not UTF-8: the dedup keys and embeddings could
+    not be spilled there, and every task failed, every run."""
+    if dedup == "semantic":
+        pytest.importorskip("torch")
+    source = corpus(tmp_path / "in", files=1, lines=60)
+    out = Path(os.fsdecode(bytes(tmp_path) + b"/caf\xe9"))
+    report = run_text(config(source, out, dedup=dedup))
+    assert report.completed and not report.failures
+    assert report.summary["dedup"]["removed"] > 0 and rows(out)

@@ -63,11 +63,11 @@ def _kept_hashes(layout: ImageLayout, parts: Sequence[int], column: str) -> Any:
     """id, order and ``column`` of the kept images of ``parts``, in input order."""
     import pyarrow as pa
     import pyarrow.compute as pc
-    import pyarrow.parquet as pq
 
     tables = []
     for index in parts:
-        table = pq.read_table(
+        # (the layout opens the file: pyarrow refuses a path that is not UTF-8)
+        table = layout.read_table(
             layout.metadata_path(index), columns=["id", "order", column, "filtered_by"]
         )
         tables.append(table.filter(pc.is_null(table.column("filtered_by"))))
@@ -147,9 +147,8 @@ def _write_marks(layout: ImageLayout, marks: dict[str, tuple[str, float]], measu
 
 
 def _read_marks(layout: ImageLayout) -> dict[str, str]:
-    import pyarrow.parquet as pq
 
-    table = pq.read_table(layout.duplicates, columns=["id", "duplicate_of"])
+    table = layout.read_table(layout.duplicates, columns=["id", "duplicate_of"])
     return dict(
         zip(table.column("id").to_pylist(), table.column("duplicate_of").to_pylist(), strict=True)
     )
@@ -224,12 +223,11 @@ def mark_metadata(layout: ImageLayout, parts: Sequence[int], marks: dict[str, st
     """Write ``duplicate_of`` into the metadata of ``parts`` where it changed; returns the
     parts rewritten."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     rewritten = 0
     for index in parts:
         path = layout.metadata_path(index)
-        table = pq.read_table(path)
+        table = layout.read_table(path)
         now = [marks.get(i) for i in table.column("id").to_pylist()]
         if now == table.column("duplicate_of").to_pylist():
             continue

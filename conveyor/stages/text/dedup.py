@@ -37,6 +37,7 @@ from conveyor.stages.text import _arrow  # noqa: F401 - pandas/pyarrow set-up on
 from conveyor.stages.text import _minhash as mh
 from conveyor.stages.text._minhash import content_hash, normalise
 from conveyor.stages.text.readers import DOC_ID
+from conveyor.storage import arrow_file
 from conveyor.tasks import DocumentBatch
 
 if TYPE_CHECKING:
@@ -163,7 +164,7 @@ def _write_table(path: Path, table: pa.Table) -> None:
     import pyarrow as pa
 
     def write(tmp: Path) -> None:
-        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        with arrow_file(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
             writer.write_table(table)
 
     _write_atomic(path, write)
@@ -172,7 +173,7 @@ def _write_table(path: Path, table: pa.Table) -> None:
 def _read_table(path: Path) -> pa.Table:
     import pyarrow as pa
 
-    with pa.OSFile(str(path), "rb") as source:
+    with arrow_file(path) as source:
         return pa.ipc.open_file(source).read_all()
 
 

@@ -36,6 +36,7 @@ from conveyor.stages.text.dedup import (
     _write_atomic,
 )
 from conveyor.stages.text.readers import DOC_ID
+from conveyor.storage import arrow_file
 from conveyor.tasks import DocumentBatch
 
 if TYPE_CHECKING:
@@ -178,7 +179,12 @@ class DedupEmbeddings(ProcessingStage[DocumentBatch, DocumentBatch]):
             }
         )
         path = Path(self.spill_dir) / EMBEDDINGS / _batch_file_name(ids[keep], ".parquet")
-        _write_atomic(path, lambda tmp: pq.write_table(spilled, str(tmp)))
+
+        def write(tmp: Path) -> None:
+            with arrow_file(tmp, "wb") as sink:
+                pq.write_table(spilled, sink)
+
+        _write_atomic(path, write)
         return task
 
 
@@ -243,7 +249,8 @@ def resolve_semantic(
         n_clusters=clusters,
         executor=executor,
     )
-    ids = pq.read_table(found.duplicates_path, columns=["id"]).column("id").to_numpy()
+    with arrow_file(found.duplicates_path) as source:
+        ids = pq.read_table(source, columns=["id"]).column("id").to_numpy()
     ids = np.sort(ids.astype(np.int64))
     _save_ids(out, ids)
     return SemanticResult(found.items, len(ids), found.clusters, threshold, out, dict(found.passes))
