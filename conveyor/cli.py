@@ -126,6 +126,8 @@ def demo(
             console=console,
             monitors=watch,
         )
+    except OSError as exc:  # the work folder's disk full, ...: said, not a traceback
+        raise fail(f"--workdir {root}: {exc}", code=1) from None
     finally:
         close_monitors(watch)
     print_report(outcome, console)
@@ -180,6 +182,8 @@ def text_demo(
             console=console,
             monitors=watch,
         )
+    except OSError as exc:  # the work folder's disk full, ...: said, not a traceback
+        raise fail(f"--workdir {root}: {exc}", code=1) from None
     finally:
         close_monitors(watch)
     print_report(outcome, console)

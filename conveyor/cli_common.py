@@ -150,8 +150,18 @@ class CheckedCommand(TyperCommand):
                 raise typer.Exit(code=stopped_code()) from None
 
     def _invoke_checked(self, ctx: click.Context) -> Any:
+        try:
+            os.getcwd()
+        except FileNotFoundError:  # relative paths failed with tracebacks, torch to load
+            raise fail(
+                "the current folder no longer exists (it was removed after the shell entered "
+                "it): cd to one that does"
+            ) from None
         for param in self.params:
             value = ctx.params.get(param.name or "")
+            if isinstance(value, Path) and str(value).startswith("~"):
+                # a quoted "~/x" (or one from a script): expanded as INPUT and OUTPUT are
+                value = ctx.params[param.name or ""] = value.expanduser()
             problem = _bad_value(value, bool(ctx.meta.get(_EMPTY_GIVEN)))
             if problem is None:
                 continue

@@ -321,9 +321,10 @@ def video(
 
     from conveyor.pipelines.video import VideoConfig, check_resume, clear_output, default_journal
     from conveyor.stages.video.video_type import DEFAULT_VIDEO_TYPES
-    from conveyor.storage import ObjectPath, check_output_place, location, normalize
+    from conveyor.storage import ObjectPath, check_output_place, is_url, location, normalize
 
-    input, output = normalize(input), normalize(output)
+    # "~/footage" quoted (or from a script) is the home folder's, as text and image take it
+    input, output = (normalize(p if is_url(p) else os.path.expanduser(p)) for p in (input, output))
     where = location(input)
     try:
         if isinstance(where, ObjectPath):

@@ -158,7 +158,10 @@ def check_output_place(output: str | os.PathLike[str]) -> None:
     folder (a URL passes: a store has no files in the way of folders)."""
     if is_url(output):
         return
-    target, place = Path(output).expanduser().absolute(), nearest_existing(output)
+    try:
+        target, place = Path(output).expanduser().absolute(), nearest_existing(output)
+    except PermissionError as exc:  # a folder on the way the user may not enter
+        raise ValueError(f"output {output}: {exc.strerror} (at {exc.filename})") from None
     if not place.is_dir():
         where = "" if place == target else f" inside {place}, which"
         raise ValueError(f"output {output}{where} is a file, not a folder")

@@ -315,3 +315,53 @@ def test_the_ray_backend_without_ray_says_what_installs_it(tmp_path: Path) -> No
     )
     assert done.returncode != 0
     assert "the Ray backend needs Ray: pip install 'conveyor[ray]'" in done.stderr + done.stdout
+
+
+def test_a_current_folder_removed_under_the_shell_is_said(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Relative paths failed with tracebacks, torch stages with "Broken pipe"."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    for args in (["text", "in", "out"], ["dedup", str(tmp_path / "e.parquet"), "out"]):
+        result = runner.invoke(app, [*args, "--no-live"] if args[0] == "text" else args)
+        assert result.exit_code == 2, result.output
+        assert "the current folder no longer exists" in result.output
+        assert "Traceback" not in result.output
+
+
+def test_a_quoted_tilde_is_the_home_folder_for_every_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """text, image and dedup expanded "~/x"; video's INPUT, report's DIR and --journal did
+    not (a literal ./~/j.journal was made)."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "videos").mkdir()
+    result = runner.invoke(app, ["video", "~/videos", "~/out", "--no-live"])
+    assert result.exit_code == 2 and f"no videos in {tmp_path / 'videos'}" in result.output
+    result = runner.invoke(app, ["report", "~/nothing"])
+    assert result.exit_code == 2 and f"{tmp_path / 'nothing'}: no such folder" in result.output
+    (tmp_path / "j.journal").write_text("not a journal\n")
+    args = ["video", "~/videos", "~/out", "--no-live", "--journal", "~/j.journal"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2 and "is not a Conveyor journal" in result.output
+    assert not (tmp_path / "~").exists()
+
+
+def test_a_full_disk_while_a_demo_writes_its_samples_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    from conveyor.demos import text as text_demo
+
+    def full(*_: object, **__: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(text_demo, "generate_sample_data", full)
+    result = runner.invoke(app, ["text-demo", "--workdir", str(tmp_path), "--no-live"])
+    assert result.exit_code == 1, result.output
+    assert f"error: --workdir {tmp_path}: [Errno 28] No space left on device" in result.output

@@ -303,3 +303,24 @@ def test_a_store_that_cannot_be_reached_is_one_line_naming_the_url(unreachable: 
         assert result.exit_code == 2, (command, result.output)
         assert "the store cannot be reached" in result.output and "s3://b/" in result.output
         assert "Traceback" not in result.output
+
+
+def test_an_output_under_a_folder_that_may_not_be_entered_is_a_value_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``conveyor dedup`` (and ``simulate --out``) took only a ValueError from this check:
+    a PermissionError (a folder of mode 700 not the user's, or one made under umask 0777)
+    was a traceback."""
+    from conveyor.storage import check_output_place
+
+    locked = tmp_path / "locked"
+    real = Path.exists
+
+    def exists(self: Path, *args: object, **kwargs: object) -> bool:
+        if str(self).startswith(str(locked)):
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self)
+
+    monkeypatch.setattr(Path, "exists", exists)
+    with pytest.raises(ValueError, match=r"output .*locked/x: Permission denied \(at "):
+        check_output_place(locked / "x")
