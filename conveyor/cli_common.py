@@ -5,9 +5,11 @@ output, and how a run is watched (Prometheus metrics on a port, an event log wit
 from __future__ import annotations
 
 import contextlib
+import errno
 import math
 import os
 import signal
+import sys
 import threading
 import typing
 from collections.abc import Callable, Iterator, Sequence
@@ -143,6 +145,14 @@ class CheckedCommand(TyperCommand):
         with _stop_on_signals():
             try:
                 return self._invoke_checked(ctx)
+            except OSError as exc:
+                # a full disk or a failing device the command did not name itself (its
+                # standard output on one: `> /dev/full`) is one line, as coreutils say it
+                if exc.errno not in _DEVICE_ERRORS:
+                    raise
+                with contextlib.suppress(OSError):
+                    sys.stderr.write(f"conveyor: {exc}\n")
+                raise typer.Exit(code=1) from None
             except KeyboardInterrupt:  # a command that does not say it itself
                 if not _received:
                     raise  # Ctrl-C: Typer's exit 130
@@ -175,6 +185,8 @@ class CheckedCommand(TyperCommand):
 
 
 _EMPTY_GIVEN = "conveyor.empty_argument"
+#: errors of the machine, not of the program: said in one line when no command caught them
+_DEVICE_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS})
 
 
 class Stopped(KeyboardInterrupt):

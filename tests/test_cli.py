@@ -365,3 +365,21 @@ def test_a_full_disk_while_a_demo_writes_its_samples_is_one_line(
     result = runner.invoke(app, ["text-demo", "--workdir", str(tmp_path), "--no-live"])
     assert result.exit_code == 1, result.output
     assert f"error: --workdir {tmp_path}: [Errno 28] No space left on device" in result.output
+
+
+def test_standard_output_on_a_full_device_is_one_line(tmp_path: Path) -> None:
+    """``conveyor text ... > /dev/full`` printed a 51-line traceback."""
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    source = tmp_path / "a.jsonl"
+    source.write_text('{"text": "hello there"}\n')
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [sys.executable, "-m", "conveyor", "text", str(source), str(tmp_path / "out")],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode == 1
+    assert done.stderr == "conveyor: [Errno 28] No space left on device\n"
