@@ -12,6 +12,7 @@ import typer
 
 import conveyor
 from conveyor.cli_common import (
+    DEVICE_ERRORS,
     LIVE,
     METRICS_PORT,
     REPORT,
@@ -127,6 +128,8 @@ def demo(
             monitors=watch,
         )
     except OSError as exc:  # the work folder's disk full, ...: said, not a traceback
+        if exc.errno not in DEVICE_ERRORS:
+            raise
         raise fail(f"--workdir {root}: {exc}", code=1) from None
     finally:
         close_monitors(watch)
@@ -183,6 +186,8 @@ def text_demo(
             monitors=watch,
         )
     except OSError as exc:  # the work folder's disk full, ...: said, not a traceback
+        if exc.errno not in DEVICE_ERRORS:
+            raise
         raise fail(f"--workdir {root}: {exc}", code=1) from None
     finally:
         close_monitors(watch)

@@ -148,7 +148,7 @@ class CheckedCommand(TyperCommand):
             except OSError as exc:
                 # a full disk or a failing device the command did not name itself (its
                 # standard output on one: `> /dev/full`) is one line, as coreutils say it
-                if exc.errno not in _DEVICE_ERRORS:
+                if exc.errno not in DEVICE_ERRORS:
                     raise
                 with contextlib.suppress(OSError):
                     sys.stderr.write(f"conveyor: {exc}\n")
@@ -171,7 +171,8 @@ class CheckedCommand(TyperCommand):
             value = ctx.params.get(param.name or "")
             if isinstance(value, Path) and str(value).startswith("~"):
                 # a quoted "~/x" (or one from a script): expanded as INPUT and OUTPUT are
-                value = ctx.params[param.name or ""] = value.expanduser()
+                # (os.path's: an unknown ~user stays as typed, where Path's raised)
+                value = ctx.params[param.name or ""] = Path(os.path.expanduser(value))
             problem = _bad_value(value, bool(ctx.meta.get(_EMPTY_GIVEN)))
             if problem is None:
                 continue
@@ -186,7 +187,7 @@ class CheckedCommand(TyperCommand):
 
 _EMPTY_GIVEN = "conveyor.empty_argument"
 #: errors of the machine, not of the program: said in one line when no command caught them
-_DEVICE_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS})
+DEVICE_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS})
 
 
 class Stopped(KeyboardInterrupt):

@@ -452,7 +452,10 @@ def _run(
     if html is not None:
         console.print(f"report:  {escape(str(html))}", soft_wrap=True)
     if not report.completed:
-        console.print("[red]the run did not complete[/]: nothing was published")
+        console.print(
+            "[red]the run did not complete[/]: nothing was published"
+            + ("; the same command again resumes it" if run_dir is not None else "")
+        )
         raise typer.Exit(code=1)
     if report.failures:
         console.print(

@@ -93,7 +93,7 @@ class ProcessingStage(Generic[In, Out]):
             result = self.process(task)
             if result is None:
                 continue
-            if isinstance(result, list) or inspect.isgenerator(result):
+            if isinstance(result, (list, Iterator)):
                 outputs.extend(result)
             else:
                 outputs.append(result)

@@ -349,6 +349,9 @@ def test_a_quoted_tilde_is_the_home_folder_for_every_command(
     result = runner.invoke(app, args)
     assert result.exit_code == 2 and "is not a Conveyor journal" in result.output
     assert not (tmp_path / "~").exists()
+    # a ~user no one is stays as typed (Path.expanduser raised)
+    result = runner.invoke(app, ["report", "~nosuchuser-x/dir"])
+    assert result.exit_code == 2 and "~nosuchuser-x/dir: no such folder" in result.output
 
 
 def test_a_full_disk_while_a_demo_writes_its_samples_is_one_line(

@@ -12,7 +12,6 @@ import ctypes
 import ctypes.util
 import functools
 import gc
-import inspect
 import math
 import os
 import resource
@@ -388,7 +387,7 @@ class StageRunner:
             for task, label in zip(tasks, labels, strict=True):
                 begun = clock()
                 result = process(task)
-                if inspect.isgenerator(result):  # a generator the class did not declare
+                if isinstance(result, Iterator):  # undeclared: a generator, map(), iter(...)
                     result = list(result)
                 after(clock() - begun)
                 if result is None or (isinstance(result, list) and not result):
@@ -403,7 +402,7 @@ class StageRunner:
             # a copy: a stage that appends to its list and returns it changed ``tasks``
             result = self.stage.process_batch(list(tasks))
             self.tidier.after(time.perf_counter() - started)
-            if inspect.isgenerator(result):
+            if isinstance(result, Iterator):
                 result = list(result)
             if not isinstance(result, list):
                 # None too: a forgotten return dropped every input as filtered ([] filters)
@@ -560,6 +559,6 @@ def _each(result: Any) -> Iterator[Any]:
     """What a ``process`` call gave, one output at a time (``None``: none)."""
     if result is None:
         return iter(())
-    if isinstance(result, list) or inspect.isgenerator(result):
+    if isinstance(result, (list, Iterator)):
         return iter(result)
     return iter((result,))

@@ -26,7 +26,7 @@ import cloudpickle
 
 from conveyor.engine.messages import Handle
 from conveyor.errors import UnpicklablePayload
-from conveyor.scratch import scratch_dir
+from conveyor.scratch import MIN_FREE_BYTES, SHM, scratch_dir, scratch_dirs
 
 log = logging.getLogger(__name__)
 
@@ -119,8 +119,21 @@ class ShmStore:
     @classmethod
     def create(cls, base: Path | None = None) -> ShmStore:
         """A new run directory, locked by this process (after sweeping those of dead runs)."""
-        base = base or default_root()
-        sweep_stale(base)
+        if base is None:
+            # both places: a crashed run's payloads in a /dev/shm left short of room would
+            # keep every later run off it, and never be swept
+            for folder in scratch_dirs():
+                sweep_stale(Path(folder))
+            base = default_root()
+            if str(base) != SHM and Path(SHM).is_dir():
+                log.warning(
+                    "payloads between stages go to %s: %s has less than %d MiB free",
+                    base,
+                    SHM,
+                    MIN_FREE_BYTES >> 20,
+                )
+        else:
+            sweep_stale(base)
         root = base / f"conveyor-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         root.mkdir(mode=0o700)
         store = cls(root, "d")

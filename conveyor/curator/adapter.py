@@ -10,11 +10,10 @@ dropped).
 
 from __future__ import annotations
 
-import inspect
 import math
 import sys
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from conveyor.cluster import NodeInfo as _NodeInfo
@@ -317,7 +316,7 @@ class CuratorStage(_ProcessingStage[Any, Any]):
         if metrics:
             self._batch_metrics = {**(self._batch_metrics or {}), **metrics}
             self.stage._batch_metrics = None
-        if inspect.isgenerator(result):
+        if isinstance(result, Iterator):
             result = list(result)
         if isinstance(result, (NoneTask, TransientDrop, FailedTask)):
             result = [result]

@@ -20,8 +20,9 @@ output. ``run_text`` runs both passes on any executor and backend, publishes the
                                    a folder of them alone, which reads as one dataset
     OUT/summary.json               documents in / kept / filtered by rule and by language /
                                    removed as duplicates, malformed lines with file and line
-    OUT/.conveyor/                 work in progress (staging, dedup keys or embeddings),
-                                   removed at the end
+    OUT/.conveyor/                 work in progress (staging, dedup keys or embeddings, and
+                                   resume/: what an interrupted run finished, for the
+                                   next one), removed at the end
 """
 
 from __future__ import annotations
@@ -385,7 +386,7 @@ def run_text(
     (``conveyor.output_lock``).
     """
     from conveyor.stages.text.readers import InputError, list_inputs
-    from conveyor.stages.text.writers import publish_shards
+    from conveyor.stages.text.writers import publish_shards, unify_shards
     from conveyor.storage import atomic_write
 
     started = time.perf_counter()
@@ -446,14 +447,18 @@ def run_text(
             passes = 2
         completed = len(results) == passes and all(r.completed for r in results)
         if completed:
+            if on_pass is not None:
+                on_pass("publishing")
+            # to one schema (JSONL on the run's executor), each file atomically: a run
+            # stopped while this goes on resumes, and does it again
+            unify_shards(layout.ready, executor=executor)
             # a run stopped from here on is done again whole: the ready shards are moved
-            # (and may be rewritten to one schema, JSONL on the run's executor) below
             resume.forget()
             _drop_parts_at_the_top(layout)
             # the run before's summary goes before its documents do: a run killed while it
             # published left some of each under a summary that called them complete
             layout.summary.unlink(missing_ok=True)
-            files = publish_shards(layout.ready, layout.documents, executor=executor)
+            files = publish_shards(layout.ready, layout.documents, unify_schemas=False)
             # the staged copy and the keys go before the summary calls the output complete
             layout.clear_work(keep_ready=True)
     wall = time.perf_counter() - started

@@ -3,21 +3,24 @@
 A text run's unit of work is a read task (``ReadTask``: about 16 MB of the input); its
 batches reach the end of a pass as ``FileGroupTask``s whose metadata holds the counts the
 summary adds up. The driver appends each one's metadata to its pass's log, one JSON line
-(``OUTPUT/.conveyor/resume/pass-1.jsonl``), written through at once and ``fsync``ed at most
-every half second: a crash loses at most that much, whose tasks run again. A read task is
-finished once every batch it made is in the log (its last batch says how many).
+(``OUTPUT/.conveyor/resume/pass-1.jsonl``), written through at once: a killed process
+(``kill -9``, an OOM kill) loses none of it, and what it names was written before it. A
+read task is finished once every batch it made is in the log (its last batch says how
+many). The data files are not ``fsync``ed: after an OS crash or a power loss, the log
+(``fsync``ed now and then) may name files the disk lost, and such an output is started
+over by removing ``OUTPUT/.conveyor``.
 
-The next run with the same input (paths, sizes and modification times) and the same
-options (``run.json``)
-leaves the finished tasks out (``TextPartitioner(skip=...)``), adds their counts from the
-log and does the rest: the outputs a redone task writes have the names they had, and the
-dedup keys and embeddings it spills replace theirs or are read as the repeats they are.
-Anything else, a changed option or input, starts over. Deduplication is resolved again
-(it needs every document's keys); pass 2's log counts only while the ids to remove and the
-staged rows are those it was made with (``pass-2.json``). Publishing forgets the state
-first: a run stopped while it publishes is done again whole rather than published from a
-half-moved folder. An output in an object store does not resume (the logs are appended
-to, which a bucket cannot do).
+The next run with the same input (paths, sizes and modification times), the same options and
+the same Conveyor version (``run.json``) leaves the finished tasks out
+(``TextPartitioner(skip=...)``), adds their counts from the log and does the rest: the
+outputs a redone task writes have the names they had, and the dedup keys and embeddings it
+spills replace theirs or are read as the repeats they are. Anything else, a changed option
+or input, starts over. Deduplication is resolved again (it needs every document's keys);
+pass 2's log counts only while the ids to remove and the staged rows are those it was made
+with (``pass-2.json``). Publishing rewrites the parts to one schema (atomically, file by
+file), then forgets the state: a run stopped while it moves them is done again whole rather
+than published from a half-moved folder. An output in an object store does not resume (the
+logs are appended to, which a bucket cannot do).
 """
 
 from __future__ import annotations
@@ -130,8 +133,11 @@ def fingerprint(config: TextConfig, listing: InputListing) -> dict[str, Any]:
     for f in listing.files:
         when = None if is_url(f.path) else _modified(f.path)
         files.update(json.dumps([f.path, f.size, when]).encode() + b"\n")
+    from conveyor import __version__
+
     state = {
         "format": FORMAT,
+        "conveyor": __version__,  # a filter or reader changed by an upgrade: not mixed
         "options": {**config.options(), "dedup_partitions": config.dedup_partitions},
         "input": {"files": len(listing.files), "sha256": files.hexdigest()},
     }
@@ -188,8 +194,10 @@ class TextResume:
             self.say(
                 f"starting over: {_changed(earlier, wanted)} changed since the interrupted run"
             )
-        layout.clear_work()
+        # the state goes before the files it names: a run stopped while they were removed
+        # left logs vouching for files gone, which a run with the old options resumed from
         self.forget()
+        layout.clear_work()
         self.folder.mkdir(parents=True, exist_ok=True)
         from conveyor.storage import atomic_write
 
@@ -226,21 +234,26 @@ class TextResume:
         except (FileNotFoundError, ValueError, UnicodeDecodeError):
             earlier = None
         finished = Finished()
+        log_path = self.folder / "pass-2.jsonl"
         if earlier == json.loads(json.dumps(wanted)):
-            finished = read_log(self.folder / "pass-2.jsonl")
+            finished = read_log(log_path)
         else:
+            # in this order: a stop between two steps leaves no log naming parts gone
+            path.unlink(missing_ok=True)
+            log_path.unlink(missing_ok=True)
             remove_tree(self.layout.ready)
             with atomic_write(path) as out:
                 out.write(json.dumps(wanted).encode())
         if finished.tasks:
             self.say(f"resuming pass 2: {len(finished.tasks):,} task(s) are not done again")
-        return finished, PassLog(self.folder / "pass-2.jsonl", finished)
+        return finished, PassLog(log_path, finished)
 
     def forget(self) -> None:
         """Remove the state: the next run starts over (before publishing, and at the end)."""
         import shutil
 
         if self.enabled:
+            self.state.unlink(missing_ok=True)  # first: without it nothing resumes
             shutil.rmtree(self.folder, ignore_errors=True)
 
 
@@ -248,6 +261,8 @@ def _changed(earlier: dict[str, Any], wanted: dict[str, Any]) -> str:
     """What differs between two fingerprints, in words."""
     if earlier.get("format") != wanted["format"]:
         return "the resume format"
+    if earlier.get("conveyor") != wanted["conveyor"]:
+        return f"Conveyor's version (from {earlier.get('conveyor')})"
     names = [
         name
         for name in wanted["options"]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -251,6 +253,27 @@ def test_scratch_files_go_to_dev_shm_only_where_it_has_room(
     monkeypatch.setattr(scratch, "MIN_FREE_BYTES", free * 2)  # as a 64 MB /dev/shm
     assert scratch.scratch_dir() == tempfile.gettempdir()
     assert scratch.scratch_dirs() == [scratch.SHM, tempfile.gettempdir()]
+
+
+def test_a_run_sweeps_crashed_runs_payloads_from_every_scratch_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only the folder chosen was swept: a crash's payloads left in a /dev/shm short of
+    room kept every later run off it, and stayed."""
+    from conveyor.backends import shm_store
+
+    folders = [tmp_path / "shm", tmp_path / "tmp"]
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], text=True,
+                          capture_output=True, check=True)  # fmt: skip
+    for folder in folders:
+        (folder / f"conveyor-{int(dead.stdout)}-abcd1234").mkdir(parents=True)
+    monkeypatch.setattr(shm_store, "scratch_dirs", lambda: [str(f) for f in folders])
+    monkeypatch.setattr(shm_store, "scratch_dir", lambda: str(folders[1]))
+    store = ShmStore.create()
+    try:
+        assert [list(f.iterdir()) for f in folders] == [[], [store.root]]
+    finally:
+        store.destroy()
 
 
 def test_corrupt_payload_is_reported(tmp_path: Path) -> None:

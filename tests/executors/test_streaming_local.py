@@ -303,3 +303,26 @@ def test_a_script_leaving_a_stream_open_exits_cleanly(tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "True" and "Exception ignored" not in out.stderr, out.stderr
+
+
+class IterOut(ProcessingStage[int, int]):
+    def process(self, task: int) -> Iterator[int]:
+        return iter(range(task))  # an iterator, not a generator
+
+
+class MapBatch(ProcessingStage[int, int]):
+    batch_size = 4
+
+    def process_batch(self, tasks: list[int]) -> Iterator[int]:
+        return map(lambda t: t * 10, tasks)
+
+
+def test_a_stage_returning_any_iterator_gives_its_items() -> None:
+    """The hints say an iterator; only generators were unrolled: ``iter(...)`` from
+    ``process`` went on as one output, ``map(...)`` from ``process_batch`` failed."""
+    assert IterOut().process_batch([2, 3]) == [0, 1, 0, 1, 2]
+    result = Pipeline("p", [IterOut(), MapBatch()]).run(
+        StreamingExecutor(LocalBackend(num_cpus=2)), initial_tasks=[2, 3]
+    )
+    assert result.ok, result.failures
+    assert sorted(result.outputs) == [0, 0, 10, 10, 20]

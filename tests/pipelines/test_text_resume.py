@@ -15,6 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from conveyor.cli import app
+from conveyor.pipelines import text_resume
 from conveyor.pipelines.text import TextConfig, run_text
 from conveyor.pipelines.text_resume import PassLog, read_log
 
@@ -157,6 +158,81 @@ def test_a_changed_option_or_input_starts_over(tmp_path: Path) -> None:
     report = run_text(config(source, out, dedup="none"), on_note=notes.append)
     assert notes == [f"{changed} since the interrupted run"]
     assert any("THE" in row["text"] for row in rows(out))
+
+
+@pytest.mark.slow  # (seven runs, 18 s: make test-all, as CI, runs it)
+def test_a_run_stopped_while_it_starts_over_or_resets_pass_2_leaves_no_state_naming_lost_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The old logs outlived the files they named: stopped while it cleared them (starting
+    over with other options), a run left them for the next run with the old options to
+    resume from, and it published without those documents under a complete summary."""
+    from conveyor.pipelines import text
+
+    source = corpus(tmp_path / "in", files=2)
+    whole = run_text(config(source, tmp_path / "whole", dedup="exact"))
+    out = tmp_path / "out"
+    stop = Stop("pass 1", 3)
+    with pytest.raises(KeyboardInterrupt):
+        run_text(config(source, out, dedup="exact"), on_output=stop.on_output, on_pass=stop.on_pass)
+    clear = text.TextLayout.clear_work
+
+    def stopped(self: Any, **kwargs: Any) -> None:
+        clear(self, **kwargs)
+        raise KeyboardInterrupt  # as a Ctrl-C once the files are gone
+
+    monkeypatch.setattr(text.TextLayout, "clear_work", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        run_text(config(source, out, dedup="exact", min_words=20))
+    monkeypatch.setattr(text.TextLayout, "clear_work", clear)
+    report = run_text(config(source, out, dedup="exact"))
+    assert report.summary["resumed_tasks"] == {} and rows(out) == rows(tmp_path / "whole")
+    assert counts(report.summary) == counts(whole.summary)
+
+    # pass 2's state made anew (its staged files changed): stopped before its log was
+    stop = Stop("pass 2", 0)
+    with pytest.raises(KeyboardInterrupt):
+        run_text(config(source, out, dedup="exact"), on_output=stop.on_output, on_pass=stop.on_pass)
+    state = out / ".conveyor" / "resume" / "pass-2.json"
+    state.write_text(state.read_text().replace('"staging": [[', '"staging": [["gone", 1], ['))
+    real = text_resume.PassLog.__init__
+
+    def stopped_log(self: Any, path: Path, *args: Any) -> None:
+        if path.name == "pass-2.jsonl":
+            raise KeyboardInterrupt
+        real(self, path, *args)
+
+    monkeypatch.setattr(text_resume.PassLog, "__init__", stopped_log)
+    with pytest.raises(KeyboardInterrupt):
+        run_text(config(source, out, dedup="exact"))
+    monkeypatch.setattr(text_resume.PassLog, "__init__", real)
+    report = run_text(config(source, out, dedup="exact"))
+    assert "pass_2" not in report.summary["resumed_tasks"]
+    assert rows(out) == rows(tmp_path / "whole")
+
+
+def test_a_run_stopped_while_its_parts_are_made_one_schema_resumes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The state was forgotten before the parts were rewritten to one schema (JSONL on the
+    run's workers, which may take minutes): a stop then cost the whole run."""
+    from conveyor.stages.text import writers
+
+    source = corpus(tmp_path / "in", files=2)
+    out = tmp_path / "out"
+    unify = writers.unify_shards
+
+    def stopped(*args: Any, **kwargs: Any) -> None:
+        unify(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(writers, "unify_shards", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        run_text(config(source, out, dedup="none", format="jsonl"))
+    monkeypatch.setattr(writers, "unify_shards", unify)
+    report = run_text(config(source, out, dedup="none", format="jsonl"))
+    assert report.completed and report.summary["resumed_tasks"]["pass_1"] > 0
+    assert read_tasks(report, 0) == 0  # nothing read again
 
 
 def test_the_copies_of_a_finished_run_go_before_its_summary_says_complete(

@@ -27,6 +27,7 @@ from conveyor.resources import Resources
 from conveyor.stage import ProcessingStage
 from conveyor.stages.text import _arrow  # noqa: F401 - pandas/pyarrow set-up once
 from conveyor.stages.text.readers import (
+    COMPRESSION_RATIO,
     DOC_ID,
     SHARD,
     Compression,
@@ -245,19 +246,13 @@ def publish_shards(
     ``{prefix}-00000.ext``, ``{prefix}-00001.ext``, ... in name order, which is input order.
 
     Files an earlier run published there (``published_pattern``) are removed first, so the
-    output holds exactly this run's shards. With ``unify_schemas`` Parquet shards whose
-    schemas differ (a column missing, or all null, in some) are rewritten to one schema where
-    Arrow can unify them, so that the folder reads as one dataset, and JSONL shards whose
-    records lack a field others have, or have them in another order, are rewritten to one
-    field order (about 60 MB/s a core: past 64 MB, on ``executor``'s workers when given).
+    output holds exactly this run's shards. With ``unify_schemas``, ``unify_shards`` first.
     Returns the paths.
     """
     source, target = location(staged), location(output)
-    staged_re = re.compile(rf"{re.escape(prefix)}-[0-9A-Za-z_-]+\.(parquet|jsonl(\.gz|\.zst)?)")
-    shards = _files(source, staged_re)
+    shards = _staged(source, prefix)
     if unify_schemas:
-        unify_parquet([p for p in shards if p.name.endswith(".parquet")])
-        unify_jsonl([p for p in shards if ".jsonl" in p.name], executor=executor)
+        unify_shards(staged, prefix=prefix, executor=executor)
     target.mkdir(parents=True, exist_ok=True)
     for stale in _files(target, published_pattern(prefix)):
         stale.unlink()
@@ -268,6 +263,29 @@ def publish_shards(
         _move(shard, final)
         published.append(str(final))
     return published
+
+
+def unify_shards(
+    staged: str | os.PathLike[str] | ObjectPath,
+    *,
+    prefix: str = "part",
+    executor: Executor | RayDataExecutor | None = None,
+) -> None:
+    """Rewrite the shards under ``staged`` so that they read as one dataset: Parquet shards
+    whose schemas differ (a column missing, or all null, in some) to one schema where Arrow
+    can unify them, JSONL shards whose records lack a field others have, or have them in
+    another order, to one field order (about 45 MB/s a core: past
+    ``PARALLEL_REWRITE_BYTES``, on ``executor``'s workers when given). Each file is
+    rewritten atomically, and doing it again changes nothing: a run may do it before it
+    gives up what it needs to resume."""
+    shards = _staged(location(staged), prefix)
+    unify_parquet([p for p in shards if p.name.endswith(".parquet")])
+    unify_jsonl([p for p in shards if ".jsonl" in p.name], executor=executor)
+
+
+def _staged(folder: StoragePath, prefix: str) -> list[StoragePath]:
+    staged_re = re.compile(rf"{re.escape(prefix)}-[0-9A-Za-z_-]+\.(parquet|jsonl(\.gz|\.zst)?)")
+    return _files(folder, staged_re)
 
 
 def unify_parquet(paths: Sequence[StoragePath]) -> int:
@@ -328,9 +346,9 @@ def _unified(schemas: list[pa.Schema]) -> pa.Schema:
     return pa.schema(unified)
 
 
-#: below this many bytes of JSONL to rewrite, this process does it alone: starting workers
-#: costs more than it saves
-PARALLEL_REWRITE_BYTES = 64 << 20
+#: below this many bytes of JSONL to rewrite (compressed parts counted as they read), this
+#: process does it alone: starting workers (about half a second) costs more than it saves
+PARALLEL_REWRITE_BYTES = 128 << 20
 
 
 def unify_jsonl(
@@ -342,7 +360,7 @@ def unify_jsonl(
     its table's columns, so its first record says its fields. Returns how many were
     rewritten.
 
-    Parsing and writing JSON is about 60 MB/s on a core: with more than
+    Parsing and writing JSON is about 45 MB/s on a core: with more than
     ``PARALLEL_REWRITE_BYTES`` to rewrite and an ``executor`` (the run's), the files are
     shared among its workers (``ReorderJsonl``), one file each at a time; a file that could
     not be rewritten is an ``OSError`` naming it (the parts are not published)."""
@@ -357,7 +375,7 @@ def unify_jsonl(
         for path in todo:
             try:
                 _reorder_jsonl(path, names)
-            except ValueError as exc:  # (not JSON: not what ShardedWriter wrote)
+            except Exception as exc:  # noqa: BLE001 - not JSON, cut short: not what we wrote
                 raise OSError(
                     f"1 JSONL part(s) could not be rewritten to one field order, e.g. {path}: "
                     f"{type(exc).__name__}: {exc}"
@@ -397,9 +415,9 @@ class ReorderJsonl(ProcessingStage[str, str]):
 
 
 def _size(path: StoragePath) -> int:
-    if isinstance(path, Path):
-        return path.stat().st_size
-    return int(path.info().get("size") or 0)
+    """The bytes of JSON in ``path`` (a compressed part's as it reads, about)."""
+    size = path.stat().st_size if isinstance(path, Path) else int(path.info().get("size") or 0)
+    return size * COMPRESSION_RATIO if _jsonl_compression(path) else size
 
 
 def _jsonl_compression(path: StoragePath) -> Compression:

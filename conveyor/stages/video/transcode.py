@@ -87,7 +87,8 @@ def sweep_scratch(folder: str) -> None:
         except ValueError:
             continue  # not named by a process
         except ProcessLookupError:
-            path.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # another user's, in a shared /tmp
+                path.unlink(missing_ok=True)
         except PermissionError:
             continue  # another user's live process
 

@@ -831,6 +831,18 @@ def test_scratch_clips_of_dead_workers_are_swept(
         path.write_bytes(b"partial")
     transcode.sweep_scratch(str(tmp_path))
     assert not left.exists() and mine.exists() and other.exists()
+    # a leftover another user owns (a shared /tmp) is passed over, not a failed setup
+    left.write_bytes(b"partial")
+    unlink = Path.unlink
+
+    def refused(self: Path, missing_ok: bool = False) -> None:
+        if self == left:
+            raise PermissionError(1, "Operation not permitted", str(self))
+        unlink(self, missing_ok=missing_ok)
+
+    monkeypatch.setattr(Path, "unlink", refused)
+    transcode.sweep_scratch(str(tmp_path))
+    monkeypatch.setattr(Path, "unlink", unlink)
     # at a worker's teardown as well as at its setup: a run's end leaves none behind
     left.write_bytes(b"partial")
     monkeypatch.setattr(transcode, "scratch_dirs", lambda: [str(tmp_path)])
