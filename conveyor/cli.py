@@ -128,9 +128,8 @@ def demo(
             monitors=watch,
         )
     except OSError as exc:  # the work folder's disk full, ...: said, not a traceback
-        if exc.errno not in DEVICE_ERRORS:
-            raise
-        raise fail(f"--workdir {root}: {exc}", code=1) from None
+        where = f"--workdir {root}: " if exc.errno in DEVICE_ERRORS else ""
+        raise fail(f"{where}{exc}", code=1) from None
     finally:
         close_monitors(watch)
     print_report(outcome, console)
@@ -186,9 +185,8 @@ def text_demo(
             monitors=watch,
         )
     except OSError as exc:  # the work folder's disk full, ...: said, not a traceback
-        if exc.errno not in DEVICE_ERRORS:
-            raise
-        raise fail(f"--workdir {root}: {exc}", code=1) from None
+        where = f"--workdir {root}: " if exc.errno in DEVICE_ERRORS else ""
+        raise fail(f"{where}{exc}", code=1) from None
     finally:
         close_monitors(watch)
     print_report(outcome, console)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import inspect
+import io
 import math
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -93,7 +94,7 @@ class ProcessingStage(Generic[In, Out]):
             result = self.process(task)
             if result is None:
                 continue
-            if isinstance(result, (list, Iterator)):
+            if several(result):
                 outputs.extend(result)
             else:
                 outputs.append(result)
@@ -491,6 +492,15 @@ def processing_stage(
             )
         return wrap(fn)
     return wrap
+
+
+def several(result: Any) -> bool:
+    """Whether what ``process`` gave is several outputs: a list, or an iterator (a
+    generator, ``map()``, ``iter(...)``) that is not a file (a ``BytesIO`` is one output,
+    not its lines)."""
+    return isinstance(result, list) or (
+        isinstance(result, Iterator) and not isinstance(result, io.IOBase)
+    )
 
 
 class CompositeStage(ProcessingStage[In, Out]):

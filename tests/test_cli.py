@@ -368,6 +368,15 @@ def test_a_full_disk_while_a_demo_writes_its_samples_is_one_line(
     result = runner.invoke(app, ["text-demo", "--workdir", str(tmp_path), "--no-live"])
     assert result.exit_code == 1, result.output
     assert f"error: --workdir {tmp_path}: [Errno 28] No space left on device" in result.output
+    # another error is said as it is (not blamed on --workdir), still in one line
+
+    def refused(*_: object, **__: object) -> None:
+        raise PermissionError(errno.EACCES, "Permission denied", "/somewhere")
+
+    monkeypatch.setattr(text_demo, "generate_sample_data", refused)
+    result = runner.invoke(app, ["text-demo", "--workdir", str(tmp_path), "--no-live"])
+    assert result.exit_code == 1, result.output
+    assert "error: [Errno 13] Permission denied: '/somewhere'" in result.output
 
 
 def test_standard_output_on_a_full_device_is_one_line(tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ from conveyor.backends.core_wait import core_wait_s
 from conveyor.cluster import NodeInfo, WorkerInfo
 from conveyor.engine.policies.priority import fit_niceness
 from conveyor.errors import PermanentError
-from conveyor.stage import InputContract, ProcessingStage, yields_outputs
+from conveyor.stage import InputContract, ProcessingStage, several, yields_outputs
 from conveyor.tasks.base import StagePerf, Task
 
 
@@ -387,7 +387,7 @@ class StageRunner:
             for task, label in zip(tasks, labels, strict=True):
                 begun = clock()
                 result = process(task)
-                if isinstance(result, Iterator):  # undeclared: a generator, map(), iter(...)
+                if not isinstance(result, list) and several(result):  # undeclared: map(), ...
                     result = list(result)
                 after(clock() - begun)
                 if result is None or (isinstance(result, list) and not result):
@@ -402,7 +402,7 @@ class StageRunner:
             # a copy: a stage that appends to its list and returns it changed ``tasks``
             result = self.stage.process_batch(list(tasks))
             self.tidier.after(time.perf_counter() - started)
-            if isinstance(result, Iterator):
+            if not isinstance(result, list) and several(result):
                 result = list(result)
             if not isinstance(result, list):
                 # None too: a forgotten return dropped every input as filtered ([] filters)
@@ -559,6 +559,6 @@ def _each(result: Any) -> Iterator[Any]:
     """What a ``process`` call gave, one output at a time (``None``: none)."""
     if result is None:
         return iter(())
-    if isinstance(result, (list, Iterator)):
+    if several(result):
         return iter(result)
     return iter((result,))

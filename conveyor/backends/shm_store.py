@@ -127,10 +127,12 @@ class ShmStore:
             base = default_root()
             if str(base) != SHM and Path(SHM).is_dir():
                 log.warning(
-                    "payloads between stages go to %s: %s has less than %d MiB free",
+                    "payloads between stages go to %s: %s %s",
                     base,
                     SHM,
-                    MIN_FREE_BYTES >> 20,
+                    f"has less than {MIN_FREE_BYTES >> 20} MiB free"
+                    if os.access(SHM, os.W_OK)
+                    else "may not be written",
                 )
         else:
             sweep_stale(base)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import sys
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from conveyor.cluster import NodeInfo as _NodeInfo
@@ -24,7 +24,7 @@ from conveyor.curator.stages.resources import as_resources
 from conveyor.curator.tasks import FailedTask, NoneTask, TransientDrop
 from conveyor.errors import DeferredError
 from conveyor.stage import CompositeStage as _CompositeStage
-from conveyor.stage import InputContract
+from conveyor.stage import InputContract, several
 from conveyor.stage import ProcessingStage as _ProcessingStage
 from conveyor.tasks.base import Task
 
@@ -316,7 +316,7 @@ class CuratorStage(_ProcessingStage[Any, Any]):
         if metrics:
             self._batch_metrics = {**(self._batch_metrics or {}), **metrics}
             self.stage._batch_metrics = None
-        if isinstance(result, Iterator):
+        if not isinstance(result, list) and several(result):
             result = list(result)
         if isinstance(result, (NoneTask, TransientDrop, FailedTask)):
             result = [result]

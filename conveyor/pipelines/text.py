@@ -451,7 +451,13 @@ def run_text(
                 on_pass("publishing")
             # to one schema (JSONL on the run's executor), each file atomically: a run
             # stopped while this goes on resumes, and does it again
-            unify_shards(layout.ready, executor=executor)
+            try:
+                unify_shards(layout.ready, executor=executor)
+            except Exception:
+                # a part that cannot be rewritten (damaged) would fail every resume alike:
+                # the next run starts over
+                resume.forget()
+                raise
             # a run stopped from here on is done again whole: the ready shards are moved
             resume.forget()
             _drop_parts_at_the_top(layout)

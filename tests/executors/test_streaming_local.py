@@ -326,3 +326,18 @@ def test_a_stage_returning_any_iterator_gives_its_items() -> None:
     )
     assert result.ok, result.failures
     assert sorted(result.outputs) == [0, 0, 10, 10, 20]
+
+
+class FileOut(ProcessingStage[int, Any]):
+    def process(self, task: int) -> Any:
+        import io
+
+        return io.BytesIO(b"line1\nline2\n")  # an iterator of lines, and one output
+
+
+def test_a_file_a_stage_returns_is_one_output_not_its_lines() -> None:
+    assert len(FileOut().process_batch([1])) == 1
+    result = Pipeline("p", [FileOut()]).run(
+        StreamingExecutor(LocalBackend(num_cpus=1)), initial_tasks=[1, 2]
+    )
+    assert result.ok and [o.read() for o in result.outputs] == [b"line1\nline2\n"] * 2

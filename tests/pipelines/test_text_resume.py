@@ -235,6 +235,22 @@ def test_a_run_stopped_while_its_parts_are_made_one_schema_resumes(
     assert read_tasks(report, 0) == 0  # nothing read again
 
 
+def test_parts_that_cannot_be_made_one_schema_leave_no_state_to_resume_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A damaged part failed the rewrite, and every resume after it alike."""
+    from conveyor.stages.text import writers
+
+    def damaged(*_: Any, **__: Any) -> None:
+        raise ValueError("a part cut short")
+
+    monkeypatch.setattr(writers, "unify_shards", damaged)
+    source = corpus(tmp_path / "in", files=1, lines=100)
+    with pytest.raises(ValueError, match="cut short"):
+        run_text(config(source, tmp_path / "out", dedup="none"))
+    assert not (tmp_path / "out" / ".conveyor" / "resume").exists()
+
+
 def test_the_copies_of_a_finished_run_go_before_its_summary_says_complete(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

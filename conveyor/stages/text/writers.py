@@ -375,6 +375,8 @@ def unify_jsonl(
         for path in todo:
             try:
                 _reorder_jsonl(path, names)
+            except OSError:
+                raise  # (a full disk keeps its errno)
             except Exception as exc:  # noqa: BLE001 - not JSON, cut short: not what we wrote
                 raise OSError(
                     f"1 JSONL part(s) could not be rewritten to one field order, e.g. {path}: "
