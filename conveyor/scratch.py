@@ -28,8 +28,11 @@ def scratch_dir() -> str:
 
 def scratch_dirs() -> list[str]:
     """Every folder ``scratch_dir`` may give (what a run left in either is swept)."""
-    found = [SHM] if os.path.isdir(SHM) and os.access(SHM, os.W_OK) else []
-    return [*found, tempfile.gettempdir()]
+    return [*([SHM] if writable(SHM) else []), tempfile.gettempdir()]
+
+
+def writable(path: str) -> bool:
+    return os.path.isdir(path) and os.access(path, os.W_OK)
 
 
 def free_bytes(path: str) -> int | None:
@@ -41,7 +44,7 @@ def free_bytes(path: str) -> int | None:
 
 
 def _roomy(path: str) -> bool:
-    if not (os.path.isdir(path) and os.access(path, os.W_OK)):
+    if not writable(path):
         return False
     free = free_bytes(path)
     return free is not None and free >= MIN_FREE_BYTES

@@ -26,7 +26,7 @@ import cloudpickle
 
 from conveyor.engine.messages import Handle
 from conveyor.errors import UnpicklablePayload
-from conveyor.scratch import MIN_FREE_BYTES, SHM, scratch_dir, scratch_dirs
+from conveyor.scratch import MIN_FREE_BYTES, SHM, scratch_dir, scratch_dirs, writable
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +131,7 @@ class ShmStore:
                     base,
                     SHM,
                     f"has less than {MIN_FREE_BYTES >> 20} MiB free"
-                    if os.access(SHM, os.W_OK)
+                    if writable(SHM)
                     else "may not be written",
                 )
         else:

@@ -141,7 +141,22 @@ def fingerprint(config: TextConfig, listing: InputListing) -> dict[str, Any]:
         "options": {**config.options(), "dedup_partitions": config.dedup_partitions},
         "input": {"files": len(listing.files), "sha256": files.hexdigest()},
     }
-    return json.loads(json.dumps(state, default=str))  # as read back from the file
+    return _as_read(state)
+
+
+def _as_read(state: dict[str, Any]) -> dict[str, Any]:
+    """``state`` as a file holding it reads back (tuples as lists, ...), to compare."""
+    result: dict[str, Any] = json.loads(json.dumps(state, default=str))
+    return result
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    """The object in the state file at ``path``; None where there is none (or a torn one)."""
+    try:
+        state = json.loads(path.read_text())
+    except (FileNotFoundError, ValueError, UnicodeDecodeError):
+        return None
+    return state if isinstance(state, dict) else None
 
 
 def _modified(path: str) -> int | None:
@@ -181,7 +196,7 @@ class TextResume:
             layout.clear_work()
             return
         wanted = fingerprint(config, listing)
-        earlier = self._read_state()
+        earlier = _read_json(self.state)
         if earlier is not None and earlier == wanted:
             self.first = read_log(self.folder / "pass-1.jsonl")
             if self.first.tasks:
@@ -204,13 +219,6 @@ class TextResume:
         with atomic_write(self.state) as out:
             out.write(json.dumps(wanted).encode())
 
-    def _read_state(self) -> dict[str, Any] | None:
-        try:
-            state = json.loads(self.state.read_text())
-        except (FileNotFoundError, ValueError, UnicodeDecodeError):
-            return None
-        return state if isinstance(state, dict) else None
-
     def first_log(self) -> PassLog | None:
         return PassLog(self.folder / "pass-1.jsonl", self.first) if self.enabled else None
 
@@ -229,13 +237,9 @@ class TextResume:
             ),
         }
         path = self.folder / "pass-2.json"
-        try:
-            earlier = json.loads(path.read_text())
-        except (FileNotFoundError, ValueError, UnicodeDecodeError):
-            earlier = None
         finished = Finished()
         log_path = self.folder / "pass-2.jsonl"
-        if earlier == json.loads(json.dumps(wanted)):
+        if _read_json(path) == _as_read(wanted):
             finished = read_log(log_path)
         else:
             # in this order: a stop between two steps leaves no log naming parts gone

@@ -418,8 +418,9 @@ class ReorderJsonl(ProcessingStage[str, str]):
 
 def _size(path: StoragePath) -> int:
     """The bytes of JSON in ``path`` (a compressed part's as it reads, about)."""
-    size = path.stat().st_size if isinstance(path, Path) else int(path.info().get("size") or 0)
-    return size * COMPRESSION_RATIO if _jsonl_compression(path) else size
+    from conveyor.storage import size
+
+    return size(path) * (COMPRESSION_RATIO if _jsonl_compression(path) else 1)
 
 
 def _jsonl_compression(path: StoragePath) -> Compression:
