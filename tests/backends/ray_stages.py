@@ -185,6 +185,21 @@ class Slow(ProcessingStage[Any, Any]):
         return (n, bytes(self.pad)) if self.pad else n
 
 
+class Gated(Slow):
+    """A ``Slow`` that holds each input while the file ``gate`` exists (two minutes at most),
+    so that a test can act while work waits in front of it."""
+
+    def __init__(self, name: str, cost_s: float, gate: str, cpus: float = 0.5) -> None:
+        super().__init__(name, cost_s, cpus)
+        self.gate = gate
+
+    def process(self, task: Any) -> Any:
+        deadline = time.monotonic() + 120
+        while os.path.exists(self.gate) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return super().process(task)
+
+
 @dataclass
 class Item(Task[Any]):
     """A typed task: lineage ids and stage timings ride on it."""

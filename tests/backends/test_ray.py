@@ -817,16 +817,16 @@ def test_outputs_outlive_the_worker_that_made_them(address: str) -> None:
         backend.shutdown()
 
 
-def _pending_on(controller: Any, stage: int, node: str) -> bool:
-    """Whether an input of ``stage`` that waits or is in flight is stored on ``node``."""
-    queued = list(controller.stages[stage].queue.fresh)
-    sent = [e for b in controller.batches.values() if b.stage == stage for e in b.entries]
-    return any(e.handle.node == node for e in queued + sent)
+def _queued_on(controller: Any, stage: int, node: str) -> bool:
+    """Whether an input waiting in ``stage``'s queue is stored on ``node``. Queued, not sent:
+    no worker has fetched it, and the controller (which runs in the iterating thread) sends
+    nothing until the iteration goes on, so a node killed now takes its only copy."""
+    return any(e.handle.node == node for e in list(controller.stages[stage].queue.fresh))
 
 
 @pytest.mark.slow
 def test_pipeline_survives_losing_a_node_mid_run(
-    address: str, ray_cluster: LocalRayCluster
+    address: str, ray_cluster: LocalRayCluster, tmp_path: Path
 ) -> None:
     """A third node (CPUs only, so placement prefers it for CPU stages) joins, takes workers,
     and is killed mid-run: the run finishes with every input's output, once. Inputs whose
@@ -834,38 +834,49 @@ def test_pipeline_survives_losing_a_node_mid_run(
     node = ray_cluster.add_node("127.0.0.4", gpus=0)
     third = node_ids()["127.0.0.4"]
     backend = RayBackend(address)
+    # the second stage holds its inputs until the node is gone, so that first's outputs
+    # wait in its queue: those the third node made die with it (a run left to itself sent
+    # them on, and they were fetched, before a node killed from the loop went)
+    gate = tmp_path / "gate"
+    gate.touch()
+    seen: dict[str, Any] = {}
+
+    def kill_once_queued(controller: Any) -> None:
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and "queued" not in seen:
+                with contextlib.suppress(RuntimeError):  # a queue changing as it is read
+                    if _queued_on(controller, 1, third):
+                        seen["queued"] = True
+                time.sleep(0.005)
+            seen["joined"] = third in {n.node_id for n in backend.nodes()}
+            seen["used"] = third in backend.worker_nodes().values()
+            ray_cluster.remove_node(node)
+        finally:
+            gate.unlink()
+
     try:
         # first's outputs (512 KiB: beyond what Ray returns inline to the driver) stay in the
-        # object store of the node that made them: the third node's die with it
-        stages = [st.Slow("first", 0.04, pad=512 << 10), st.Slow("second", 0.08)]
+        # object store of the node that made them
+        stages = [st.Slow("first", 0.02, pad=512 << 10), st.Gated("second", 0.02, str(gate))]
         stream = Pipeline("p", stages).stream(StreamingExecutor(backend), range(120))
-        controller = stream._controller
-        outputs = []
-        killed_at = None
-        lost_queued = False
+        killer = threading.Thread(target=kill_once_queued, args=(stream._controller,))
         with stream:
-            for out in stream:
-                outputs.append(out)
-                # kill it while payloads it holds wait for the next stage (so that some are
-                # lost), or at the latest after half of the outputs
-                on_third = _pending_on(controller, 1, third)
-                if killed_at is None and ((len(outputs) >= 15 and on_third) or len(outputs) == 60):
-                    assert third in {n.node_id for n in backend.nodes()}  # the join was seen
-                    assert third in backend.worker_nodes().values()  # and used
-                    ray_cluster.remove_node(node)
-                    killed_at, lost_queued = len(outputs), on_third
+            killer.start()
+            outputs = list(stream)
+        killer.join()
         result = stream.result
     finally:
         if node in ray_cluster.nodes:
             ray_cluster.remove_node(node)
     counts = result.counts
-    assert killed_at is not None
+    assert seen.get("queued"), "no payload of the third node waited when it was killed"
+    assert seen["joined"] and seen["used"]  # the join was seen, and the node used
     assert counts["inputs"] == 120
     assert result.failures == []
     assert sorted(outputs) == list(range(120))  # every input once, nothing twice
     assert counts["outputs"] == 120
     assert sum(s.worker_deaths for s in result.stats.values()) >= 1
-    assert lost_queued, "no payload of the third node was waiting when it was killed"
     assert result.stats["second"].recovered >= 1  # payloads did die with the node
 
 
