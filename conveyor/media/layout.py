@@ -37,9 +37,11 @@ one shard.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -267,17 +269,14 @@ class OutputLayout:
         tables: set[str] = set()
         staging = self.staging_dir(vid)
         for intent in staging.glob("intent-*.json"):
-            with contextlib.suppress(OSError, ValueError, AttributeError):
-                logged = json.loads(intent.read_text())
-                ids.update(logged.get("clip_ids", []))
-                tables.add(logged.get("clip_table") or "")
+            logged, table = _intent(intent)
+            ids.update(logged)
+            tables.add(table)
         record = self.read_record(relative_path)
         if record is not None:
             ids.update(record.get("clips", []))
             tables.add(record.get("clip_table") or "")
-        for cid in ids:
-            for path in (self.clip_path(cid), self.clip_path(cid, False), self.meta_path(cid)):
-                removed += _unlink(path)
+        removed += self.remove_clips(ids)
         for name in sorted(tables):
             if is_group_table(name):
                 self.drop_from_group(name, vid)
@@ -290,6 +289,73 @@ class OutputLayout:
             removed += _unlink(path)
         remove_tree(staging)
         return removed
+
+    def remove_clips(self, ids: Iterable[str]) -> int:
+        """Delete the clip files (kept or filtered) and metas of ``ids``; returns files
+        removed."""
+        removed = 0
+        for cid in ids:
+            for path in (self.clip_path(cid), self.clip_path(cid, False), self.meta_path(cid)):
+                removed += _unlink(path)
+        return removed
+
+    def resume_video(self, relative_path: str, size: int, mtime: float) -> tuple[int, str] | None:
+        """Before an unfinished video is done again: keep the clips an earlier run of this
+        very file finished, remove the rest of what it left; returns this attempt's
+        generation and the list of the clips kept (``resumed_clips``), or ``None`` where
+        nothing is kept (``reset`` then removed everything).
+
+        A clip is finished when the record of the staged part holding it exists (the writer
+        writes it after the part's clips, metas and rows). A video that ran for an hour
+        before a stop is not redone from its start: the splitter marks those clips
+        ``Clip.restored`` and the writer adopts their staged parts. The clips of parts
+        without a record, of another source file (size or time) or of a video whose record
+        exists (outdated, or a clip deleted) are removed as ``reset`` does."""
+        vid = video_id(relative_path)
+        staging = self.staging_dir(vid)
+        if self.read_record(relative_path) is not None:
+            self.reset(relative_path)
+            return None
+        files = {p.name: p for p in staging.glob("*")}
+        stamp = {"size_bytes": size, "mtime": mtime}
+        finished: dict[str, dict[str, Any]] = {}
+        for name, path in files.items():
+            staged = staged_part(name)
+            if staged is not None and staged[0] == "chunk":
+                with contextlib.suppress(OSError):
+                    record = _parse_record(path.read_bytes())
+                    if record is not None and record.get("source") == stamp:
+                        finished[staged[2]] = record
+        index: dict[str, str] = {}
+        for key, record in sorted(finished.items()):
+            for cid in _intent(files.get(f"intent-{key}.json"))[0] or record.get("clips", []):
+                index.setdefault(cid, key)
+        if not index:
+            self.reset(relative_path)
+            return None
+        ids: set[str] = set()
+        tables: set[str] = set()
+        doomed = []
+        for name, path in files.items():
+            staged = staged_part(name)
+            if staged is not None and staged[2] in finished:
+                continue
+            if staged is not None and staged[0] == "intent":
+                logged, table = _intent(path)
+                ids.update(logged)
+                tables.add(table)
+            doomed.append(path)
+        # the clips first, their intents last: a stop half way leaves them to be found
+        self.remove_clips(ids - index.keys())
+        for name in sorted(tables):
+            if is_group_table(name):
+                self.drop_from_group(name, vid)
+        for path in sorted(doomed, key=lambda p: p.name.startswith("intent-")):
+            _unlink(path)
+        generation = 1 + max(staged_generation(key) for key in finished)
+        resume = staging / f"{RESUME_PREFIX}{generation}.json"
+        self.write_json(resume, {"generation": generation, "clips": index})
+        return generation, str(resume)
 
     def drop_from_group(self, name: str, vid: str | None = None) -> int:
         """Rewrite the shared table ``name`` (``metadata/group-...parquet``) with only the
@@ -432,6 +498,53 @@ def same_source(record: dict[str, Any] | None, size: int, mtime: float) -> bool:
         return False
     source = record.get("source", {})
     return source.get("size_bytes") == size and source.get("mtime") == mtime
+
+
+#: a video's staged files: ``<kind>-[g<generation>-]<chunk>-<part>.<json|parquet>``
+_STAGED = re.compile(
+    r"^(chunk|intent|clips|embed|text)-((?:g(\d+)-)?\d{6}-\d{6})\.(?:json|parquet)$"
+)
+#: the list of the clips an interrupted run finished: ``resume-g<generation>.json``
+RESUME_PREFIX = "resume-g"
+
+
+def staged_part(name: str) -> tuple[str, int, str] | None:
+    """A staged file's kind, generation and part key (``g1-000003-000000``), or ``None``."""
+    found = _STAGED.match(name)
+    if found is None:
+        return None
+    return found[1], int(found[3] or 0), found[2]
+
+
+def staged_generation(key: str) -> int:
+    """The generation of a part key (0: a first attempt's, named without one)."""
+    return int(key[1 : key.index("-")]) if key.startswith("g") else 0
+
+
+@functools.lru_cache(maxsize=64)
+def resumed_clips(resume: str) -> dict[str, str]:
+    """The clips an interrupted run finished (``OutputLayout.resume_video``): clip id ->
+    the key of the staged part that holds it. Read once per worker and video (the file
+    never changes once written)."""
+    data = json.loads(location(resume).read_bytes())
+    clips = data.get("clips") if isinstance(data, dict) else None
+    if not isinstance(clips, dict):
+        raise ValueError(f"{resume}: not a list of resumed clips")
+    return clips
+
+
+def _intent(path: StoragePath | None) -> tuple[list[str], str]:
+    """The clip ids an intent names and the table their rows go to (none: no intent, or
+    an unreadable one)."""
+    try:
+        logged = json.loads(path.read_bytes()) if path is not None else None
+    except (OSError, ValueError):
+        return [], ""
+    if not isinstance(logged, dict):
+        return [], ""
+    ids, table = logged.get("clip_ids"), logged.get("clip_table")
+    ids = [i for i in ids if isinstance(i, str)] if isinstance(ids, list) else []
+    return ids, table if isinstance(table, str) else ""
 
 
 def _unlink(path: StoragePath) -> int:

@@ -45,6 +45,8 @@ class VideoTotals:
         filtered: (filter, clips) in the record's order.
         errors: (stage, reason) of the video's own failures.
         clip_errors: (clip id, stage, reason) of its clips' failures.
+        resumed, resumed_seconds: its clips an interrupted run had finished, and their
+            length (the run that completed the video did not make them).
     """
 
     status: str
@@ -57,6 +59,8 @@ class VideoTotals:
     filtered: tuple[tuple[str, int], ...]
     errors: tuple[tuple[str, str], ...]
     clip_errors: tuple[tuple[str, str, str], ...]
+    resumed: int = 0
+    resumed_seconds: float = 0.0
 
     @classmethod
     def of(cls, record: dict[str, Any]) -> VideoTotals:
@@ -74,6 +78,8 @@ class VideoTotals:
             clip_errors=tuple(
                 (e["clip_id"], e["stage"], e["reason"]) for e in record["clip_errors"]
             ),
+            resumed=record.get("resumed_clips", 0),
+            resumed_seconds=record.get("resumed_seconds", 0.0),
         )
 
 
@@ -191,8 +197,9 @@ class RunTally:
         if totals.damaged:
             self.damaged.append(relative)
         self.seconds_in += totals.duration_s
-        if now:
-            self.seconds_now += totals.duration_s
+        if now:  # of a video resumed part way, what this run did
+            self.seconds_now += max(0.0, totals.duration_s - totals.resumed_seconds)
+            self.clips["resumed"] += totals.resumed
         self.clips["made"] += totals.made
         self.clips["kept"] += totals.kept
         self.kept_seconds += totals.kept_seconds
@@ -271,6 +278,8 @@ def build_summary(
             "kept_seconds": round(tally.kept_seconds, 3),
             "filtered": dict(sorted(tally.filtered.items())),
             "failed": clips["failed"],
+            # made by an interrupted run of a video this run completed, and kept as they were
+            "resumed": clips["resumed"],
             # this run's dedup only: a ``conveyor dedup`` into the output writes the same
             # report, which the clips' tables do not reflect
             "duplicates": _duplicates(layout) if config.dedup else None,
@@ -378,6 +387,8 @@ def print_summary(summary: dict[str, Any], console: Console, max_failures: int =
         table.add_row("failed", f"[red]{clips['failed']:,}[/]")
     if clips["duplicates"] is not None:
         table.add_row("near-duplicates (marked)", f"{clips['duplicates']:,}")
+    if clips.get("resumed"):
+        table.add_row("of them resumed (made before a stop)", f"{clips['resumed']:,}")
     console.print(table)
     damaged = videos.get("damaged") or []
     if damaged:

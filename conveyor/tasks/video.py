@@ -162,6 +162,9 @@ class Clip:
     errors: dict[str, str] = field(default_factory=dict)
     #: id of the kept clip this one nearly duplicates (semantic dedup), else ``None``
     duplicate_of: str | None = None
+    #: finished by an earlier, interrupted run of its video (``Video.resume``): no stage
+    #: works on it again, and the writer adopts what that run staged for it
+    restored: bool = False
 
     @property
     def duration_s(self) -> float:
@@ -179,8 +182,8 @@ class Clip:
 
     @property
     def active(self) -> bool:
-        """Still worth work downstream: not filtered and not failed."""
-        return self.filtered_by is None and not self.errors
+        """Still worth work downstream: not filtered, not failed, not restored."""
+        return self.filtered_by is None and not self.errors and not self.restored
 
     def fail(self, stage: str, reason: str) -> None:
         """Record a failure of this clip at ``stage``; the clip is not kept."""
@@ -264,6 +267,12 @@ class Video:
     #: size and modification time of the source when listed: a changed file is redone
     source_size: int = 0
     source_mtime: float = 0.0
+    #: an earlier run of this video was interrupted after finishing some of its clips: the
+    #: staged list of them (``OutputLayout.resume_video``), which the splitter marks
+    #: ``Clip.restored``, and this attempt's ``generation`` (its staged files are named by
+    #: it, apart from the earlier attempts' it adopts); ``None`` and 0: a fresh start
+    resume: str | None = None
+    generation: int = 0
     #: the video's record (``videos/<path>.json``), set by the writer on the task whose
     #: writing completed the video: what comes after the writer (the shard writer, the
     #: run's summary) learns of a finished video from it, without reading the record back

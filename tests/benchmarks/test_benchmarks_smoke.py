@@ -717,3 +717,16 @@ def test_image_quick(
     with pytest.raises(SystemExit):
         bench.main(["--images", "48", *options, "--compare", "0"])
     assert bench.generate(tmp_path / "data", 48, 16, 0, True, 2) == 0.0  # written once
+
+
+@slow
+def test_video_resume_quick(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
+    bench = load("video_resume", monkeypatch)
+    argv = ["video_resume.py", "--minutes", "0.8", "--width", "160", "--stop-at", "0.5"]
+    monkeypatch.setattr(sys, "argv", [*argv, "--cpus", "2"])
+    bench.main()
+    out = capsys.readouterr().out
+    assert "resumed / never stopped:" in out
+    resumed = next(line for line in out.splitlines() if line.startswith("resumed "))
+    *_, adopted, same = resumed.split()
+    assert int(adopted) >= 6 and same == "True"

@@ -289,7 +289,6 @@ def _descendants(pid: int) -> list[psutil.Process]:
         return []
 
 
-@pytest.mark.slow
 def _alive(pid: int) -> bool:
     """Whether ``pid`` runs (not a zombie); one that ends while it is looked at has ended
     (psutil can then raise a plain FileNotFoundError for its /proc file)."""
@@ -299,6 +298,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow
 def test_kill_9_mid_run_then_the_same_command_finishes_with_every_clip_once(
     tmp_path: Path,
 ) -> None:
@@ -355,6 +355,65 @@ def test_kill_9_mid_run_then_the_same_command_finishes_with_every_clip_once(
     # exactly once: the clips on disk are those of the records, each id in one video only
     ids = [c for r in found.values() for c in r["clips"]]
     assert len(ids) == len(set(ids))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("splitter", ["fixed", "shots"])
+def test_a_long_video_killed_part_way_resumes_from_its_finished_clips(
+    tmp_path: Path, splitter: str
+) -> None:
+    """``kill -9`` once a long video's first clips are staged: the same command keeps them
+    (their files are not written again) and ends with the output of a run never stopped."""
+    segments = [Segment(kind, 10, i) for i, kind in enumerate(("pan", "rings", "checker"))]
+    write_video(tmp_path / "in" / "long.mp4", segments, width=160, height=96, fps=15)
+    cut = ["--splitter", "fixed", "--clip-len", "1"] if splitter == "fixed" else ["--max-clip", "1"]
+    options = [*cut, "--min-clip", "0.5", "--no-tags", "--no-live", "--cpus", "2"]
+
+    def command(output: Path) -> list[str]:
+        return [sys.executable, "-m", "conveyor", "video", str(tmp_path / "in"), str(output)]
+
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    reference, output = tmp_path / "reference", tmp_path / "out"
+    subprocess.run([*command(reference), *options], env=env, check=True, capture_output=True)
+    proc = subprocess.Popen(
+        [*command(output), *options],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    staging = output / ".conveyor" / "staging"
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(staging.glob("*/chunk-*.json"))) < 4:
+            assert proc.poll() is None, "the run ended before it could be killed"
+            assert time.monotonic() < deadline, "no clip was staged within 120 s"
+            time.sleep(0.02)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    time.sleep(0.5)  # (its workers' last writes)
+    assert not (output / "videos" / "long.mp4.json").exists()
+    before = {p.name: p.stat().st_ino for p in (output / "clips").glob("*.mp4")}
+
+    result = subprocess.run(
+        [*command(output), *options], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    found, wanted = records(output)["long.mp4"], records(reference)["long.mp4"]
+    resumed = found.pop("resumed_clips")
+    assert resumed >= 4 and found.pop("resumed_seconds") == pytest.approx(resumed, abs=0.01)
+    for record in (found, wanted):
+        for key in ("finished_at", "resumed_clips", "resumed_seconds", "num_chunks", "path"):
+            record.pop(key, None)
+    assert found == wanted
+    kept = {p.name: p.stat().st_ino for p in (output / "clips").glob("*.mp4")}
+    assert sorted(kept) == sorted(p.name for p in (reference / "clips").glob("*.mp4"))
+    assert sum(kept.get(name) == inode for name, inode in before.items()) >= resumed
+    summary = json.loads((output / "summary.json").read_text())
+    assert summary["clips"]["resumed"] == resumed
+    assert summary["clips"]["made"] == len(wanted["clips"])
+    assert not list(staging.iterdir())
 
 
 # -- the shot pipeline -------------------------------------------------------------------

@@ -537,13 +537,17 @@ class VideoListing(ProcessingStage[Task[Any] | VideoSource, VideoTask]):
 
     def process(self, task: Task[Any] | VideoSource) -> list[VideoTask]:
         if isinstance(task, VideoSource):
+            resume = None
             if self.output is not None and task.reset:
-                OutputLayout(self.output).reset(task.relative_path)
-            return [_video_task(task, "")]
+                resume = OutputLayout(self.output).resume_video(
+                    task.relative_path, task.size, task.mtime
+                )
+            return [_video_task(task, "", resume)]
         sources = list_videos(
             self.sources, extensions=self.extensions, exclude=self.excluded(), limit=self.limit
         )
         todo = pending_videos(sources, self.output)
+        resumes: dict[str, tuple[int, str] | None] = {}
         if self.output is not None:
             layout = OutputLayout(self.output)
             layout.sweep_tmp()
@@ -552,18 +556,27 @@ class VideoListing(ProcessingStage[Task[Any] | VideoSource, VideoTask]):
             started = layout.started_videos() if is_url(self.output) else None
             for source in todo:
                 if started is None or video_id(source.relative_path) in started:
-                    layout.reset(source.relative_path)
+                    resumes[source.relative_path] = layout.resume_video(
+                        source.relative_path, source.size, source.mtime
+                    )
         log.info("%d videos found, %d to do", len(sources), len(todo))
         dataset = task.dataset_name if isinstance(task, Task) else ""
-        return [_video_task(s, dataset) for s in todo]
+        return [_video_task(s, dataset, resumes.get(s.relative_path)) for s in todo]
 
 
-def _video_task(source: VideoSource, dataset: str) -> VideoTask:
+def _video_task(
+    source: VideoSource, dataset: str, resume: tuple[int, str] | None = None
+) -> VideoTask:
+    """``source``'s task; ``resume``: the generation of this attempt and the clips an
+    interrupted one finished (``OutputLayout.resume_video``)."""
+    generation, finished = resume if resume is not None else (0, None)
     video = Video(
         path=source.path,
         relative_path=source.relative_path,
         source_size=source.size,
         source_mtime=source.mtime,
+        resume=finished,
+        generation=generation,
     )
     return VideoTask(data=video, dataset_name=dataset)
 

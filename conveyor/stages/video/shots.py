@@ -74,6 +74,8 @@ class ShotWindows(VideoStage):
                 metadata=meta,
                 source_size=video.source_size,
                 source_mtime=video.source_mtime,
+                resume=video.resume,
+                generation=video.generation,
                 window=FrameWindow(i, len(spans), start, end, self.context),
             )
             for i, (start, end) in enumerate(spans)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from conveyor.media.dissolves import VarianceDissolves
+from conveyor.media.layout import resumed_clips
 from conveyor.media.transitions import GradualRuns, merge_transitions
 from conveyor.resources import Resources
 from conveyor.stages.video.base import VideoStage, check_numbers
@@ -205,7 +206,12 @@ def chunk_clips(
 ) -> list[Video]:
     """``clips`` as consecutive chunks numbered from ``first_index``; with ``last`` the final
     chunk is marked last (an empty one is made when there are no clips, so the writer still
-    hears of the video)."""
+    hears of the video). Clips an interrupted run of the video finished (``Video.resume``)
+    are marked ``restored``: they keep their places, and no stage works on them again."""
+    if video.resume is not None:
+        finished = resumed_clips(video.resume)
+        for clip in clips:
+            clip.restored = clip.clip_id in finished
     chunks = []
     sizes = chunk_sizes(clips_per_chunk, first_index)
     position = 0

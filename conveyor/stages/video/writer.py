@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from conveyor.media.layout import OutputLayout, is_group_table
+from conveyor.media.layout import OutputLayout, is_group_table, resumed_clips, staged_part
 from conveyor.media.table import clip_table, videos_table
 from conveyor.resources import Resources
 from conveyor.stage import ProcessingStage
@@ -170,14 +170,17 @@ class ClipWriter(ProcessingStage[VideoTask, VideoTask]):
         own = layout.table_name(layout.clip_table_path(video.video_id))
         # a try after a failure comes alone, here: an intent its failed try left names the
         # table that try may have written the video's rows to
-        earlier = _logged_table(_intent(layout, video)) if video.whole else None
+        whole = _whole(video)
+        earlier = _logged_table(_intent(layout, video)) if whole else None
         w = self._write_clips(video, layout, own)
         clips = clip_table(video.video_id, w.metas) if w.metas else None
         kept = [c for c in w.made if c.kept]
         table = _embedding_table(kept, "embedding")
         texts = _embedding_table(kept, "text_embedding", with_text=True)
-        record = _chunk_record(video, w.made)
-        if video.whole:
+        staging = layout.staging_dir(video.video_id)
+        adopted = _adopted(video, staging)
+        record = _chunk_record(video, w.made, adopted)
+        if whole:
             # the whole video in one task (every short video): nothing to gather from staging
             video.record = self._finalise(video, layout, [record], clips, table, texts)
             layout.remove_staging(layout.staging_dir(video.video_id), [w.intent])
@@ -185,11 +188,16 @@ class ClipWriter(ProcessingStage[VideoTask, VideoTask]):
                 # (after the record: a reader never misses the video's rows)
                 layout.drop_from_group(earlier, video.video_id)
             return _stripped(task)
-        staging = layout.staging_dir(video.video_id)
         part = _part_name(video)
-        for staged, prefix in ((clips, "clips"), (table, "embed"), (texts, "text")):
+        files: dict[str, list[str]] = {prefix: [] for prefix in STAGED_TABLES}
+        for old in adopted.values():  # what the earlier run staged for the restored clips
+            for prefix, names in _staged_files(old).items():
+                files[prefix] += [n for n in names if n not in files[prefix]]
+        for staged, prefix in zip((clips, table, texts), STAGED_TABLES, strict=True):
             if staged is not None:
-                layout.write_parquet(staging / f"{prefix}-{part}.parquet", staged)
+                files[prefix].append(f"{prefix}-{part}.parquet")
+                layout.write_parquet(staging / files[prefix][-1], staged)
+        record["files"] = files
         layout.write_json(staging / f"chunk-{part}.json", record)
         video.record = self._finalise_if_complete(video, layout, staging)
         return _stripped(task)
@@ -221,19 +229,26 @@ class ClipWriter(ProcessingStage[VideoTask, VideoTask]):
     ) -> dict[str, Any] | None:
         """The video's record if this call finalised it (``None``: not complete yet, or
         being finalised by another worker)."""
+        # this attempt's records (an earlier, interrupted one's are adopted through them)
+        mine = [p for p in staging.glob("chunk-*.json") if _of_attempt(p.name, video)]
         try:
-            records = [json.loads(p.read_bytes()) for p in sorted(staging.glob("chunk-*.json"))]
+            records = [json.loads(p.read_bytes()) for p in sorted(mine)]
         except (FileNotFoundError, ValueError):
             return None  # another worker is finalising this video right now
         if not _complete(records):
             return None
+        records.sort(key=lambda r: (r["chunk_index"], r["part"]))
         try:
             clips, embeddings, texts = (
-                _concat(layout, sorted(staging.glob(f"{prefix}-*.parquet")))
-                for prefix in ("clips", "embed", "text")
+                _concat(layout, staging, _gathered(records, prefix)) for prefix in STAGED_TABLES
             )
         except FileNotFoundError:
             return None  # finalised meanwhile by another worker
+        if video.resume is not None:
+            clips, embeddings, texts = _as_recorded(records, clips, embeddings, texts)
+            # an earlier attempt's clips this one made no more (its shots came out otherwise)
+            restored = {cid for r in records for cid in r.get("adopted", [])}
+            layout.remove_clips(set(resumed_clips(video.resume)) - restored)
         record = self._finalise(video, layout, records, clips, embeddings, texts)
         layout.remove_tree(staging)
         return record
@@ -267,8 +282,80 @@ class ClipWriter(ProcessingStage[VideoTask, VideoTask]):
         return record
 
 
+#: the tables staged per part, by file name prefix: the clip table's rows, embeddings, text
+#: embeddings
+STAGED_TABLES = ("clips", "embed", "text")
+
+
 def _part_name(video: Video) -> str:
-    return f"{video.chunk_index:06d}-{video.part:06d}"
+    name = f"{video.chunk_index:06d}-{video.part:06d}"
+    return f"g{video.generation}-{name}" if video.generation else name
+
+
+def _whole(video: Video) -> bool:
+    """The whole video in this task, and nothing of it staged to adopt."""
+    return video.whole and not video.generation
+
+
+def _of_attempt(name: str, video: Video) -> bool:
+    """Whether the staged file ``name`` was written by this attempt at the video."""
+    staged = staged_part(name)
+    return staged is not None and staged[1] == video.generation
+
+
+def _adopted(video: Video, staging: StoragePath) -> dict[str, dict[str, Any]]:
+    """Clip id -> the record of the part an interrupted attempt staged it in, for this
+    task's restored clips."""
+    restored = [c.clip_id for c in video.clips if c.restored]
+    if not restored or video.resume is None:
+        return {}
+    index = resumed_clips(video.resume)
+    records: dict[str, dict[str, Any]] = {}
+    adopted = {}
+    for cid in restored:
+        key = index[cid]
+        if key not in records:
+            records[key] = json.loads((staging / f"chunk-{key}.json").read_bytes())
+            records[key].setdefault("key", key)
+        adopted[cid] = records[key]
+    return adopted
+
+
+def _staged_files(record: dict[str, Any]) -> dict[str, list[str]]:
+    """The staged tables a part's record names (a record written before records named them:
+    those its key would have, each maybe absent)."""
+    files = record.get("files")
+    if isinstance(files, dict):
+        return {prefix: list(files.get(prefix, [])) for prefix in STAGED_TABLES}
+    key = record.get("key") or f"{record['chunk_index']:06d}-{record['part']:06d}"
+    return {prefix: [f"{prefix}-{key}.parquet"] for prefix in STAGED_TABLES}
+
+
+def _gathered(records: list[dict[str, Any]], prefix: str) -> list[str]:
+    """The staged files of ``prefix`` the records name, in their order, each once."""
+    names: dict[str, None] = {}
+    for record in records:
+        names.update(dict.fromkeys(_staged_files(record)[prefix]))
+    return list(names)
+
+
+def _as_recorded(records: list[dict[str, Any]], *tables: Any) -> list[Any]:
+    """A resumed video's gathered tables with exactly the rows the records name, in their
+    order: an adopted part may hold clips this attempt made otherwise (or named twice)."""
+    made = [cid for r in records for cid in r["clips"]]
+    kept = [cid for r in records for cid in r["kept"]]
+    return [_rows(table, made if i == 0 else kept) for i, table in enumerate(tables)]
+
+
+def _rows(table: Any, ids: list[str]) -> Any:
+    """``table``'s rows for ``ids`` (those it has), in that order, each once."""
+    if table is None:
+        return None
+    import pyarrow as pa
+
+    where = {cid: i for i, cid in enumerate(table.column("clip_id").to_pylist())}
+    rows = [where[cid] for cid in dict.fromkeys(ids) if cid in where]
+    return table.take(pa.array(rows, type=pa.int64()))
 
 
 def _intent(layout: OutputLayout, video: Video) -> StoragePath:
@@ -278,7 +365,7 @@ def _intent(layout: OutputLayout, video: Video) -> StoragePath:
 def _shares_table(video: Video) -> bool:
     """A video whose rows go to its batch's shared table: whole in this task, and without
     embeddings (those stay a table per video, which ``deduplicate`` rewrites)."""
-    return video.whole and not any(
+    return _whole(video) and not any(
         c.embedding is not None or c.text_embedding is not None
         for c in video.clips
         if c.encoded is not None and c.kept
@@ -319,38 +406,68 @@ def _complete(records: list[dict[str, Any]]) -> bool:
     return all(parts[i] == set(range(counts[i])) for i in parts)
 
 
-def _concat(layout: OutputLayout, paths: list[StoragePath]) -> Any:
+def _concat(layout: OutputLayout, staging: StoragePath, names: list[str]) -> Any:
     import pyarrow as pa
 
-    if not paths:
+    if not names:
         return None
-    return pa.concat_tables([layout.read_table(p) for p in paths])
+    return pa.concat_tables([layout.read_table(staging / name) for name in names])
 
 
-def _chunk_record(video: Video, made: list[Clip]) -> dict[str, Any]:
+def _chunk_record(
+    video: Video, made: list[Clip], adopted: dict[str, dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """The staged record of one part: its clips' outcomes (a restored clip's as the record
+    ``adopted`` for it says), and what the part says once for its chunk."""
+    adopted = adopted or {}
+    made_ids = {c.clip_id for c in made}
+    clips: list[str] = []
+    kept: list[str] = []
+    kept_seconds = 0.0
     filtered: dict[str, list[str]] = {}
-    for clip in made:
-        if clip.filtered_by is not None and clip.filtered_by != ERROR_FILTER:
-            filtered.setdefault(clip.filtered_by, []).append(clip.clip_id)
+    errors: list[dict[str, Any]] = []
+    for clip in video.clips:
+        cid = clip.clip_id
+        old = adopted.get(cid)
+        if old is not None:
+            is_made, is_kept = cid in old["clips"], cid in old["kept"]
+            rejected = next((n for n, ids in old["filtered"].items() if cid in ids), None)
+            errors += [e for e in old["clip_errors"] if e["clip_id"] == cid]
+        else:
+            is_made, is_kept = cid in made_ids, cid in made_ids and clip.kept
+            rejected = clip.filtered_by if clip.filtered_by != ERROR_FILTER else None
+            errors += [
+                {"clip_id": cid, "span": list(clip.span), "stage": stage, "reason": reason}
+                for stage, reason in clip.errors.items()
+            ]
+        if is_made:
+            clips.append(cid)
+            if is_kept:
+                kept.append(cid)
+                kept_seconds += clip.duration_s
+            elif rejected is not None:
+                filtered.setdefault(rejected, []).append(cid)
+    earlier = list({id(r): r for r in adopted.values()}.values())
+    decoded = next((r for r in earlier if r.get("decoder")), None) if not made else None
     return {
         "chunk_index": video.chunk_index,
         "part": video.part,
         "parts": video.parts,
         "last": video.last_chunk,
-        "clips": [c.clip_id for c in made],
-        "kept": [c.clip_id for c in made if c.kept],
-        "kept_seconds": round(sum(c.duration_s for c in made if c.kept), 6),
+        "source": {"size_bytes": video.source_size, "mtime": video.source_mtime},
+        "clips": clips,
+        "kept": kept,
+        "kept_seconds": round(kept_seconds, 6),
         "filtered": filtered,
-        "clip_errors": [
-            {"clip_id": c.clip_id, "span": list(c.span), "stage": stage, "reason": reason}
-            for c in video.clips
-            for stage, reason in c.errors.items()
-        ],
+        "clip_errors": errors,
+        "adopted": list(adopted),
+        "adopted_seconds": round(sum(c.duration_s for c in video.clips if c.clip_id in adopted), 6),
         "video_errors": dict(video.errors),
         "transitions": [list(t) for t in video.transitions],
-        "damaged_packets": video.damaged_packets,
-        "decoder": video.decoder,
-        "decoder_fallback": video.decoder_fallback,
+        "damaged_packets": video.damaged_packets
+        + sum(r.get("damaged_packets", 0) for r in earlier),
+        "decoder": decoded["decoder"] if decoded else video.decoder,
+        "decoder_fallback": decoded.get("decoder_fallback") if decoded else video.decoder_fallback,
         "shot_decoders": list(video.shot_decoders),
         "shot_decoder_fallback": video.shot_decoder_fallback,
     }
@@ -392,6 +509,9 @@ def _video_record(
         "kept_seconds": round(sum(c["kept_seconds"] for c in chunks), 6),
         "filtered": filtered,
         "clip_errors": [e for c in chunks for e in c["clip_errors"]],
+        # clips an interrupted run had finished, adopted as they were, and their length
+        "resumed_clips": sum(len(c.get("adopted", ())) for c in chunks),
+        "resumed_seconds": round(sum(c.get("adopted_seconds", 0.0) for c in chunks), 6),
         # packets the decoder refused while the clips were cut: those clips lack frames
         # (a damaged stretch too large to decode fails its clips instead: clip_errors)
         "damaged_packets": sum(c.get("damaged_packets", 0) for c in chunks),
