@@ -9,6 +9,7 @@ straight from the mapping without a copy.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import fcntl
 import itertools
@@ -19,6 +20,7 @@ import pickle
 import shutil
 import struct
 import uuid
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,40 @@ _MAGIC = b"CVY1"
 _HEADER = struct.Struct("<4sIQ")  # magic, number of out-of-band buffers, pickle length
 _LEN = struct.Struct("<Q")
 _ALIGN = 64
+
+
+def _mapped(fd: int, size: int) -> memoryview:
+    """The file ``fd`` mapped private and writable (copy on write), without keeping ``fd``.
+
+    ``mmap.mmap`` keeps a duplicate of the descriptor for as long as the mapping lives
+    (``trackfd=False`` came in 3.13), so each output a caller holds kept one: a run's
+    thousand outputs of arrays hit the common limit of 1,024 open files, and the process
+    could open no more. The mapping is made with libc instead and unmapped once nothing
+    views it any more."""
+    if size == 0:
+        return memoryview(bytearray())
+    address = _LIBC.mmap(None, size, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_PRIVATE, fd, 0)
+    if address is None or address == _MAP_FAILED:
+        code = ctypes.get_errno()
+        raise OSError(code, f"cannot map a payload of {size} bytes: {os.strerror(code)}")
+    region = (ctypes.c_char * size).from_address(address)
+    weakref.finalize(region, _LIBC.munmap, address, size)
+    return memoryview(region).cast("B")
+
+
+def _libc() -> ctypes.CDLL:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [
+        ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int64
+    ]  # fmt: skip
+    libc.munmap.restype = ctypes.c_int
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    return libc
+
+
+_LIBC = _libc()
+_MAP_FAILED = ctypes.c_void_p(-1).value
 
 
 def default_root() -> Path:
@@ -196,8 +232,7 @@ class ShmStore:
         if isinstance(ref, bytes):
             return pickle.loads(ref)
         with open(ref, "rb") as f:
-            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
-        view = memoryview(mapped)
+            view = _mapped(f.fileno(), os.fstat(f.fileno()).st_size)
         magic, count, length = _HEADER.unpack_from(view, 0)
         if magic != _MAGIC:
             raise ValueError(f"payload {ref} is corrupt (bad header)")
