@@ -98,7 +98,11 @@ def _together(message: str, inputs: int) -> str:
     )
 
 
-def _ignore(event: Any) -> None:
+#: the longest a turn of the loop takes tasks from a slow source once some wait to run
+ADMIT_SLICE_S = 0.02
+
+
+def _ignore(controller: Controller, event: Any) -> None:
     """What an event of a kind the controller does not know does."""
 
 
@@ -238,6 +242,7 @@ class Controller:
         self._placement_dirty = True
         self._quiet_since: float | None = None  # work waits, nothing moves, since then
         self._stall_told = False
+        self._admitting = False  # the source has more that the first edge has room for
         self._setup_told: set[str] = set()  # stages whose slow setup was said (once each)
         self._long_told: set[str] = set()  # stages whose long batch was said (once each)
         self._next_long_check = 0.0  # long batches are looked for every LONG_CHECK_S
@@ -245,15 +250,18 @@ class Controller:
         self._streams = any(s.spec.streams for s in self.stages)
         # nodes that lost a payload: their workers get work only where no other can take it
         self.suspects = Suspects()
-        # what each kind of backend event does (``_on_event``)
-        self._handlers: dict[type, Callable[[Any], None]] = {
-            BatchOutputs: self._on_outputs,
-            BatchesDone: self._on_done,
-            BatchFailed: self._on_failed,
-            WorkerReady: self._on_ready,
-            WorkerDied: self._on_died,
-            WorkerStopped: self._on_stopped,
-            WorkerSetupFailed: self._on_setup_failed,
+        # what each kind of backend event does (``_on_event``): the class's functions, not
+        # bound methods, which would make the controller a cycle that only the garbage
+        # collector frees, and with it the run's result and outputs (a caller's ``del``
+        # freed nothing)
+        self._handlers: dict[type, Callable[[Controller, Any], None]] = {
+            BatchOutputs: Controller._on_outputs,
+            BatchesDone: Controller._on_done,
+            BatchFailed: Controller._on_failed,
+            WorkerReady: Controller._on_ready,
+            WorkerDied: Controller._on_died,
+            WorkerStopped: Controller._on_stopped,
+            WorkerSetupFailed: Controller._on_setup_failed,
         }
         # CPUs held per node and stage by workers running a batch
         self.cpu_book = CpuBook(
@@ -311,7 +319,7 @@ class Controller:
                     break
                 now = backend.now()
                 due = min(self._next_autoscale, self._next_tick, self._batch_due)
-                wait = max(0.0, due - now)
+                wait = 0.0 if self._admitting else max(0.0, due - now)
                 events = backend.poll(wait)
                 for event in events:
                     self._on_event(event)
@@ -437,15 +445,26 @@ class Controller:
         return self.stages[edge].spec.batch_size if edge < len(self.stages) else 1
 
     def _admit(self) -> None:
+        """Take source tasks while the first edge has room. A slow source (a listing, a
+        queue, an API paged through) is taken from for ``ADMIT_SLICE_S`` at most per turn
+        once something waits to be dispatched, so that its first tasks run while it yields
+        the next: filling the edge first kept every worker idle until the source ran dry
+        or the edge was full (on the backend's clock: a simulated run's virtual one does not
+        move while its source is read, and its runs stay the same)."""
+        self._admitting = False
         if self.source_done:
             return
         first = self.stages[0]
         budget = self.budgets[0]
+        began = self.backend.now()
         while self.config.stage_at_a_time or may_feed(
             first.queue.state(),
             budget,
             first.spec.batch_size,
         ):
+            if len(first.queue) and self.backend.now() - began > ADMIT_SLICE_S:
+                self._admitting = True  # the loop comes back without waiting for events
+                return
             pulled = self._next_source()
             if pulled is None:
                 return
@@ -644,7 +663,7 @@ class Controller:
             kinds = type(event).__mro__
             handler = next((self._handlers[k] for k in kinds if k in self._handlers), _ignore)
             self._handlers[type(event)] = handler
-        handler(event)
+        handler(self, event)
 
     def _on_failed(self, event: BatchFailed) -> None:
         """A batch raised: it is tried again or recorded (``_retry_or_fail``)."""

@@ -150,3 +150,23 @@ def test_a_run_with_nothing_to_do_starts_no_backend(
     assert again.completed and again.counts["skipped"] == 20 and not again.outputs
     empty = pipeline().run(kind(NeverOpened(cpus=2, service_s={})), [])
     assert empty.completed and not empty.outputs and empty.counts["inputs"] == 0
+
+
+def test_a_slow_source_runs_its_first_tasks_while_it_yields_the_next() -> None:
+    """A source that takes its time per task (a paged API, a queue) was read until the
+    first edge was full (16 tasks here, 3.2 s) before any of them ran."""
+    backend = VirtualBackend(cpus=2, service_s={"probe": 0.01, "write": 0.01})
+
+    def slow() -> Iterator[str]:
+        for i in range(40):
+            backend.clock += 0.2  # reading the next task takes 0.2 s
+            yield f"v{i:06d}"
+
+    seen = []
+    with pipeline().stream(StreamingExecutor(backend, edge_max_tasks=EDGE_TASKS), slow()) as run:
+        for output in run:
+            seen.append((backend.clock, output))
+    assert [o for _, o in seen] == [f"v{i:06d}" for i in range(40)]
+    # the first comes once workers are up (the second stage's at the first autoscale, 1 s),
+    # not once the edge's 16 tasks are read (3.2 s)
+    assert seen[0][0] < 2.0
