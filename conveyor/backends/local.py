@@ -42,11 +42,14 @@ from conveyor.engine.messages import (
 )
 from conveyor.engine.spec import StageSpec
 from conveyor.errors import BackendError
+from conveyor.interrupts import deferred_interrupts
 
 NODE_ID = "local"
 _ROOT_MAIN = "from conveyor.backends.local_host import main; main()"
 #: How long a worker whose connection closed may wait for its exit status before we give up.
 EXIT_STATUS_WAIT_S = 1.0
+#: workers still finishing their batch or teardown this long after the run ended are said
+WAIT_SAID_S = 2.0
 
 
 @dataclass(eq=False)
@@ -239,7 +242,9 @@ class LocalBackend:
             env=env,
         )
         theirs.close()
-        wire.send_ctrl(ours, wire.Init(list(sys.path), str(self.store.root), self.nodes()[0]))
+        logs = wire.LogSetup.of_this_process()
+        init = wire.Init(list(sys.path), str(self.store.root), self.nodes()[0], logs)
+        wire.send_ctrl(ours, init)
         self._root = (proc, ours)
         return ours
 
@@ -490,22 +495,51 @@ class LocalBackend:
         return {w.worker_id: w.pid for w in self._workers.values() if w.pid is not None}
 
     def shutdown(self, grace_s: float = 10.0) -> None:
+        """Stop every worker (each finishes its batch and runs its teardown, for up to
+        ``grace_s``), then the processes, and remove the run's shared memory.
+
+        An interrupt while the workers finish (a second Ctrl-C) kills them at once instead;
+        what follows runs whatever arrives meanwhile, which is raised after it: a cleanup
+        cut short left processes and the run's shared memory behind."""
         if self._store is None:
             return
+        interrupted = True
+        try:
+            self._let_workers_stop(grace_s)
+            interrupted = False
+        finally:
+            with deferred_interrupts():
+                self._stop_processes(0.0 if interrupted else grace_s, said=not interrupted)
+
+    def _let_workers_stop(self, grace_s: float) -> None:
         for worker_id in list(self._workers):
             self.stop_worker(worker_id, now=True)
-        deadline = time.monotonic() + grace_s
-        while self._workers and time.monotonic() < deadline:
+        start = time.monotonic()
+        told = False
+        while self._workers and time.monotonic() - start < grace_s:
             self.poll(0.05)
-        for worker in list(self._workers.values()):
-            if worker.pid is not None:
-                # said on the console: a teardown that flushes buffered rows lost them
+            if not told and self._workers and time.monotonic() - start > WAIT_SAID_S:
+                told = True
                 print(
-                    f"conveyor: worker {worker.worker_id} did not stop within {grace_s:g} s "
-                    "of the end of the run (in its setup or teardown); killed",
+                    f"conveyor: waiting up to {grace_s:g} s for {len(self._workers)} "
+                    "worker(s) to finish their batch and teardown (interrupt again to kill "
+                    "them now)",
                     file=sys.stderr,
                     flush=True,
                 )
+
+    def _stop_processes(self, grace_s: float, said: bool) -> None:
+        """Kill the workers still there, stop the hosts and the root, remove the store."""
+        for worker in list(self._workers.values()):
+            if worker.pid is not None:
+                if said:  # on the console: a teardown that flushes buffered rows lost them
+                    print(
+                        f"conveyor: worker {worker.worker_id} did not stop within {grace_s:g} s "
+                        "of the end of the run (its batch, setup or teardown still running); "
+                        "killed",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(worker.pid, signal.SIGKILL)
             self._drop(worker)
@@ -535,5 +569,6 @@ class LocalBackend:
         if self._selector is not None:
             self._selector.close()
         self._selector = None
-        self._store.destroy()
+        if self._store is not None:
+            self._store.destroy()
         self._store = None

@@ -530,6 +530,8 @@ class Root(_Forker):
         init: Init = first[0]
         self.store_root = init.store_root
         sys.path[:] = init.sys_path
+        if init.logs is not None:  # stages log as the driver does (its hosts are forked)
+            init.logs.apply()
         deferred: list[tuple[str, Any, ErrorInfo | None, bool, int]] = []
         while True:
             if deferred and not self._pending(self.SETTLE_S):

@@ -27,11 +27,45 @@ CTRL_MSG_MAX = 1 << 16
 
 # -- control: driver -> root zygote --------------------------------------------------------
 class Init(NamedTuple):
-    """The root's first message: the driver's import path, the payload store, the node."""
+    """The root's first message: the driver's import path, the payload store, the node,
+    and how the driver logs (``LogSetup``): stages log as the driver does."""
 
     sys_path: list[str]
     store_root: str
     node: NodeInfo
+    logs: LogSetup | None = None
+
+
+class LogSetup(NamedTuple):
+    """The driver's root logger: its level, and its first handler's format (``None``:
+    Python's own)."""
+
+    level: int
+    format: str | None = None
+    datefmt: str | None = None
+
+    @classmethod
+    def of_this_process(cls) -> LogSetup | None:
+        """The root logger's setup, where the program configured one (else ``None``)."""
+        import logging
+
+        root = logging.getLogger()
+        if not root.handlers:
+            return None
+        formatter = next((h.formatter for h in root.handlers if h.formatter), None)
+        return cls(
+            root.level,
+            getattr(formatter, "_fmt", None),
+            getattr(formatter, "datefmt", None),
+        )
+
+    def apply(self) -> None:
+        """Configure this process's root logger the same way (to standard error)."""
+        import logging
+
+        given = {"format": self.format, "datefmt": self.datefmt}
+        options = {k: v for k, v in given.items() if v is not None}
+        logging.basicConfig(level=self.level, force=True, **options)
 
 
 class StartHost(NamedTuple):

@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from conveyor import Pipeline, ProcessingStage, Resources
-from conveyor.backends import LocalBackend
+from conveyor.backends import LocalBackend, shm_store
 from conveyor.backends.shm_store import INLINE_LIMIT, ShmStore, sweep_stale
 from conveyor.cluster import NodeInfo, WorkerInfo
 from conveyor.errors import BackendError
@@ -197,6 +197,28 @@ def test_shm_store_round_trips_large_payloads_without_copying_arrays(tmp_path: P
     assert ShmStore.get(handle)["a"][0] == 0
     ShmStore.delete([handle])
     assert not Path(handle.ref).exists()
+
+
+def test_payloads_held_keep_no_file_open_and_are_unmapped_once_dropped(tmp_path: Path) -> None:
+    """A caller holding a run's thousand array outputs held a thousand descriptors (mmap
+    keeps one per mapping): past the common limit of 1,024 the process could open no file."""
+    import gc
+
+    store = ShmStore(tmp_path, "t")
+    handle = store.put(np.arange(10_000, dtype=np.float64), "0")
+    fds = len(os.listdir("/proc/self/fd"))
+    held = [ShmStore.get(handle) for _ in range(50)]
+    assert len(os.listdir("/proc/self/fd")) == fds
+    assert all(np.array_equal(a, np.arange(10_000)) for a in held)
+    mapped = Path("/proc/self/maps").read_text().count(handle.ref)
+    assert mapped >= 50
+    del held
+    gc.collect()
+    assert Path("/proc/self/maps").read_text().count(handle.ref) == mapped - 50
+    empty = tmp_path / "empty"
+    empty.write_bytes(b"")
+    with open(empty, "rb") as f:
+        assert shm_store._mapped(f.fileno(), 0).nbytes == 0
 
 
 def test_small_payloads_travel_inline(tmp_path: Path) -> None:
@@ -626,3 +648,90 @@ def test_a_teardown_that_fails_is_said_not_lost(capfd: pytest.CaptureFixture[str
     err = capfd.readouterr().err
     assert "conveyor: stage 'FailsTeardown', worker FailsTeardown-0: teardown failed" in err
     assert "OSError: flush of buffered rows failed" in err
+
+
+class _Array(ProcessingStage[int, Any]):
+    def process(self, task: int) -> Any:
+        return np.full(100_000, task)
+
+
+def test_a_result_dropped_is_freed_at_once_not_by_the_garbage_collector() -> None:
+    """The controller held its event handlers as bound methods: a cycle that kept the run's
+    result and its outputs (their shared memory too) until the collector ran."""
+    import gc
+    import weakref
+
+    gc.disable()
+    try:
+        result = Pipeline("p", [_Array()]).run(
+            StreamingExecutor(LocalBackend(num_cpus=1)), initial_tasks=range(3)
+        )
+        assert len(result.outputs) == 3
+        freed = weakref.ref(result)
+        del result
+        assert freed() is None
+    finally:
+        gc.enable()
+
+
+class _Stuck(ProcessingStage[int, int]):
+    def process(self, task: int) -> int:
+        time.sleep(60)
+        return task
+
+
+def test_a_second_interrupt_while_workers_finish_kills_them_and_still_cleans_up() -> None:
+    """Ctrl-C stops the run and lets busy workers finish (up to 10 s); a second one used to
+    land in that cleanup and leave the processes and the run's shared memory behind."""
+    import signal as signals
+    import threading
+
+    from conveyor.backends.shm_store import default_root
+
+    def interrupt_at(*seconds: float) -> None:
+        for delay in seconds:
+            threading.Timer(delay, os.kill, (os.getpid(), signals.SIGINT)).start()
+
+    start = time.monotonic()
+    interrupt_at(1.5, 3.0)
+    with pytest.raises(KeyboardInterrupt):
+        Pipeline("p", [_Stuck()]).run(
+            StreamingExecutor(LocalBackend(num_cpus=1)), initial_tasks=range(2)
+        )
+    assert time.monotonic() - start < 8  # not the 10 s the workers were given
+    time.sleep(0.5)
+    assert [p for p in psutil.Process().children(recursive=True) if p.is_running()] == []
+    assert not list(default_root().glob(f"conveyor-{os.getpid()}-*"))
+
+
+def test_stages_log_as_the_driver_configured_its_logging(tmp_path: Path) -> None:
+    """Workers are fresh processes: a ``logging.basicConfig`` in the user's script did not
+    reach them (their INFO lines vanished, their warnings came unformatted)."""
+    script = tmp_path / "logs.py"
+    script.write_text(
+        "import logging\n"
+        "from conveyor import Pipeline, ProcessingStage\n"
+        "from conveyor.backends import LocalBackend\n"
+        "from conveyor.executors import StreamingExecutor\n"
+        "log = logging.getLogger('mine')\n"
+        "class Talk(ProcessingStage[int, int]):\n"
+        "    def setup(self, worker):\n"
+        "        log.info('set up')\n"
+        "    def process(self, task):\n"
+        "        log.debug('not shown')\n"
+        "        log.info('task %s', task)\n"
+        "        return task\n"
+        "if __name__ == '__main__':\n"
+        "    form = '<%(levelname)s|%(name)s> %(message)s'\n"
+        "    logging.basicConfig(level=logging.INFO, format=form)\n"
+        "    Pipeline('p', [Talk()]).run(\n"
+        "        StreamingExecutor(LocalBackend(num_cpus=1)), initial_tasks=range(2))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    assert "<INFO|mine> set up" in lines
+    assert {"<INFO|mine> task 0", "<INFO|mine> task 1"} <= set(lines)
+    assert "not shown" not in done.stderr
