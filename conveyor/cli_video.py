@@ -32,6 +32,7 @@ from conveyor.cli_common import (
     stopped_code,
 )
 from conveyor.cli_common import fail as _fail
+from conveyor.media.limits import MAX_VIDEO_PIXELS
 from conveyor.pipelines.fields import LIMIT_MAX
 
 
@@ -297,6 +298,14 @@ def video(
         int | None,
         typer.Option(min=1, max=LIMIT_MAX, help="Only the first N videos (sorted by path)."),
     ] = None,
+    max_pixels: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Most pixels a video's frame may have; a larger video fails alone, before "
+            "any frame is decoded (the default is DCI 8K, 8192x4320).",
+        ),
+    ] = MAX_VIDEO_PIXELS,
     overwrite: Annotated[
         bool, typer.Option("--overwrite", help="Delete OUTPUT's earlier results first.")
     ] = False,
@@ -422,6 +431,7 @@ def video(
             shards=shards.value,
             shard_mb=shard_mb,
             limit=limit,
+            max_pixels=max_pixels,
             gpus=use_gpus,
         )
         local = backend is BackendChoice.local and executor is not VideoExecutor.ray_data

@@ -20,6 +20,7 @@ from fractions import Fraction
 from typing import Any
 
 from conveyor.media.errors import InputError, check_access, describe_error
+from conveyor.media.limits import MAX_VIDEO_PIXELS, MIN_FPS
 from conveyor.storage import READ_BLOCK, ObjectPath, is_url, special_file
 from conveyor.storage import size as file_size
 from conveyor.tasks.video import VideoMetadata
@@ -389,13 +390,16 @@ def _increasing(values: list[int]) -> bool:
     return all(a < b for a, b in itertools.pairwise(values))
 
 
-def probe(path: str, *, verify: bool = True) -> VideoMetadata:
+def probe(
+    path: str, *, verify: bool = True, max_pixels: int | None = MAX_VIDEO_PIXELS
+) -> VideoMetadata:
     """Metadata of ``path``'s (a local path or a URL) first video stream; ``InputError`` with
     the reason otherwise.
 
     With ``verify``, a first frame is decoded (the codec works on this file) and the last
     seconds are decoded (the file holds as much video as its header says: a truncated file
-    fails here rather than half-way through the pipeline).
+    fails here rather than half-way through the pipeline). A frame of more than
+    ``max_pixels`` pixels (``None``: no limit) fails the video before any is decoded.
     """
     special = special_file(path)
     if special is not None:
@@ -418,10 +422,20 @@ def probe(path: str, *, verify: bool = True) -> VideoMetadata:
                 check_access(exc, path)
                 raise InputError(_open_reason(exc, logs)) from None
         with container:
-            return _probe_open(container, size, verify)
+            return _probe_open(container, size, verify, max_pixels)
 
 
-def _probe_open(container: Any, size: int, verify: bool) -> VideoMetadata:
+def _check_size(width: int, height: int, max_pixels: int | None) -> None:
+    if max_pixels is not None and width * height > max_pixels:
+        raise InputError(
+            f"frames of {width}x{height} ({width * height:,} pixels) are over the limit of "
+            f"{max_pixels:,} (--max-pixels)"
+        )
+
+
+def _probe_open(
+    container: Any, size: int, verify: bool, max_pixels: int | None = MAX_VIDEO_PIXELS
+) -> VideoMetadata:
     """``probe``'s work once the container is open."""
     stream = main_video_stream(container)
     if stream is None:
@@ -434,6 +448,7 @@ def _probe_open(container: Any, size: int, verify: bool) -> VideoMetadata:
     if kind.endswith("_pipe") or kind == "image2":
         raise InputError(f"a {context.name} image, not a video (FFmpeg reads it as {kind})")
     width, height = context.width, context.height
+    _check_size(width or 0, height or 0, max_pixels)  # before a frame is decoded
     fps = _frame_rate(stream)
     time_base = float(stream.time_base) if stream.time_base else 0.0
     # the video track's own length, where the stream says it; a Matroska DURATION tag
@@ -448,6 +463,11 @@ def _probe_open(container: Any, size: int, verify: bool) -> VideoMetadata:
         fps = frames / (declared or hint)  # type: ignore[operator]
     if fps is None:
         raise InputError("the video stream declares no frame rate and no frame count")
+    if fps < MIN_FPS:
+        raise InputError(
+            f"a frame rate of {fps:.3g} fps (a frame every {1 / fps:,.0f} s) is below "
+            f"{MIN_FPS:g}: its timestamps are broken"
+        )
     duration = declared or (frames / fps if frames else None) or hint
     audio = container.streams.audio[0].codec_context.name if container.streams.audio else None
     bit_rate = context.bit_rate or container.bit_rate or None
@@ -490,6 +510,7 @@ def _probe_open(container: Any, size: int, verify: bool) -> VideoMetadata:
             frames = measured
     if not width or not height:
         raise InputError("the video stream has no frame size")
+    _check_size(width, height, max_pixels)
     if not duration:
         raise InputError("the video's duration is unknown (neither stream nor container say)")
     return VideoMetadata(

@@ -57,7 +57,7 @@ def build_video_pipeline(config: VideoConfig) -> Pipeline:
     small, captioner = gpu_shares(config, nvenc) if gpus else (0.0, 0.0)
     model_resources = Resources(cpus=1, gpus=small) if gpus else Resources(cpus=1)
     stages: list[ProcessingStage[Any, Any]] = [
-        VideoReader(config.input, config.output, limit=config.limit)
+        VideoReader(config.input, config.output, limit=config.limit, max_pixels=config.max_pixels)
     ]
     if config.splitter == "fixed":
         stages.append(

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from conveyor.media.decode import DECODERS
+from conveyor.media.limits import MAX_VIDEO_PIXELS
 from conveyor.stages.video.transcode import X264_PRESETS
 from conveyor.stages.video.video_type import DEFAULT_VIDEO_TYPES, split_labels
 
@@ -43,7 +44,7 @@ OUTPUT_OPTIONS = (
     "nsfw_threshold", "aesthetic_model", "aesthetic_threshold", "score_only", "embed",
     "overlay_text", "overlay_text_threshold",
     "embed_model", "tags", "caption_model", "text_embed", "write_filtered",
-    "video_type_model", "video_types", "keep_types", "meta_json",
+    "video_type_model", "video_types", "keep_types", "meta_json", "max_pixels",
 )  # fmt: skip
 
 
@@ -122,6 +123,9 @@ class VideoConfig:
     shards: Shards = "none"
     shard_mb: float = 1024.0
     limit: int | None = None
+    #: a video whose frames have more pixels fails alone, before any is decoded (default: DCI
+    #: 8K; a 16,000 x 16,000 video took a worker to 21 GB)
+    max_pixels: int = MAX_VIDEO_PIXELS
     #: run models (and NVENC) on GPUs: None = when this machine has any
     gpus: bool | None = None
     #: scripts only: the most of a GPU each model stage's worker asks for (less where one
@@ -171,6 +175,8 @@ class VideoConfig:
             problems.append(f"motion_source must be 'source' or 'clip', got {self.motion_source!r}")
         if self.clips_per_chunk < 1:
             problems.append(f"clips_per_chunk must be >= 1, got {self.clips_per_chunk}")
+        if self.max_pixels < 1:
+            problems.append(f"max_pixels must be >= 1, got {self.max_pixels}")
         problems += limit_problems(self.limit)
         if not 0 <= self.crf <= 51:
             problems.append(f"crf must be in 0..51, got {self.crf}")

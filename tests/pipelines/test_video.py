@@ -670,6 +670,19 @@ def test_thresholds_and_windows_reach_their_stages(tmp_path: Path) -> None:
     config = VideoConfig(str(tmp_path), str(tmp_path / "out"), detector="content")
     stages = {type(s).__name__: s for s in build_video_pipeline(config).stages}
     assert stages["ShotWindows"].window_s == 20.0
+    assert stages["VideoReader"].probe.max_pixels == 8192 * 4320
+    config = VideoConfig(str(tmp_path), str(tmp_path / "out"), max_pixels=1000)
+    assert build_video_pipeline(config).stages[0].probe.max_pixels == 1000
+
+
+def test_a_video_over_max_pixels_fails_alone_saying_why(inputs: Path, tmp_path: Path) -> None:
+    output = tmp_path / "out"
+    args = [*fixed_command(inputs, output, "3"), "--no-embed", "--no-tags", "--no-live"]
+    result = runner.invoke(app, [*args, "--max-pixels", "15359"])  # the videos: 160 x 96
+    assert result.exit_code == 1, result.output  # every video failed
+    said = " ".join(result.output.split())
+    assert said.count("frames of 160x96 (15,360 pixels) are over the limit of 15,359") == 2
+    assert all(r["status"] == "failed" for r in records(output).values())
 
 
 @pytest.mark.parametrize(
@@ -683,6 +696,7 @@ def test_thresholds_and_windows_reach_their_stages(tmp_path: Path) -> None:
         ({"embed_model": "/nowhere/model.pt"}, "does not exist"),
         ({"limit": 0}, "limit must be >= 1"),
         ({"motion_source": "pixels"}, "motion_source must be"),
+        ({"max_pixels": 0}, "max_pixels must be >= 1"),
     ],
 )
 def test_bad_options_are_clear_errors(changes: dict[str, Any], message: str) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 
 from conveyor.media.decode import probe
 from conveyor.media.layout import INTERNAL, GroupCount, OutputLayout, same_source
+from conveyor.media.limits import MAX_VIDEO_PIXELS
 from conveyor.resources import Resources
 from conveyor.stage import CompositeStage, ProcessingStage
 from conveyor.stages.video.base import VideoStage
@@ -585,16 +586,20 @@ class VideoProbe(VideoStage):
     """Fills each video's metadata with PyAV; a bad file fails with the reason.
 
     ``verify`` also decodes a first frame and the last seconds, so a file that cannot be
-    decoded or was cut short fails here, before any work is spent on it.
+    decoded or was cut short fails here, before any work is spent on it. A video whose
+    frames have more than ``max_pixels`` pixels fails (``None``: any size is taken).
     """
 
     resources = Resources(cpus=0.25)
 
-    def __init__(self, verify: bool = True) -> None:
+    def __init__(self, verify: bool = True, max_pixels: int | None = MAX_VIDEO_PIXELS) -> None:
+        if max_pixels is not None and (isinstance(max_pixels, bool) or max_pixels < 1):
+            raise ValueError(f"max_pixels must be a whole number >= 1 or None, got {max_pixels!r}")
         self.verify = verify
+        self.max_pixels = max_pixels
 
     def process_video(self, video: Video) -> None:
-        video.metadata = probe(video.path, verify=self.verify)
+        video.metadata = probe(video.path, verify=self.verify, max_pixels=self.max_pixels)
         return None
 
     def on_input_error(self, video: Video, exc: BaseException) -> None:
@@ -613,9 +618,10 @@ class VideoReader(CompositeStage[Task[Any], VideoTask]):
         extensions: Sequence[str] = VIDEO_EXTENSIONS,
         limit: int | None = None,
         verify: bool = True,
+        max_pixels: int | None = MAX_VIDEO_PIXELS,
     ) -> None:
         self.listing = VideoListing(inputs, output, extensions=extensions, limit=limit)
-        self.probe = VideoProbe(verify=verify)
+        self.probe = VideoProbe(verify=verify, max_pixels=max_pixels)
 
     def decompose(self) -> list[ProcessingStage[Any, Any]]:
         return [self.listing, self.probe]

@@ -812,3 +812,35 @@ def test_a_tag_that_is_not_utf8_costs_nothing(tmp_path: Path, suffix: str) -> No
     assert (meta.width, meta.height, meta.num_frames) == (160, 120, 24)
     got = list(decode_range(str(path), meta, 1.0, 1.5))
     assert [round(t * 12) for t, _ in got] == list(range(12, 18))
+
+
+def test_a_video_over_the_pixel_limit_fails_before_a_frame_is_decoded(
+    media: Media, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 16,000 x 16,000 video took a worker to 21 GB: its size is refused from the header."""
+    path = str(long_video(media, ".mp4").path)
+    decoded: list[object] = []
+    monkeypatch.setattr(decode, "_first_frame", lambda *a: decoded.append(a))
+    refused = r"frames of 160x120 \(19,200 pixels\) are over the limit of 19,199"
+    with pytest.raises(InputError, match=refused):
+        probe(path, max_pixels=160 * 120 - 1)
+    assert decoded == []
+    monkeypatch.undo()
+    assert probe(path, max_pixels=160 * 120).width == 160
+    assert probe(path, max_pixels=None).width == 160
+
+
+def test_a_frame_rate_too_low_for_any_clip_is_a_bad_video(tmp_path: Path) -> None:
+    """Near-zero rates (a broken stts) failed the transcoder with a ZeroDivisionError, called
+    a failure of the run, every run."""
+    path = tmp_path / "stills.mkv"
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("libx264", rate=Fraction(1, 200))
+        stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
+        for i in range(3):
+            frame = av.VideoFrame.from_ndarray(np.full((48, 64, 3), i * 60, np.uint8))
+            frame.pts = i
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode(None))
+    with pytest.raises(InputError, match=r"frame rate of 0\.005 fps \(a frame every 200 s\)"):
+        probe(str(path))
