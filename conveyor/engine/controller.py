@@ -243,6 +243,7 @@ class Controller:
         self._quiet_since: float | None = None  # work waits, nothing moves, since then
         self._stall_told = False
         self._admitting = False  # the source has more that the first edge has room for
+        self._stop_requested = False
         self._setup_told: set[str] = set()  # stages whose slow setup was said (once each)
         self._long_told: set[str] = set()  # stages whose long batch was said (once each)
         self._next_long_check = 0.0  # long batches are looked for every LONG_CHECK_S
@@ -303,6 +304,8 @@ class Controller:
             backend.open()
             self._begin()  # the cluster in the ledger, the first targets and workers
             while True:
+                if self._stop_requested:  # ``request_stop`` from another thread
+                    return
                 self._admit()
                 self._dispatch()
                 if self._streams:
@@ -1477,6 +1480,12 @@ class Controller:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    def request_stop(self) -> None:
+        """Have the loop, iterated by another thread, stop the run at its next turn (within
+        a second) as ``close`` would: a generator cannot be closed while another thread
+        runs it."""
+        self._stop_requested = True
 
     def close(self) -> None:
         """Stop every worker and close the journal (idempotent)."""

@@ -53,8 +53,14 @@ class Run:
         return self._iter is not None and not self._controller.closed
 
     def close(self) -> None:
+        """Stop every worker and end the run early. From a thread other than the one
+        iterating the run (a watchdog, a UI), the run stops at the loop's next turn (within
+        a second), and the iterating thread's loop ends."""
         if self._iter is not None:
-            self._iter.close()  # type: ignore[attr-defined]
+            try:
+                self._iter.close()  # type: ignore[attr-defined]
+            except ValueError:  # "generator already executing": another thread iterates it
+                self._controller.request_stop()
         else:
             self._controller.close()
 

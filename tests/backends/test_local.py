@@ -735,3 +735,31 @@ def test_stages_log_as_the_driver_configured_its_logging(tmp_path: Path) -> None
     assert "<INFO|mine> set up" in lines
     assert {"<INFO|mine> task 0", "<INFO|mine> task 1"} <= set(lines)
     assert "not shown" not in done.stderr
+
+
+def test_a_run_iterated_by_one_thread_is_stopped_by_another() -> None:
+    """``close()`` from a watchdog thread raised "generator already executing" and the run
+    went on."""
+    import threading
+
+    run = Pipeline("p", [Paced(0.05)]).stream(
+        StreamingExecutor(LocalBackend(num_cpus=1)), range(10_000)
+    )
+    errors: list[BaseException] = []
+
+    def stop() -> None:
+        try:
+            run.close()
+        except BaseException as exc:  # noqa: BLE001 - the test reports it
+            errors.append(exc)
+
+    start = time.monotonic()
+    outputs = 0
+    with run:
+        for _ in run:
+            outputs += 1
+            if outputs == 3:
+                threading.Timer(0.5, stop).start()
+    assert errors == []
+    assert outputs < 10_000 and time.monotonic() - start < 10
+    assert not run.result.completed and not run.running
