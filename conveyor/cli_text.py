@@ -236,6 +236,14 @@ def text(
         float,
         typer.Option(min=0.001, help="Input MB per task (and roughly per output shard)."),
     ] = 16.0,
+    max_doc_mb: Annotated[
+        float,
+        typer.Option(
+            min=0.001,
+            help="The most MB of one document (a JSONL line, decompressed; a Parquet row's "
+            "text): a longer one is counted as malformed, never read whole.",
+        ),
+    ] = 16.0,
     live: LIVE = True,
     metrics_port: METRICS_PORT = None,
     report: REPORT = True,
@@ -320,6 +328,7 @@ def text(
             semantic_clusters=semantic_clusters,
             limit=limit,
             chunk_bytes=max(1, int(chunk_mb * (1 << 20))),
+            max_doc_bytes=max(1, int(max_doc_mb * (1 << 20))),
         )
     except ValueError as exc:
         raise _fail(as_flags(ctx, str(exc))) from None

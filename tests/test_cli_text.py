@@ -481,6 +481,48 @@ def test_chunk_mb_splits_a_large_file_into_byte_ranges(tmp_path: Path) -> None:
         assert stages["TextPartitioner"]["tasks_out"] == ranges
 
 
+def test_a_document_over_max_doc_mb_or_nested_too_deep_is_malformed_alone(
+    tmp_path: Path,
+) -> None:
+    """A huge document grew the workers many times its size (one 600 MB line: 17.8 GB with
+    fuzzy dedup), and a record nested 300 deep failed its whole read task (0 documents of
+    201 written). Each is now one malformed line, named; the other documents are kept."""
+    from conveyor.pipelines.text import TextConfig, build_text_pipelines
+    from conveyor.stages.text.readers import DEFAULT_MAX_DOC_BYTES, TextReader
+
+    source = tmp_path / "in"
+    source.mkdir()
+    rng = random.Random(5)
+    docs: list[Any] = [json.dumps({"n": i, "text": prose(rng, "en", 30)}) for i in range(30)]
+    docs[10] = json.dumps({"n": 10, "text": prose(rng, "en", 4000)})  # about 25 KB
+    docs[20] = '{"n": 20, "text": "hello", "meta": ' + '{"a": ' * 300 + "1" + "}" * 301
+    (source / "a.jsonl").write_text("\n".join(docs) + "\n", encoding="utf-8")
+    (source / "b.jsonl").write_text(json.dumps({"n": 30, "text": prose(rng, "en", 30)}) + "\n")
+    out = tmp_path / "out"
+    result = run(str(source), str(out), "--max-doc-mb", "0.02", "--no-filters", "--no-langid")
+    assert result.exit_code == 0, result.output
+    s = summary(out)
+    assert s["options"]["max_doc_bytes"] == int(0.02 * (1 << 20))
+    check_malformed(
+        s["malformed_lines"],
+        {("a.jsonl", 11): "a line of ", ("a.jsonl", 21): "nested deeper than 50 levels"},
+    )
+    assert "a.jsonl:11: a line of" in " ".join(result.output.split())
+    assert s["failures"] == [] and s["files"]["errors"] == []
+    kept = [i for i in range(31) if i not in (10, 20)]
+    assert sorted(r["n"] for r in read_output(out)) == kept
+    # pass 1 holds documents to the limit; pass 2 reads back what pass 1 staged
+    config = TextConfig(str(source), str(out), max_doc_bytes=1234)
+    pipelines = build_text_pipelines(config)
+    assert pipelines.second is not None
+    readers = [pipelines.first.stages[1], pipelines.second.stages[1]]
+    assert all(isinstance(r, TextReader) for r in readers)
+    assert [r.max_doc_bytes for r in readers] == [1234, None]
+    assert TextConfig(str(source), str(out)).max_doc_bytes == DEFAULT_MAX_DOC_BYTES
+    with pytest.raises(ValueError, match="max_doc_bytes must be >= 1, got 0"):
+        TextConfig(str(source), str(out), max_doc_bytes=0)
+
+
 def test_a_run_stopped_while_publishing_leaves_no_summary_calling_its_output_complete(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -797,7 +839,7 @@ def test_help_lists_the_options() -> None:
         "--text-field", "--format", "--filters", "--word-count", "--min-words",
         "--languages", "--dedup", "--shingle-size", "--num-perm", "--bands", "--rows",
         "--threshold", "--jaccard-check", "--semantic-threshold", "--semantic-clusters",
-        "--executor", "--backend", "--address", "--limit",
+        "--executor", "--backend", "--address", "--limit", "--chunk-mb", "--max-doc-mb",
         "--no-live",
     ):  # fmt: skip
         assert option in result.output, option

@@ -178,7 +178,9 @@ def build_text_pipelines(config: TextConfig, *, skip: Collection[int] = ()) -> T
             exclude=[config.output],
             skip=skip,
         ),
-        TextReader(config.text_field, batch_bytes=config.chunk_bytes),
+        TextReader(
+            config.text_field, batch_bytes=config.chunk_bytes, max_doc_bytes=config.max_doc_bytes
+        ),
     ]
     rules = config.rules()
     if rules:
@@ -231,7 +233,13 @@ def second_pipeline(config: TextConfig, *, skip: Collection[int] = ()) -> Pipeli
         [
             # staged Parquet is compressed (about 3x): pack a few staged files per output shard
             TextPartitioner(layout.staging, chunk_bytes=2 * config.chunk_bytes, skip=skip),
-            TextReader(config.text_field, batch_bytes=16 * config.chunk_bytes, keep_ids=True),
+            # (the staged rows were held to max_doc_bytes when pass 1 read them)
+            TextReader(
+                config.text_field,
+                batch_bytes=16 * config.chunk_bytes,
+                keep_ids=True,
+                max_doc_bytes=None,
+            ),
             DropDuplicates(layout.removed),
             ShardedWriter(layout.ready, config.format, count_by=count_by),
         ],

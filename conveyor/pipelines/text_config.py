@@ -88,6 +88,10 @@ class TextConfig:
     #: input bytes per read task (and so, roughly, per output shard without dedup; with it,
     #: pass 2 writes shards of about 8 times as many bytes)
     chunk_bytes: int = 16 << 20
+    #: the most bytes of one document (a JSONL line, decompressed; a Parquet row's text): a
+    #: longer one is counted as malformed before any stage splits it into words (16 MiB:
+    #: ``readers.DEFAULT_MAX_DOC_BYTES`` says why)
+    max_doc_bytes: int = 16 << 20
     description: str = field(default="", repr=False)
 
     def __post_init__(self) -> None:
@@ -152,6 +156,8 @@ class TextConfig:
         problems += limit_problems(self.limit)
         if self.chunk_bytes < 1:
             problems.append(f"chunk_bytes must be >= 1, got {self.chunk_bytes}")
+        if self.max_doc_bytes < 1:
+            problems.append(f"max_doc_bytes must be >= 1, got {self.max_doc_bytes}")
         if not 1 <= self.dedup_partitions <= 4096:  # each one a spill file per call
             problems.append(f"dedup_partitions must be in 1..4096, got {self.dedup_partitions}")
         given = [name for name in FUZZY_OPTIONS if getattr(self, name) is not None]
@@ -289,6 +295,7 @@ class TextConfig:
             "semantic": self.semantic_options(),
             "limit": self.limit,
             "chunk_bytes": self.chunk_bytes,
+            "max_doc_bytes": self.max_doc_bytes,
         }
 
 

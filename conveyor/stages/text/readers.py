@@ -10,11 +10,14 @@ an int64 that is unique across the dataset and grows in input order, ``(file ind
 byte offset`` of the line (its row number in a Parquet file). Its name is one no input
 has (an input's own ``_doc_id`` was taken for it and dropped).
 
-A line that is not valid UTF-8, not JSON, not an object, or whose text field is missing or
-not a string is counted in the batch's metadata with its file, line number and reason (the
-first ``max_samples`` per task), and the reader goes on with the next line. A file that
-cannot be read or ends early (a truncated ``.gz``) keeps the lines before the problem and is
-reported in ``metadata["file_errors"]``. A split file's line numbers are relative to its
+A line that is not valid UTF-8, not JSON, not an object, nested deeper than ``MAX_DEPTH``
+levels, longer than ``max_doc_bytes`` (a Parquet row: its text), or whose text field is
+missing or not a string is counted in the batch's metadata with its file, line number and
+reason (the first ``max_samples`` per task), and the reader goes on with the next line. A
+line is read at most ``max_doc_bytes`` at a time, so a line of gigabytes (a decompression
+bomb) is skipped without ever being held whole. A file that cannot be read or ends early
+(a truncated ``.gz``) keeps the lines before the problem and is reported in
+``metadata["file_errors"]``. A split file's line numbers are relative to its
 byte range: ``metadata["segments"]`` gives each range's line count so that whoever collects
 the batches can make them absolute (``absolute_lines``).
 """
@@ -56,6 +59,22 @@ MAX_FILES = 1 << (63 - OFFSET_BITS)
 DEFAULT_CHUNK_BYTES = 16 << 20
 #: a compressed file's content is guessed at this many times its size when packing tasks
 COMPRESSION_RATIO = 4
+#: the most bytes of one document (a JSONL line, decompressed, without its line end; a
+#: Parquet row's text): a longer one is counted malformed, never parsed. The stages after
+#: the reader hold many times a document's size while they split it into words and shingles
+#: (a 600 MB line took 11.8 GB, 17.8 GB with fuzzy dedup), so one huge document must not
+#: reach them. Real documents stay well below 16 MiB: a web page's text is a few to tens of
+#: KB, a Wikipedia page at most 2 MB of wikitext (MediaWiki's page limit), War and Peace
+#: about 3 MB, the King James Bible 4.3 MB, Shakespeare's complete works 5.5 MB; more is a
+#: dump, a log or an encoded file in a text field. (The default filters drop a document of
+#: more than 100,000 words, about 600 KB of English, anyway.)
+DEFAULT_MAX_DOC_BYTES = 16 << 20
+#: the deepest a JSON record may nest (the record itself is level 1): a Parquet reader
+#: refuses a schema deeper than 100 levels and an array takes two of them, so a record
+#: nested deeper was written to a part that nothing could read back (with dedup: the staged
+#: part, and its task's documents were lost), and from about 160 levels it failed its whole
+#: task (too deep to pickle), other files' documents with it
+MAX_DEPTH = 50
 #: metadata keys a ``TextReader`` batch carries
 READ = "read"
 MALFORMED = "malformed_lines"
@@ -512,9 +531,12 @@ def _limit_end(file: InputFile, compression: Compression, wanted: int) -> tuple[
         return (None, rows) if rows <= wanted else (wanted, wanted)
     count = pos = 0
     with _jsonl_stream(file.path, compression) as (stream, _):
-        for line in stream:
-            pos += len(line)
-            if line.strip():
+        while True:  # (a line of gigabytes is read a part at a time: it is not a document)
+            line, size = read_line(stream, PEEK_LINE_BYTES)
+            if not size:
+                break
+            pos += size
+            if line is None or line.strip():
                 count += 1
                 if count == wanted:
                     return pos, count
@@ -547,6 +569,32 @@ def _jsonl_stream(path: str, compression: Compression) -> Iterator[tuple[IO[byte
                 yield io.BufferedReader(reader, 1 << 20), True  # type: ignore[arg-type]
         else:
             yield raw, False
+
+
+#: bytes read at a time while skipping the rest of a line too long to keep
+_SKIP_BYTES = 1 << 20
+
+
+def read_line(stream: IO[bytes], most: int | None) -> tuple[bytes | None, int]:
+    """The next line of ``stream`` (with its line end; ``b""`` at the end) and its length in
+    bytes; ``None`` for a line longer than ``most`` bytes without its line end, which is
+    never held whole: it is read through ``_SKIP_BYTES`` at a time (its length is still
+    given). ``most=None``: no limit."""
+    if most is None:
+        line = stream.readline()
+        return line, len(line)
+    line = stream.readline(most + 2)  # room for the line and a "\r\n"
+    size = len(line)
+    if size <= most:
+        return line, size
+    if line.endswith(b"\n"):
+        end = 2 if line.endswith(b"\r\n") else 1
+        return (line, size) if size - end <= most else (None, size)
+    while True:  # no line end yet: the line is longer than ``most``
+        rest = stream.readline(_SKIP_BYTES)
+        size += len(rest)
+        if not rest or rest.endswith(b"\n"):
+            return None, size
 
 
 #: records of the first input file looked at before a run for its text field, and the most
@@ -857,7 +905,9 @@ class TextReader(ProcessingStage[ReadTask, DocumentBatch]):
     ``malformed_lines`` (the first ``max_samples``: file, line or row, reason),
     ``segments`` (lines per segment) and ``file_errors``; every batch gets ``shard``, a
     name that sorts in input order. ``keep_ids`` keeps the ``_conveyor_doc_id`` column of a Parquet
-    file that has one (files a first pass staged). Reading is mostly parsing, hence a whole
+    file that has one (files a first pass staged). ``max_doc_bytes`` (None: no limit) refuses
+    a longer document as malformed: a JSONL line before it is parsed (read at most that
+    much at a time), a Parquet row by its text. Reading is mostly parsing, hence a whole
     CPU.
     """
 
@@ -870,14 +920,18 @@ class TextReader(ProcessingStage[ReadTask, DocumentBatch]):
         batch_bytes: int = DEFAULT_CHUNK_BYTES,
         max_samples: int = 100,
         keep_ids: bool = False,
+        max_doc_bytes: int | None = DEFAULT_MAX_DOC_BYTES,
         dataset_name: str = "",
     ) -> None:
         if not text_field:
             raise ValueError("TextReader: text_field must be a non-empty name")
         if batch_bytes < 1:
             raise ValueError(f"TextReader: batch_bytes must be >= 1, got {batch_bytes}")
+        if max_doc_bytes is not None and max_doc_bytes < 1:
+            raise ValueError(f"TextReader: max_doc_bytes must be None or >= 1, got {max_doc_bytes}")
         self.text_field = text_field
         self.batch_bytes = batch_bytes
+        self.max_doc_bytes = max_doc_bytes
         self.max_samples = max_samples
         self.keep_ids = keep_ids
         self.dataset_name = dataset_name
@@ -900,28 +954,37 @@ class TextReader(ProcessingStage[ReadTask, DocumentBatch]):
     def _read_jsonl(self, segment: Segment, out: _Batcher) -> None:
         field = self.text_field
         base = segment.file_index << OFFSET_BITS
+        most = self.max_doc_bytes
         lineno = blank = 0
         pos = 0
         try:
             with _jsonl_stream(segment.path, segment.compression) as (stream, decompressed):
                 if segment.start > 0:
+                    # (lines skipped are read at most ``most`` at a time, never held whole)
                     if decompressed:  # a split compressed file (from limit=): skip ahead
                         while pos < segment.start:
-                            line = stream.readline()
-                            if not line:
+                            _, size = read_line(stream, most)
+                            if not size:
                                 break
-                            pos += len(line)
+                            pos += size
                     else:  # the line running into this range belongs to the previous one
                         stream.seek(segment.start - 1)
-                        pos = segment.start - 1 + len(stream.readline())
+                        pos = segment.start - 1 + read_line(stream, most)[1]
                 end = segment.end
                 while end is None or pos < end:
-                    line = stream.readline()
-                    if not line:
+                    line, size = read_line(stream, most)
+                    if not size:
                         break
                     lineno += 1
                     offset = pos
-                    pos += len(line)
+                    pos += size
+                    if line is None:
+                        out.malformed(
+                            segment, lineno, offset,
+                            f"a line of {size:,} bytes: longer than the limit of {most:,} "
+                            "on a document",
+                        )  # fmt: skip
+                        continue
                     if not line.strip():
                         out.counts["blank"] += 1
                         blank += 1
@@ -947,7 +1010,10 @@ class TextReader(ProcessingStage[ReadTask, DocumentBatch]):
                             f"{exc.colno} in {_snippet(text)!r}",
                         )  # fmt: skip
                         continue
-                    except (ValueError, RecursionError) as exc:
+                    except RecursionError:  # (Python's parser stops near 1,000 levels)
+                        out.malformed(segment, lineno, offset, _TOO_DEEP)
+                        continue
+                    except ValueError as exc:
                         out.malformed(segment, lineno, offset, f"malformed JSON: {exc}")
                         continue
                     if not isinstance(record, dict):
@@ -955,6 +1021,9 @@ class TextReader(ProcessingStage[ReadTask, DocumentBatch]):
                             segment, lineno, offset,
                             f"expected a JSON object, got {_describe(record)}",
                         )  # fmt: skip
+                        continue
+                    if line.count(b"{") + line.count(b"[") > MAX_DEPTH and _too_deep(record):
+                        out.malformed(segment, lineno, offset, _TOO_DEEP)
                         continue
                     value = record.get(field, _MISSING)
                     if value is _MISSING:
@@ -1042,9 +1111,18 @@ class TextReader(ProcessingStage[ReadTask, DocumentBatch]):
                             segment, row - n + i, row - n + i,
                             f"field {field!r} is not valid UTF-8 ({reason})",
                         )  # fmt: skip
-                    if bad:
-                        keep = pc.and_(keep, pa.array([i not in bad for i in range(n)]))
-                    if column.null_count or bad:
+                    long = _too_long(column, self.max_doc_bytes)
+                    for i, size in long.items():
+                        if i not in bad:
+                            out.malformed(
+                                segment, row - n + i, row - n + i,
+                                f"field {field!r} holds {size:,} bytes: longer than the "
+                                f"limit of {self.max_doc_bytes:,} on a document",
+                            )  # fmt: skip
+                    refused = bad.keys() | long.keys()
+                    if refused:
+                        keep = pc.and_(keep, pa.array([i not in refused for i in range(n)]))
+                    if column.null_count or refused:
                         table, rows = table.filter(keep), rows.filter(keep)
                     if DOC_ID in table.column_names:
                         if self.keep_ids:  # a file this pipeline staged: its ids stay
@@ -1074,6 +1152,22 @@ def _row_groups(meta: Any, start: int, end: int | None) -> list[int]:
 
 
 _MISSING = object()
+_TOO_DEEP = f"nested deeper than {MAX_DEPTH} levels"
+
+
+def _too_deep(record: dict[str, Any]) -> bool:
+    """Whether ``record`` nests objects and arrays more than ``MAX_DEPTH`` levels deep (the
+    record itself is level 1). Without recursion: what is checked may be as deep as the
+    parser allows."""
+    stack: list[tuple[Any, int]] = [(record, 1)]
+    while stack:
+        value, depth = stack.pop()
+        for child in value.values() if isinstance(value, dict) else value:
+            if isinstance(child, (dict, list)):
+                if depth >= MAX_DEPTH:
+                    return True
+                stack.append((child, depth + 1))
+    return False
 
 
 def _invalid_utf8(column: pa.ChunkedArray) -> dict[int, str]:
@@ -1097,6 +1191,18 @@ def _invalid_utf8(column: pa.ChunkedArray) -> dict[int, str]:
         except UnicodeDecodeError as exc:
             bad[i] = f"{exc.reason} at byte {exc.start}"
     return bad
+
+
+def _too_long(column: pa.ChunkedArray, most: int | None) -> dict[int, int]:
+    """The rows of a string column whose value is longer than ``most`` bytes, with their
+    length (at C speed)."""
+    import pyarrow.compute as pc
+
+    if most is None or not len(column):
+        return {}
+    lengths = pc.binary_length(column).combine_chunks()
+    over = pc.indices_nonzero(pc.fill_null(pc.greater(lengths, most), False)).to_pylist()
+    return {i: lengths[i].as_py() for i in over}
 
 
 def _file_error(segment: Segment, line: int, exc: BaseException) -> dict[str, Any]:

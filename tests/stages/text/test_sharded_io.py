@@ -8,6 +8,7 @@ import gzip
 import io
 import json
 import os
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from conveyor.stages.text.readers import (
     DOC_ID,
     FILE_ERRORS,
     MALFORMED,
+    MAX_DEPTH,
     OFFSET_BITS,
     READ,
     SEGMENTS,
@@ -32,6 +34,7 @@ from conveyor.stages.text.readers import (
     classify,
     list_inputs,
     plan_reads,
+    read_line,
 )
 from conveyor.stages.text.writers import (
     ShardedWriter,
@@ -273,6 +276,149 @@ def test_a_very_long_line_between_two_short_ones(tmp_path: Path) -> None:
     got = read_all(tmp_path, chunk_bytes=1 << 20)  # the range ends inside the long line
     assert [len(r["text"]) for r in got["rows"]] == [1, len(long), 1]
     assert got["counts"]["malformed"] == 0
+
+
+def _sized(i: int, size: int) -> dict[str, Any]:
+    """A record whose JSON line is ``size`` bytes long (without its line end)."""
+    record = {"id": i, "text": ""}
+    record["text"] = "x" * (size - len(json.dumps(record)))
+    return record
+
+
+@pytest.mark.parametrize("chunk_bytes", [1 << 20, 3000])
+def test_a_line_over_max_doc_bytes_is_malformed_with_its_line(
+    tmp_path: Path, chunk_bytes: int
+) -> None:
+    """A huge document reached the stages after the reader, which split it into words: one
+    600 MB line grew the run to 11.8 GB. It is refused by its length, before it is parsed,
+    and in a split file too (ranges beginning inside it skip it a part at a time)."""
+    most = 10_000
+    at_limit = json.dumps(_sized(3, most)).encode()
+    (tmp_path / "a.jsonl").write_bytes(
+        lines({"id": 0, "text": "a"}, _sized(1, most), _sized(2, most + 1))
+        + at_limit + b"\r\n"  # the line end is not counted
+        + lines(_sized(4, 250_000), {"id": 5, "text": "b"})
+    )  # fmt: skip
+    (tmp_path / "b.jsonl").write_bytes(lines({"id": 6, "text": "c"}))
+    got = read_all(tmp_path, chunk_bytes=chunk_bytes, max_doc_bytes=most)
+    assert chunk_bytes > 1 << 19 or len(got["tasks"]) > 50
+    assert [r["id"] for r in got["rows"]] == [0, 1, 3, 5, 6]
+    assert got["counts"] == {"documents": 5, "malformed": 2, "blank": 0}
+    assert [(m["file"], m["line"], m["reason"]) for m in got["malformed"]] == [
+        (str(tmp_path / "a.jsonl"), 3, "a line of 10,002 bytes: longer than the limit of "
+         "10,000 on a document"),
+        (str(tmp_path / "a.jsonl"), 5, "a line of 250,001 bytes: longer than the limit of "
+         "10,000 on a document"),
+    ]  # fmt: skip
+    whole = read_all(tmp_path, chunk_bytes=chunk_bytes)  # the default limit: 16 MiB
+    assert [r["id"] for r in whole["rows"]] == [0, 1, 2, 3, 4, 5, 6]
+
+
+def test_a_long_line_is_never_held_whole() -> None:
+    class Stream(io.BytesIO):
+        largest = 0
+
+        def readline(self, size: int | None = -1) -> bytes:
+            line = super().readline(size)
+            self.largest = max(self.largest, len(line))
+            return line
+
+    stream = Stream(b"short\n" + b"x" * (8 << 20) + b"\nnext\r\n" + b"y" * 101)
+    assert read_line(stream, 100) == (b"short\n", 6)
+    assert read_line(stream, 100) == (None, (8 << 20) + 1)
+    assert stream.largest <= 1 << 20  # read a MiB at a time
+    assert read_line(stream, 100) == (b"next\r\n", 6)
+    assert read_line(stream, 100) == (None, 101)  # the last line, without a line end
+    assert read_line(stream, 100) == (b"", 0)
+
+
+def test_a_decompression_bomb_is_one_malformed_line_read_in_little_memory(
+    tmp_path: Path,
+) -> None:
+    """14 MB of .jsonl.gz held a 3 GiB line: it was read whole (13 GB), then failed its
+    task with an ArrowCapacityError that named neither file nor line."""
+    import tracemalloc
+
+    bomb = b'{"text": "' + b"a" * (24 << 20) + b'"}\n'
+    path = tmp_path / "bomb.jsonl.gz"
+    first = lines({"id": 0, "text": "a"})
+    path.write_bytes(gzip.compress(first + bomb + lines({"id": 2, "text": "b"}), 1))
+    (tmp_path / "other.jsonl").write_bytes(lines({"id": 3, "text": "c"}))
+    tracemalloc.start()
+    try:
+        got = read_all(tmp_path, max_doc_bytes=1 << 20)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20  # a third of the line
+    assert [r["id"] for r in got["rows"]] == [0, 2, 3]
+    assert got["errors"] == []
+    [malformed] = got["malformed"]
+    assert (malformed["file"], malformed["line"]) == (str(path), 2)
+    assert malformed["reason"].startswith(f"a line of {len(bomb):,} bytes: longer than")
+    # --limit counts the lines of a file the same way, a line of any length a part at a time
+    [task] = plan_reads(list_inputs(path).files, limit=2)
+    assert task.data[0].end == len(first) + len(bomb)  # the end of the second line
+
+
+def test_a_parquet_text_over_max_doc_bytes_is_malformed_by_row(tmp_path: Path) -> None:
+    """A 300 MB cell took its worker to 4.7 GB in the stages after the reader."""
+    texts = ["fine", "x" * 2000, None, b"\xff".decode("latin-1") * 1500, "y" * 1000, "z"]
+    pq.write_table(pa.table({"text": texts, "k": range(6)}), tmp_path / "a.parquet")
+    got = read_all(tmp_path, max_doc_bytes=1000)
+    assert [r["k"] for r in got["rows"]] == [0, 4, 5]
+    assert {m["row"]: m["reason"] for m in got["malformed"]} == {
+        1: "field 'text' holds 2,000 bytes: longer than the limit of 1,000 on a document",
+        2: "field 'text' is null, expected a string",
+        3: "field 'text' holds 3,000 bytes: longer than the limit of 1,000 on a document",
+    }
+    assert len(read_all(tmp_path)["rows"]) == 5  # the default limit keeps them
+
+
+def _nested(levels: int, array: bool) -> Any:
+    value: Any = 1
+    for _ in range(levels):
+        value = [value] if array else {"a": value}
+    return value
+
+
+def test_a_record_nested_too_deep_is_malformed_alone(tmp_path: Path) -> None:
+    """300 levels failed the whole read task (too deep to pickle: 0 of 201 documents
+    written, other files' with them), 900 a RecursionError; from about 100 the Parquet part
+    it was written to could not be read back. A record as deep as the limit is kept."""
+    deepest = [  # the record is level 1: its field holds MAX_DEPTH - 1 more
+        {"text": "deep arrays", "m": _nested(MAX_DEPTH - 1, array=True)},
+        {"text": "deep objects", "m": _nested(MAX_DEPTH - 1, array=False)},
+    ]
+    (tmp_path / "a.jsonl").write_bytes(
+        lines(
+            {"text": "first"},
+            *deepest,
+            {"text": "too deep", "m": _nested(MAX_DEPTH, array=True)},
+            {"text": "too deep", "m": [{"a": _nested(MAX_DEPTH - 2, array=False)}]},
+            b'{"text":"hello","meta":' + b'{"a":' * 300 + b"1" + b"}" * 300 + b"}",
+            b'{"text":"hello","meta":' + b'{"a":' * 900 + b"1" + b"}" * 900 + b"}",
+            b"[" * 200_000,
+            {"text": "last"},
+        )
+    )
+    (tmp_path / "b.jsonl").write_bytes(lines({"text": "other file"}))
+    tasks = plan_reads(list_inputs(tmp_path).files)
+    [task] = tasks
+    [batch] = TextReader().process(task)
+    table = batch.to_pyarrow()
+    texts = ["first", "deep arrays", "deep objects", "last", "other file"]
+    assert table.column("text").to_pylist() == texts
+    malformed = absolute_lines(batch.metadata[MALFORMED], batch.metadata[SEGMENTS])
+    assert [(m["line"], m["reason"]) for m in malformed] == [
+        (line, f"nested deeper than {MAX_DEPTH} levels") for line in (4, 5, 6, 7, 8)
+    ]
+    # what is kept travels between processes and is read back from Parquet
+    assert pickle.loads(pickle.dumps(batch)).to_pyarrow().equals(table)
+    for record in deepest:
+        buffer = io.BytesIO()
+        pq.write_table(pa.Table.from_pylist([record]), buffer)
+        assert pq.read_table(io.BytesIO(buffer.getvalue())).to_pylist() == [record]
 
 
 def test_text_field_and_mixed_types(tmp_path: Path) -> None:
