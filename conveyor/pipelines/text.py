@@ -361,7 +361,9 @@ class TextRunReport:
 
     @property
     def completed(self) -> bool:
-        return all(r.completed for r in self.results)
+        """Every pass ran to its end, and what it staged was read back: the output is
+        published."""
+        return bool(self.summary["completed"])
 
     @property
     def failures(self) -> list[Any]:
@@ -393,7 +395,7 @@ def run_text(
     Only one run at a time writes an output folder: another one raises ``OutputInUse``
     (``conveyor.output_lock``).
     """
-    from conveyor.stages.text.readers import InputError, list_inputs
+    from conveyor.stages.text.readers import FILE_ERRORS, InputError, list_inputs
     from conveyor.stages.text.writers import publish_shards, unify_shards
     from conveyor.storage import atomic_write
 
@@ -426,7 +428,8 @@ def run_text(
         try:
             with pipeline.stream(executor) as run:
                 for output in run:
-                    if log is not None:
+                    # (a staged part pass 2 could not read is not finished: tried again)
+                    if log is not None and (first_pass or not output.metadata.get(FILE_ERRORS)):
                         log.add(output.metadata)
                     counts.add(output.metadata, first_pass=first_pass, final=final)
                     if on_output is not None:
@@ -453,7 +456,11 @@ def run_text(
             second = second_pipeline(config, skip=finished.tasks)
             run_pass(second, "pass 2", finished, log, final=True)
             passes = 2
-        completed = len(results) == passes and all(r.completed for r in results)
+        completed = (
+            len(results) == passes
+            and all(r.completed for r in results)
+            and not counts.staged_errors  # its documents would be missing without a word
+        )
         if completed:
             if on_pass is not None:
                 on_pass("publishing")

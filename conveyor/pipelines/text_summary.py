@@ -45,6 +45,9 @@ class TextCounts:
         self.samples: list[dict[str, Any]] = []
         self.segments: list[dict[str, Any]] = []
         self.file_errors: list[dict[str, Any]] = []
+        #: parts pass 1 staged that pass 2 could not read: the run's own files, whose
+        #: documents would be missing from the output without a word
+        self.staged_errors: list[dict[str, Any]] = []
         self.dedup_s = 0.0
         #: per pass, the read tasks an earlier, interrupted run finished (resumed runs)
         self.resumed: dict[str, int] = {}
@@ -70,6 +73,8 @@ class TextCounts:
             self.file_errors += metadata.get(FILE_ERRORS, [])
             if not final:
                 self.staged_rows += int(written.get("rows", 0))
+        else:
+            self.staged_errors += metadata.get(FILE_ERRORS, [])
         if final:
             self.kept_rows += int(written.get("rows", 0))
             self.kept_by_language.update(written.get("by", {}))
@@ -96,6 +101,15 @@ def _failure(record: Any) -> dict[str, Any]:
         "stage": record.stage,
         "task": record.task,
         "reason": f"{record.error_type}: {record.message}",
+    }
+
+
+def _staged_failure(error: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "stage": "TextReader (pass 2)",
+        "task": error["file"],
+        "reason": f"a part pass 1 staged could not be read back ({error['reason']}): the "
+        "run is not published; the same command tries it again, --overwrite starts over",
     }
 
 
@@ -210,7 +224,8 @@ def build_summary(
                 "errors": file_errors,
             },
             "output_files": ["documents/" + str(f).rsplit("/", 1)[-1] for f in files],
-            "failures": [_failure(f) for r in results for f in r.failures],
+            "failures": [_failure(f) for r in results for f in r.failures]
+            + [_staged_failure(e) for e in counts.staged_errors],
             "resumed_tasks": resumed,
             "wall_s": round(wall_s, 3),
             "documents_per_s": round((documents - counts.carried_documents) / wall, 1),

@@ -414,3 +414,25 @@ def test_an_output_whose_name_is_not_utf8_is_written(tmp_path: Path, dedup: str)
     report = run_text(config(source, out, dedup=dedup))
     assert report.completed and not report.failures
     assert report.summary["dedup"]["removed"] > 0 and rows(out)
+
+
+def test_a_staged_part_pass_2_cannot_read_is_no_silent_loss(tmp_path: Path) -> None:
+    """Pass 2 counted no file error: a part it could not read lost its documents from an
+    output called complete. The run is not published, says which part, and tries it again."""
+    source = corpus(tmp_path / "in")
+    out = tmp_path / "out"
+
+    def damage(label: str) -> None:
+        if label == "pass 2":
+            part = sorted((out / ".conveyor").rglob("staging/*.parquet"))[0]
+            part.write_bytes(part.read_bytes()[:100])
+
+    report = run_text(config(source, out, dedup="exact"), on_pass=damage)
+    assert not report.completed and not report.summary["completed"]
+    (failure,) = report.summary["failures"]
+    assert (
+        failure["stage"] == "TextReader (pass 2)" and "could not be read back" in failure["reason"]
+    )
+    assert not (out / "documents").exists()
+    state = out / ".conveyor" / "resume" / "pass-2.jsonl"
+    assert failure["task"] not in (state.read_text() if state.exists() else "")
