@@ -45,6 +45,20 @@ from conveyor.storage import StoragePath, atomic_write, location
 KMEANS_ITERATIONS = 20
 #: the id's name in the spilled files
 ID = "id"
+#: centroids nearer each other than this (1 - cosine, through a chain of such neighbours) are
+#: one. k-means fills an empty cluster with a copy of a full one's centroid 1/1024 apart, so
+#: on many copies of one item (or items closer than this) it returns a family of centroids
+#: that all coincide with it (1 - cosine up to 1.5e-4 among 500 on one point); the copies
+#: then went to one or another on a rounding error and were never compared. Items near two
+#: such centroids are near-duplicates at any threshold up to 0.9998: keeping them apart only
+#: loses pairs. Distinct clusters sit much farther apart (0.008 between the nearest two of 50
+#: on 64-d topics with noise).
+COINCIDE = 1e-4
+#: centroids faiss proposes for each item (its float32 scores decide alone where the best is
+#: clear); where more than one is within rounding of the best, exact scores decide
+CANDIDATES = 8
+#: float64 entries of one block of exact scores (32 MB)
+EXACT_ENTRIES = 1 << 22
 
 
 @dataclass(frozen=True)
@@ -202,6 +216,87 @@ def _faiss(threads: int) -> Any:
     return faiss
 
 
+# -- centroids -----------------------------------------------------------------------------------
+def distinct_centroids(centroids: np.ndarray) -> np.ndarray:
+    """The centroids less those that coincide with an earlier one (1 - cosine below
+    ``COINCIDE``, directly or through a chain of such neighbours): of each such group the
+    first is kept. Compared in blocks of rows, never k x k at once."""
+    k = len(centroids)
+    first, second = [], []
+    step = max(1, EXACT_ENTRIES // max(1, k))
+    for a in range(0, k, step):
+        close = centroids[a : a + step] @ centroids.T >= np.float32(1 - COINCIDE)
+        i, j = np.nonzero(close)
+        first.append(a + i)
+        second.append(j)
+    i, j = np.concatenate(first), np.concatenate(second)
+    label = np.arange(k)
+    while True:  # each centroid's label: the smallest index of its group
+        lower = label.copy()
+        np.minimum.at(lower, i, label[j])
+        lower = lower[lower]
+        if np.array_equal(lower, label):
+            break
+        label = lower
+    return centroids[np.unique(label)]
+
+
+def nearest_centroid(index: Any, centroids: np.ndarray, vectors: np.ndarray) -> np.ndarray:
+    """Each unit row's nearest centroid, as a function of the row alone: the same row gets
+    the same cluster whatever chunk, batch or place in it it comes in.
+
+    faiss's float32 scores are not that: BLAS blocks (and faiss's own kernel under 20 rows)
+    round a row's scores differently by where it sits, by up to ``dim * 2**-24`` for unit
+    vectors. Where the best is clear by twice that, it is the nearest; else every centroid
+    that close is scored exactly (float32 products are exact in float64, summed in one order
+    per row), and the highest wins, ties to the smaller index. Those rows are few (items near
+    a boundary), so the pass costs what a plain search does."""
+    k, dim = centroids.shape
+    if k == 1:
+        return np.zeros(len(vectors), np.int32)
+    wanted = min(CANDIDATES, k)
+    scores, candidates = index.search(vectors, wanted)
+    cluster = candidates[:, 0].astype(np.int32)
+    slack = np.float32(2.5 * dim * 2.0**-24)  # twice the bound on faiss's error, and some
+    unclear = np.flatnonzero(scores[:, 1] >= scores[:, 0] - slack)
+    if not len(unclear):
+        return cluster
+    # more than `wanted` within the slack: every centroid is scored
+    every = np.zeros(len(unclear), bool)
+    if wanted < k:
+        every = scores[unclear, -1] >= scores[unclear, 0] - slack
+    some, rest = unclear[~every], unclear[every]
+    cluster[some] = _exact_nearest(vectors[some], centroids, candidates[some])
+    zero = ~vectors[rest].any(axis=1)  # every score 0: the exact choice is the first
+    cluster[rest[zero]] = 0
+    rest = rest[~zero]
+    if len(rest):
+        all_of_them = np.broadcast_to(np.arange(k), (len(rest), k))
+        cluster[rest] = _exact_nearest(vectors[rest], centroids, all_of_them)
+    return cluster
+
+
+def _exact_nearest(
+    vectors: np.ndarray, centroids: np.ndarray, candidates: np.ndarray
+) -> np.ndarray:
+    """Of each row's candidate centroids, the one of the highest float64 score (ties: the
+    smallest index). A product of two float32 is exact in float64, and numpy sums each row's
+    products in an order set by the length alone, so a row's scores do not depend on the
+    rows around it."""
+    out = np.empty(len(vectors), np.int32)
+    width, dim = candidates.shape[1], vectors.shape[1]
+    step = max(1, EXACT_ENTRIES // (width * dim))
+    for a in range(0, len(vectors), step):
+        b = min(a + step, len(vectors))
+        chosen = np.asarray(candidates[a:b])
+        products = centroids[chosen].astype(np.float64)
+        products *= vectors[a:b, None, :]
+        scores = products.sum(axis=2)
+        top = scores.max(axis=1, keepdims=True)
+        out[a:b] = np.where(scores == top, chosen, len(centroids)).min(axis=1)
+    return out
+
+
 # -- pass 1: sample and train ------------------------------------------------------------------
 class SampleEmbeddings(ProcessingStage[Chunk, Sampled]):
     """Each chunk's share of the k-means sample (a fixed fraction, drawn with a seed per chunk,
@@ -279,11 +374,12 @@ class TrainCentroids(ProcessingStage[Any, Trained]):
                 gpu=getattr(faiss, "get_num_gpus", lambda: 0)() > 0,
             )
             kmeans.train(sample)
-            centroids = normalise(kmeans.centroids)
+            centroids = distinct_centroids(normalise(kmeans.centroids))
+            clusters = len(centroids)
         index = faiss.IndexFlatIP(dim)
         index.add(centroids)
-        _, nearest = index.search(sample, 1)
-        estimated = np.bincount(nearest[:, 0], minlength=clusters) * (self.items / len(sample))
+        nearest = nearest_centroid(index, centroids, sample)
+        estimated = np.bincount(nearest, minlength=clusters) * (self.items / len(sample))
         _save_npy(work / "centroids.npy", centroids)
         bucket_of = np.asarray(buckets(estimated.tolist(), self.partition_rows), np.int32)
         _save_npy(work / "buckets.npy", bucket_of)
@@ -302,22 +398,23 @@ class AssignClusters(ProcessingStage[Chunk, Assigned]):
         self.work = work
         self.columns = columns
         self._index: Any = None
+        self._centroids: np.ndarray | None = None
         self._buckets: np.ndarray | None = None
 
     def setup(self, worker: Any) -> None:
         work = location(self.work)
-        centroids = _load_npy(work / "centroids.npy")
+        self._centroids = _load_npy(work / "centroids.npy")
         self._buckets = _load_npy(work / "buckets.npy")
         faiss = _faiss(1)
-        self._index = faiss.IndexFlatIP(centroids.shape[1])
-        self._index.add(centroids)
+        self._index = faiss.IndexFlatIP(self._centroids.shape[1])
+        self._index.add(self._centroids)
 
     def process(self, chunk: Chunk) -> Assigned:
         import pyarrow as pa
 
         if self._index is None:
             self.setup(None)
-        assert self._buckets is not None
+        assert self._buckets is not None and self._centroids is not None
         table = read_chunk(chunk, self.columns.read)
         vectors, kept, _ = embeddings(table, self.columns.embedding, chunk.path, chunk.first_row)
         clusters = len(self._buckets)
@@ -330,8 +427,7 @@ class AssignClusters(ProcessingStage[Chunk, Assigned]):
             )
         _faiss(self.threads)
         vectors = normalise(vectors)
-        _, nearest = self._index.search(vectors, 1)
-        cluster = nearest[:, 0].astype(np.int32)
+        cluster = nearest_centroid(self._index, self._centroids, vectors)
         order = np.argsort(cluster, kind="stable")
         cluster, rows = cluster[order], kept[order]
         dim = vectors.shape[1]

@@ -176,6 +176,53 @@ def test_exact_copies_have_a_similarity_of_one_at_most(tmp_path: Path) -> None:
     assert len(similarity) == 200 and similarity.max() == np.float32(1)
 
 
+def test_identical_embeddings_keep_one_whatever_chunk_they_come_in(tmp_path: Path) -> None:
+    """3,000 copies of one vector kept two: k-means on them returned 20 centroids that
+    coincide, and faiss put the copies of the 10-row file (its own kernel) in another
+    cluster than those of the big one (BLAS), so the two sets were never compared."""
+    v = np.random.default_rng(0).normal(size=(1, 64)).astype(np.float32)
+    vectors = np.repeat(v, 3000, axis=0)
+    for i, (a, b) in enumerate([(0, 2990), (2990, 3000)]):
+        flat = pa.array(vectors[a:b].reshape(-1))
+        table = pa.table(
+            {"id": pa.array(range(a, b)), "embedding": pa.FixedSizeListArray.from_arrays(flat, 64)}
+        )
+        (tmp_path / "in").mkdir(exist_ok=True)
+        pq.write_table(table, tmp_path / "in" / f"part-{i}.parquet")
+    result = semantic_dedup(tmp_path / "in", tmp_path / "out", n_clusters=20)
+    table = marked(tmp_path / "out")
+    assert result.duplicates == table.num_rows == 2999
+    assert set(table.column("duplicate_of").to_pylist()) == {0}
+    assert result.clusters == 1  # the 20 coinciding centroids are one
+
+
+def test_groups_of_copies_and_near_copies_among_other_items(tmp_path: Path) -> None:
+    """Groups of exact copies (the biggest over half the items) and one of near-copies
+    (1e-4 apart) among a few other items: every pair the keep rule finds over all pairs is
+    found. Four were missed: k-means gave some groups centroids that coincide, and copies
+    went to one or another of them on a rounding error."""
+    rng = np.random.default_rng(1)
+    dim = 64
+    groups = [np.repeat(rng.normal(size=(1, dim)), n, axis=0) for n in (1500, 800, 400)]
+    near = rng.normal(size=(1, dim)) + rng.normal(scale=1e-4, size=(300, dim))
+    vectors = np.concatenate([rng.normal(size=(10, dim)), *groups, near]).astype(np.float32)
+    vectors = vectors[rng.permutation(len(vectors))]
+    vectors = np.concatenate([vectors, vectors[:12]])  # again, in a file of their own
+    n = len(vectors)
+    (tmp_path / "in").mkdir()
+    for i, (a, b) in enumerate([(0, n - 12), (n - 12, n)]):
+        flat = pa.array(vectors[a:b].reshape(-1))
+        table = pa.table(
+            {"id": pa.array(range(a, b)), "embedding": pa.FixedSizeListArray.from_arrays(flat, dim)}
+        )
+        pq.write_table(table, tmp_path / "in" / f"part-{i}.parquet")
+    result = semantic_dedup(tmp_path / "in", tmp_path / "out", n_clusters=40)
+    truth = all_pairs(vectors, 0.95)
+    assert len(truth) == 1499 + 799 + 399 + 299 + 12
+    assert set(marked(tmp_path / "out").column("id").to_pylist()) == truth
+    assert result.duplicates == len(truth)
+
+
 def test_a_file_given_twice_is_read_once(tmp_path: Path) -> None:
     """Its every id was on two rows: the run failed after its passes, blaming the ids."""
     write(tmp_path / "in", np.eye(4, dtype=np.float32), list("abcd"), 1)
