@@ -324,7 +324,7 @@ class OutputLayout:
             if staged is not None and staged[0] == "chunk":
                 with contextlib.suppress(OSError):
                     record = _parse_record(path.read_bytes())
-                    if record is not None and record.get("source") == stamp:
+                    if record is not None and _whole_part(record, stamp, files):
                         finished[staged[2]] = record
         index: dict[str, str] = {}
         for key, record in sorted(finished.items()):
@@ -531,6 +531,15 @@ def resumed_clips(resume: str) -> dict[str, str]:
     if not isinstance(clips, dict):
         raise ValueError(f"{resume}: not a list of resumed clips")
     return clips
+
+
+def _whole_part(record: dict[str, Any], stamp: dict[str, Any], files: Iterable[str]) -> bool:
+    """Whether a staged part's record is of this source and every table it names is there
+    (one gone would keep its video from ever being finalised)."""
+    named = record.get("files")
+    if record.get("source") != stamp or not isinstance(named, dict):
+        return False
+    return all(name in files for names in named.values() for name in names)
 
 
 def _intent(path: StoragePath | None) -> tuple[list[str], str]:

@@ -316,19 +316,14 @@ def _adopted(video: Video, staging: StoragePath) -> dict[str, dict[str, Any]]:
         key = index[cid]
         if key not in records:
             records[key] = json.loads((staging / f"chunk-{key}.json").read_bytes())
-            records[key].setdefault("key", key)
         adopted[cid] = records[key]
     return adopted
 
 
 def _staged_files(record: dict[str, Any]) -> dict[str, list[str]]:
-    """The staged tables a part's record names (a record written before records named them:
-    those its key would have, each maybe absent)."""
-    files = record.get("files")
-    if isinstance(files, dict):
-        return {prefix: list(files.get(prefix, [])) for prefix in STAGED_TABLES}
-    key = record.get("key") or f"{record['chunk_index']:06d}-{record['part']:06d}"
-    return {prefix: [f"{prefix}-{key}.parquet"] for prefix in STAGED_TABLES}
+    """The staged tables a part's record names, by prefix."""
+    files = record.get("files") or {}
+    return {prefix: list(files.get(prefix, [])) for prefix in STAGED_TABLES}
 
 
 def _gathered(records: list[dict[str, Any]], prefix: str) -> list[str]:

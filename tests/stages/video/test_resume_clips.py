@@ -248,3 +248,17 @@ def test_a_video_in_a_bucket_resumes_from_its_finished_clips(memory: ObjectPath)
     assert record["clips"] == [c.clip_id for t in tasks() for c in t.data.clips]
     assert len(layout.clips.glob("*.mp4")) == len(record["kept"]) == 5
     assert layout.staging.find() == []
+
+
+def test_a_part_whose_staged_table_is_gone_is_not_finished(tmp_path: Path) -> None:
+    """Adopted, it would have kept its video from ever being finalised."""
+    out = tmp_path / "out"
+    layout = OutputLayout(out)
+    written(out, tasks()[:3])
+    staging = layout.staging_dir(video_id(REL))
+    gone = sorted(staging.glob("embed-*.parquet"))[-1]
+    gone.unlink()
+    resume = layout.resume_video(REL, SIZE, MTIME)
+    assert resume is not None and len(resumed_clips(resume[1])) == 2
+    written(out, tasks(resume))
+    assert output(out)["record"]["resumed_clips"] == 2
