@@ -15,6 +15,7 @@ from conveyor.cli_common import (
     ADDRESS,
     BACKEND,
     CPUS,
+    LIVE,
     MEMORY_GB,
     BackendChoice,
     Machine,
@@ -83,6 +84,7 @@ def dedup(
     address: ADDRESS = None,
     cpus: CPUS = None,
     memory_gb: MEMORY_GB = None,
+    live: LIVE = True,
 ) -> None:
     """Find near-duplicate items by the cosine similarity of their embeddings (k-means, then
     every pair within a cluster) and write OUTPUT/duplicates.parquet (id, duplicate_of,
@@ -101,9 +103,15 @@ def dedup(
     if address is not None and backend is BackendChoice.local:
         raise fail("--address needs --backend ray")
     *sources, output = [absolute(i) for i in inputs]  # "~/out" was a folder named "~"
+    from rich.console import Console
+
+    from conveyor.monitor import LiveView
+
     cls = BatchExecutor if executor is DedupExecutor.batch else StreamingExecutor
+    # each pass's stages as they run (a compare pass over millions takes minutes)
+    view = LiveView(console=Console(), live=None if live else False)
     try:
-        engine = cls(Machine(cpus, None, memory_gb).backend(backend, address))
+        engine = cls(Machine(cpus, None, memory_gb).backend(backend, address), monitors=[view])
     except (ImportError, ValueError, OSError, ConveyorError) as exc:  # OSError: no cluster there
         raise fail(str(exc), 2 if isinstance(exc, (ValueError, OSError)) else 1) from None
     check_place(output)
@@ -116,7 +124,7 @@ def dedup(
             f"(conveyor {kind} --dedup dedups its own)"
         )
     try:
-        with hold_output(output):
+        with hold_output(output), view:
             result = semantic_dedup(
                 sources,
                 output,
