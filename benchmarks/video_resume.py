@@ -13,6 +13,7 @@ Before clip-level resume, the second run redid the whole video.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -55,19 +56,23 @@ def timed(cmd: list[str]) -> float:
 def stopped_run(cmd: list[str], output: Path, parts: int) -> tuple[float, int]:
     """Run ``cmd`` until ``parts`` clips are staged, then kill it: (seconds, parts staged)."""
     start = time.perf_counter()
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-    )
+    said = output.with_name(output.name + ".log")
+    with open(said, "wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=log, start_new_session=True)
     staging = output / ".conveyor" / "staging"
     staged = 0
     try:
         while staged < parts:
             if proc.poll() is not None:
-                raise SystemExit("the run ended before it was stopped: raise --minutes")
+                tail = said.read_text(errors="replace")[-2000:]
+                raise SystemExit(
+                    f"the run ended before it was stopped (exit {proc.returncode}):\n{tail}"
+                )
             staged = len(list(staging.glob("*/chunk-*.json")))
             time.sleep(0.02)
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     time.sleep(1.0)  # its workers notice and go
     return time.perf_counter() - start, staged
