@@ -5,10 +5,19 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from collections.abc import Iterator
 
 import pytest
 
 from conveyor.interrupts import deferred_interrupts
+
+
+@pytest.fixture(autouse=True)
+def ctrl_c_raises() -> Iterator[None]:
+    """SIGINT as in a terminal (a shell's background job, ``make test &``, ignores it)."""
+    saved = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, saved)
 
 
 def test_an_interrupt_in_the_block_is_raised_once_it_ends() -> None:
