@@ -17,6 +17,12 @@ from conveyor.resources import Resources
 from conveyor.stage import CompositeStage, ProcessingStage
 from conveyor.stages.io.partitioning import FilePartitioningStage
 from conveyor.stages.text import _arrow  # noqa: F401 - pandas/pyarrow set-up once
+from conveyor.stages.text.readers import (
+    DEFAULT_MAX_DOC_BYTES,
+    TOO_DEEP,
+    read_line,
+    too_deep,
+)
 from conveyor.storage import is_url, open_input
 from conveyor.tasks import DocumentBatch, FileGroupTask
 
@@ -43,16 +49,32 @@ def _open(path: str) -> Iterator[IO[bytes]]:
             yield raw
 
 
-def iter_jsonl(path: str | Path, fields: Sequence[str] | None = None) -> Iterator[dict[str, Any]]:
+def iter_jsonl(
+    path: str | Path,
+    fields: Sequence[str] | None = None,
+    max_doc_bytes: int | None = DEFAULT_MAX_DOC_BYTES,
+) -> Iterator[dict[str, Any]]:
     """Records of one JSONL file, a local path or a URL (blank lines skipped; ``.gz``
     decompressed).
 
     Raises ``ValueError`` naming the file and 1-based line number for invalid UTF-8, malformed
-    JSON, a line that is not an object, or a record that lacks one of ``fields``.
+    JSON, a line that is not an object, a record that lacks one of ``fields``, a line longer
+    than ``max_doc_bytes`` (``None``: no limit; never held whole: a ``.gz`` bomb's gigabyte
+    line took gigabytes) or a record nested deeper than ``readers.MAX_DEPTH`` levels.
     """
     path = str(path)
     with _open(path) as stream:
-        for lineno, raw in enumerate(stream, 1):
+        lineno = 0
+        while True:
+            raw, size = read_line(stream, max_doc_bytes)
+            if not size:
+                return
+            lineno += 1
+            if raw is None:
+                raise ValueError(
+                    f"{path}, line {lineno}: a line of {size:,} bytes: longer than the limit "
+                    f"of {max_doc_bytes:,} on a document"
+                )
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
@@ -71,10 +93,14 @@ def iter_jsonl(path: str | Path, fields: Sequence[str] | None = None) -> Iterato
                     f"{path}, line {lineno}: malformed JSON: {exc.msg} at column {exc.colno} "
                     f"in {snippet!r}"
                 ) from None
+            except RecursionError:
+                raise ValueError(f"{path}, line {lineno}: {TOO_DEEP}") from None
             if not isinstance(record, dict):
                 raise ValueError(
                     f"{path}, line {lineno}: expected a JSON object, got {type(record).__name__}"
                 )
+            if too_deep(raw, record):
+                raise ValueError(f"{path}, line {lineno}: {TOO_DEEP}")
             if fields:
                 missing = [f for f in fields if f not in record]
                 if missing:
@@ -96,10 +122,19 @@ class JsonlReaderStage(ProcessingStage[FileGroupTask, DocumentBatch]):
 
     resources = Resources(cpus=0.5)
 
-    def __init__(self, fields: Sequence[str] | None = None) -> None:
+    def __init__(
+        self,
+        fields: Sequence[str] | None = None,
+        max_doc_bytes: int | None = DEFAULT_MAX_DOC_BYTES,
+    ) -> None:
         if isinstance(fields, str):
             raise TypeError(f"JsonlReaderStage: fields must be a list of names, got {fields!r}")
+        if max_doc_bytes is not None and max_doc_bytes < 1:
+            raise ValueError(
+                f"JsonlReaderStage: max_doc_bytes must be None or >= 1, got {max_doc_bytes}"
+            )
         self.fields = list(fields) if fields is not None else None
+        self.max_doc_bytes = max_doc_bytes
 
     def outputs(self) -> tuple[list[str], list[str]] | None:
         return ([], list(self.fields)) if self.fields else None
@@ -113,7 +148,7 @@ class JsonlReaderStage(ProcessingStage[FileGroupTask, DocumentBatch]):
             )
         records: list[dict[str, Any]] = []
         for path in task.data:
-            records.extend(iter_jsonl(path, self.fields))
+            records.extend(iter_jsonl(path, self.fields, self.max_doc_bytes))
         if not records:
             return None
         try:

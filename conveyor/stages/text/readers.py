@@ -1011,7 +1011,7 @@ class TextReader(ProcessingStage[ReadTask, DocumentBatch]):
                         )  # fmt: skip
                         continue
                     except RecursionError:  # (Python's parser stops near 1,000 levels)
-                        out.malformed(segment, lineno, offset, _TOO_DEEP)
+                        out.malformed(segment, lineno, offset, TOO_DEEP)
                         continue
                     except ValueError as exc:
                         out.malformed(segment, lineno, offset, f"malformed JSON: {exc}")
@@ -1022,8 +1022,8 @@ class TextReader(ProcessingStage[ReadTask, DocumentBatch]):
                             f"expected a JSON object, got {_describe(record)}",
                         )  # fmt: skip
                         continue
-                    if line.count(b"{") + line.count(b"[") > MAX_DEPTH and _too_deep(record):
-                        out.malformed(segment, lineno, offset, _TOO_DEEP)
+                    if too_deep(line, record):
+                        out.malformed(segment, lineno, offset, TOO_DEEP)
                         continue
                     value = record.get(field, _MISSING)
                     if value is _MISSING:
@@ -1152,13 +1152,16 @@ def _row_groups(meta: Any, start: int, end: int | None) -> list[int]:
 
 
 _MISSING = object()
-_TOO_DEEP = f"nested deeper than {MAX_DEPTH} levels"
+TOO_DEEP = f"nested deeper than {MAX_DEPTH} levels"
 
 
-def _too_deep(record: dict[str, Any]) -> bool:
-    """Whether ``record`` nests objects and arrays more than ``MAX_DEPTH`` levels deep (the
-    record itself is level 1). Without recursion: what is checked may be as deep as the
-    parser allows."""
+def too_deep(line: bytes, record: dict[str, Any]) -> bool:
+    """Whether ``record`` (parsed from ``line``) nests objects and arrays more than
+    ``MAX_DEPTH`` levels deep (the record itself is level 1). Only a line holding that many
+    brackets is walked, and without recursion: what is checked may be as deep as the parser
+    allows."""
+    if line.count(b"{") + line.count(b"[") <= MAX_DEPTH:
+        return False
     stack: list[tuple[Any, int]] = [(record, 1)]
     while stack:
         value, depth = stack.pop()

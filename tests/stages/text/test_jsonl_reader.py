@@ -124,3 +124,36 @@ def test_composite_expands_to_partitioning_and_reading(tmp_path: Path) -> None:
     assert [s.resources.cpus for s in parts] == [0.5, 0.5]
     specs = Pipeline("p", [reader]).build()
     assert [s.name for s in specs] == ["FilePartitioningStage", "JsonlReaderStage"]
+
+
+def test_a_line_over_the_limit_is_named_and_never_held_whole(tmp_path: Path) -> None:
+    """A .gz bomb's one line of gigabytes was read whole."""
+    import tracemalloc
+
+    path = tmp_path / "bomb.jsonl.gz"
+    with gzip.open(path, "wb") as out:
+        out.write(b'{"text": "ok"}\n{"text": "')
+        for _ in range(24):
+            out.write(b"a" * (1 << 20))
+        out.write(b'"}\n')
+    tracemalloc.start()
+    with pytest.raises(ValueError, match=r"bomb\.jsonl\.gz, line 2: a line of 25,165,837 bytes"):
+        JsonlReaderStage(max_doc_bytes=1 << 20).process(FileGroupTask(data=[str(path)]))
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 8 << 20
+    assert next(r["text"] for r in iter_jsonl(path, max_doc_bytes=None)) == "ok"
+    with pytest.raises(ValueError, match="max_doc_bytes must be None or >= 1"):
+        JsonlReaderStage(max_doc_bytes=0)
+
+
+@pytest.mark.parametrize("depth", [51, 300, 2000])
+def test_a_record_nested_too_deep_is_named(tmp_path: Path, depth: int) -> None:
+    """At 300 levels a batch could not be pickled; deeper, the parser raised RecursionError."""
+    nested = '{"a": ' * (depth - 1) + "1" + "}" * (depth - 1)
+    path = _write(tmp_path / "deep.jsonl", json.dumps({"text": "ok"}), f'{{"x": {nested}}}')
+    with pytest.raises(ValueError, match=r"deep\.jsonl, line 2: nested deeper than 50 levels"):
+        JsonlReaderStage().process(FileGroupTask(data=[path]))
+    fifty = '{"a": ' * 48 + "1" + "}" * 48
+    ok = _write(tmp_path / "ok.jsonl", f'{{"x": {fifty}}}')
+    assert JsonlReaderStage().process(FileGroupTask(data=[ok])) is not None
