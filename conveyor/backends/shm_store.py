@@ -232,7 +232,17 @@ class ShmStore:
         if isinstance(ref, bytes):
             return pickle.loads(ref)
         with open(ref, "rb") as f:
-            view = _mapped(f.fileno(), os.fstat(f.fileno()).st_size)
+            size = os.fstat(f.fileno()).st_size
+            try:
+                view = _mapped(f.fileno(), size)
+            except OSError as exc:
+                if exc.errno != errno.ENOMEM:
+                    raise
+                # past the process's mappings (vm.max_map_count, 65,530 by default: a caller
+                # holding that many outputs): a copy, which needs none
+                copied = bytearray(size)
+                f.readinto(copied)
+                view = memoryview(copied)
         magic, count, length = _HEADER.unpack_from(view, 0)
         if magic != _MAGIC:
             raise ValueError(f"payload {ref} is corrupt (bad header)")

@@ -221,6 +221,28 @@ def test_payloads_held_keep_no_file_open_and_are_unmapped_once_dropped(tmp_path:
         assert shm_store._mapped(f.fileno(), 0).nbytes == 0
 
 
+def test_a_payload_past_the_mappings_a_process_may_have_is_read_as_a_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """vm.max_map_count (65,530) bounds the mappings: a caller holding more outputs."""
+    import errno
+
+    store = ShmStore(tmp_path, "t")
+    handle = store.put(np.arange(10_000, dtype=np.float64), "0")
+
+    def refused(fd: int, size: int) -> memoryview:
+        raise OSError(errno.ENOMEM, "cannot map")
+
+    monkeypatch.setattr(shm_store, "_mapped", refused)
+    back = ShmStore.get(handle)
+    assert np.array_equal(back, np.arange(10_000)) and back.flags.writeable
+    monkeypatch.setattr(
+        shm_store, "_mapped", lambda fd, size: (_ for _ in ()).throw(OSError(errno.EIO, "io"))
+    )
+    with pytest.raises(OSError, match="io"):
+        ShmStore.get(handle)
+
+
 def test_small_payloads_travel_inline(tmp_path: Path) -> None:
     store = ShmStore(tmp_path, "t")
     handle = store.put(list(range(10)), "0")
