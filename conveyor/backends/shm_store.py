@@ -33,6 +33,9 @@ from conveyor.scratch import MIN_FREE_BYTES, SHM, scratch_dir, scratch_dirs, wri
 log = logging.getLogger(__name__)
 
 INLINE_LIMIT = 32 * 1024
+#: payloads from this size on are mapped, not copied: a copy of less takes microseconds, and
+#: a process may hold only so many mappings (vm.max_map_count, 65,530 by default)
+MAP_MIN_BYTES = 1 << 20
 _MAGIC = b"CVY1"
 _HEADER = struct.Struct("<4sIQ")  # magic, number of out-of-band buffers, pickle length
 _LEN = struct.Struct("<Q")
@@ -54,8 +57,25 @@ def _mapped(fd: int, size: int) -> memoryview:
         code = ctypes.get_errno()
         raise OSError(code, f"cannot map a payload of {size} bytes: {os.strerror(code)}")
     region = (ctypes.c_char * size).from_address(address)
-    weakref.finalize(region, _LIBC.munmap, address, size)
+    # not at exit: an array read by an earlier atexit handler, or by a daemon thread still
+    # running then, would read unmapped memory (a segfault); the system unmaps at exit
+    weakref.finalize(region, _LIBC.munmap, address, size).atexit = False
     return memoryview(region).cast("B")
+
+
+def _read(file: Any) -> memoryview:
+    """A payload file's bytes: mapped from ``MAP_MIN_BYTES`` on, else copied (and copied
+    past the mappings a process may have: a caller holding that many outputs)."""
+    size = os.fstat(file.fileno()).st_size
+    if size >= MAP_MIN_BYTES:
+        try:
+            return _mapped(file.fileno(), size)
+        except OSError as exc:
+            if exc.errno != errno.ENOMEM:
+                raise
+    copied = bytearray(size)
+    file.readinto(copied)
+    return memoryview(copied)
 
 
 def _libc() -> ctypes.CDLL:
@@ -232,17 +252,7 @@ class ShmStore:
         if isinstance(ref, bytes):
             return pickle.loads(ref)
         with open(ref, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            try:
-                view = _mapped(f.fileno(), size)
-            except OSError as exc:
-                if exc.errno != errno.ENOMEM:
-                    raise
-                # past the process's mappings (vm.max_map_count, 65,530 by default: a caller
-                # holding that many outputs): a copy, which needs none
-                copied = bytearray(size)
-                f.readinto(copied)
-                view = memoryview(copied)
+            view = _read(f)
         magic, count, length = _HEADER.unpack_from(view, 0)
         if magic != _MAGIC:
             raise ValueError(f"payload {ref} is corrupt (bad header)")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import pickle
 import socket
+import sys
 from multiprocessing.connection import Connection
 from typing import Any, NamedTuple
 
@@ -37,35 +38,76 @@ class Init(NamedTuple):
 
 
 class LogSetup(NamedTuple):
-    """The driver's root logger: its level, and its first handler's format (``None``:
-    Python's own)."""
+    """How the driver shows log lines on its terminal: the level and format of its root
+    logger's handler that writes to standard error (or output), and the levels it gave
+    named loggers. Workers are fresh processes, which Python leaves unconfigured."""
 
     level: int
     format: str | None = None
     datefmt: str | None = None
+    style: str = "%"
+    levels: tuple[tuple[str, int], ...] = ()
 
     @classmethod
     def of_this_process(cls) -> LogSetup | None:
-        """The root logger's setup, where the program configured one (else ``None``)."""
+        """The driver's setup, where the program gave its root logger a handler writing to
+        standard error or output (else ``None``: workers keep Python's defaults). A file
+        handler is not copied: workers would write the file from many processes at once."""
         import logging
 
         root = logging.getLogger()
-        if not root.handlers:
+        streams = (sys.stderr, sys.stdout, sys.__stderr__, sys.__stdout__)
+        shown = next(
+            (
+                h
+                for h in root.handlers
+                if type(h) is logging.StreamHandler and getattr(h, "stream", None) in streams
+            ),
+            None,
+        )
+        if shown is None:
             return None
-        formatter = next((h.formatter for h in root.handlers if h.formatter), None)
+        formatter = shown.formatter
+        # the format's style ("%", "{" or "$"): the formatter keeps it only as a private
+        # object, whose kind logging's own table names
+        style = next(
+            (
+                key
+                for key, (kind, _) in logging._STYLES.items()
+                if formatter is not None and type(formatter._style) is kind
+            ),
+            "%",
+        )
+        named = [
+            (name, logger.level)
+            for name, logger in list(root.manager.loggerDict.items())
+            if isinstance(logger, logging.Logger) and logger.level != logging.NOTSET
+        ]
         return cls(
-            root.level,
+            max(root.level, shown.level),
             getattr(formatter, "_fmt", None),
             getattr(formatter, "datefmt", None),
+            style,
+            tuple(named),
         )
 
     def apply(self) -> None:
-        """Configure this process's root logger the same way (to standard error)."""
+        """Configure this process's loggers the same way (to standard error). A setup that
+        cannot be applied leaves Python's defaults: a worker's logging must never stop it."""
         import logging
 
-        given = {"format": self.format, "datefmt": self.datefmt}
-        options = {k: v for k, v in given.items() if v is not None}
-        logging.basicConfig(level=self.level, force=True, **options)
+        options = {"format": self.format, "datefmt": self.datefmt}
+        try:
+            logging.basicConfig(
+                level=self.level,
+                style=self.style,  # type: ignore[arg-type]
+                force=True,
+                **{k: v for k, v in options.items() if v is not None},
+            )
+            for name, level in self.levels:
+                logging.getLogger(name).setLevel(level)
+        except (ValueError, TypeError):
+            logging.basicConfig(force=True)
 
 
 class StartHost(NamedTuple):

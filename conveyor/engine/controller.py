@@ -289,6 +289,9 @@ class Controller:
         try:
             for monitor in self.monitors:  # a slow first source shows the run starting
                 monitor.on_start(self.pipeline_name, [s.spec.name for s in self.stages])
+            if self._closed or self._stop_requested:  # closed before it started: it ran
+                self._started_without_backend()  # whole, its processes left till exit
+                return
             # the first source to run is known before the backend starts: a run with nothing
             # to do (every source finished by an earlier run, or none given) starts no
             # workers, and no cluster (a private Ray one took 9 s to find nothing to do)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import threading
 import weakref
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -29,15 +30,19 @@ class Run:
     def __init__(self, controller: Controller) -> None:
         self._controller = controller
         self._iter: Iterator[Any] | None = None
+        # held while the run moves on (``next``) and while it is closed: a close from another
+        # thread waits for the iterating one, which the stop request lets go within a turn
+        self._lock = threading.RLock()
 
     def __iter__(self) -> Run:
         return self
 
     def __next__(self) -> Any:
-        if self._iter is None:
-            self._iter = iter(self._controller)
-            _started.add(self)
-        return next(self._iter)
+        with self._lock:
+            if self._iter is None:
+                self._iter = iter(self._controller)
+                _started.add(self)
+            return next(self._iter)
 
     @property
     def result(self) -> RunResult:
@@ -53,16 +58,18 @@ class Run:
         return self._iter is not None and not self._controller.closed
 
     def close(self) -> None:
-        """Stop every worker and end the run early. From a thread other than the one
-        iterating the run (a watchdog, a UI), the run stops at the loop's next turn (within
-        a second), and the iterating thread's loop ends."""
-        if self._iter is not None:
-            try:
+        """Stop every worker and end the run early, also from a thread other than the one
+        iterating it (a watchdog, a UI): the run stops at the loop's next turn (within a
+        second), and the iterating thread's loop ends."""
+        self._controller.request_stop()
+        with self._lock:
+            if self._iter is None:
+                self._controller.close()
+                return
+            # (closed from inside the run, a monitor: "generator already executing", and the
+            # stop request ends it)
+            with contextlib.suppress(ValueError):
                 self._iter.close()  # type: ignore[attr-defined]
-            except ValueError:  # "generator already executing": another thread iterates it
-                self._controller.request_stop()
-        else:
-            self._controller.close()
 
     def __enter__(self) -> Run:
         return self
