@@ -324,7 +324,7 @@ class OutputLayout:
             if staged is not None and staged[0] == "chunk":
                 with contextlib.suppress(OSError):
                     record = _parse_record(path.read_bytes())
-                    if record is not None and _whole_part(record, stamp, files):
+                    if record is not None and self._whole_part(record, stamp, files):
                         finished[staged[2]] = record
         index: dict[str, str] = {}
         for key, record in sorted(finished.items()):
@@ -336,9 +336,11 @@ class OutputLayout:
         ids: set[str] = set()
         tables: set[str] = set()
         doomed = []
+        # an earlier attempt's tables a finished part adopted stay, their part's record gone
+        named = {n for r in finished.values() for names in r["files"].values() for n in names}
         for name, path in files.items():
             staged = staged_part(name)
-            if staged is not None and staged[2] in finished:
+            if name in named or (staged is not None and staged[2] in finished):
                 continue
             if staged is not None and staged[0] == "intent":
                 logged, table = _intent(path)
@@ -356,6 +358,22 @@ class OutputLayout:
         resume = staging / f"{RESUME_PREFIX}{generation}.json"
         self.write_json(resume, {"generation": generation, "clips": index})
         return generation, str(resume)
+
+    def _whole_part(
+        self, record: dict[str, Any], stamp: dict[str, Any], files: Iterable[str]
+    ) -> bool:
+        """Whether a staged part's record is of this source, every table it names is there
+        (one gone would keep its video from ever being finalised) and, in a local output,
+        every clip it kept (one deleted by hand was adopted as there)."""
+        named = record.get("files")
+        if record.get("source") != stamp or not isinstance(named, dict):
+            return False
+        if not all(name in files for names in named.values() for name in names):
+            return False
+        kept = record.get("kept") or ()
+        return not isinstance(self.clips, Path) or all(
+            Path(self.clip_path(cid)).exists() for cid in kept
+        )
 
     def drop_from_group(self, name: str, vid: str | None = None) -> int:
         """Rewrite the shared table ``name`` (``metadata/group-...parquet``) with only the
@@ -531,15 +549,6 @@ def resumed_clips(resume: str) -> dict[str, str]:
     if not isinstance(clips, dict):
         raise ValueError(f"{resume}: not a list of resumed clips")
     return clips
-
-
-def _whole_part(record: dict[str, Any], stamp: dict[str, Any], files: Iterable[str]) -> bool:
-    """Whether a staged part's record is of this source and every table it names is there
-    (one gone would keep its video from ever being finalised)."""
-    named = record.get("files")
-    if record.get("source") != stamp or not isinstance(named, dict):
-        return False
-    return all(name in files for names in named.values() for name in names)
 
 
 def _intent(path: StoragePath | None) -> tuple[list[str], str]:

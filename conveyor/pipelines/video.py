@@ -530,13 +530,15 @@ def run_video(
     result = run.result
     tally.stopped = True
     sources.drain()  # a run stopped early: the summary still counts every video
+    tally.finish(layout, result.failures)
+    if config.shards != "none":
+        # before the dedup marks the metas: a video a stop left out of the shards is added
+        # here, and its clips' metas in the shards carry no mark, as every other's
+        finish_shards(config.output, config.shard_mb, tally.complete_paths or ())
     if config.dedup and result.completed:
         from conveyor.stages.video.dedup import deduplicate
 
         deduplicate(config.output, config.dedup_threshold, executor=executor)
-    tally.finish(layout, result.failures)
-    if config.shards != "none":
-        finish_shards(config.output, config.shard_mb, tally.complete_paths or ())
     wall = time.perf_counter() - started
     summary = build_summary(config, tally, result, wall, pipeline.description or "")
     layout.write_json(layout.summary, summary)

@@ -201,3 +201,21 @@ def test_a_shards_folder_with_a_tar_missing_its_index_is_refused_before_the_run(
     assert "shard-000000.tar has no index" in result.output
     assert not (output / "videos").exists()  # refused before any work
     assert OutputLayout(output).read_record("a.mp4") is None
+
+
+@pytest.mark.slow
+def test_shards_filled_at_the_end_carry_no_dedup_mark(tmp_path: Path) -> None:
+    """Videos complete before a run went into its shards after its dedup had marked their
+    metas: their samples said ``duplicate_of``, unlike every other's (docs/video.md)."""
+    import shutil
+
+    source = make_inputs(tmp_path / "in")
+    shutil.copy(source / "a.mp4", source / "copy.mp4")  # every clip of it a duplicate
+    output = tmp_path / "out"
+    run_video(fast_config(source, output), local())
+    report = run_video(fast_config(source, output, shards="webdataset", dedup=True), local())
+    assert report.summary["clips"]["duplicates"] > 0
+    samples = shard_samples(output)
+    assert samples and all(json.loads(s["json"])["duplicate_of"] is None for s in samples.values())
+    marked = [m for m in table_metas(output).values() if m["duplicate_of"] is not None]
+    assert len(marked) == report.summary["clips"]["duplicates"]

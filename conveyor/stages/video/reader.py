@@ -446,17 +446,21 @@ class VideoSources:
                 self._staged = _staged_videos(layout)
         for source in batch:
             record = records.get(source.relative_path)
+            vid = video_id(source.relative_path)
+            staged = bool(self._staged) and vid in self._staged
             if (
                 record is not None
                 and same_source(record, source.size, source.mtime)
                 and not _clips_missing(layout, record)
             ):
+                if staged and layout is not None:
+                    # a stop between its record and the removal of its staging left that
+                    layout.remove_tree(layout.staging_dir(vid))
                 self.complete += 1
                 self._groups.add(record)
                 if self.on_complete is not None:
                     self.on_complete(source, record)
                 continue
-            staged = bool(self._staged) and video_id(source.relative_path) in self._staged
             reset = self.output is not None and (record is not None or staged)
             self._groups.recordless |= record is None and not staged
             if reset != source.reset:

@@ -262,3 +262,55 @@ def test_a_part_whose_staged_table_is_gone_is_not_finished(tmp_path: Path) -> No
     assert resume is not None and len(resumed_clips(resume[1])) == 2
     written(out, tasks(resume))
     assert output(out)["record"]["resumed_clips"] == 2
+
+
+def test_an_adopted_part_whose_own_record_is_gone_keeps_its_tables(
+    tmp_path: Path, reference: dict[str, Any]
+) -> None:
+    """Deleting the first attempt's record of a part the second adopted removed the tables
+    the second's record names: the video never finalised, said as "not finished"."""
+    out = tmp_path / "out"
+    layout = OutputLayout(out)
+    written(out, tasks()[:2])
+    first = layout.resume_video(REL, SIZE, MTIME)
+    assert first is not None
+    written(out, tasks(first)[:5])
+    (layout.staging_dir(video_id(REL)) / "chunk-000000-000000.json").unlink()
+    second = layout.resume_video(REL, SIZE, MTIME)
+    assert second is not None
+    written(out, tasks(second))
+    assert output(out)["record"]["clips"] == reference["record"]["clips"]
+    assert output(out)["staging"] == []
+
+
+def test_a_part_whose_kept_clip_was_deleted_is_redone(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    layout = OutputLayout(out)
+    first = tasks()
+    written(out, first[:3])
+    gone = first[0].data.clips[0].clip_id
+    layout.clip_path(gone).unlink()
+    resume = layout.resume_video(REL, SIZE, MTIME)
+    assert resume is not None and gone not in resumed_clips(resume[1])
+    written(out, tasks(resume))
+    assert layout.clip_path(gone).exists()
+    assert output(out)["record"]["resumed_clips"] == 2
+
+
+def test_a_complete_video_s_leftover_staging_is_swept_at_the_next_listing(
+    tmp_path: Path,
+) -> None:
+    """A stop between the record and the staging's removal left it for good."""
+    from conveyor.stages.video.reader import pending_videos
+
+    source = tmp_path / "in" / REL
+    source.parent.mkdir()
+    source.write_bytes(b"x" * SIZE)
+    os.utime(source, (MTIME, MTIME))
+    out = tmp_path / "out"
+    written(out, tasks())
+    staging = OutputLayout(out).staging_dir(video_id(REL))
+    staging.mkdir(parents=True)
+    (staging / "chunk-000000-000000.json").write_text("{}")
+    assert pending_videos(list_videos(tmp_path / "in"), out) == []
+    assert not staging.exists()
