@@ -522,8 +522,7 @@ class LocalBackend:
                 told = True
                 print(
                     f"conveyor: waiting up to {grace_s:g} s for {len(self._workers)} "
-                    "worker(s) to finish their batch and teardown (interrupt again to kill "
-                    "them now)",
+                    "worker(s) to finish their batch and teardown (Ctrl-C kills them now)",
                     file=sys.stderr,
                     flush=True,
                 )

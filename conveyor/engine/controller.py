@@ -451,12 +451,13 @@ class Controller:
         return self.stages[edge].spec.batch_size if edge < len(self.stages) else 1
 
     def _admit(self) -> None:
-        """Take source tasks while the first edge has room. A slow source (a listing, a
-        queue, an API paged through) is taken from for ``ADMIT_SLICE_S`` at most per turn
-        once something waits to be dispatched, so that its first tasks run while it yields
-        the next: filling the edge first kept every worker idle until the source ran dry
-        or the edge was full (on the backend's clock: a simulated run's virtual one does not
-        move while its source is read, and its runs stay the same)."""
+        """Take source tasks while the first edge has room. A source slow to give each task
+        (a listing, an API paged through) is taken from for ``ADMIT_SLICE_S`` at most per
+        turn once something waits to be dispatched, so that its first tasks run while it
+        gives the next: filling the edge first kept every worker idle until the source ran
+        dry or the edge was full (on the backend's clock: a simulated run's virtual one does
+        not move while its source is read, and its runs stay the same). A ``next()`` that
+        blocks holds the loop all the same: the source is read in the loop's thread."""
         self._admitting = False
         if self.source_done:
             return
