@@ -76,6 +76,7 @@ from conveyor.engine.snapshot import Progress, fill_result, run_snapshot, run_st
 from conveyor.engine.spec import StageSpec
 from conveyor.engine.state import Batch, StageState
 from conveyor.engine.suspects import SUSPECT_NODE_S, Suspects
+from conveyor.engine.tracebacks import named_sources
 from conveyor.errors import BackendError, EngineStalled, StageSetupError, UnpicklablePayload
 from conveyor.result import FailureRecord, RunResult, StageStats
 from conveyor.tasks.base import EmptyTask, Task
@@ -723,8 +724,9 @@ class Controller:
                 self._on_worker_gone(event.worker_id, event.error)
                 return
         name = stage.spec.name if stage else event.worker_id
+        trace = named_sources(event.error.traceback, stage.spec.stage) if stage else ""
         raise StageSetupError(
-            name, f"{event.error.type}: {event.error.message}", event.error.traceback
+            name, f"{event.error.type}: {event.error.message}", trace or event.error.traceback
         )
 
     def _pop_batch(self, worker_id: str, batch_id: int) -> Batch | None:
@@ -967,7 +969,7 @@ class Controller:
             task=task,
             error_type=error_type,
             message=message,
-            traceback=error.traceback if error is not None else "",
+            traceback=named_sources(error.traceback, stage.spec.stage) if error else "",
             attempts=attempts,
             deferred=error is not None and error.deferred,
         )
