@@ -370,10 +370,15 @@ class OutputLayout:
             return False
         if not all(name in files for names in named.values() for name in names):
             return False
-        kept = record.get("kept") or ()
-        return not isinstance(self.clips, Path) or all(
-            Path(self.clip_path(cid)).exists() for cid in kept
-        )
+        return not self.kept_clips_missing(record)
+
+    def kept_clips_missing(self, record: dict[str, Any]) -> bool:
+        """Whether a kept clip a record names (a video's, or a staged part's) has no file in a
+        local output: one deleted by hand was counted as there. On a bucket the check would
+        cost a request per clip, and is not made."""
+        if not isinstance(self.clips, Path):
+            return False
+        return not all(Path(self.clip_path(c)).exists() for c in record.get("kept") or ())
 
     def drop_from_group(self, name: str, vid: str | None = None) -> int:
         """Rewrite the shared table ``name`` (``metadata/group-...parquet``) with only the

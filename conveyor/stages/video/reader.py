@@ -451,7 +451,8 @@ class VideoSources:
             if (
                 record is not None
                 and same_source(record, source.size, source.mtime)
-                and not _clips_missing(layout, record)
+                # (a kept clip deleted by hand: the video is done again)
+                and not (layout is not None and layout.kept_clips_missing(record))
             ):
                 if staged and layout is not None:
                     # a stop between its record and the removal of its staging left that
@@ -479,15 +480,6 @@ def _drop_stale_rows(layout: OutputLayout, groups: GroupCount) -> None:
         dropped = layout.drop_from_group(name)
         if dropped:
             log.info("%s: %d row(s) of videos done again dropped", name, dropped)
-
-
-def _clips_missing(layout: OutputLayout | None, record: dict[str, Any]) -> bool:
-    """Whether a kept clip of a complete video's record has no file in a local output: one
-    deleted by hand was counted as there by every later run (the video is done again). On a
-    bucket the check would cost a request per clip, and is not made."""
-    if layout is None or not isinstance(layout.clips, Path):
-        return False
-    return not all(Path(layout.clip_path(c)).exists() for c in record.get("kept") or ())
 
 
 def _staged_videos(layout: OutputLayout) -> set[str]:
