@@ -10,6 +10,7 @@ dropped).
 
 from __future__ import annotations
 
+import itertools
 import math
 import sys
 import warnings
@@ -22,6 +23,7 @@ from conveyor.curator.backends.base import NodeInfo, WorkerMetadata, WorkerResou
 from conveyor.curator.stages.base import CompositeStage, ProcessingStage
 from conveyor.curator.stages.resources import as_resources
 from conveyor.curator.tasks import FailedTask, NoneTask, TransientDrop
+from conveyor.curator.video_model import Call as VideoCall
 from conveyor.errors import DeferredError
 from conveyor.stage import CompositeStage as _CompositeStage
 from conveyor.stage import InputContract, several
@@ -74,7 +76,11 @@ def adapt_all(
             counted.append(max(1, int(nodes())))
         return counted[0]
 
-    return [adapt(s, count) for s in expand(stages)]
+    adapted = [adapt(s, count) for s in expand(stages)]
+    for stage, following in itertools.pairwise(adapted):
+        if isinstance(stage, CuratorStage):
+            stage.to_conveyor = not isinstance(following, CuratorStage)
+    return adapted
 
 
 def expand(stages: Sequence[Any]) -> list[Any]:
@@ -275,6 +281,9 @@ class CuratorStage(_ProcessingStage[Any, Any]):
         self.max_attempts = stage.max_attempts
         self.preload_modules = stage.preload_modules
         self.max_threads = stage.max_threads
+        #: the next stage is one of Conveyor's: NeMo Curator's video model is converted
+        #: to Conveyor's on the way out (``conveyor.curator.video_model``)
+        self.to_conveyor = False
 
     def setup(self, worker: WorkerInfo) -> None:
         self.stage.setup(self.metadata(worker))
@@ -333,6 +342,14 @@ class CuratorStage(_ProcessingStage[Any, Any]):
                 )
         return result
 
+    def _call(self, tasks: list[Any], method: str, call: Callable[[list[Any]], Any]) -> Any:
+        """``call`` of the stage on ``tasks``; video tasks in NeMo Curator's model on the
+        way in, and in Conveyor's on the way out where a Conveyor stage is next."""
+        videos = VideoCall(self.name, tasks)
+        given = videos.inputs
+        result = self._outputs(call(given), method, given) if given else []
+        return videos.outputs(result, self.to_conveyor)
+
 
 def _raise_dropped(name: str, method: str, outputs: list[Any], inputs: Sequence[Any]) -> None:
     """A ``TransientDrop`` or ``FailedTask`` among ``outputs`` as the ``DeferredError`` of
@@ -355,21 +372,24 @@ def _raise_dropped(name: str, method: str, outputs: list[Any], inputs: Sequence[
 
 class _PerTask(CuratorStage):
     def process(self, task: Any) -> Any:
-        stage = self.stage
-        stage._threads = self._threads
+        self.stage._threads = self._threads
+        return self._call([task], "process", self._process_one)
+
+    def _process_one(self, tasks: list[Any]) -> Any:
+        stage, task = self.stage, tasks[0]
         if self.validates and not stage.validate_input(task):
             raise ValueError(
                 f"stage {self.name!r}: validate_input() refused task {task.task_id!r}"
                 if hasattr(task, "task_id")
                 else f"stage {self.name!r}: validate_input() refused {type(task).__name__}"
             )
-        return self._outputs(stage.process(task), "process", [task])
+        return stage.process(task)
 
 
 class _PerBatch(CuratorStage):
     def process_batch(self, tasks: list[Any]) -> list[Any]:
         self.stage._threads = self._threads
-        return self._outputs(self.stage.process_batch(tasks), "process_batch", tasks)
+        return self._call(tasks, "process_batch", self.stage.process_batch)  # type: ignore[no-any-return]
 
 
 class _NodeSetup:

@@ -425,6 +425,24 @@ def probe(
             return _probe_open(container, size, verify, max_pixels)
 
 
+def probe_bytes(data: bytes, *, verify: bool = True) -> VideoMetadata:
+    """``probe`` of a video held in memory (NeMo Curator's ``source_bytes``, an encoded
+    clip); ``InputError`` with the reason otherwise."""
+    import io
+
+    if not data:
+        raise InputError("empty video (0 bytes)")
+    with _capture() as logs:
+        try:
+            import av
+
+            container = open_input(io.BytesIO(data))
+        except (av.FFmpegError, UnicodeDecodeError) as exc:
+            raise InputError(_open_reason(exc, logs)) from None
+    with container:
+        return _probe_open(container, len(data), verify, None)
+
+
 def _check_size(width: int, height: int, max_pixels: int | None) -> None:
     if max_pixels is not None and width * height > max_pixels:
         raise InputError(

@@ -165,6 +165,10 @@ class Clip:
     #: finished by an earlier, interrupted run of its video (``Video.resume``): no stage
     #: works on it again, and the writer adopts what that run staged for it
     restored: bool = False
+    #: fields of NeMo Curator's ``Clip`` this model has no place for, set by a Curator-style
+    #: stage (``conveyor.curator.tasks.video``): carried through Conveyor's stages so that
+    #: the next Curator-style stage sees them again
+    carried: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
     def duration_s(self) -> float:
@@ -277,6 +281,8 @@ class Video:
     #: writing completed the video: what comes after the writer (the shard writer, the
     #: run's summary) learns of a finished video from it, without reading the record back
     record: dict[str, Any] | None = field(default=None, repr=False)
+    #: fields of NeMo Curator's ``Video`` this model has no place for (as ``Clip.carried``)
+    carried: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
     def video_id(self) -> str:

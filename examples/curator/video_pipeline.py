@@ -1,8 +1,11 @@
-"""A video pipeline in NeMo Curator's style: Curator-style stages that wrap Conveyor's own
-video stages, next to Conveyor's writer used as it is.
+"""A video pipeline in NeMo Curator's style: a reader and a motion filter written against
+NeMo Curator's video model (``task.data.clips``, ``clip.buffer``,
+``video.filtered_clips``), between Conveyor's own probe, splitter, transcoder and writer,
+used as they are. Where the two meet, the adapter converts one video model to the other.
 
 ``python examples/curator/video_pipeline.py WORKDIR`` writes two short sample videos under
-``WORKDIR/input`` and 1 s clips (H.264, with motion scores) under ``WORKDIR/output``.
+``WORKDIR/input`` and 1 s clips (H.264, with motion scores) under ``WORKDIR/output``; the
+clips of the slower half of each video are filtered.
 """
 
 from __future__ import annotations
@@ -15,10 +18,11 @@ from conveyor.curator.backends.xenna import XennaExecutor
 from conveyor.curator.pipeline import Pipeline
 from conveyor.curator.stages.base import ProcessingStage
 from conveyor.curator.stages.resources import Resources
-from conveyor.curator.tasks import EmptyTask, VideoTask
+from conveyor.curator.tasks import EmptyTask
+from conveyor.curator.tasks.video import Video, VideoTask
 from conveyor.stages.video import ClipTranscoder, ClipWriter, FixedStrideSplitter, VideoProbe
-from conveyor.stages.video.reader import list_videos
-from conveyor.tasks.video import Video
+
+VIDEO_EXTENSIONS = (".mp4", ".mov", ".mkv", ".webm", ".avi")
 
 
 class VideoListStage(ProcessingStage[EmptyTask, VideoTask]):
@@ -34,52 +38,44 @@ class VideoListStage(ProcessingStage[EmptyTask, VideoTask]):
         return 1
 
     def process(self, task: EmptyTask) -> list[VideoTask]:
-        return [
-            VideoTask(
-                f"video-{i}",
-                "videos",
-                Video(
-                    source.path,
-                    source.relative_path,
-                    source_size=source.size,
-                    source_mtime=source.mtime,
-                ),
-            )
-            for i, source in enumerate(list_videos(self.path))
-        ]
+        files = sorted(p for p in Path(self.path).rglob("*") if p.suffix in VIDEO_EXTENSIONS)
+        return [VideoTask(dataset_name="videos", data=Video(input_video=p)) for p in files]
 
 
-class Wrapped(ProcessingStage[VideoTask, VideoTask]):
-    """A Conveyor stage run from a Curator-style one: its ``setup`` gets Conveyor's worker
-    description (``worker_metadata.allocation``)."""
+class MotionThresholdFilter(ProcessingStage[VideoTask, VideoTask]):
+    """Moves clips whose mean motion is under ``threshold`` to ``filtered_clips``."""
 
-    def __init__(self, name: str, inner: Any, cpus: float = 1.0) -> None:
-        self.name = name
-        self.inner = inner
-        self.resources = Resources(cpus=cpus)
+    name = "motion_threshold"
+    resources = Resources(cpus=0.25)
 
-    def setup(self, worker_metadata: Any = None) -> None:
-        self.inner.setup(worker_metadata.allocation)
+    def __init__(self, threshold: float) -> None:
+        self.threshold = threshold
 
-    def teardown(self) -> None:
-        self.inner.teardown()
+    def process(self, task: VideoTask) -> VideoTask:
+        video = task.data
+        passed = []
+        for clip in video.clips:
+            score = clip.motion_score_global_mean
+            if clip.buffer is None or score is None or score < self.threshold:
+                video.filtered_clips.append(clip)
+                video.clip_stats.num_filtered_by_motion += 1
+            else:
+                passed.append(clip)
+        video.clips = passed
+        return task
 
-    def process(self, task: VideoTask) -> Any:
-        self.inner._threads = self._threads
-        result = self.inner.process(task)
-        return list(result) if result is not None and not isinstance(result, VideoTask) else result
 
-
-def build(workdir: Path) -> Pipeline:
+def build(workdir: Path, threshold: float = 0.02) -> Pipeline:
     return Pipeline(
         "video-curation",
-        "probe, 1 s clips, x264 with motion scores",
+        "probe, 1 s clips, x264 with motion scores, still clips filtered",
         [
             VideoListStage(str(workdir / "input")),
-            Wrapped("probe", VideoProbe(), cpus=0.25),
-            Wrapped("split", FixedStrideSplitter(clip_len_s=1.0, min_clip_s=0.5), cpus=0.25),
-            Wrapped("transcode", ClipTranscoder(preset="ultrafast", motion_patch=256)),
-            ClipWriter(str(workdir / "output")),  # Conveyor's own stage, as it is
+            VideoProbe(),  # Conveyor's own stages, as they are
+            FixedStrideSplitter(clip_len_s=1.0, min_clip_s=0.5),
+            ClipTranscoder(preset="ultrafast", motion_patch=256),
+            MotionThresholdFilter(threshold),
+            ClipWriter(str(workdir / "output")),
         ],
     )
 
@@ -91,7 +87,7 @@ def write_inputs(folder: Path) -> Path:
     for i in range(2):
         write_video(
             folder / f"v{i}.mp4",
-            [Segment("shapes", 1.0, seed=i), Segment("pan", 1.0, seed=i)],
+            [Segment("gradient", 1.0, seed=i), Segment("fast", 1.0, seed=i)],
             width=96,
             height=64,
             fps=12,
@@ -99,12 +95,12 @@ def write_inputs(folder: Path) -> Path:
     return folder
 
 
-def main(workdir: Path, executor: Any = None) -> list[VideoTask]:
+def main(workdir: Path, executor: Any = None, threshold: float = 0.02) -> list[Any]:
     write_inputs(workdir / "input")
-    return build(workdir).run(executor or XennaExecutor())
+    return build(workdir, threshold).run(executor or XennaExecutor())
 
 
 if __name__ == "__main__":
     done = main(Path(sys.argv[1] if len(sys.argv) > 1 else "curator-video"))
-    clips = sum(len(t.data.clips) for t in done)
-    print(f"{len(done)} chunks, {clips} clips", file=sys.stderr)
+    kept = sum(c.kept for t in done for c in t.data.clips)
+    print(f"{len(done)} chunks, {kept} clips kept", file=sys.stderr)

@@ -132,14 +132,18 @@ class BaseExecutor:
         those an earlier one finished. The stages up to that source stage run first, on
         their own; the rest stream over what they made.
         """
-        from conveyor.curator.adapter import adapt_all, expand
+        from conveyor.curator.adapter import CuratorStage, adapt_all, expand
         from conveyor.curator.tasks import EmptyTask
+        from conveyor.curator.video_model import to_conveyor_task
         from conveyor.pipeline import Pipeline as _Pipeline
 
         executor = self.conveyor_executor()
         flat = expand(list(stages))
         adapted = adapt_all(flat, nodes=lambda: self.nodes(executor))
         tasks = list(initial_tasks) if initial_tasks is not None else [EmptyTask()]
+        if adapted and not isinstance(adapted[0], CuratorStage):
+            # NeMo Curator's video tasks, given to one of Conveyor's stages
+            tasks = [to_conveyor_task(t, "initial_tasks") for t in tasks]
         if checkpoint_path is None:
             return self.outputs(_Pipeline(name, adapted).run(executor, tasks))
         journal = _journal_path(checkpoint_path)

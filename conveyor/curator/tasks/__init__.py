@@ -7,6 +7,10 @@ and theirs take Conveyor's. ``_metadata`` and ``_stage_perf`` are the same objec
 Conveyor's ``metadata`` and ``stage_perf``. ``task_id`` is set by the engine as each task is
 made (a path through the stages, such as ``"3.0.12"``); a value given here is kept only on
 the tasks a run starts from.
+
+``VideoTask`` is the exception: its data is NeMo Curator's video model
+(``conveyor.curator.tasks.video``), which Conveyor's video stages do not read; the adapter
+converts between the two where a Curator-style stage meets one of Conveyor's.
 """
 
 from __future__ import annotations
@@ -259,7 +263,7 @@ _EmptyTask = EmptyTask
 
 def __getattr__(name: str) -> Any:
     if name == "VideoTask":  # NumPy and the video types load on first use
-        from conveyor.curator.tasks._video import VideoTask
+        from conveyor.curator.tasks.video import VideoTask
 
         globals()[name] = VideoTask
         return VideoTask

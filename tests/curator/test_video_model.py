@@ -1,0 +1,226 @@
+"""NeMo Curator's video model next to Conveyor's: what a Curator-style stage sees of a
+Conveyor video, and what comes back of what it did."""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from conveyor.curator.adapter import adapt_all
+from conveyor.curator.stages.base import ProcessingStage
+from conveyor.curator.tasks import VideoTask
+from conveyor.curator.tasks.video import Clip, Video, _Window
+from conveyor.curator.utils.decoder_utils import FrameExtractionPolicy, FrameExtractionSignature
+from conveyor.curator.video_model import Call, to_conveyor_task, to_curator
+from conveyor.media.errors import InputError
+from conveyor.stages.video import VideoProbe
+from conveyor.tasks.video import Clip as CClip
+from conveyor.tasks.video import MotionScores, clip_id
+from conveyor.tasks.video import Video as CVideo
+from conveyor.tasks.video import VideoMetadata as CMeta
+from conveyor.tasks.video import VideoTask as CVideoTask
+
+META = CMeta(4.0, 10.0, 40, 64, 48, "h264", pixel_format="yuv420p", size_bytes=900)
+
+
+def conveyor_task(clips: int = 4, **video: Any) -> CVideoTask:
+    made = [
+        CClip(
+            clip_id("v.mp4", 10 * i, 10 * i + 10),
+            "v.mp4",
+            (float(i), float(i + 1)),
+            (10 * i, 10 * i + 10),
+            encoded=b"mp4-%d" % i,
+            num_frames=10,
+            tags=[("cat", 0.9)],
+            frames={2.0: np.full((2, 4, 4, 3), i, np.uint8)},
+            scores={"aesthetic": 0.5 + i},
+        )
+        for i in range(clips)
+    ]
+    data = CVideo("/data/v.mp4", "v.mp4", metadata=META, clips=made, last_chunk=True, **video)
+    return CVideoTask(data=data, dataset_name="videos", metadata={"k": 1}, task_id="3.0")
+
+
+def curator_side(task: CVideoTask) -> tuple[Call, VideoTask]:
+    call = Call("stage", [pickle.loads(pickle.dumps(task))])  # as a worker gets it
+    (given,) = call.inputs
+    return call, given
+
+
+def test_a_conveyor_video_as_nemo_curator_names_it() -> None:
+    task = conveyor_task()
+    task.data.clips[1].reject("quality")
+    task.data.clips[2].fail("transcode", "broken")
+    task.data.clips[3].motion = MotionScores(256, 0.02, 0.01, 9)
+    got = to_curator(task)
+    video = got.data
+    assert isinstance(got, VideoTask) and got.task_id == "3.0" and got._metadata == {"k": 1}
+    assert video.input_video == Path("/data/v.mp4") and video.input_path == "/data/v.mp4"
+    assert (video.metadata.framerate, video.metadata.duration, video.metadata.num_frames) == (
+        10.0,
+        4.0,
+        40,
+    )
+    assert video.has_metadata() and video.is_10_bit_color() is False
+    # in play, filtered aside; the failed clip is not shown at all
+    assert [c.span for c in video.clips] == [(0.0, 1.0), (3.0, 4.0)]
+    assert [c.span for c in video.filtered_clips] == [(1.0, 2.0)]
+    first, last = video.clips
+    assert first.uuid == uuid.UUID(task.data.clips[0].clip_id)
+    assert first.buffer == b"mp4-0" and first.aesthetic_score == 0.5
+    key = FrameExtractionSignature(FrameExtractionPolicy.sequence, 2.0).to_str()
+    assert list(first.extracted_frames) == [key]
+    assert last.motion_score_global_mean == 0.02  # the transcoder's, before a motion filter
+    assert last.motion_score_per_patch_min_256 == 0.01
+
+
+def test_a_stage_filters_drops_and_changes_clips_and_conveyor_keeps_the_rest() -> None:
+    task = conveyor_task()
+    task.data.clips[3].fail("transcode", "broken")
+    call, given = curator_side(task)
+    video = given.data
+    keep, aside, _dropped = video.clips  # the failed fourth is held back
+    aside.aesthetic_score = 0.1
+    video.filtered_clips.append(aside)
+    keep.cosmos_embed1_embedding = np.ones(8, np.float32)
+    keep.windows = [
+        _Window(0, 5, caption={"vlm": "a cat"}),
+        _Window(5, 10, caption={"vlm": "sits"}),
+    ]
+    keep.egomotion = {"pose": b"x"}
+    video.clips = [keep]  # ``_dropped`` is in neither list now
+    video.clip_stats.num_filtered_by_aesthetic += 1
+    (back,) = call.outputs([given], to_conveyor=True)
+    assert isinstance(back, CVideoTask) and back.task_id == "3.0"
+    clips = back.data.clips
+    assert [c.span[0] for c in clips] == [0.0, 1.0, 2.0, 3.0]  # the source's order
+    first, second, third, fourth = clips
+    assert first.kept and first.tags == [("cat", 0.9)] and first.frame_span == (0, 10)
+    assert first.captions == {"vlm": "a cat sits"}
+    assert first.embedding is not None and first.embedding.shape == (8,)
+    assert first.carried["egomotion"] == {"pose": b"x"}
+    assert second.filtered_by == "stage" and second.scores["aesthetic"] == 0.1
+    assert third.filtered_by == "stage"  # dropped: rejected, and still recorded
+    assert fourth.errors == {"transcode": "broken"}
+    assert back.data.carried["clip_stats"].num_filtered_by_aesthetic == 1
+    # the next Curator-style stage sees what Conveyor's model has no place for again
+    again = to_curator(back).data
+    assert len(again.clips[0].windows) == 2 and again.clips[0].egomotion == {"pose": b"x"}
+    assert again.clip_stats.num_filtered_by_aesthetic == 1
+    assert [c.span for c in again.filtered_clips] == [(1.0, 2.0), (2.0, 3.0)]
+
+
+def test_a_clip_failed_by_a_stage_is_failed_for_conveyor() -> None:
+    call, given = curator_side(conveyor_task(2))
+    given.data.clips[0].errors["my_stage"] = "no faces"
+    back = call.outputs(given, to_conveyor=True)  # process's single task
+    first, second = back.data.clips
+    assert not first.kept and first.errors == {"my_stage": "no faces"} and second.kept
+
+
+def test_a_video_error_fails_the_video() -> None:
+    call, given = curator_side(conveyor_task(2))
+    given.data.errors["download"] = "gone"
+    back = call.outputs(given, to_conveyor=True)
+    assert back.data.failed and back.data.errors == {"download": "gone"} and not back.data.clips
+
+
+def test_a_failed_video_passes_by_the_stage() -> None:
+    task = conveyor_task(0)
+    task.data.fail("VideoProbe", "not a video")
+    call = Call("stage", [task])
+    assert call.inputs == []
+    assert call.outputs([], to_conveyor=True) == [task]
+    (seen,) = call.outputs([], to_conveyor=False)
+    assert isinstance(seen, VideoTask) and seen.data.errors == {"VideoProbe": "not a video"}
+
+
+def test_a_video_given_as_several_tasks_becomes_parts_of_its_chunk() -> None:
+    task = conveyor_task(4)
+    task.data.clips[3].fail("transcode", "broken")
+    call, given = curator_side(task)
+    video = given.data
+    halves = [
+        dataclasses.replace(given, data=dataclasses.replace(video, clips=video.clips[:2])),
+        dataclasses.replace(given, data=dataclasses.replace(video, clips=video.clips[2:])),
+    ]
+    outs = call.outputs(halves, to_conveyor=False)  # a Curator-style stage is next
+    outs = [pickle.loads(pickle.dumps(t)) for t in outs]
+    back = [to_conveyor_task(t, "next") for t in outs]
+    assert [(t.data.part, t.data.parts) for t in back] == [(0, 2), (1, 2)]
+    assert [len(t.data.clips) for t in back] == [3, 1]  # the held-back clip rides on part 0
+    assert sum(c.errors != {} for t in back for c in t.data.clips) == 1
+    # a part is not split again
+    call, given = curator_side(back[0])
+    twice = [given, dataclasses.replace(given, data=dataclasses.replace(given.data))]
+    with pytest.raises(ValueError, match=r"gave 2 tasks of one part of video 'v.mp4'"):
+        call.outputs(twice, to_conveyor=True)
+
+
+def test_a_video_made_by_a_curator_style_stage(tmp_path: Path) -> None:
+    from conveyor.samples.video import Segment, write_video
+
+    path = tmp_path / "a.mp4"
+    write_video(path, [Segment("pan", 1.0)], width=64, height=48, fps=10)
+    video = Video(input_video=Path(path))
+    video.populate_metadata()
+    assert video.metadata.framerate == 10.0 and video.metadata.size == Path(path).stat().st_size
+    assert VideoTask(dataset_name="d", data=video).validate()
+    start = uuid.uuid5(uuid.NAMESPACE_URL, "a")
+    video.clips = [Clip(uuid=start, source_video=str(path), span=(0.0, 0.5))]
+    back = to_conveyor_task(VideoTask(dataset_name="d", data=video), "reader").data
+    assert back.metadata is not None and back.metadata.fps == 10.0
+    assert back.relative_path == str(Path(path)).lstrip("/") and back.whole
+    assert back.source_size == Path(path).stat().st_size
+    (clip,) = back.clips
+    assert clip.clip_id == str(start) and clip.frame_span == (0, 5)
+    # Conveyor's probe takes it from there
+    probed = VideoProbe().process(CVideoTask(data=back))
+    assert probed.data.metadata.num_frames == 10
+
+
+def test_probing_bytes_names_what_is_wrong(tmp_path: Path) -> None:
+    from conveyor.samples.video import Segment, write_video
+
+    path = tmp_path / "a.mp4"
+    write_video(path, [Segment("pan", 1.0)], width=64, height=48, fps=10)
+    clip = Clip(uuid=uuid.uuid4(), source_video="a", span=(0, 1), buffer=Path(path).read_bytes())
+    assert clip.extract_metadata() == {
+        "width": 64,
+        "height": 48,
+        "framerate": 10.0,
+        "num_frames": 10,
+        "video_codec": "h264",
+        "num_bytes": Path(path).stat().st_size,
+    }
+    assert Clip(uuid=uuid.uuid4(), source_video="a", span=(0, 1)).extract_metadata() is None
+    with pytest.raises(InputError):
+        Video(input_video=Path("x"), source_bytes=b"not a video").populate_metadata()
+    assert not VideoTask(dataset_name="d", data=Video(input_video=tmp_path / "no")).validate()
+    with pytest.raises(TypeError, match=r"VideoTask\.data must be a conveyor\.curator\.tasks"):
+        VideoTask(dataset_name="d", data=CVideo("a", "a"))
+
+
+class Passes(ProcessingStage[VideoTask, VideoTask]):
+    name = "passes"
+
+    def process(self, task: VideoTask) -> VideoTask:
+        assert isinstance(task, VideoTask)
+        return task
+
+
+def test_the_adapter_converts_before_conveyors_stages_only() -> None:
+    first, second, _probe, third = adapt_all(
+        [Passes(), Passes().with_(name="again"), VideoProbe(), Passes().with_(name="last")]
+    )
+    assert (first.to_conveyor, second.to_conveyor, third.to_conveyor) == (False, True, False)
+    task = conveyor_task(1)
+    assert isinstance(first.process(task), VideoTask)
+    assert isinstance(second.process(first.process(task)), CVideoTask)
