@@ -72,8 +72,8 @@ def dedup(
     order_by: Annotated[
         list[str] | None,
         typer.Option(
-            help="A column deciding which item of a near-duplicate set is kept: the smallest "
-            "(repeat the option for ties).",
+            help="A column deciding which item of a near-duplicate set is kept: the smallest, "
+            "or with a leading - the largest (--order-by=-score; repeat the option for ties).",
             show_default="input order",
         ),
     ] = None,

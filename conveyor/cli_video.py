@@ -72,6 +72,13 @@ class MotionSourceChoice(StrEnum):
     clip = "clip"
 
 
+class DedupKeep(StrEnum):
+    first = "first"
+    longest = "longest"
+    sharpest = "sharpest"
+    aesthetic = "aesthetic"
+
+
 class ShardsChoice(StrEnum):
     none = "none"
     webdataset = "webdataset"
@@ -261,6 +268,14 @@ def video(
     dedup_threshold: Annotated[
         float, typer.Option(min=0.0, max=1.0, help="Dedup: cosine similarity that counts.")
     ] = 0.95,
+    dedup_keep: Annotated[
+        DedupKeep,
+        typer.Option(
+            case_sensitive=False,
+            help="Dedup: the clip of a near-duplicate set kept: the first of the first video, "
+            "the longest, the sharpest (quality filter) or the best-looking (--aesthetic-model).",
+        ),
+    ] = DedupKeep.first,
     write_filtered: Annotated[
         bool, typer.Option("--write-filtered", help="Also write filtered clips.")
     ] = False,
@@ -362,7 +377,7 @@ def video(
             (aesthetic_model is None, ["aesthetic_threshold"], "--aesthetic-model"),
             (video_type_model is None, ["video_types"], "--video-type-model"),
             (not embed, ["embed_model"], "--embed"),
-            (not dedup, ["dedup_threshold"], "--dedup"),
+            (not dedup, ["dedup_threshold", "dedup_keep"], "--dedup"),
             (shards is ShardsChoice.none, ["shard_mb"], "--shards webdataset"),
             # Ray Data's executor takes no monitors
             (executor is VideoExecutor.ray_data, ["metrics_port"],
@@ -426,6 +441,7 @@ def video(
             text_embed=text_embed,
             dedup=dedup,
             dedup_threshold=dedup_threshold,
+            dedup_keep=dedup_keep.value,
             write_filtered=write_filtered,
             meta_json=meta_json,
             shards=shards.value,

@@ -49,6 +49,23 @@ def test_planted_copies_through_the_command(tmp_path: Path) -> None:
     ]  # no empty .conveyor/ left where the work was
 
 
+def test_a_dash_keeps_the_largest_through_the_command(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    base = rng.standard_normal((20, 8))
+    copies = base[:5] + 0.001 * rng.standard_normal((5, 8))
+    vectors = np.concatenate([base, copies])
+    ids = [f"b{i}" for i in range(20)] + [f"c{i}" for i in range(5)]
+    write(tmp_path / "x.parquet", ids, vectors, [0.0] * 20 + [1.0] * 5)
+    for order in (["--order-by", "-when"], ["--order-by=-when"]):
+        out = tmp_path / f"out{len(order)}"
+        result = run(
+            str(tmp_path / "x.parquet"), str(out), *KEY, "--embedding-column", "vec", *order
+        )
+        assert result.exit_code == 0, result.output
+        marks = pq.read_table(out / "duplicates.parquet").to_pylist()
+        assert {m["id"]: m["duplicate_of"] for m in marks} == {f"b{i}": f"c{i}" for i in range(5)}
+
+
 def test_columns_named_like_internal_ones_through_the_command(tmp_path: Path) -> None:
     """--order-by cluster and --id-column pos failed after three passes with Arrow's
     "Multiple matches for FieldRef" and a schema dump."""

@@ -446,12 +446,16 @@ class AssignClusters(ProcessingStage[Chunk, Assigned]):
 
 
 # -- pass 3: compare ---------------------------------------------------------------------------
-def ranks(table: Any, order_by: Sequence[str]) -> np.ndarray:
-    """Each row's place in the keep order: ``order_by`` (spilled names) ascending (nulls
-    last), then input position."""
+def ranks(table: Any, order_by: Sequence[str], descending: Sequence[bool] = ()) -> np.ndarray:
+    """Each row's place in the keep order: ``order_by`` (spilled names) ascending, or
+    descending where ``descending`` says so (nulls last either way), then input position."""
     import pyarrow.compute as pc
 
-    keys = [(name, "ascending", "at_end") for name in (*order_by, "pos")]
+    flags = [*descending, *[False] * (len(order_by) + 1 - len(descending))]
+    keys = [
+        (name, "descending" if down else "ascending", "at_end")
+        for name, down in zip((*order_by, "pos"), flags, strict=False)
+    ]
     order = pc.sort_indices(table, sort_keys=keys).to_numpy()
     rank = np.empty(len(order), np.int64)
     rank[order] = np.arange(len(order))
@@ -536,7 +540,7 @@ class CompareClusters(ProcessingStage[CompareTask, Compared]):
             dim = part.schema.field("embedding").type.list_size
             vectors = part.column("embedding").combine_chunks().values.to_numpy()
             vectors = vectors.reshape(len(rows), dim)
-            rank = ranks(part, keys)
+            rank = ranks(part, keys, self.columns.descending)
             q, m, s = best_earlier_within(vectors, rank, self.threshold)
             if len(q):
                 ids = part.column(ID)
@@ -555,7 +559,7 @@ class CompareClusters(ProcessingStage[CompareTask, Compared]):
         if keys is None or not keys.num_rows:
             raise SemanticDedupError(f"pass 3 task {task.index}: cluster {cluster} is empty")
         pos = keys.column("pos").to_numpy()
-        rank = ranks(keys, order)
+        rank = ranks(keys, order, self.columns.descending)
         by_pos = np.argsort(pos)
         sorted_pos, sorted_rank = pos[by_pos], rank[by_pos]
         del keys, pos, rank

@@ -104,11 +104,28 @@ class CompareTask:
 
 @dataclass(frozen=True)
 class Columns:
-    """The input's column names: the id, the embedding and the keep order's."""
+    """The input's column names: the id, the embedding and the keep order's (each sorted
+    smallest first, or largest first where ``descending`` says so)."""
 
     id: str
     embedding: str
     order_by: tuple[str, ...] = ()
+    descending: tuple[bool, ...] = ()
+
+    @classmethod
+    def of(cls, id: str, embedding: str, order_by: Sequence[str]) -> Columns:
+        """Columns whose keep order ``order_by`` names columns, each with a leading ``-``
+        for largest first (Django's convention: ``"-score"``)."""
+        names = tuple(name[1:] if name.startswith("-") else name for name in order_by)
+        for given, name in zip(order_by, names, strict=True):
+            if not name:
+                raise ValueError(f"order_by {given!r} names no column")
+        return cls(id, embedding, names, tuple(name.startswith("-") for name in order_by))
+
+    def direction(self, index: int) -> str:
+        """``"descending"`` or ``"ascending"``: the keep order's ``index``-th column's."""
+        flags = self.descending
+        return "descending" if index < len(flags) and flags[index] else "ascending"
 
     @property
     def read(self) -> list[str]:

@@ -151,7 +151,9 @@ def semantic_dedup(
 
     ``n_clusters`` defaults to one cluster per 10,000 items; fewer clusters find more pairs
     and cost more. ``order_by`` names columns that decide which item of a near-duplicate set
-    is kept (the first, ascending; ties and the default: input order).
+    is kept: the first in their order, smallest first, or largest first for a name given with
+    a leading ``-`` (``"-score"``); items without a value come last; ties and the default:
+    input order.
     ``executor`` runs the four passes (default: the streaming executor, local backend).
 
     Only one run at a time writes an output folder: another one raises ``OutputInUse``
@@ -177,7 +179,10 @@ def semantic_dedup(
     if problems:
         raise SemanticDedupError(problems[0])
     order = (order_by,) if isinstance(order_by, str) else tuple(order_by)
-    columns = Columns(id_column, embedding_column, order)
+    try:
+        columns = Columns.of(id_column, embedding_column, order)
+    except ValueError as exc:
+        raise SemanticDedupError(str(exc)) from None
     out = _absolute(output)
     root = location(out)
     work = str(root / WORK)

@@ -336,7 +336,8 @@ def describe(config: VideoConfig) -> str:
     if config.caption_model:
         parts.append(f"captions ({Path(config.caption_model).name})")
     if config.dedup:
-        parts.append(f"semantic dedup at {config.dedup_threshold:g}")
+        keeping = "" if config.dedup_keep == "first" else f", keeping the {config.dedup_keep}"
+        parts.append(f"semantic dedup at {config.dedup_threshold:g}{keeping}")
     if config.shards != "none":
         parts.append(f"WebDataset shards of {config.shard_mb:g} MiB")
     return "; ".join(parts)
@@ -538,7 +539,9 @@ def run_video(
     if config.dedup and result.completed:
         from conveyor.stages.video.dedup import deduplicate
 
-        deduplicate(config.output, config.dedup_threshold, executor=executor)
+        deduplicate(
+            config.output, config.dedup_threshold, keep=config.dedup_keep, executor=executor
+        )
     wall = time.perf_counter() - started
     summary = build_summary(config, tally, result, wall, pipeline.description or "")
     layout.write_json(layout.summary, summary)

@@ -111,6 +111,10 @@ class VideoConfig:
     text_embed: bool | None = None
     dedup: bool = False
     dedup_threshold: float = 0.95
+    #: which clip of a near-duplicate set the dedup keeps: ``first`` (of the first video),
+    #: ``longest``, ``sharpest`` (the quality filter's score) or ``aesthetic`` (the
+    #: aesthetic model's); ``conveyor.stages.video.dedup.DEDUP_KEEP``
+    dedup_keep: str = "first"
     write_filtered: bool = False
     #: also write each clip's meta as ``metas/<clip_id>.json`` beside the clip table
     #: (``metadata/*.parquet``, always written). On by default: the metas are what
@@ -186,6 +190,7 @@ class VideoConfig:
             problems.append(f"dedup_threshold must be in (0, 1], got {self.dedup_threshold}")
         if self.dedup and not self.embed:
             problems.append("dedup needs embeddings: drop --no-embed or --dedup")
+        problems += self._keep_problems()
         problems += self._shard_problems()
         if not 0 <= self.overlay_text_threshold <= 1:
             problems.append(
@@ -281,6 +286,17 @@ class VideoConfig:
         nested = nesting_problem(self.output)
         problems = [nested] if nested else []
         return problems + source_problems(sources, self.output, [*folders, *files])
+
+    def _keep_problems(self) -> list[str]:
+        from conveyor.stages.video.dedup import DEDUP_KEEP
+
+        if self.dedup_keep not in DEDUP_KEEP:
+            return [f"dedup_keep must be one of {', '.join(DEDUP_KEEP)}, got {self.dedup_keep!r}"]
+        if self.dedup_keep == "sharpest" and not self.quality:
+            return ["--dedup-keep sharpest reads the quality filter's score: drop --no-quality"]
+        if self.dedup_keep == "aesthetic" and not self.aesthetic_model:
+            return ["--dedup-keep aesthetic reads the aesthetic score: give --aesthetic-model"]
+        return []
 
     def _shard_problems(self) -> list[str]:
         from conveyor.storage import is_url

@@ -274,6 +274,30 @@ def test_order_by_keeps_the_earliest_by_its_columns(tmp_path: Path) -> None:
     assert rows == {"middle": "early", "late": "early"}
 
 
+def test_order_by_with_a_dash_keeps_the_largest(tmp_path: Path) -> None:
+    """``-score`` keeps the best-scored item of a set (items without a score come last),
+    whole clusters or in parts, ties broken by the next column."""
+    a = np.array([1.0, 0.0, 0.0], np.float32)
+    vectors = np.stack([a, a + 0.01, a + 0.02, a + 0.03, np.array([0, 1, 0], np.float32)])
+    ids = ["good", "best", "unscored", "tied", "other"]
+    score = [2.0, 5.0, None, 5.0, 9.0]
+    write(tmp_path / "in", vectors, ids, files=1, score=score, when=[1, 3, 0, 2, 0])
+    for partition_rows in (50_000, 2):
+        out = tmp_path / f"out-{partition_rows}"
+        semantic_dedup(
+            tmp_path / "in",
+            out,
+            threshold=0.99,
+            order_by=("-score", "-when"),
+            partition_rows=partition_rows,
+        )
+        rows = {r["id"]: r["duplicate_of"] for r in marked(out).to_pylist()}
+        assert rows == {"good": "best", "unscored": "best", "tied": "best"}
+        assert json.loads((out / "dedup.json").read_text())["order_by"] == ["-score", "-when"]
+    with pytest.raises(SemanticDedupError, match="order_by '-' names no column"):
+        semantic_dedup(tmp_path / "in", tmp_path / "x", order_by="-")
+
+
 def test_order_by_may_name_the_id_column(tmp_path: Path) -> None:
     """Ids that say the keep order (a pipeline's document ids) order it themselves, whatever
     order the files list the rows in, whole clusters or in parts."""

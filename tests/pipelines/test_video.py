@@ -930,6 +930,16 @@ def test_videos_too_short_for_a_clip_are_counted_and_say_why(inputs: Path, tmp_p
         ),
         (["video", "{input}", "out", "--stride", "5"], "--stride has no effect without --splitter"),
         (["video", "{input}", "out", "--dedup-threshold", "0.5"], "without --dedup"),
+        (["video", "{input}", "out", "--dedup-keep", "longest"], "without --dedup"),
+        (["video", "{input}", "out", "--dedup", "--dedup-keep", "best"], "best"),
+        (
+            ["video", "{input}", "out", "--dedup", "--dedup-keep", "sharpest", "--no-quality"],
+            "--dedup-keep sharpest reads the quality filter's score: drop --no-quality",
+        ),
+        (
+            ["video", "{input}", "out", "--dedup", "--dedup-keep", "aesthetic"],
+            "--dedup-keep aesthetic reads the aesthetic score: give --aesthetic-model",
+        ),
         (["video", "{input}", "out", "--no-motion", "--motion-source", "clip"], "without --motion"),
         (["video", "{input}", "out", "--aesthetic-threshold", "9"], "without --aesthetic-model"),
         (["video", "{input}", "out", "--no-embed", "--embed-model", "x"], "without --embed"),

@@ -136,22 +136,39 @@ def _groups(marks: dict[str, str]) -> list[list[str]]:
     return [[kept, *sorted(members)] for kept, members in sorted(groups.items())]
 
 
+#: which clip of a near-duplicate set is kept (``conveyor video --dedup-keep``) -> the
+#: embeddings' columns that order them (``semantic_dedup``'s ``order_by``): the earliest
+#: of the earliest video, or the longest, sharpest or best-looking (ties: the earliest)
+DEDUP_KEEP: dict[str, tuple[str, ...]] = {
+    "first": ("source_video", "start_s"),
+    "longest": ("-duration_s", "source_video", "start_s"),
+    "sharpest": ("-score_quality_sharpness", "source_video", "start_s"),
+    "aesthetic": ("-score_aesthetic", "source_video", "start_s"),
+}
+
+
 def deduplicate(
     output: str | os.PathLike[str] | ObjectPath,
     threshold: float = 0.95,
     *,
+    keep: str = "first",
     n_clusters: int | None = None,
     executor: Executor | None = None,
 ) -> DedupResult:
     """Mark near-duplicate kept clips under ``output``; returns the counts and groups.
 
-    ``executor`` runs the passes (default: streaming on the local backend)."""
+    ``keep`` says which clip of a set stays unmarked (``DEDUP_KEEP``); clips without the
+    score it reads come after those with one. ``executor`` runs the passes (default:
+    streaming on the local backend)."""
+    from conveyor.dedup.plan import MissingColumns, SemanticDedupError
     from conveyor.dedup.semantic import run_pass, semantic_dedup
     from conveyor.pipeline import Pipeline
     from conveyor.storage import atomic_write
 
     if not 0 < threshold <= 1:
         raise ValueError(f"threshold must be in (0, 1], got {threshold}")
+    if keep not in DEDUP_KEEP:
+        raise ValueError(f"keep must be one of {', '.join(DEDUP_KEEP)}, got {keep!r}")
     layout = OutputLayout(output)
     layout.internal.mkdir(parents=True, exist_ok=True)
     previous = None
@@ -161,15 +178,23 @@ def deduplicate(
             out.write((layout.root / DUPLICATES).read_bytes())
     videos = sorted(p.name[: -len(".parquet")] for p in layout.embeddings.glob("*.parquet"))
     if videos:
-        result = semantic_dedup(
-            str(layout.embeddings),
-            str(layout.root),
-            id_column="clip_id",
-            order_by=("source_video", "start_s"),
-            threshold=threshold,
-            n_clusters=n_clusters,
-            executor=executor,
-        )
+        try:
+            result = semantic_dedup(
+                str(layout.embeddings),
+                str(layout.root),
+                id_column="clip_id",
+                order_by=DEDUP_KEEP[keep],
+                threshold=threshold,
+                n_clusters=n_clusters,
+                executor=executor,
+            )
+        except MissingColumns as exc:  # embeddings written before the keep rules
+            raise SemanticDedupError(
+                exc.explain(
+                    f"an earlier version wrote it, and keeping the {keep} clip reads them: "
+                    "run its video again (--overwrite), or keep the first"
+                )
+            ) from None
         clips, duplicates = result.items, result.duplicates
         tasks = [videos[i : i + VIDEOS_PER_TASK] for i in range(0, len(videos), VIDEOS_PER_TASK)]
         marking = Pipeline("dedup-marks", [MarkDuplicates(str(layout.root), previous)])
@@ -179,7 +204,7 @@ def deduplicate(
         (layout.root / DUPLICATES).unlink(missing_ok=True)
         clips, duplicates, report = 0, 0, {}
     groups = _groups(_marks(layout.root / DUPLICATES)) if duplicates <= GROUPS_LISTED else None
-    report.update(threshold=threshold, clips=clips, duplicates=duplicates, groups=groups)
+    report.update(threshold=threshold, keep=keep, clips=clips, duplicates=duplicates, groups=groups)
     layout.write_json(layout.root / REPORT, report)
     if previous:
         (layout.internal / previous).unlink(missing_ok=True)

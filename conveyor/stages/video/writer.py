@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from conveyor.media.layout import OutputLayout, is_group_table, resumed_clips, staged_part
-from conveyor.media.table import clip_table, videos_table
+from conveyor.media.table import SCORE_NAMES, clip_table, videos_table
 from conveyor.resources import Resources
 from conveyor.stage import ProcessingStage
 from conveyor.stages.video.text_embed import clip_text
@@ -99,6 +99,11 @@ def _embedding_table(clips: list[Clip], attribute: str, with_text: bool = False)
     columns["start_s"] = pa.array([float(c.span[0]) for c in rows], type=pa.float64())
     if with_text:
         columns["text"] = pa.array([clip_text(c) for c in rows], type=pa.string())
+    else:  # and its other keep rules (``DEDUP_KEEP``) these: the clip's length and scores
+        columns["duration_s"] = pa.array([c.duration_s for c in rows], type=pa.float64())
+        for name in SCORE_NAMES:
+            scores = [c.scores.get(name) for c in rows]
+            columns[f"score_{name}"] = pa.array(scores, type=pa.float64())
     columns["embedding"] = pa.ListArray.from_arrays(
         pa.array(np.arange(0, len(rows) * dim + 1, dim, dtype=np.int32)), values
     )
@@ -406,7 +411,9 @@ def _concat(layout: OutputLayout, staging: StoragePath, names: list[str]) -> Any
 
     if not names:
         return None
-    return pa.concat_tables([layout.read_table(staging / name) for name in names])
+    # parts an interrupted earlier run (of an older version) staged may lack newer columns
+    tables = [layout.read_table(staging / name) for name in names]
+    return pa.concat_tables(tables, promote_options="default")
 
 
 def _chunk_record(

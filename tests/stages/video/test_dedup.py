@@ -111,6 +111,58 @@ def test_duplicates_are_marked_against_the_first_clip(tmp_path: Path) -> None:
     }
 
 
+@pytest.mark.parametrize(
+    ("keep", "kept"),
+    [("first", "a0"), ("longest", "a5"), ("sharpest", "b0"), ("aesthetic", "a5")],
+)
+def test_keep_says_which_clip_of_a_set_stays(tmp_path: Path, keep: str, kept: str) -> None:
+    rng = np.random.default_rng(4)
+    a = unit(rng.standard_normal((1, DIM)))[0]
+    # name -> (source, start, length, scores): all near-duplicates of one another
+    clips = {
+        "a0": ("a.mp4", 0, 1, {"quality_sharpness": 5.0}),
+        "a5": ("a.mp4", 5, 3, {"quality_sharpness": 1.0, "aesthetic": 4.0}),
+        "b0": ("b.mp4", 0, 2, {"quality_sharpness": 9.0}),  # no aesthetic score: after
+    }
+    writer, ids = ClipWriter(tmp_path), {}
+    for source in ("a.mp4", "b.mp4"):
+        made = []
+        for name, (where, start, length, scores) in clips.items():
+            if where != source:
+                continue
+            frames = (start * 10, (start + length) * 10)
+            ids[name] = clip_id(source, *frames)
+            span = (float(start), float(start + length))
+            vector = near(a, rng).astype(np.float32)
+            made.append(Clip(ids[name], source, span, frames, b"mp4", num_frames=10, scores=scores))
+            made[-1].embedding = vector
+        video = Video(f"/in/{source}", source, metadata=META, clips=made, last_chunk=True)
+        writer.process(VideoTask(data=video))
+    result = deduplicate(tmp_path, threshold=0.9, keep=keep)
+    assert result.duplicates == 2 and result.groups is not None
+    assert result.groups[0][0] == ids[kept]
+    assert meta(tmp_path, ids[kept])["duplicate_of"] is None
+    report = read_dedup_report(OutputLayout(tmp_path))
+    assert report is not None and report["keep"] == keep
+    with pytest.raises(ValueError, match="keep must be one of first, longest"):
+        deduplicate(tmp_path, keep="best")
+
+
+def test_keeping_by_a_score_an_older_output_lacks_is_a_clear_error(tmp_path: Path) -> None:
+    from conveyor.dedup.plan import SemanticDedupError
+
+    rng = np.random.default_rng(5)
+    write_output(tmp_path, {("a.mp4", 0): unit(rng.standard_normal((1, DIM)))[0]})
+    (path,) = (tmp_path / "embeddings").glob("*.parquet")
+    table = pq.read_table(path)
+    pq.write_table(table.drop_columns(["duration_s", "score_quality_sharpness"]), path)
+    with pytest.raises(
+        SemanticDedupError, match="earlier version wrote it, and keeping the longest"
+    ):
+        deduplicate(tmp_path, keep="longest")
+    assert deduplicate(tmp_path).clips == 1  # the first, as it always could
+
+
 def test_a_later_run_clears_marks_that_no_longer_hold(tmp_path: Path) -> None:
     rng = np.random.default_rng(4)
     a, b = unit(rng.standard_normal((2, DIM)))
@@ -137,6 +189,7 @@ def test_an_output_without_embeddings(tmp_path: Path) -> None:
     assert (result.clips, result.duplicates, result.groups) == (0, 0, [])
     assert read_dedup_report(OutputLayout(tmp_path)) == {
         "threshold": 0.95,
+        "keep": "first",
         "clips": 0,
         "duplicates": 0,
         "groups": [],

@@ -616,3 +616,17 @@ def test_the_meta_says_whose_motion_vectors_scored_the_clip(tmp_path: Path) -> N
         for c in (scored, fallback, unscored)
     ]
     assert sources == ["source", "clip", None]
+
+
+def test_staged_tables_of_an_older_version_gather_with_newer_ones(tmp_path: Path) -> None:
+    """A part an interrupted run of an earlier version staged has no keep-rule columns
+    (``duration_s``, the scores): gathered with this version's, its rows get nulls."""
+    from conveyor.stages.video.writer import _concat
+
+    layout = OutputLayout(tmp_path)
+    older = pa.table({"clip_id": ["a"], "start_s": [0.0]})
+    newer = pa.table({"clip_id": ["b"], "start_s": [1.0], "duration_s": [2.0]})
+    pq.write_table(older, tmp_path / "old.parquet")
+    pq.write_table(newer, tmp_path / "new.parquet")
+    table = _concat(layout, layout.root, ["old.parquet", "new.parquet"])
+    assert table.column("duration_s").to_pylist() == [None, 2.0]
