@@ -224,3 +224,40 @@ def test_the_adapter_converts_before_conveyors_stages_only() -> None:
     task = conveyor_task(1)
     assert isinstance(first.process(task), VideoTask)
     assert isinstance(second.process(first.process(task)), CVideoTask)
+
+
+class SplitsChunks(ProcessingStage[VideoTask, VideoTask]):
+    """Gives each chunk as one task per clip (parts of the chunk), before the transcoder."""
+
+    name = "splits_chunks"
+
+    def process(self, task: VideoTask) -> list[VideoTask]:
+        video = task.data
+        return [
+            dataclasses.replace(task, data=dataclasses.replace(video, clips=[clip]))
+            for clip in video.clips
+        ]
+
+
+def test_parts_made_before_the_transcoder_are_all_recorded(tmp_path: Path) -> None:
+    import json
+
+    from conveyor.curator.backends.xenna import XennaExecutor
+    from conveyor.curator.pipeline import Pipeline
+    from conveyor.samples.video import Segment, write_video
+    from conveyor.stages.video import ClipTranscoder, ClipWriter, FixedStrideSplitter
+
+    path = tmp_path / "v.mp4"
+    write_video(path, [Segment("fast", 4.0)], width=96, height=64, fps=12)
+    start = CVideoTask(data=CVideo(str(path), "v.mp4"), dataset_name="videos")
+    stages = [
+        VideoProbe(),
+        FixedStrideSplitter(clip_len_s=1.0, min_clip_s=0.5),  # chunks of 1, 2 and 1 clips
+        SplitsChunks(),
+        ClipTranscoder(preset="ultrafast"),
+        ClipWriter(str(tmp_path / "out")),
+    ]
+    Pipeline("parts", "", stages).run(XennaExecutor(), initial_tasks=[start])
+    record = json.loads((tmp_path / "out" / "videos" / "v.mp4.json").read_text())
+    assert len(record["clips"]) == len(set(record["clips"])) == 4
+    assert len(record["kept"]) == 4 and record["num_chunks"] == 3

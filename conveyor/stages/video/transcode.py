@@ -346,6 +346,18 @@ class ClipTranscoder(VideoStage):
             return
         parts = _Parts(task, self._nvdec)
         active = [clip for clip in video.clips if clip.active]
+        if video.parts > 1:
+            # already one part of its chunk (a NeMo Curator-style stage gave the chunk as
+            # several tasks): the writer counts the parts as they were numbered, so this
+            # one goes on whole, its clips encoded, not split into parts again
+            if active:
+                for _ in self._each_clip(active, video, parts.damage, parts.note):
+                    pass
+                note = parts.note or DecodeNote()
+                video.decoder, video.decoder_fallback = note.decoder, note.fallback
+            video.damaged_packets += parts.damage.packets
+            yield task
+            return
         for clip in video.clips:
             if not clip.active:
                 yield parts.of(clip)
