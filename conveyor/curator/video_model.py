@@ -179,6 +179,8 @@ class Call:
         self.through: list[_VideoTask] = []
         #: id of each Curator video given -> its clips before the call
         self.shown: dict[int, list[Clip]] = {}
+        #: path of each Curator video given that came from a Conveyor video -> that video
+        self.sources: dict[str, Video] = {}
         for task in tasks:
             if isinstance(task, _VideoTask):
                 if task.data is not None and task.data.failed:
@@ -188,6 +190,8 @@ class Call:
             if isinstance(task, CuratorVideoTask) and task.data is not None:
                 video = task.data
                 self.shown[id(_origin_key(video))] = video.clips + video.filtered_clips
+                if video._conveyor is not None:
+                    self.sources.setdefault(video.input_path, video)
             self.inputs.append(task)
 
     def outputs(self, result: Any, to_conveyor: bool) -> Any:
@@ -212,6 +216,7 @@ class Call:
         groups: dict[int, list[Video]] = {}
         for task in outputs:
             if isinstance(task, CuratorVideoTask) and task.data is not None:
+                _adopt(task.data, self.sources)
                 groups.setdefault(id(_origin_key(task.data)), []).append(task.data)
         for key, before in self.shown.items():
             videos = groups.get(key, [])
@@ -241,6 +246,19 @@ class Call:
                 if index:  # each output its own record of what is held back
                     video._held = _Held()
                 _held(video).part = (index, len(videos))
+
+
+def _adopt(video: Video, sources: dict[str, Video]) -> None:
+    """A video the stage made anew (``Video(input_video=task.data.input_video, ...)``, as
+    NeMo Curator's stages chunk a video) of a video it was given: of that one's Conveyor
+    video, so that it keeps its name, chunk and held-back clips (a part of the chunk where
+    the stage made several)."""
+    if video._conveyor is not None:
+        return
+    source = sources.get(video.input_path)
+    if source is not None and source is not video:
+        video._conveyor = source._conveyor
+        video._held = source._held
 
 
 def _origin_key(video: Video) -> Any:

@@ -261,3 +261,31 @@ def test_parts_made_before_the_transcoder_are_all_recorded(tmp_path: Path) -> No
     record = json.loads((tmp_path / "out" / "videos" / "v.mp4.json").read_text())
     assert len(record["clips"]) == len(set(record["clips"])) == 4
     assert len(record["kept"]) == 4 and record["num_chunks"] == 3
+
+
+def test_videos_a_stage_makes_anew_of_a_video_it_was_given_are_parts_of_it() -> None:
+    # as NeMo Curator's transcoding stage chunks a video: Video(input_video=...) per chunk
+    task = conveyor_task(4)
+    task.data.clips[3].fail("transcode", "broken")
+    call, given = curator_side(task)
+    video = given.data
+    halves = [
+        VideoTask(
+            task_id=f"{given.task_id}_chunk_{i}",
+            dataset_name=given.dataset_name,
+            data=Video(
+                input_video=video.input_video,
+                metadata=video.metadata,
+                clips=video.clips[i * 2 : i * 2 + 2],
+                num_total_clips=len(video.clips),
+                num_clip_chunks=2,
+                clip_chunk_index=i,
+            ),
+        )
+        for i in range(2)
+    ]
+    back = call.outputs(halves, to_conveyor=True)
+    assert [t.data.relative_path for t in back] == ["v.mp4", "v.mp4"]  # the source's name
+    assert [(t.data.chunk_index, t.data.part, t.data.parts) for t in back] == [(0, 0, 2), (0, 1, 2)]
+    assert [len(t.data.clips) for t in back] == [3, 1]  # the held-back clip rides on part 0
+    assert back[0].data.clips[0].tags == [("cat", 0.9)]
