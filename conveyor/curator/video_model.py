@@ -141,6 +141,8 @@ def curator_clip(clip: _Clip, video: _Video) -> Clip:
     windows = carried.get("windows")
     if windows is None and clip.captions:
         windows = [_Window(clip.frame_span[0], clip.frame_span[1], caption=dict(clip.captions))]
+    elif windows and clip.captions != _captions(windows):
+        _recaption(windows, clip.captions)  # one of Conveyor's stages captioned it since
     motion = clip.motion  # the transcoder's, before a motion filter scores the clip
     scores = {
         "motion_global_mean": motion.global_mean if motion is not None else None,
@@ -373,6 +375,23 @@ def _captions(windows: list[_Window]) -> dict[str, str]:
         for model, text in window.enhanced_caption.items():
             joined.setdefault(f"enhanced_{model}", []).append(text)
     return {model: " ".join(texts) for model, texts in joined.items()}
+
+
+def _recaption(windows: list[_Window], captions: dict[str, str]) -> None:
+    """The captions a Conveyor stage wrote since ``windows`` were made put on them (whole on
+    the first window), so that they survive the way back (``_captions``)."""
+    have = _captions(windows)
+    for model, text in captions.items():
+        if have.get(model) == text:
+            continue
+        enhanced = model.startswith("enhanced_")
+        name = model.removeprefix("enhanced_")
+        for index, window in enumerate(windows):
+            target = window.enhanced_caption if enhanced else window.caption
+            if index == 0:
+                target[name] = text
+            else:
+                target.pop(name, None)
 
 
 def _set(value: Any) -> bool:

@@ -289,3 +289,15 @@ def test_videos_a_stage_makes_anew_of_a_video_it_was_given_are_parts_of_it() -> 
     assert [(t.data.chunk_index, t.data.part, t.data.parts) for t in back] == [(0, 0, 2), (0, 1, 2)]
     assert [len(t.data.clips) for t in back] == [3, 1]  # the held-back clip rides on part 0
     assert back[0].data.clips[0].tags == [("cat", 0.9)]
+
+
+def test_captions_a_conveyor_stage_writes_after_windows_were_made_are_kept() -> None:
+    call, given = curator_side(conveyor_task(1))
+    given.data.clips[0].windows = [_Window(0, 5), _Window(5, 10)]  # to be captioned
+    (back,) = call.outputs([given], to_conveyor=True)
+    back.data.clips[0].captions["qwen"] = "a cat sits"  # Conveyor's captioner
+    call, given = curator_side(back)
+    first, second = given.data.clips[0].windows
+    assert (first.caption, second.caption) == ({"qwen": "a cat sits"}, {})
+    (again,) = call.outputs([given], to_conveyor=True)
+    assert again.data.clips[0].captions == {"qwen": "a cat sits"}
