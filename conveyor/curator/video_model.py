@@ -223,9 +223,10 @@ class Call:
         for key, before in self.shown.items():
             videos = groups.get(key, [])
             present = {id(c) for v in videos for c in v.clips + v.filtered_clips}
+            given = {id(c) for c in before}
             for video in videos:
                 for clip in video.filtered_clips:
-                    if clip._filtered_by is None and any(clip is c for c in before):
+                    if clip._filtered_by is None and id(clip) in given:
                         clip._filtered_by = self.stage
             dropped = [c for c in before if id(c) not in present]
             if videos and dropped:
