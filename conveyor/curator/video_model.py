@@ -222,13 +222,13 @@ class Call:
                 groups.setdefault(id(_origin_key(task.data)), []).append(task.data)
         for key, before in self.shown.items():
             videos = groups.get(key, [])
-            present = {id(c) for v in videos for c in v.clips + v.filtered_clips}
-            given = {id(c) for c in before}
+            present = {_clip_key(c) for v in videos for c in v.clips + v.filtered_clips}
+            given = {_clip_key(c) for c in before}
             for video in videos:
                 for clip in video.filtered_clips:
-                    if clip._filtered_by is None and id(clip) in given:
+                    if clip._filtered_by is None and _clip_key(clip) in given:
                         clip._filtered_by = self.stage
-            dropped = [c for c in before if id(c) not in present]
+            dropped = [c for c in before if _clip_key(c) not in present]
             if videos and dropped:
                 held = _held(videos[0])
                 for clip in dropped:
@@ -262,6 +262,12 @@ def _adopt(video: Video, sources: dict[str, Video]) -> None:
     if source is not None and source is not video:
         video._conveyor = source._conveyor
         video._held = source._held
+
+
+def _clip_key(clip: Clip) -> int:
+    """What tells clips apart: the Conveyor clip a clip came from (a copy the stage made of
+    it, ``dataclasses.replace(clip, ...)``, is that clip still), else the clip itself."""
+    return id(clip._conveyor if clip._conveyor is not None else clip)
 
 
 def _origin_key(video: Video) -> Any:

@@ -3,6 +3,7 @@ Conveyor video, and what comes back of what it did."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import pickle
 import uuid
@@ -319,3 +320,16 @@ def test_filtering_many_clips_costs_linear_time() -> None:
     (back,) = call.outputs([given], to_conveyor=True)
     assert time.perf_counter() - start < 2.0  # was quadratic: about 10 s
     assert sum(c.filtered_by == "stage" for c in back.data.clips) == 10000
+
+
+def test_clips_a_stage_copies_are_the_clips_they_copy() -> None:
+    call, given = curator_side(conveyor_task(3))
+    video = given.data
+    first, second, third = video.clips
+    video.clips = [dataclasses.replace(first, aesthetic_score=0.9), copy.copy(second)]
+    video.filtered_clips = [dataclasses.replace(third)]
+    (back,) = call.outputs([given], to_conveyor=True)
+    clips = back.data.clips
+    assert [c.span[0] for c in clips] == [0.0, 1.0, 2.0]  # each once
+    assert [c.filtered_by for c in clips] == [None, None, "stage"]
+    assert clips[0].scores["aesthetic"] == 0.9 and clips[0].kept and clips[1].kept
