@@ -264,10 +264,10 @@ def _adopt(video: Video, sources: dict[str, Video]) -> None:
         video._held = source._held
 
 
-def _clip_key(clip: Clip) -> int:
-    """What tells clips apart: the Conveyor clip a clip came from (a copy the stage made of
-    it, ``dataclasses.replace(clip, ...)``, is that clip still), else the clip itself."""
-    return id(clip._conveyor if clip._conveyor is not None else clip)
+def _clip_key(clip: Clip) -> Any:
+    """What tells clips apart: the uuid (a copy the stage made of a clip,
+    ``dataclasses.replace(clip, ...)`` or ``copy.deepcopy(clip)``, is that clip still)."""
+    return clip.uuid
 
 
 def _origin_key(video: Video) -> Any:
@@ -309,8 +309,8 @@ def conveyor_video(video: Video, stage: str) -> _Video:
         clips.append(conveyor_clip(clip, origin, True, clip._filtered_by or stage))
     if held.part is None or held.part[0] == 0:
         clips += held.hidden + held.dropped
-    place = {id(c): i for i, c in enumerate(origin.clips)}
-    clips.sort(key=lambda c: place.get(id(c), len(place)))
+    place = {c.clip_id: i for i, c in enumerate(origin.clips)}
+    clips.sort(key=lambda c: place.get(c.clip_id, len(place)))
     if held.part is not None:
         out = origin.part_of(held.part[0], held.part[1], clips)
     else:

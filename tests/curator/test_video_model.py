@@ -326,7 +326,7 @@ def test_clips_a_stage_copies_are_the_clips_they_copy() -> None:
     call, given = curator_side(conveyor_task(3))
     video = given.data
     first, second, third = video.clips
-    video.clips = [dataclasses.replace(first, aesthetic_score=0.9), copy.copy(second)]
+    video.clips = [dataclasses.replace(first, aesthetic_score=0.9), copy.deepcopy(second)]
     video.filtered_clips = [dataclasses.replace(third)]
     (back,) = call.outputs([given], to_conveyor=True)
     clips = back.data.clips
