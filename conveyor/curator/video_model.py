@@ -177,8 +177,9 @@ class Call:
     def __init__(self, stage: str, tasks: list[Any]) -> None:
         self.stage = stage
         self.inputs: list[Any] = []
-        #: failed Conveyor videos, passed on without a call
-        self.through: list[_VideoTask] = []
+        #: failed Conveyor videos (also as the Curator-style stage before gave them on),
+        #: passed on without a call
+        self.through: list[Any] = []
         #: id of each Curator video given -> its clips before the call
         self.shown: dict[int, list[Clip]] = {}
         #: path of each Curator video given that came from a Conveyor video -> that video
@@ -189,6 +190,9 @@ class Call:
                     self.through.append(task)
                     continue
                 task = to_curator(task)
+            elif _failed(task):
+                self.through.append(task)
+                continue
             if isinstance(task, CuratorVideoTask) and task.data is not None:
                 video = task.data
                 self.shown[id(_origin_key(video))] = video.clips + video.filtered_clips
@@ -205,8 +209,9 @@ class Call:
         through: list[Any] = list(self.through)
         if to_conveyor:
             outputs = [to_conveyor_task(t, self.stage) for t in outputs]
+            through = [to_conveyor_task(t, self.stage) for t in through]
         else:
-            through = [to_curator(t) for t in through]
+            through = [to_curator(t) if isinstance(t, _VideoTask) else t for t in through]
         if single and not through:
             return outputs[0] if outputs else None
         return outputs + through
@@ -262,6 +267,14 @@ def _adopt(video: Video, sources: dict[str, Video]) -> None:
     if source is not None and source is not video:
         video._conveyor = source._conveyor
         video._held = source._held
+
+
+def _failed(task: Any) -> bool:
+    """A Curator video task made of a Conveyor video that failed."""
+    if not isinstance(task, CuratorVideoTask) or task.data is None:
+        return False
+    origin = task.data._conveyor
+    return origin is not None and origin.failed
 
 
 def _clip_key(clip: Clip) -> Any:

@@ -333,3 +333,13 @@ def test_clips_a_stage_copies_are_the_clips_they_copy() -> None:
     assert [c.span[0] for c in clips] == [0.0, 1.0, 2.0]  # each once
     assert [c.filtered_by for c in clips] == [None, None, "stage"]
     assert clips[0].scores["aesthetic"] == 0.9 and clips[0].kept and clips[1].kept
+
+
+def test_a_failed_video_passes_by_two_curator_style_stages_in_a_row() -> None:
+    task = conveyor_task(0)
+    task.data.fail("VideoProbe", "not a video")
+    (seen,) = Call("first", [task]).outputs([], to_conveyor=False)
+    second = Call("second", [pickle.loads(pickle.dumps(seen))])
+    assert second.inputs == []  # not called
+    (back,) = second.outputs([], to_conveyor=True)
+    assert isinstance(back, CVideoTask) and back.data.errors == {"VideoProbe": "not a video"}
