@@ -182,8 +182,8 @@ class Call:
         self.through: list[Any] = []
         #: id of each Curator video given -> its clips before the call
         self.shown: dict[int, list[Clip]] = {}
-        #: path of each Curator video given that came from a Conveyor video -> that video
-        self.sources: dict[str, Video] = {}
+        #: path of each Curator video given that came from a Conveyor video -> those videos
+        self.sources: dict[str, list[Video]] = {}
         for task in tasks:
             if isinstance(task, _VideoTask):
                 if task.data is not None and task.data.failed:
@@ -197,7 +197,7 @@ class Call:
                 video = task.data
                 self.shown[id(_origin_key(video))] = video.clips + video.filtered_clips
                 if video._conveyor is not None:
-                    self.sources.setdefault(video.input_path, video)
+                    self.sources.setdefault(video.input_path, []).append(video)
             self.inputs.append(task)
 
     def outputs(self, result: Any, to_conveyor: bool) -> Any:
@@ -256,17 +256,21 @@ class Call:
                 _held(video).part = (index, len(videos))
 
 
-def _adopt(video: Video, sources: dict[str, Video]) -> None:
+def _adopt(video: Video, sources: dict[str, list[Video]]) -> None:
     """A video the stage made anew (``Video(input_video=task.data.input_video, ...)``, as
     NeMo Curator's stages chunk a video) of a video it was given: of that one's Conveyor
     video, so that it keeps its name, chunk and held-back clips (a part of the chunk where
-    the stage made several)."""
+    the stage made several). Where the call was given several tasks of the source (parts
+    of a chunk, in a batch), the one whose clips it holds."""
     if video._conveyor is not None:
         return
-    source = sources.get(video.input_path)
-    if source is not None and source is not video:
-        video._conveyor = source._conveyor
-        video._held = source._held
+    given = sources.get(video.input_path, [])
+    if len(given) > 1:
+        mine = {c.uuid for c in video.clips + video.filtered_clips}
+        given = [g for g in given if any(c.uuid in mine for c in g.clips + g.filtered_clips)]
+    if given and given[0] is not video:
+        video._conveyor = given[0]._conveyor
+        video._held = given[0]._held
 
 
 def _failed(task: Any) -> bool:

@@ -292,6 +292,27 @@ def test_videos_a_stage_makes_anew_of_a_video_it_was_given_are_parts_of_it() -> 
     assert back[0].data.clips[0].tags == [("cat", 0.9)]
 
 
+def test_videos_made_anew_of_parts_given_in_one_batch_stay_their_parts() -> None:
+    """A batch of two parts of one chunk (after the transcoder), each rebuilt as a new
+    ``Video``: each is its own part again, not both the first."""
+    task = conveyor_task(2)
+    parts = [
+        CVideoTask(data=task.data.part_of(i, 2, [task.data.clips[i]]), dataset_name="videos")
+        for i in range(2)
+    ]
+    call = Call("stage", [pickle.loads(pickle.dumps(t)) for t in parts])
+    rebuilt = [
+        VideoTask(
+            dataset_name="videos",
+            data=Video(input_video=t.data.input_video, clips=list(t.data.clips)),
+        )
+        for t in call.inputs
+    ]
+    back = call.outputs(rebuilt, to_conveyor=True)
+    assert [(t.data.part, t.data.parts) for t in back] == [(0, 2), (1, 2)]
+    assert [t.data.clips[0].span for t in back] == [(0.0, 1.0), (1.0, 2.0)]
+
+
 def test_captions_a_conveyor_stage_writes_after_windows_were_made_are_kept() -> None:
     call, given = curator_side(conveyor_task(1))
     given.data.clips[0].windows = [_Window(0, 5), _Window(5, 10)]  # to be captioned
