@@ -389,7 +389,8 @@ class _PerTask(CuratorStage):
 class _PerBatch(CuratorStage):
     def process_batch(self, tasks: list[Any]) -> list[Any]:
         self.stage._threads = self._threads
-        return self._call(tasks, "process_batch", self.stage.process_batch)  # type: ignore[no-any-return]
+        outputs: list[Any] = self._call(tasks, "process_batch", self.stage.process_batch)
+        return outputs
 
 
 class _NodeSetup:

@@ -339,17 +339,16 @@ class ClipTranscoder(VideoStage):
     def process(self, task: VideoTask) -> Iterator[VideoTask]:  # type: ignore[override]
         """The chunk's clips, each as its own part the moment it is encoded (or failed); a
         failed video, or a chunk without clips, goes on whole. Clips filtered or failed
-        before this stage go first."""
+        before this stage go first. A task that is already one part of its chunk (a NeMo
+        Curator-style stage split the chunk) goes on whole once its clips are encoded: the
+        writer counts the parts as they were numbered."""
         video = task.data
         if video.failed or not video.clips:
             yield task
             return
         parts = _Parts(task, self._nvdec)
         active = [clip for clip in video.clips if clip.active]
-        if video.parts > 1:
-            # already one part of its chunk (a NeMo Curator-style stage gave the chunk as
-            # several tasks): the writer counts the parts as they were numbered, so this
-            # one goes on whole, its clips encoded, not split into parts again
+        if video.parts > 1:  # already one part of its chunk: not split again
             if active:
                 for _ in self._each_clip(active, video, parts.damage, parts.note):
                     pass
