@@ -56,14 +56,13 @@ def test_a_dash_keeps_the_largest_through_the_command(tmp_path: Path) -> None:
     vectors = np.concatenate([base, copies])
     ids = [f"b{i}" for i in range(20)] + [f"c{i}" for i in range(5)]
     write(tmp_path / "x.parquet", ids, vectors, [0.0] * 20 + [1.0] * 5)
-    for order in (["--order-by", "-when"], ["--order-by=-when"]):
-        out = tmp_path / f"out{len(order)}"
-        result = run(
-            str(tmp_path / "x.parquet"), str(out), *KEY, "--embedding-column", "vec", *order
-        )
-        assert result.exit_code == 0, result.output
-        marks = pq.read_table(out / "duplicates.parquet").to_pylist()
-        assert {m["id"]: m["duplicate_of"] for m in marks} == {f"b{i}": f"c{i}" for i in range(5)}
+    # the value's dash is not read as an option (--order-by=-when is plain click)
+    order = ["--order-by", "-when"]
+    out = tmp_path / "out"
+    result = run(str(tmp_path / "x.parquet"), str(out), *KEY, "--embedding-column", "vec", *order)
+    assert result.exit_code == 0, result.output
+    marks = pq.read_table(out / "duplicates.parquet").to_pylist()
+    assert {m["id"]: m["duplicate_of"] for m in marks} == {f"b{i}": f"c{i}" for i in range(5)}
 
 
 def test_columns_named_like_internal_ones_through_the_command(tmp_path: Path) -> None:
