@@ -46,17 +46,20 @@ class MissingColumns(SemanticDedupError):
 
     HINT = "name yours with id_column=, embedding_column=, order_by="
 
-    def __init__(self, path: str, missing: Sequence[str], names: Sequence[str]) -> None:
-        self.path, self.missing, self.names = path, list(missing), list(names)
+    def __init__(
+        self, path: str, missing: Sequence[str], names: Sequence[str], note: str = ""
+    ) -> None:
+        self.path, self.missing, self.names, self.note = path, list(missing), list(names), note
         super().__init__(self.explain(self.HINT))
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return type(self), (self.path, self.missing, self.names)
+        return type(self), (self.path, self.missing, self.names, self.note)
 
     def explain(self, hint: str) -> str:
+        note = f"{self.note}; " if self.note else ""
         return (
             f"INPUT {self.path!r} has no column {', '.join(map(repr, self.missing))} (it has "
-            f"{', '.join(self.names)}); {hint}"
+            f"{', '.join(self.names)}); {note}{hint}"
         )
 
 
@@ -229,7 +232,20 @@ def check_schema(path: str, schema: Any, columns: Columns) -> None:
 
     missing = [c for c in columns.read if c not in schema.names]
     if missing:
-        raise MissingColumns(path, missing, schema.names)
+        # a column named with a leading dash reads as another's descending order
+        dashed = [
+            name
+            for name, down in zip(columns.order_by, columns.descending, strict=False)
+            if down and name in missing and f"-{name}" in schema.names
+        ]
+        note = (
+            f"a leading '-' asks for the largest first ({', '.join(repr(f'-{n}') for n in dashed)} "
+            f"is {', '.join(map(repr, dashed))} descending): rename a column whose name "
+            "starts with '-' to order by it"
+            if dashed
+            else ""
+        )
+        raise MissingColumns(path, missing, schema.names, note)
     if columns.embedding in (columns.id, *columns.order_by):
         role = "id" if columns.embedding == columns.id else "keep order"
         raise SemanticDedupError(

@@ -298,6 +298,15 @@ def test_order_by_with_a_dash_keeps_the_largest(tmp_path: Path) -> None:
         semantic_dedup(tmp_path / "in", tmp_path / "x", order_by="-")
 
 
+def test_order_by_of_a_column_named_with_a_dash_says_what_the_dash_means(tmp_path: Path) -> None:
+    """A column literally named ``-x`` (ordered by before the dash meant descending) is not
+    'x' descending: the error says so rather than only that 'x' is missing."""
+    vectors = np.eye(3, dtype=np.float32)
+    write(tmp_path / "in", vectors, ["a", "b", "c"], files=1, **{"-x": [1.0, 2.0, 3.0]})
+    with pytest.raises(SemanticDedupError, match=r"'-x' is 'x' descending\): rename"):
+        semantic_dedup(tmp_path / "in", tmp_path / "out", order_by="-x")
+
+
 def test_order_by_may_name_the_id_column(tmp_path: Path) -> None:
     """Ids that say the keep order (a pipeline's document ids) order it themselves, whatever
     order the files list the rows in, whole clusters or in parts."""
