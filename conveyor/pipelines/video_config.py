@@ -290,8 +290,10 @@ class VideoConfig:
     def _keep_problems(self) -> list[str]:
         from conveyor.stages.video.dedup import DEDUP_KEEP
 
-        if self.dedup_keep not in DEDUP_KEEP:
+        if not isinstance(self.dedup_keep, str) or self.dedup_keep not in DEDUP_KEEP:
             return [f"dedup_keep must be one of {', '.join(DEDUP_KEEP)}, got {self.dedup_keep!r}"]
+        if not self.dedup:  # the rule is not used: the scores it reads need not be made
+            return []
         if self.dedup_keep == "sharpest" and not self.quality:
             return ["--dedup-keep sharpest reads the quality filter's score: drop --no-quality"]
         if self.dedup_keep == "aesthetic" and not self.aesthetic_model:

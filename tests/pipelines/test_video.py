@@ -697,11 +697,21 @@ def test_a_video_over_max_pixels_fails_alone_saying_why(inputs: Path, tmp_path: 
         ({"limit": 0}, "limit must be >= 1"),
         ({"motion_source": "pixels"}, "motion_source must be"),
         ({"max_pixels": 0}, "max_pixels must be >= 1"),
+        ({"dedup": True, "dedup_keep": ["longest"]}, r"dedup_keep must be one of .*\['longest'\]"),
     ],
 )
 def test_bad_options_are_clear_errors(changes: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         VideoConfig("in", "out", **changes)
+
+
+def test_a_keep_rule_without_dedup_needs_no_scores() -> None:
+    """The keep rule's scores are needed only where the dedup runs (``--dedup-keep`` alone
+    is the command's error)."""
+    VideoConfig("in", "out", dedup_keep="sharpest", quality=False)
+    VideoConfig("in", "out", dedup_keep="aesthetic")
+    with pytest.raises(ValueError, match="drop --no-quality"):
+        VideoConfig("in", "out", dedup=True, dedup_keep="sharpest", quality=False)
 
 
 # -- the command -------------------------------------------------------------------------
