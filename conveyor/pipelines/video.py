@@ -336,7 +336,8 @@ def describe(config: VideoConfig) -> str:
     if config.caption_model:
         parts.append(f"captions ({Path(config.caption_model).name})")
     if config.dedup:
-        keeping = "" if config.dedup_keep == "first" else f", keeping the {config.dedup_keep}"
+        best = {"longest": "longest", "sharpest": "sharpest", "aesthetic": "best-looking"}
+        keeping = f", keeping the {best[config.dedup_keep]}" if config.dedup_keep in best else ""
         parts.append(f"semantic dedup at {config.dedup_threshold:g}{keeping}")
     if config.shards != "none":
         parts.append(f"WebDataset shards of {config.shard_mb:g} MiB")

@@ -714,6 +714,15 @@ def test_a_keep_rule_without_dedup_needs_no_scores() -> None:
         VideoConfig("in", "out", dedup=True, dedup_keep="sharpest", quality=False)
 
 
+def test_the_description_names_the_keep_rule() -> None:
+    from conveyor.pipelines.video import describe
+
+    first = describe(VideoConfig("in", "out", dedup=True))
+    assert first.endswith("semantic dedup at 0.95")
+    sharpest = describe(VideoConfig("in", "out", dedup=True, dedup_keep="sharpest"))
+    assert sharpest.endswith("semantic dedup at 0.95, keeping the sharpest")
+
+
 # -- the command -------------------------------------------------------------------------
 def fixed_command(inputs: Path, output: Path, clip_len: str) -> list[str]:
     """``conveyor video`` with fixed-stride clips of ``clip_len`` seconds."""
