@@ -125,11 +125,6 @@ class Columns:
                 raise ValueError(f"order_by {given!r} names no column")
         return cls(id, embedding, names, tuple(name.startswith("-") for name in order_by))
 
-    def direction(self, index: int) -> str:
-        """``"descending"`` or ``"ascending"``: the keep order's ``index``-th column's."""
-        flags = self.descending
-        return "descending" if index < len(flags) and flags[index] else "ascending"
-
     @property
     def read(self) -> list[str]:
         return list(dict.fromkeys((self.id, self.embedding, *self.order_by)))
