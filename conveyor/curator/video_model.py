@@ -227,13 +227,15 @@ class Call:
                 groups.setdefault(id(_origin_key(task.data)), []).append(task.data)
         for key, before in self.shown.items():
             videos = groups.get(key, [])
-            present = {_clip_key(c) for v in videos for c in v.clips + v.filtered_clips}
-            given = {_clip_key(c) for c in before}
+            # clips are told apart by uuid: a copy the stage made of a clip
+            # (``dataclasses.replace``, ``copy.deepcopy``) is that clip still
+            present = {c.uuid for v in videos for c in v.clips + v.filtered_clips}
+            given = {c.uuid for c in before}
             for video in videos:
                 for clip in video.filtered_clips:
-                    if clip._filtered_by is None and _clip_key(clip) in given:
+                    if clip._filtered_by is None and clip.uuid in given:
                         clip._filtered_by = self.stage
-            dropped = [c for c in before if _clip_key(c) not in present]
+            dropped = [c for c in before if c.uuid not in present]
             if videos and dropped:
                 held = _held(videos[0])
                 for clip in dropped:
@@ -279,12 +281,6 @@ def _failed(task: Any) -> bool:
         return False
     origin = task.data._conveyor
     return origin is not None and origin.failed
-
-
-def _clip_key(clip: Clip) -> Any:
-    """What tells clips apart: the uuid (a copy the stage made of a clip,
-    ``dataclasses.replace(clip, ...)`` or ``copy.deepcopy(clip)``, is that clip still)."""
-    return clip.uuid
 
 
 def _origin_key(video: Video) -> Any:

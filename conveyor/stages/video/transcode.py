@@ -350,11 +350,10 @@ class ClipTranscoder(VideoStage):
         active = [clip for clip in video.clips if clip.active]
         if video.parts > 1:  # already one part of its chunk: not split again
             if active:
+                parts.decoding = True
                 for _ in self._each_clip(active, video, parts.damage, parts.note):
                     pass
-                note = parts.note or DecodeNote()
-                video.decoder, video.decoder_fallback = note.decoder, note.fallback
-            video.damaged_packets += parts.damage.packets
+            parts.stamp(video)
             yield task
             return
         for clip in video.clips:
@@ -491,13 +490,17 @@ class _Parts:
     def of(self, clip: Clip) -> VideoTask:
         video = self.task.data
         part = video.part_of(self.place[id(clip)], len(video.clips), [clip])
+        self.stamp(part)
+        task = self.task
+        return VideoTask(data=part, dataset_name=task.dataset_name, metadata=dict(task.metadata))
+
+    def stamp(self, part: Video) -> None:
+        """Add to ``part`` the packets skipped since the last part, and what decoded it."""
         part.damaged_packets += self.damage.packets - self._reported
         self._reported = self.damage.packets
         if self.decoding:
             note = self.note or DecodeNote()
             part.decoder, part.decoder_fallback = note.decoder, note.fallback
-        task = self.task
-        return VideoTask(data=part, dataset_name=task.dataset_name, metadata=dict(task.metadata))
 
 
 class _Cut:
