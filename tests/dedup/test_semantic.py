@@ -274,6 +274,7 @@ def test_order_by_keeps_the_earliest_by_its_columns(tmp_path: Path) -> None:
     assert rows == {"middle": "early", "late": "early"}
 
 
+@pytest.mark.slow  # the command's test keeps the largest in make test; this adds the parts
 def test_order_by_with_a_dash_keeps_the_largest(tmp_path: Path) -> None:
     """``-score`` keeps the best-scored item of a set (items without a score come last),
     whole clusters or in parts, ties broken by the next column."""
