@@ -195,6 +195,8 @@ def test_sigterm_or_sighup_to_the_group_stops_a_run_as_ctrl_c_does(
     word and no report, and the root process with it, before it removed the run's shared
     memory (left in /dev/shm until another run swept it)."""
     from conveyor.samples.video import Segment, write_video
+    from conveyor.scratch import scratch_dir
+    from conveyor.stages.video.transcode import SCRATCH_PREFIX
 
     for i in range(8):
         write_video(tmp_path / "in" / f"v{i}.mp4", [Segment("pan", 6, i)], width=96, height=64)
@@ -216,6 +218,9 @@ def test_sigterm_or_sighup_to_the_group_stops_a_run_as_ctrl_c_does(
             assert time.monotonic() < deadline, "no clip came within 120 s"
             time.sleep(0.05)
         workers = psutil.Process(proc.pid).children(recursive=True)
+        # as a transcoder's clip being written when the signal comes (it ran no teardown)
+        left = Path(scratch_dir()) / f"{SCRATCH_PREFIX}{workers[-1].pid}-x.mp4"
+        left.write_bytes(b"")
         os.killpg(proc.pid, sig)  # to every process of the run, as those senders do
         output, _ = proc.communicate(timeout=60)
     finally:
@@ -228,6 +233,7 @@ def test_sigterm_or_sighup_to_the_group_stops_a_run_as_ctrl_c_does(
     time.sleep(0.5)
     assert not [p for p in workers if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     assert not list(Path("/dev/shm").glob(f"conveyor-{proc.pid}-*"))
+    assert not left.exists()  # swept once its process was gone, not at the next run
 
 
 def test_a_command_without_its_own_stop_message_exits_by_the_signal(tmp_path: Path) -> None:

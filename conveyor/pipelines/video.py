@@ -524,11 +524,18 @@ def run_video(
     # record is gone is done again, whatever the journal holds
     kept = None if journal is None else Journal(journal, skip_finished=False)
     run = pipeline.stream(executor, sources, journal=kept)
-    with run:
-        for output in run:
-            tally.add_output(output)
-            if on_output is not None:
-                on_output(output)
+    try:
+        with run:
+            for output in run:
+                tally.add_output(output)
+                if on_output is not None:
+                    on_output(output)
+    finally:
+        # a worker stopped mid-clip (SIGTERM to the run's process group, a crash) ran no
+        # teardown: its scratch clip is swept now that its process is gone, not at the next run
+        from conveyor.stages.video.transcode import sweep_scratch_dirs
+
+        sweep_scratch_dirs()
     result = run.result
     tally.stopped = True
     sources.drain()  # a run stopped early: the summary still counts every video

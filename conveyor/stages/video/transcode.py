@@ -77,20 +77,39 @@ _RANGE_LIMITED, _RANGE_FULL, _UNSPECIFIED = 1, 2, 2
 SCRATCH_PREFIX = "conveyor-clip-"
 
 
+def sweep_scratch_dirs() -> None:
+    """``sweep_scratch`` over every folder a scratch clip may be in."""
+    for folder in scratch_dirs():
+        sweep_scratch(folder)
+
+
 def sweep_scratch(folder: str) -> None:
     """Remove the scratch clips of workers that died mid-clip (a crash, a ``kill -9``): each
     file names the process writing it, and one whose process is gone is garbage."""
     for path in Path(folder).glob(f"{SCRATCH_PREFIX}*-*.mp4"):
         try:
             pid = int(path.name[len(SCRATCH_PREFIX) :].split("-", 1)[0])
-            os.kill(pid, 0)
         except ValueError:
             continue  # not named by a process
-        except ProcessLookupError:
+        if not _alive(pid):
             with contextlib.suppress(OSError):  # another user's, in a shared /tmp
                 path.unlink(missing_ok=True)
-        except PermissionError:
-            continue  # another user's live process
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` may still write: a zombie cannot (a worker whose host died
+    first is one until init reaps it, which a container's init may never do)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's live process
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no procfs (macOS): as alive as kill says
+    return stat[stat.rfind(")") + 2 :][:1] not in ("Z", "X")
 
 
 #: ``VideoFrame.pict_type`` that leaves the choice to the encoder (``PictureType.NONE``)
@@ -309,8 +328,7 @@ class ClipTranscoder(VideoStage):
         self._nvdec = False
 
     def setup(self, worker: Any) -> None:
-        for folder in scratch_dirs():
-            sweep_scratch(folder)
+        sweep_scratch_dirs()
         self._codec = self._choose(bool(worker.gpu_ids))
         # NVDEC where the worker has a GPU; each video it cannot take is decoded on the CPU
         self._nvdec = decodes_on_nvdec(self.decoder, worker)
@@ -318,8 +336,7 @@ class ClipTranscoder(VideoStage):
     def teardown(self) -> None:
         """What workers killed during the run left is swept at its end too, not by the
         next run (a killed zygote left a clip in /dev/shm until then)."""
-        for folder in scratch_dirs():
-            sweep_scratch(folder)
+        sweep_scratch_dirs()
 
     def _choose(self, has_gpu: bool) -> str:
         if self.encoder == "libx264" or (self.encoder == "auto" and not has_gpu):

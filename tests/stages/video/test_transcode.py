@@ -816,6 +816,9 @@ def test_scratch_clips_of_dead_workers_are_swept(
 ) -> None:
     import subprocess
     import sys
+    import time
+
+    import psutil
 
     dead = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"],
@@ -848,6 +851,17 @@ def test_scratch_clips_of_dead_workers_are_swept(
     monkeypatch.setattr(transcode, "scratch_dirs", lambda: [str(tmp_path)])
     transcode.ClipTranscoder().teardown()
     assert not left.exists() and mine.exists()
+    # a worker whose host died first is a zombie until init reaps it: it writes no more
+    zombie = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        while psutil.Process(zombie.pid).status() != psutil.STATUS_ZOMBIE:
+            time.sleep(0.01)
+        dead_writer = tmp_path / f"conveyor-clip-{zombie.pid}-ghi.mp4"
+        dead_writer.write_bytes(b"partial")
+        transcode.sweep_scratch(str(tmp_path))
+        assert not dead_writer.exists() and mine.exists()
+    finally:
+        zombie.wait()
 
 
 def test_the_encoder_takes_the_threads_its_batch_was_given(
