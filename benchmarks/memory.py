@@ -1,8 +1,12 @@
-"""Is memory bounded by the queue budget, not by the dataset? 1,000 vs 10,000 tasks of 1 MiB.
+"""Is memory bounded by the queue budget, not by the dataset? 10,000 vs 100,000 tasks of 1 MiB.
 
 Stage 1 makes a 1 MiB payload from an int, two stages pass it through, a slow last stage
 (5 ms sleep) returns its length. Inputs are fed as a lazy generator. Prints peak RSS and PSS
-of the whole process tree and the peak of shared memory for both sizes and the ratio 10k/1k.
+of the whole process tree and the peak of shared memory for both sizes, and their ratios.
+
+The smaller run is 10,000 tasks: a run of 1,000 ends in about 3 s, before the autoscaler has
+grown the pools, and its ratio then counts the extra workers of the longer run, not payloads
+held (docs/measurements/2026-11-30-headline-recheck.md).
 
     .venv/bin/python benchmarks/memory.py
     .venv/bin/python benchmarks/memory.py --with-batch   # BatchExecutor too (materializes all)
@@ -46,7 +50,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--sizes",
         default=None,
-        help="comma-separated task counts, smallest first (default 1000,10000)",
+        help="comma-separated task counts, smallest first (default 10000,100000)",
     )
     p.add_argument("--payload", choices=["numpy", "bytes"], default="numpy")
     p.add_argument("--payload-mib", type=float, default=1.0, help="payload size in MiB")
@@ -84,7 +88,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     parse_engines(p, args)
     if args.sizes is None:
-        args.sizes = "40,120" if args.quick else "1000,10000"
+        args.sizes = "40,120" if args.quick else "10000,100000"
     args.sizes = [int(s) for s in args.sizes.split(",")]
     if len(args.sizes) < 2:
         p.error("--sizes needs at least two counts")
