@@ -42,6 +42,12 @@ class DedupChoice(StrEnum):
     semantic = "semantic"
 
 
+class DedupKeep(StrEnum):
+    first = "first"
+    largest = "largest"
+    aesthetic = "aesthetic"
+
+
 class ImageExecutor(StrEnum):
     streaming = "streaming"
     batch = "batch"
@@ -114,9 +120,17 @@ def image(
             case_sensitive=False,
             help="Leave duplicates out of the shards: exact (the same bytes), phash (perceptual "
             "hashes a few bits apart: resized, recompressed) or semantic (embeddings, cosine). "
-            "The first in input order is kept; metadata marks the others' duplicate_of.",
+            "One of each set is kept (--dedup-keep); metadata marks the others' duplicate_of.",
         ),
     ] = DedupChoice.exact,
+    dedup_keep: Annotated[
+        DedupKeep,
+        typer.Option(
+            case_sensitive=False,
+            help="Phash, semantic: the image of a duplicate set kept: the first in input "
+            "order, the largest (most pixels) or the best-looking (--aesthetic-model).",
+        ),
+    ] = DedupKeep.first,
     phash_distance: Annotated[
         int, typer.Option(min=0, max=32, help="Phash: most bits (of 64) apart.")
     ] = 4,
@@ -176,6 +190,11 @@ def image(
 
     if address is not None and backend is BackendChoice.local:
         raise _fail("--address needs --backend ray")
+    keep_needs = "--dedup phash or semantic" + (
+        " (copies of the same bytes are as large and score the same)"
+        if dedup is DedupChoice.exact
+        else ""
+    )
     refuse_unused(
         ctx,
         [
@@ -184,6 +203,7 @@ def image(
             (aesthetic_model is None, ["aesthetic_threshold"], "--aesthetic-model"),
             (not embed, ["embed_model"], "--embed"),
             (dedup is not DedupChoice.phash, ["phash_distance"], "--dedup phash"),
+            (dedup not in (DedupChoice.phash, DedupChoice.semantic), ["dedup_keep"], keep_needs),
             (dedup is not DedupChoice.semantic, ["semantic_threshold", "semantic_clusters"],
              "--dedup semantic"),
         ]
@@ -207,6 +227,7 @@ def image(
             embed_model=embed_model,
             tags=tags,
             dedup=dedup.value,
+            dedup_keep=dedup_keep.value,
             phash_distance=phash_distance,
             semantic_threshold=semantic_threshold,
             semantic_clusters=semantic_clusters,

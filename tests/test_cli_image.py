@@ -135,6 +135,15 @@ def one_error_line(output: str) -> str:
             "error: --phash-distance has no effect without --dedup phash",
         ),
         (["{folder}", "{tmp}/out", "--semantic-threshold", "0.9"], "without --dedup semantic"),
+        (
+            ["{folder}", "{tmp}/out", "--dedup-keep", "largest"],
+            "error: --dedup-keep has no effect without --dedup phash or semantic (copies of the "
+            "same bytes are as large and score the same)",
+        ),
+        (
+            ["{folder}", "{tmp}/out", "--dedup", "phash", "--dedup-keep", "aesthetic"],
+            "error: --dedup-keep aesthetic reads the aesthetic score: give --aesthetic-model",
+        ),
         (["{folder}", "{tmp}/out", "--no-quality", "--min-size", "9"], "without --quality"),
         (["{folder}", "{tmp}/out", "--no-nsfw", "--nsfw-threshold", "0.1"], "without --nsfw"),
     ],

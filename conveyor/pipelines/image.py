@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from conveyor.output_lock import locks_output
 from conveyor.pipeline import Pipeline
-from conveyor.pipelines.image_config import ImageConfig
+from conveyor.pipelines.image_config import OPTION_DEFAULTS, ImageConfig
 from conveyor.pipelines.image_summary import ImageTally, build_summary
 from conveyor.pipelines.owner import COMMAND, check_clearable, check_owner
 from conveyor.pipelines.video import ConfigMismatch
@@ -127,11 +127,15 @@ def describe(config: ImageConfig) -> str:
     if config.dedup == "exact":
         parts.append("exact dedup")
     elif config.dedup == "phash":
-        parts.append(f"perceptual dedup (<= {config.phash_distance} bits)")
+        parts.append(f"perceptual dedup (<= {config.phash_distance} bits{_keeping(config)})")
     elif config.dedup == "semantic":
-        parts.append(f"semantic dedup at {config.semantic_threshold:g}")
+        parts.append(f"semantic dedup at {config.semantic_threshold:g}{_keeping(config)}")
     parts.append(f"WebDataset shards of {config.shard_mb:g} MiB")
     return "; ".join(parts)
+
+
+def _keeping(config: ImageConfig) -> str:
+    return "" if config.dedup_keep == "first" else f", keeping the {config.dedup_keep}"
 
 
 # -- running ----------------------------------------------------------------------------
@@ -151,7 +155,7 @@ def check_resume(config: ImageConfig) -> dict[str, Any] | None:
     check_owner(config.output, "image")
     layout = ImageLayout(config.output)
     listing(layout.local / "shards")
-    return earlier_options(layout.config, config.fingerprint(), config.output)
+    return earlier_options(layout.config, config.fingerprint(), config.output, OPTION_DEFAULTS)
 
 
 def owned(output: str | os.PathLike[str]) -> tuple[list[Path], list[Path]]:
@@ -257,6 +261,7 @@ def run_image(
                 threshold=config.semantic_threshold,
                 clusters=config.semantic_clusters,
                 executor=executor,
+                keep=config.dedup_keep,
             )
         marks = dedup.marks if dedup is not None else {}
         shards = pack_shards(layout, config.shard_mb, complete, marks)

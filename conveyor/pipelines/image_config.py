@@ -25,9 +25,11 @@ from conveyor.stages.image.sources import IMAGES_PER_TASK
 OUTPUT_OPTIONS = (
     "quality", "min_size", "max_aspect", "min_contrast", "max_pixels", "nsfw", "nsfw_threshold",
     "aesthetic_model", "aesthetic_threshold", "embed", "embed_model", "tags", "dedup",
-    "phash_distance", "semantic_threshold", "semantic_clusters", "score_only", "images_per_task",
-    "limit",
+    "phash_distance", "semantic_threshold", "semantic_clusters", "dedup_keep", "score_only",
+    "images_per_task", "limit",
 )  # fmt: skip
+#: what an output recorded before an option existed was made with (``check_resume``)
+OPTION_DEFAULTS = {"dedup_keep": "first"}
 
 
 @dataclass
@@ -61,6 +63,10 @@ class ImageConfig:
     #: per 10,000 images)
     semantic_threshold: float = SEMANTIC_THRESHOLD
     semantic_clusters: int | None = None
+    #: which image of a duplicate set is kept (``phash`` and ``semantic``): ``first`` in
+    #: input order, ``largest`` (most pixels), ``aesthetic`` (the aesthetic model's score);
+    #: ``conveyor.stages.image.dedup.DEDUP_KEEP``
+    dedup_keep: str = "first"
     #: score with every filter, filter nothing (deduplication still marks duplicates)
     score_only: bool = False
     #: the size each shard is filled to (MiB)
@@ -107,12 +113,27 @@ class ImageConfig:
             problems.append(f"dedup must be one of {', '.join(DEDUP_MODES)}, got {self.dedup!r}")
         if self.dedup == "semantic" and not self.embed:
             problems.append("dedup 'semantic' compares embeddings: drop --no-embed")
+        problems += self._keep_problems()
         problems += model_problems(self, ("aesthetic_model",))
         problems += model_problems(self, ("embed_model",), EFFICIENTNET_LITE0, optional=False)
         if not problems:
             problems += _import_problems(self)
         if problems:
             raise ValueError("; ".join(problems))
+
+    def _keep_problems(self) -> list[str]:
+        from conveyor.stages.image.dedup import DEDUP_KEEP, KEEP_EXACT
+
+        if not isinstance(self.dedup_keep, str) or self.dedup_keep not in DEDUP_KEEP:
+            return [f"dedup_keep must be one of {', '.join(DEDUP_KEEP)}, got {self.dedup_keep!r}"]
+        if self.dedup_keep == "first":
+            return []
+        if self.dedup not in ("phash", "semantic"):
+            why = KEEP_EXACT if self.dedup == "exact" else "no dedup runs"
+            return [f"dedup_keep {self.dedup_keep} needs dedup phash or semantic ({why})"]
+        if self.dedup_keep == "aesthetic" and not self.aesthetic_model:
+            return ["dedup_keep aesthetic reads the aesthetic score: give aesthetic_model"]
+        return []
 
     def _number_problems(self) -> list[str]:
         from conveyor.pipelines.fields import limit_problems

@@ -414,14 +414,19 @@ def check_resume(config: VideoConfig) -> dict[str, Any] | None:
 
 
 def earlier_options(
-    recorded: StoragePath, now: dict[str, Any], output: str | os.PathLike[str]
+    recorded: StoragePath,
+    now: dict[str, Any],
+    output: str | os.PathLike[str],
+    defaults: dict[str, Any] | None = None,
 ) -> dict[str, Any] | None:
     """The options an earlier run recorded in ``recorded`` (``None``: no earlier run), or
-    ``ConfigMismatch`` naming those that differ from ``now``."""
+    ``ConfigMismatch`` naming those that differ from ``now``. An option the record lacks
+    is not compared, unless ``defaults`` says what a run before the option was made with."""
     try:
         earlier = json.loads(recorded.read_bytes())
     except (OSError, ValueError):
         return None
+    earlier = {**(defaults or {}), **earlier}
     changed = [(k, earlier[k], now[k]) for k in now if k in earlier and earlier[k] != now[k]]
     if changed:
         raise ConfigMismatch(

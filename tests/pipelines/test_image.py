@@ -27,7 +27,7 @@ from conveyor.pipelines.image import (
     run_image,
 )
 from conveyor.samples.image import encode, render_image, write_shards
-from tests.stages.image.kinds import BAD, write_kinds
+from tests.stages.image.kinds import BAD, brightness_scorer, write_kinds
 
 
 def local() -> StreamingExecutor:
@@ -183,6 +183,80 @@ def test_semantic_dedup_finds_the_mirrored_copy_on_the_run_executor(
     assert photo in in_shards and rows["z-mirror.png"]["id"] not in in_shards
 
 
+def copies_of_one_photo(folder: Path) -> dict[str, str]:
+    """A photo, and before and after it in input order a thumbnail, a darker copy, an
+    enlarged copy and a brighter one (every one a few perceptual bits from the others):
+    their names by what they are."""
+    folder.mkdir()
+    photo = Image.fromarray(render_image(3, 240, 180))
+    copies = {
+        "a-thumb.jpg": photo.resize((120, 90)),
+        "b-dark.jpg": Image.eval(photo, lambda v: int(v * 0.6)),
+        "photo.jpg": photo,
+        "y-large.jpg": photo.resize((480, 360)),
+        "z-bright.jpg": Image.eval(photo, lambda v: min(255, int(v * 1.2) + 20)),
+    }
+    for name, image in copies.items():
+        (folder / name).write_bytes(encode(np.asarray(image), quality=90))
+    return {name.split("-")[-1].split(".")[0]: name for name in copies}
+
+
+@pytest.mark.parametrize(("mode", "keep"), [("phash", "largest"), ("semantic", "aesthetic")])
+def test_dedup_keeps_the_largest_or_best_looking_copy_when_asked(
+    tmp_path: Path, mode: str, keep: str
+) -> None:
+    """``first`` kept the thumbnail of a set whose thumbnail came first in the input."""
+    names = copies_of_one_photo(tmp_path / "in")
+    changes: dict[str, Any] = {"dedup": mode, "dedup_keep": keep, "nsfw": False, "tags": False}
+    if mode == "phash":
+        changes.update(embed=False)
+    else:
+        changes.update(semantic_threshold=0.8, semantic_clusters=1)
+    if keep == "aesthetic":
+        changes.update(aesthetic_model=brightness_scorer(tmp_path), aesthetic_threshold=0)
+    made = config(tmp_path / "in", tmp_path / "out", **changes)
+    report = run_image(made, local())
+    rows = metadata(tmp_path / "out")
+    kept = names["large" if keep == "largest" else "bright"]
+    assert {k for k, r in rows.items() if r["duplicate_of"] is None} == {kept}
+    assert all(rows[k]["duplicate_of"] for k in rows if k != kept)
+    assert [s["__key__"] for s in shard_samples(tmp_path / "out")] == [rows[kept]["id"]]
+    assert f"keeping the {keep}" in report.summary["pipeline"]
+    assert json.loads((tmp_path / "out" / "dedup.json").read_text())["keep"] == keep
+    # another rule on the same output would leave the shards packed by the first one's
+    other = {**changes, "dedup_keep": "first"}
+    with pytest.raises(ConfigMismatch, match=f"dedup_keep: '?{keep}'? -> '?first"):
+        check_resume(config(tmp_path / "in", tmp_path / "out", **other))
+
+
+def test_an_output_from_before_the_keep_rules_resumes_only_keeping_the_first(
+    tmp_path: Path,
+) -> None:
+    """An older output recorded no ``dedup_keep``: its shards were packed keeping the
+    first; another rule is refused, and semantic dedup over embeddings written without
+    the keep rules' columns says why."""
+    from conveyor.dedup.plan import SemanticDedupError
+    from conveyor.stages.image.dedup import deduplicate
+    from conveyor.stages.image.layout import ImageLayout
+
+    copies_of_one_photo(tmp_path / "in")
+    output = tmp_path / "out"
+    made = config(tmp_path / "in", output, dedup="semantic", nsfw=False, tags=False)
+    run_image(made, local())
+    recorded = json.loads((output / ".conveyor" / "config.json").read_text())
+    del recorded["dedup_keep"]
+    (output / ".conveyor" / "config.json").write_text(json.dumps(recorded))
+    assert check_resume(made) is not None
+    largest = config(tmp_path / "in", output, dedup="semantic", dedup_keep="largest")
+    with pytest.raises(ConfigMismatch, match="dedup_keep: 'first' -> 'largest'"):
+        check_resume(largest)
+    layout = ImageLayout(output)
+    for path in (output / "embeddings").glob("*.parquet"):
+        pq.write_table(pq.read_table(path).drop(["pixels", "aesthetic"]), path)
+    with pytest.raises(SemanticDedupError, match="keeping the largest image reads them"):
+        deduplicate(layout, [0], "semantic", keep="largest", clusters=1)
+
+
 def test_model_stages_share_a_gpu_where_there_is_one(tmp_path: Path) -> None:
     on_gpu = build_image_pipeline(config(tmp_path, tmp_path / "out", gpus=True))
     shares = {s.name: s.resources.gpus for s in on_gpu.stages}
@@ -292,6 +366,10 @@ def test_a_part_with_images_it_could_not_read_for_now_is_done_again(tmp_path: Pa
     [
         ({"dedup": "semantic", "embed": False}, "compares embeddings"),
         ({"dedup": "fuzzy"}, "dedup must be one of"),
+        ({"dedup_keep": "newest"}, "dedup_keep must be one of first, largest, aesthetic"),
+        ({"dedup_keep": "largest"}, "needs dedup phash or semantic .copies of the same bytes"),
+        ({"dedup": "none", "dedup_keep": "largest"}, "phash or semantic .no dedup runs"),
+        ({"dedup": "phash", "dedup_keep": "aesthetic"}, "reads the aesthetic score"),
         ({"images_per_task": 0}, "images_per_task must be an int >= 1"),
         ({"phash_distance": 40}, "phash_distance must be at most 32"),
         ({"nsfw_threshold": 2.0}, "nsfw_threshold"),

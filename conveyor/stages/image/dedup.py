@@ -1,9 +1,13 @@
-"""Deduplication of an image run's kept images, after the stream, in input order.
+"""Deduplication of an image run's kept images, after the stream, in the keep order.
 
-An image is a duplicate when an image before it in input order (``order``: its part, then
-its place in the part) is the same:
+An image is a duplicate when an image before it in the keep order is the same. The keep
+order (``keep``, ``DEDUP_KEEP``) is input order (``order``: its part, then its place in
+the part) for ``first``; the most pixels first for ``largest`` (a thumbnail or a scaled
+copy gives way to its original), the highest aesthetic score for ``aesthetic``, each then
+in input order. Same is:
 
-- ``exact``: the same bytes (``content_hash``); it duplicates the first of them;
+- ``exact``: the same bytes (``content_hash``); it duplicates the first of them (copies of
+  the same bytes are as large and score the same: only ``first`` applies);
 - ``phash``: perceptual hashes at most ``max_distance`` bits apart (identical bytes give
   identical hashes); it duplicates the nearest earlier one. Pairs are found by the
   pigeonhole rule of multi-index hashing: two 64-bit hashes that differ in at most ``d``
@@ -45,6 +49,18 @@ PHASH_DISTANCE = 4
 SEMANTIC_THRESHOLD = 0.95
 #: images compared at once within one block value (``phash``): bounds the pair matrix
 PAIR_CHUNK = 2048
+#: why only ``first`` applies to exact copies
+KEEP_EXACT = "copies of the same bytes are as large and score the same"
+#: which image of a duplicate set is kept (``conveyor image --dedup-keep``) -> the columns
+#: that order them (``semantic_dedup``'s ``order_by``, read from the embeddings; the
+#: metadata's for ``phash``): the first in input order, the largest (most pixels), or the
+#: best-looking (the aesthetic model's score); ties, and images without the score after
+#: those with one, in input order
+DEDUP_KEEP: dict[str, tuple[str, ...]] = {
+    "first": ("order",),
+    "largest": ("-pixels", "order"),
+    "aesthetic": ("-aesthetic", "order"),
+}
 
 
 @dataclass(frozen=True)
@@ -59,22 +75,32 @@ class ImageDedupResult:
     wall_s: float
 
 
-def _kept_hashes(layout: ImageLayout, parts: Sequence[int], column: str) -> Any:
-    """id, order and ``column`` of the kept images of ``parts``, in input order."""
+def _kept_hashes(
+    layout: ImageLayout, parts: Sequence[int], column: str, keep: str = "first"
+) -> Any:
+    """id and ``column`` of the kept images of ``parts``, in the keep order (``keep``)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    from conveyor.dedup.plan import Columns
+
     tables = []
+    read = ["id", "order", column, "filtered_by", "width", "height", "aesthetic"]
     for index in parts:
         # (the layout opens the file: pyarrow refuses a path that is not UTF-8)
-        table = layout.read_table(
-            layout.metadata_path(index), columns=["id", "order", column, "filtered_by"]
-        )
+        table = layout.read_table(layout.metadata_path(index), columns=read)
         tables.append(table.filter(pc.is_null(table.column("filtered_by"))))
     if not tables:
         return None
     table = pa.concat_tables(tables)
-    return table.sort_by("order").drop(["filtered_by"])
+    pixels = pc.multiply(table.column("width").cast(pa.int64()), table.column("height"))
+    table = table.append_column("pixels", pixels)
+    order = Columns.of("id", column, DEDUP_KEEP[keep])
+    keys = [
+        (name, "descending" if down else "ascending", "at_end")
+        for name, down in zip(order.order_by, order.descending, strict=True)
+    ]
+    return table.take(pc.sort_indices(table, sort_keys=keys)).select(["id", column])
 
 
 def exact_duplicates(ids: Sequence[str], hashes: Sequence[str]) -> dict[str, tuple[str, float]]:
@@ -160,18 +186,28 @@ def _semantic(
     threshold: float,
     clusters: int | None,
     executor: Executor | None,
+    keep: str,
 ) -> tuple[int, dict[str, str]]:
+    from conveyor.dedup.plan import MissingColumns, SemanticDedupError
     from conveyor.dedup.semantic import semantic_dedup
 
-    result = semantic_dedup(
-        files,
-        str(layout.local),
-        id_column="id",
-        order_by=("order",),
-        threshold=threshold,
-        n_clusters=clusters,
-        executor=executor,
-    )
+    try:
+        result = semantic_dedup(
+            files,
+            str(layout.local),
+            id_column="id",
+            order_by=DEDUP_KEEP[keep],
+            threshold=threshold,
+            n_clusters=clusters,
+            executor=executor,
+        )
+    except MissingColumns as exc:  # embeddings written before the keep rules
+        raise SemanticDedupError(
+            exc.explain(
+                f"an earlier version wrote it, and keeping the {keep} image reads them: "
+                "write to a new OUTPUT, or pass --overwrite"
+            )
+        ) from None
     return result.items, _read_marks(layout)
 
 
@@ -184,9 +220,14 @@ def deduplicate(
     threshold: float = SEMANTIC_THRESHOLD,
     clusters: int | None = None,
     executor: Executor | None = None,
+    keep: str = "first",
 ) -> ImageDedupResult:
     """Find the duplicates among the kept images of the complete ``parts`` and mark them
-    (see the module doc)."""
+    (see the module doc); ``keep``: which image of a set stays (``DEDUP_KEEP``)."""
+    if keep not in DEDUP_KEEP:
+        raise ValueError(f"keep must be one of {', '.join(DEDUP_KEEP)}, got {keep!r}")
+    if mode == "exact" and keep != "first":
+        raise ValueError(f"keep {keep!r} needs phash or semantic dedup: {KEEP_EXACT}")
     started = time.perf_counter()
     report: dict[str, Any] = {"mode": mode}
     if mode == "semantic":
@@ -195,11 +236,11 @@ def deduplicate(
             _write_marks(layout, {}, "similarity")
             images, found = 0, {}
         else:
-            images, found = _semantic(layout, files, threshold, clusters, executor)
+            images, found = _semantic(layout, files, threshold, clusters, executor, keep)
             report.update(json.loads(layout.dedup_report.read_text()))
     else:
         column = "content_hash" if mode == "exact" else "phash"
-        table = _kept_hashes(layout, parts, column)
+        table = _kept_hashes(layout, parts, column, keep)
         ids = [] if table is None else table.column("id").to_pylist()
         values = [] if table is None else table.column(column).to_pylist()
         ids = [i for i, v in zip(ids, values, strict=True) if v is not None]
@@ -214,7 +255,7 @@ def deduplicate(
         images, found = len(ids), {k: v[0] for k, v in marks.items()}
     mark_metadata(layout, parts, found)
     wall = time.perf_counter() - started
-    report.update(mode=mode, images=images, duplicates=len(found), wall_s=round(wall, 3))
+    report.update(mode=mode, keep=keep, images=images, duplicates=len(found), wall_s=round(wall, 3))
     layout.write_json(layout.dedup_report, report)
     return ImageDedupResult(mode, images, len(found), found, wall)
 

@@ -2,9 +2,10 @@
 
 ``metadata/part-NNNNNN.parquet`` has a row per input image of the part (``METADATA``: kept,
 filtered and failed alike); ``embeddings/part-NNNNNN.parquet`` the kept images' vectors
-(``id``, ``order``, ``embedding``: what ``conveyor.dedup.semantic_dedup`` reads); the kept
-images' samples (image, ``.json`` meta, ``.npy`` embedding) are staged as one tar under
-``.conveyor/staging`` until the shards are packed after the run. Every file is written under a
+(``id``, ``order``, ``embedding``, and ``pixels`` and ``aesthetic`` for the keep rules: what
+``conveyor.dedup.semantic_dedup`` reads); the kept images' samples (image, ``.json`` meta,
+``.npy`` embedding) are staged as one tar under ``.conveyor/staging`` until the shards are
+packed after the run. Every file is written under a
 temporary name and renamed, named by the part's number, and the record
 ``.conveyor/parts/part-NNNNNN.json`` comes last: a part with a record is complete, and a part
 done again replaces exactly the files it had begun.
@@ -93,7 +94,9 @@ def image_meta(image: ImageRecord) -> dict[str, Any]:
 
 
 def embedding_table(images: list[ImageRecord]) -> Any:
-    """``id``, ``order``, ``embedding`` of the images with a vector (``None``: none has)."""
+    """``id``, ``order``, ``embedding`` of the images with a vector (``None``: none has),
+    and what the dedup's keep rules order by (``dedup.DEDUP_KEEP``): ``pixels`` and the
+    ``aesthetic`` score."""
     import numpy as np
     import pyarrow as pa
 
@@ -108,6 +111,8 @@ def embedding_table(images: list[ImageRecord]) -> Any:
             "id": pa.array([image.id for image in rows], pa.string()),
             "order": pa.array([image.order for image in rows], pa.int64()),
             "embedding": pa.ListArray.from_arrays(offsets, pa.array(vectors.reshape(-1))),
+            "pixels": pa.array([image.width * image.height or None for image in rows], pa.int64()),
+            "aesthetic": pa.array([image.scores.get("aesthetic") for image in rows], pa.float64()),
         }
     )
 

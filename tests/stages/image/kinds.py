@@ -102,3 +102,17 @@ def write_kinds(folder: Path) -> dict[str, bytes]:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
     return written
+
+
+def brightness_scorer(folder: Path) -> str:
+    """A TorchScript aesthetic model in ``folder``: the mean brightness of the frame, times
+    10 (LAION's scale)."""
+    import torch
+
+    class Brightness(torch.nn.Module):
+        def forward(self, frames: torch.Tensor) -> torch.Tensor:
+            return frames.mean(dim=(1, 2, 3)) * 10
+
+    path = folder / "brightness.pt"
+    torch.jit.script(Brightness()).save(str(path))
+    return str(path)

@@ -20,6 +20,7 @@ from conveyor.stages.image.models import (
 )
 from conveyor.stages.image.quality import ImageQualityFilter
 from conveyor.tasks.image import ImageBatch, ImageRecord
+from tests.stages.image import kinds
 
 
 def ready(stage):  # type: ignore[no-untyped-def]
@@ -140,15 +141,8 @@ def test_nsfw_runs_with_the_stage_threads() -> None:
 @pytest.fixture(scope="module")
 def brightness_scorer(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A TorchScript aesthetic model: the mean brightness of the frame, times 10."""
-    torch = pytest.importorskip("torch")
-
-    class Brightness(torch.nn.Module):
-        def forward(self, frames: torch.Tensor) -> torch.Tensor:
-            return frames.mean(dim=(1, 2, 3)) * 10
-
-    path = tmp_path_factory.mktemp("aesthetic") / "brightness.pt"
-    torch.jit.script(Brightness()).save(str(path))
-    return str(path)
+    pytest.importorskip("torch")
+    return kinds.brightness_scorer(tmp_path_factory.mktemp("aesthetic"))
 
 
 def test_the_aesthetic_model_scores_and_filters_below_the_threshold(brightness_scorer: str) -> None:
