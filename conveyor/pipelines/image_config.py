@@ -129,6 +129,8 @@ class ImageConfig:
         if self.dedup_keep == "first":
             return []
         if self.dedup not in ("phash", "semantic"):
+            if self.dedup not in ("exact", "none"):  # refused for itself: no second reason
+                return []
             why = KEEP_EXACT if self.dedup == "exact" else "no dedup runs"
             return [f"dedup_keep {self.dedup_keep} needs dedup phash or semantic ({why})"]
         if self.dedup_keep == "aesthetic" and not self.aesthetic_model:

@@ -387,6 +387,16 @@ def test_bad_options_are_refused_with_the_reason(
         config(tmp_path, tmp_path / "out", **changes)
 
 
+def test_a_keep_rule_with_an_unknown_dedup_is_refused_for_the_dedup_alone(
+    tmp_path: Path,
+) -> None:
+    """``dedup_keep`` is not said to need phash because no dedup runs: the dedup named is
+    the mistake."""
+    with pytest.raises(ValueError, match="dedup must be one of") as refused:
+        config(tmp_path, tmp_path / "out", dedup="phahs", dedup_keep="largest")
+    assert "dedup_keep" not in str(refused.value)
+
+
 def test_an_output_url_or_the_input_itself_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="is a URL"):
         ImageConfig(str(tmp_path), "s3://bucket/out")
