@@ -118,14 +118,24 @@ class TarShardBook:
     def packed(cls, shards: Path, work: Path) -> set[str]:
         """The groups the shards under ``shards`` hold, whole or in part (the shard being
         filled too), read without touching them (``take_up`` tidies as it reads)."""
-        groups: set[str] = set()
+        return set(cls.held(shards, work))
+
+    @classmethod
+    def held(cls, shards: Path, work: Path) -> dict[str, set[str]]:
+        """The samples the shards under ``shards`` hold (the shard being filled too), by
+        group, read without touching them."""
+        held: dict[str, set[str]] = {}
+
+        def note(groups: dict[str, list[str]]) -> None:
+            for group, ids in groups.items():
+                held.setdefault(group, set()).update(ids)
+
         closed, _ = listing(shards)
         for number in closed:
-            index = json.loads((shards / shard_name(number, "json")).read_bytes())
-            groups.update(index[cls.group_field])
-        with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
-            groups.update(json.loads((work / OPEN_STATE).read_bytes())[cls.group_field])
-        return groups
+            note(json.loads((shards / shard_name(number, "json")).read_bytes())[cls.group_field])
+        with contextlib.suppress(OSError, ValueError, TypeError, KeyError, AttributeError):
+            note(json.loads((work / OPEN_STATE).read_bytes())[cls.group_field])
+        return held
 
     def _note(self, groups: dict[str, list[str]], complete: Iterable[str]) -> None:
         for group, ids in groups.items():

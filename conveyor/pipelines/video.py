@@ -426,7 +426,8 @@ def earlier_options(
         earlier = json.loads(recorded.read_bytes())
     except (OSError, ValueError):
         return None
-    earlier = {**(defaults or {}), **earlier}
+    if isinstance(earlier, dict):
+        earlier = {**(defaults or {}), **earlier}
     changed = [(k, earlier[k], now[k]) for k in now if k in earlier and earlier[k] != now[k]]
     if changed:
         raise ConfigMismatch(

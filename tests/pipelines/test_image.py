@@ -229,6 +229,39 @@ def test_dedup_keeps_the_largest_or_best_looking_copy_when_asked(
         check_resume(config(tmp_path / "in", tmp_path / "out", **other))
 
 
+@pytest.mark.parametrize("mode", ["phash", "semantic"])
+def test_an_image_packed_by_an_earlier_run_stays_kept_when_a_larger_copy_comes(
+    tmp_path: Path, mode: str
+) -> None:
+    """More input, resumed: the larger copy came first in the keep order, and the photo a
+    shard already held was marked its duplicate while both were in the shards."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    photo = Image.fromarray(render_image(3, 240, 180))
+    (folder / "a-photo.jpg").write_bytes(encode(np.asarray(photo), quality=90))
+    (folder / "b-other.jpg").write_bytes(encode(render_image(7, 200, 150), quality=90))
+    changes: dict[str, Any] = {"dedup": mode, "dedup_keep": "largest", "nsfw": False}
+    if mode == "phash":
+        changes.update(embed=False, tags=False)
+    else:
+        changes.update(tags=False, semantic_threshold=0.9, semantic_clusters=1)
+    made = config(folder, tmp_path / "out", images_per_task=2, **changes)
+    run_image(made, local())
+    (folder / "z-large.jpg").write_bytes(encode(np.asarray(photo.resize((480, 360))), quality=90))
+    report = run_image(made, local())
+    rows = metadata(tmp_path / "out")
+    photo_id, large_id = rows["a-photo.jpg"]["id"], rows["z-large.jpg"]["id"]
+    assert rows["a-photo.jpg"]["duplicate_of"] is None
+    assert rows["z-large.jpg"]["duplicate_of"] == photo_id
+    in_shards = [s["__key__"] for s in shard_samples(tmp_path / "out")]
+    assert sorted(in_shards) == sorted([photo_id, rows["b-other.jpg"]["id"]])
+    assert large_id not in in_shards
+    marks = pq.read_table(tmp_path / "out" / "duplicates.parquet").to_pylist()
+    assert [(m["id"], m["duplicate_of"]) for m in marks] == [(large_id, photo_id)]
+    assert json.loads((tmp_path / "out" / "dedup.json").read_text())["kept_in_shards"] == 1
+    assert report.summary["images"]["duplicates"] == 1
+
+
 def test_an_output_from_before_the_keep_rules_resumes_only_keeping_the_first(
     tmp_path: Path,
 ) -> None:

@@ -17,6 +17,9 @@ in input order. Same is:
   on the run's executor (k-means, then every pair within a cluster), cosine similarity at
   least ``threshold``; it duplicates the most similar earlier one.
 
+An image the shards already hold (packed by an earlier run) is never marked: a shard cannot
+give it back (``keep_packed``).
+
 Exact and perceptual deduplication read two columns of the metadata on the driver (a few
 dozen bytes per image). The result is ``OUTPUT/duplicates.parquet`` (``id``,
 ``duplicate_of`` and ``distance`` or ``similarity``), ``OUTPUT/dedup.json``, and
@@ -172,12 +175,29 @@ def _write_marks(layout: ImageLayout, marks: dict[str, tuple[str, float]], measu
     layout.write_parquet(layout.duplicates, table)
 
 
-def _read_marks(layout: ImageLayout) -> dict[str, str]:
+def _read_marks(layout: ImageLayout) -> dict[str, tuple[str, float]]:
+    table = layout.read_table(layout.duplicates, columns=["id", "duplicate_of", "similarity"])
+    columns = (table.column(name).to_pylist() for name in ("id", "duplicate_of", "similarity"))
+    return {image: (partner, value) for image, partner, value in zip(*columns, strict=True)}
 
-    table = layout.read_table(layout.duplicates, columns=["id", "duplicate_of"])
-    return dict(
-        zip(table.column("id").to_pylist(), table.column("duplicate_of").to_pylist(), strict=True)
-    )
+
+def keep_packed(
+    marks: dict[str, tuple[str, float]], packed: set[str]
+) -> tuple[dict[str, tuple[str, float]], int]:
+    """``marks`` with no image the shards hold marked, and how many were unmarked.
+
+    A shard cannot give an image back, so one packed by an earlier run stays kept when the
+    marks move past it (a larger copy added to the input with ``largest``, a part before it
+    done at last, other k-means clusters): the copy it was marked against is marked its
+    duplicate instead, unless that one is marked already or packed too (both stay)."""
+    marks = dict(marks)
+    unmarked = 0
+    for image in sorted(packed.intersection(marks)):
+        partner, value = marks.pop(image)
+        unmarked += 1
+        if partner not in packed and partner not in marks:
+            marks[partner] = (image, value)
+    return marks, unmarked
 
 
 def _semantic(
@@ -187,7 +207,7 @@ def _semantic(
     clusters: int | None,
     executor: Executor | None,
     keep: str,
-) -> tuple[int, dict[str, str]]:
+) -> tuple[int, dict[str, tuple[str, float]]]:
     from conveyor.dedup.plan import MissingColumns, SemanticDedupError
     from conveyor.dedup.semantic import semantic_dedup
 
@@ -228,15 +248,16 @@ def deduplicate(
         raise ValueError(f"keep must be one of {', '.join(DEDUP_KEEP)}, got {keep!r}")
     if mode == "exact" and keep != "first":
         raise ValueError(f"keep {keep!r} needs phash or semantic dedup: {KEEP_EXACT}")
+    from conveyor.stages.image.shards import packed_ids
+
     started = time.perf_counter()
     report: dict[str, Any] = {"mode": mode}
+    measure = "similarity" if mode == "semantic" else "distance"
     if mode == "semantic":
         files = [str(p) for p in map(layout.part_embeddings, parts) if p.exists()]
-        if not files:  # no kept image has a vector: nothing to compare
-            _write_marks(layout, {}, "similarity")
-            images, found = 0, {}
-        else:
-            images, found = _semantic(layout, files, threshold, clusters, executor, keep)
+        images, marks = 0, {}
+        if files:  # (else no kept image has a vector: nothing to compare)
+            images, marks = _semantic(layout, files, threshold, clusters, executor, keep)
             report.update(json.loads(layout.dedup_report.read_text()))
     else:
         column = "content_hash" if mode == "exact" else "phash"
@@ -251,8 +272,10 @@ def deduplicate(
             hashes = np.asarray([int(h, 16) for h in values], dtype=np.uint64)
             marks = phash_duplicates(ids, hashes, max_distance)
             report["max_distance"] = max_distance
-        _write_marks(layout, marks, "distance")
-        images, found = len(ids), {k: v[0] for k, v in marks.items()}
+        images = len(ids)
+    marks, report["kept_in_shards"] = keep_packed(marks, packed_ids(layout))
+    _write_marks(layout, marks, measure)
+    found = {image: partner for image, (partner, _) in marks.items()}
     mark_metadata(layout, parts, found)
     wall = time.perf_counter() - started
     report.update(mode=mode, keep=keep, images=images, duplicates=len(found), wall_s=round(wall, 3))

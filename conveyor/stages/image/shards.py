@@ -68,6 +68,12 @@ def packed_parts(layout: ImageLayout) -> dict[str, str]:
     return {group.split("@", 1)[0]: group for group in groups}
 
 
+def packed_ids(layout: ImageLayout) -> set[str]:
+    """The ids of the images the shards hold."""
+    held = ImageShardBook.held(layout.local / "shards", layout.local / ".conveyor" / "shards")
+    return set().union(*held.values())
+
+
 def staged_samples(path: Path) -> Iterator[tuple[str, Members]]:
     """A staged tar's samples, (id, members), in order."""
     with tarfile.open(path) as tar:

@@ -5,10 +5,9 @@ filtered and failed alike); ``embeddings/part-NNNNNN.parquet`` the kept images' 
 (``id``, ``order``, ``embedding``, and ``pixels`` and ``aesthetic`` for the keep rules: what
 ``conveyor.dedup.semantic_dedup`` reads); the kept images' samples (image, ``.json`` meta,
 ``.npy`` embedding) are staged as one tar under ``.conveyor/staging`` until the shards are
-packed after the run. Every file is written under a
-temporary name and renamed, named by the part's number, and the record
-``.conveyor/parts/part-NNNNNN.json`` comes last: a part with a record is complete, and a part
-done again replaces exactly the files it had begun.
+packed after the run. Every file is written under a temporary name and renamed, named by the
+part's number, and the record ``.conveyor/parts/part-NNNNNN.json`` comes last: a part with a
+record is complete, and a part done again replaces exactly the files it had begun.
 """
 
 from __future__ import annotations

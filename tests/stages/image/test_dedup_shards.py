@@ -12,7 +12,7 @@ import pytest
 
 from conveyor.media.tar_shards import OPEN_STATE
 from conveyor.stages.image import shards as shards_module
-from conveyor.stages.image.dedup import exact_duplicates, phash_duplicates
+from conveyor.stages.image.dedup import exact_duplicates, keep_packed, phash_duplicates
 from conveyor.stages.image.layout import ImageLayout
 from conveyor.stages.image.shards import pack_shards
 from conveyor.stages.image.writer import sample_members, tar_bytes
@@ -22,6 +22,15 @@ from conveyor.tasks.image import ImageRecord
 def test_exact_duplicates_point_at_the_first_copy() -> None:
     marks = exact_duplicates(["a", "b", "c", "d", "e"], ["h1", "h2", "h1", "h1", "h2"])
     assert marks == {"c": ("a", 0.0), "d": ("a", 0.0), "e": ("b", 0.0)}
+
+
+def test_an_image_a_shard_holds_is_never_marked() -> None:
+    marks = {"p1": ("n1", 1.0), "p2": ("n1", 2.0), "p3": ("p4", 3.0), "n2": ("p1", 4.0)}
+    kept, unmarked = keep_packed(marks, {"p1", "p2", "p3", "p4"})
+    # p1's copy gives way to it; p2's is marked already; p3 and p4 both shipped: both stay
+    assert kept == {"n1": ("p1", 1.0), "n2": ("p1", 4.0)}
+    assert unmarked == 3
+    assert keep_packed(marks, set()) == (marks, 0)
 
 
 def brute_force(hashes: np.ndarray, most: int) -> dict[int, tuple[int, int]]:
