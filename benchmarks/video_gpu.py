@@ -15,6 +15,10 @@ transcoding, motion and quality filters, embeddings and tags) in the ways named 
   decodes the shot detector's small frames and the transcoder's input on NVDEC);
 - ``cpu-only`` (when named in ``--contenders``): streaming with the GPUs hidden, for what
   they change;
+- ``fast-encode`` (when named in ``--contenders``): streaming with the GPUs, libx264 at
+  ``superfast`` and CRF 27 (``FAST_ENCODE``), which gave ``veryfast`` at CRF 23's luma PSNR
+  for half its CPU time and 8% more bytes (benchmarks/x264_presets.py): what a GPU without
+  NVENC leaves the CPUs when the encoder is told to spend less;
 - ``captioned`` (when named in ``--contenders``): streaming with the GPUs and a captioner of
   realistic cost: a LLaVA of 2.1 billion parameters with random weights
   (``conveyor.samples.vlm``, built once into the cache and loaded through the captioner's
@@ -61,7 +65,10 @@ from conveyor.monitor import EventLog
 from conveyor.pipelines.video import VideoConfig, build_video_pipeline
 from conveyor.samples.vlm import SIZES
 
-CONTENDERS = ("streaming", "batch", "cpu-decode", "cpu-only", "captioned")
+CONTENDERS = ("streaming", "batch", "cpu-decode", "cpu-only", "captioned", "fast-encode")
+#: the ``fast-encode`` contender's libx264 preset and CRF (docs/measurements/
+#: 2026-11-30-x264-presets.md: ``veryfast`` at CRF 23's quality for half the CPU)
+FAST_ENCODE = ("superfast", 27)
 #: the captioner's model in the cache: a LLaVA of random weights (its size's cost)
 CAPTION_MODEL = "llava-{size}-random"
 #: NeMo Curator's DGX Cloud write-up: GPU seconds per hour of video
@@ -453,22 +460,30 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     nvdecs: dict[str, float] = {}
     defaults = VideoConfig(str(source), str(out_root / "unused"))
     first = min(source.glob("*.mp4"))
-    floor = figures["x264_floor_cpu_s_per_video_hour"] = x264_floor(
-        first, defaults.preset, defaults.crf
-    )
-    print(
-        f"  libx264 alone ({defaults.preset}, CRF {defaults.crf}, one thread) encoding "
-        f"{first.name} once: {floor:.0f} CPU-s per video-hour, the floor without NVENC",
-        flush=True,
-    )
+    floors = {}
+    settings = [(defaults.preset, defaults.crf)]
+    settings += [FAST_ENCODE] if "fast-encode" in chosen else []
+    for preset, crf in dict.fromkeys(settings):
+        floors[preset, crf] = x264_floor(first, preset, crf)
+        print(
+            f"  libx264 alone ({preset}, CRF {crf}, one thread) encoding {first.name} once: "
+            f"{floors[preset, crf]:.0f} CPU-s per video-hour, the floor without NVENC",
+            flush=True,
+        )
+    figures["x264_floor_cpu_s_per_video_hour"] = floors[defaults.preset, defaults.crf]
+    if "fast-encode" in chosen:
+        figures["x264_floor_fast_encode_cpu_s_per_video_hour"] = floors[FAST_ENCODE]
     try:
         for label in chosen:
             # the same work both ways: TransNetV2 on every frame (auto picks the hybrid
             # detector where no GPU is used)
+            preset, crf = FAST_ENCODE if label == "fast-encode" else (defaults.preset, defaults.crf)
             config = VideoConfig(
                 str(source),
                 str(out_root / label),
                 gpus=label != "cpu-only",
+                preset=preset,
+                crf=crf,
                 detector="transnetv2",
                 decoder="cpu" if label == "cpu-decode" else "auto",
                 caption_model=(
@@ -504,9 +519,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             # a stage only the captioned contender has (the captioner) shows its own share
             column = {**figures.get("captioned_gpu_shares", {}), **shares}
             figures["contenders"] = report(results, column, gpu_count, cpus, nvdecs)
-            if floor:
+            if floors[preset, crf]:
                 ours = figures["contenders"][label]["cpu_s_per_video_hour"]
-                print(f"  {label}: {ours / floor:.2f}x the CPU of libx264 alone")
+                print(f"  {label}: {ours / floors[preset, crf]:.2f}x the CPU of libx264 alone")
             if args.json is not None:  # after each contender: a run cut short keeps its figures
                 args.json.write_text(json.dumps(figures, indent=1, default=str) + "\n")
     finally:

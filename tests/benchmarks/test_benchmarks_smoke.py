@@ -458,7 +458,7 @@ def test_video_gpu_runs_its_captioned_contender_end_to_end_on_a_declared_gpu(
 
     monkeypatch.setattr(bench, "GpuSampler", NoNvml)
     figures_path = tmp_path / "figures.json"
-    options = ["--contenders", "captioned", "--caption-size", "tiny", "--cpus", "2"]
+    options = ["--contenders", "captioned,fast-encode", "--caption-size", "tiny", "--cpus", "2"]
     bench.main([*options, *tiny_videos(tmp_path), "--json", str(figures_path)])
     figures = json.loads(figures_path.read_text())
     captioned = figures["contenders"]["captioned"]
@@ -477,6 +477,10 @@ def test_video_gpu_runs_its_captioned_contender_end_to_end_on_a_declared_gpu(
     assert figures["x264_floor_cpu_s_per_video_hour"] > 0
     assert "the floor without NVENC" in out and "captioned: " in out
     assert "x the CPU of libx264 alone" in out
+    # the encoder told to spend less: its own floor, and the same clips
+    assert "libx264 alone (superfast, CRF 27, one thread)" in out
+    assert figures["x264_floor_fast_encode_cpu_s_per_video_hour"] > 0
+    assert figures["contenders"]["fast-encode"]["clips_kept"] == captioned["clips_kept"]
     # the per-stage table shows the captioner's GPU share, though no other contender ran
     share = figures["captioned_gpu_shares"]["Captioner"]
     assert share > 0 and re.search(rf"^Captioner +{share:.4g} ", out, re.M)
@@ -493,6 +497,27 @@ def test_the_x264_floor_is_the_encode_alone(monkeypatch: pytest.MonkeyPatch, tmp
     fast = bench.x264_floor(Path(video.path), "ultrafast", 23, seconds=2.0)
     slow = bench.x264_floor(Path(video.path), "slow", 23, seconds=2.0)
     assert 0 < fast < slow
+
+
+def test_x264_presets_prints_each_at_one_crf_and_at_the_baselines_quality(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bench = load("x264_presets", monkeypatch)
+    size = ["--width", "160", "--height", "96", "--frames", "12", "--repeats", "1"]
+    figures = bench.main(
+        [*size, "--presets", "ultrafast,veryfast", "--cache", str(tmp_path), "--grain", "8"]
+    )
+    out = capsys.readouterr().out
+    for source in ("generated", "grain"):
+        same_crf, same_quality = figures[source]["same_crf"], figures[source]["same_quality"]
+        assert set(same_crf) == {"ultrafast@23", "veryfast@23"}
+        (matched,) = set(same_quality) - {"veryfast@23"}
+        # the faster preset at the CRF that reaches the baseline's luma PSNR
+        assert matched.startswith("ultrafast@")
+        assert same_quality[matched]["psnr_y_db"] >= same_quality["veryfast@23"]["psnr_y_db"]
+        assert all(f["mbit_per_s"] > 0 for f in same_crf.values())
+        assert f"{source}: 12 frames of 160x96@30" in out
+    assert "as good as it" in out
 
 
 @slow
