@@ -229,7 +229,8 @@ def test_dedup_keeps_the_largest_or_best_looking_copy_when_asked(
         check_resume(config(tmp_path / "in", tmp_path / "out", **other))
 
 
-@pytest.mark.parametrize("mode", ["phash", "semantic"])
+# (semantic with the slow tests: the rule is the mode's, and phash shows it in seconds)
+@pytest.mark.parametrize("mode", ["phash", pytest.param("semantic", marks=pytest.mark.slow)])
 def test_an_image_packed_by_an_earlier_run_stays_kept_when_a_larger_copy_comes(
     tmp_path: Path, mode: str
 ) -> None:
