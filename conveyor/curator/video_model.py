@@ -311,6 +311,7 @@ def to_conveyor_task(task: Any, stage: str) -> Any:
 
 
 def conveyor_video(video: Video, stage: str) -> _Video:
+    _check_one_each(video, stage)
     origin = video._conveyor
     held = _held(video)
     if origin is None:
@@ -336,6 +337,22 @@ def conveyor_video(video: Video, stage: str) -> _Video:
         if key not in out.errors:
             out.fail(key, reason)
     return out
+
+
+def _check_one_each(video: Video, stage: str) -> None:
+    """``ValueError`` where two of ``video``'s clips share a uuid: Conveyor's model tells
+    clips apart by it, and the second overwrote the first."""
+    seen: set[UUID] = set()
+    for clip in video.clips + video.filtered_clips:
+        if clip.uuid in seen:
+            name = video._conveyor.relative_path if video._conveyor else video.input_path
+            raise ValueError(
+                f"stage {stage!r} gave video {name!r} two clips with uuid {clip.uuid}: each "
+                "clip needs a uuid of its own (a clip cut in two with dataclasses.replace "
+                "keeps its uuid; NeMo Curator's splitters give each clip uuid.uuid5 of its "
+                "video and span), and is in clips or in filtered_clips, not both"
+            )
+        seen.add(clip.uuid)
 
 
 def conveyor_clip(clip: Clip, video: _Video, filtered: bool, by: str = "") -> _Clip:

@@ -356,6 +356,25 @@ def test_clips_a_stage_copies_are_the_clips_they_copy() -> None:
     assert clips[0].scores["aesthetic"] == 0.9 and clips[0].kept and clips[1].kept
 
 
+def test_two_clips_with_one_uuid_are_refused_naming_the_stage_and_video() -> None:
+    """A clip cut in two with ``dataclasses.replace`` keeps its uuid: the two became one
+    clip with the second's span, and the first was lost."""
+    call, given = curator_side(conveyor_task(2))
+    video = given.data
+    first, second = video.clips
+    video.clips = [
+        dataclasses.replace(first, span=(0.0, 0.5)),
+        dataclasses.replace(first, span=(0.5, 1.0)),
+        second,
+    ]
+    with pytest.raises(ValueError, match=r"stage 'stage' gave video 'v.mp4' two clips with uuid"):
+        call.outputs([given], to_conveyor=True)
+    call, given = curator_side(conveyor_task(2))
+    given.data.filtered_clips = [given.data.clips[1]]  # and left in clips too
+    with pytest.raises(ValueError, match="in clips or in filtered_clips, not both"):
+        call.outputs([given], to_conveyor=True)
+
+
 def test_a_failed_video_passes_by_two_curator_style_stages_in_a_row() -> None:
     task = conveyor_task(0)
     task.data.fail("VideoProbe", "not a video")
