@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from conveyor.stages.image.layout import ImageLayout
+from conveyor.stages.image.shards import packed_ids
 
 if TYPE_CHECKING:
     from conveyor.executors.base import Executor
@@ -248,8 +249,6 @@ def deduplicate(
         raise ValueError(f"keep must be one of {', '.join(DEDUP_KEEP)}, got {keep!r}")
     if mode == "exact" and keep != "first":
         raise ValueError(f"keep {keep!r} needs phash or semantic dedup: {KEEP_EXACT}")
-    from conveyor.stages.image.shards import packed_ids
-
     started = time.perf_counter()
     report: dict[str, Any] = {"mode": mode}
     measure = "similarity" if mode == "semantic" else "distance"
