@@ -162,6 +162,13 @@ def sweep_stale(base: Path, pattern: str = "conveyor-*") -> None:
             shutil.rmtree(entry, ignore_errors=True)
 
 
+#: types pickle writes itself, before it would ask cloudpickle's ``reducer_override``
+#: (which sees only other objects) or its dispatch table: for an object of exactly one of
+#: these, ``pickle.dumps`` gives the bytes ``cloudpickle.dumps`` gives, with no buffer out
+#: of band, without building cloudpickle's pickler (~2.5 us, most of an int's put)
+_PLAIN = frozenset({int, float, str, bytes, bool, type(None)})
+
+
 class ShmStore:
     """One run's payload directory; each process names its files with its own prefix."""
 
@@ -201,7 +208,10 @@ class ShmStore:
     def put(self, obj: Any, label: str) -> Handle:
         buffers: list[pickle.PickleBuffer] = []
         try:
-            data = cloudpickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
+            if type(obj) in _PLAIN:  # the same bytes as cloudpickle's, a tenth of its cost
+                data = pickle.dumps(obj, protocol=5)
+            else:
+                data = cloudpickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
         except UnpicklablePayload.CAUSES as exc:
             raise UnpicklablePayload.of(obj, exc) from exc
         except Exception as exc:  # its own __reduce__ raised: tried again, said where

@@ -276,6 +276,42 @@ def test_small_payloads_travel_inline(tmp_path: Path) -> None:
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize(
+    "value",
+    [
+        0,
+        -1,
+        2**64 + 5,
+        -(10**400),
+        True,
+        None,
+        1.5,
+        float("nan"),
+        "é\ud800",
+        b"\0" * 9,
+        "x" * 40_000,
+    ],
+    ids=repr,
+)
+def test_plain_values_are_stored_as_cloudpickle_would_store_them(
+    tmp_path: Path, value: Any
+) -> None:
+    """``ShmStore.put`` pickles plain values with ``pickle`` (its fast path): the same bytes,
+    inline or in a file alike, as ``cloudpickle`` writes."""
+    import cloudpickle
+
+    store = ShmStore(tmp_path, "t")
+    handle = store.put(value, "0")
+    data = cloudpickle.dumps(value, protocol=5)
+    if isinstance(handle.ref, bytes):
+        assert handle.ref == data
+    else:
+        assert Path(handle.ref).read_bytes()[shm_store._HEADER.size :] == data
+    assert handle.nbytes == len(data)
+    back = ShmStore.get(handle)
+    assert back == value or value != value  # NaN
+
+
 def test_a_payload_a_full_store_cannot_hold_travels_in_its_message(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
