@@ -350,8 +350,11 @@ class StageRunner:
         if self.streams:  # made one by one, taken all at once (Ray Data; tests)
             made = list(self.stream(tasks, labels, threads))
             return [o for o, _ in made], [lab for _, lab in made], self.filtered
-        with self._exit_fails_the_batch():
+        # as ``_exit_fails_the_batch`` does, without a context manager's cost on each batch
+        try:
             return self._run(tasks, labels, threads)
+        except SystemExit as exc:
+            raise self._exit_failure(exc) from exc
 
     @contextlib.contextmanager
     def _exit_fails_the_batch(self) -> Iterator[None]:
@@ -362,10 +365,13 @@ class StageRunner:
         try:
             yield
         except SystemExit as exc:
-            raise RuntimeError(
-                f"stage {self.name!r} called sys.exit({exc.code!r}) while processing: the "
-                "batch fails, the worker goes on"
-            ) from exc
+            raise self._exit_failure(exc) from exc
+
+    def _exit_failure(self, exc: SystemExit) -> RuntimeError:
+        return RuntimeError(
+            f"stage {self.name!r} called sys.exit({exc.code!r}) while processing: the "
+            "batch fails, the worker goes on"
+        )
 
     def _metrics(self) -> dict[str, float]:
         """What the stage recorded of the batch so far (``log_metric``), for an output."""
