@@ -729,35 +729,44 @@ class Controller:
             name, f"{event.error.type}: {event.error.message}", trace or event.error.traceback
         )
 
-    def _pop_batch(self, worker_id: str, batch_id: int) -> Batch | None:
+    def _pop_batch(self, worker_id: str, batch_id: int, now: float | None = None) -> Batch | None:
+        """Forget a batch whose outcome came (``now``: the backend's clock, when the caller
+        read it already for this event)."""
         batch = self.batches.pop(batch_id, None)
         if batch is None:
             return None
         stage = self.stages[batch.stage]
         stage.in_flight_tasks -= len(batch.entries)
+        if now is None:
+            now = self.backend.now()
         if stage.spec.streams:
-            streams.end(stage, batch, self.backend.now())
+            streams.end(stage, batch, now)
         worker = self.workers.get(worker_id)
         if worker is not None:
-            stage.pool.batch_done(worker, batch_id, self.backend.now())
-            if not worker.in_flight:
+            stage.pool.batch_done(worker, batch_id, now)
+            if not worker.messages:  # ``in_flight``
                 self.cpu_book.release(worker)
         return batch
 
     def _on_done(self, event: BatchesDone) -> None:
+        # one reading of the clock for the whole message: its batches ended together
+        now = self.backend.now()
         done = []
+        pop, worker_id = self._pop_batch, event.worker_id
         for outcome in event.outcomes:
-            batch = self._pop_batch(event.worker_id, outcome.batch_id)
+            batch = pop(worker_id, outcome.batch_id, now)
             if batch is not None:
                 done.append((outcome, batch))
         if not done:
             return
         held = self._held_s(event.worker_id, done)
+        stages, lineage = self.stages, self.lineage
         for (outcome, batch), held_s in zip(done, held, strict=True):
-            stage = self.stages[batch.stage]
+            stage = stages[batch.stage]
             stats = stage.stats
+            outputs = outcome.outputs
             n_in = len(batch.entries)
-            n_out = len(outcome.outputs) + batch.made
+            n_out = len(outputs) + batch.made
             stats.tasks_in += n_in
             stats.busy_s += outcome.busy_s
             stats.cpu_s += outcome.cpu_s
@@ -765,7 +774,10 @@ class Controller:
             stage.service_counts[bisect.bisect_left(SERVICE_TIME_BUCKETS_S, outcome.busy_s)] += 1
             stage.service_sum_s += outcome.busy_s
             first_measurement = not stage.meter.measured
-            out_bytes = sum(h.nbytes for h in outcome.outputs) + batch.made_bytes
+            out_bytes = 0
+            for handle in outputs:
+                out_bytes += handle.nbytes
+            out_bytes += batch.made_bytes
             # the time its thread waited for a core was the machine's, not the stage's: more
             # workers would not have made it sooner (they would have waited too)
             busy_s = max(0.0, outcome.busy_s - outcome.queued_s)
@@ -786,19 +798,19 @@ class Controller:
                 )
             seek = batch.entries[0].seek  # a recomputation runs alone
             if stage.spec.streams:
-                self._forward(batch, outcome.outputs)  # what it did not report on the way
+                self._forward(batch, outputs)  # what it did not report on the way
                 if seek is not None:
                     self._on_recomputed(batch.stage, seek, batch.held or [])
                 stats.filtered += outcome.filtered
                 self._release(batch.entries)
             elif seek is not None:
-                self._on_recomputed(batch.stage, seek, outcome.outputs)
+                self._on_recomputed(batch.stage, seek, outputs)
                 self._release(batch.entries)
-            elif self.lineage.tracked and maps_one_to_one(batch.entries, outcome.outputs):
+            elif lineage.tracked and maps_one_to_one(batch.entries, outputs):
                 # each output carries on its input's lineage: what is alive does not change
-                self._pass_on(batch, outcome.outputs, outcome.filtered, counted=True)
+                self._pass_on(batch, outputs, outcome.filtered, counted=True, now=now)
             else:
-                self._pass_on(batch, outcome.outputs, outcome.filtered)
+                self._pass_on(batch, outputs, outcome.filtered, now=now)
                 self._release(batch.entries)
 
     def _held_s(self, worker_id: str, done: list[tuple[Any, Batch]]) -> list[float]:
@@ -831,16 +843,26 @@ class Controller:
         return [b * held / total for b in busy]
 
     def _release(self, entries: list[Entry]) -> None:
+        lineage = self.lineage
+        if not lineage.tracked:
+            return  # ``live`` counts nothing
         for entry in entries:  # after the outputs: a source may be let go now
-            self.lineage.live(entry.handle.label, -1)
+            lineage.live(entry.handle.label, -1)
 
     def _pass_on(
-        self, batch: Batch, outputs: list[Handle], filtered: int = 0, counted: bool = False
+        self,
+        batch: Batch,
+        outputs: list[Handle],
+        filtered: int = 0,
+        counted: bool = False,
+        now: float | None = None,
     ) -> None:
         """Queue a batch's ``outputs`` for the next stage (or the caller); ``counted``: they
-        take their inputs' places among what is alive of each source."""
+        take their inputs' places among what is alive of each source; ``now``: the backend's
+        clock, where the caller read it already for this event."""
         index = batch.stage
-        stats = self.stages[index].stats
+        stages = self.stages
+        stats = stages[index].stats
         stats.tasks_out += len(outputs)
         stats.filtered += filtered
         lineage = self.lineage
@@ -850,8 +872,10 @@ class Controller:
                 if not counted:
                     lineage.live(handle.label, 1)
         nxt = index + 1
-        if nxt < len(self.stages):
-            push, now = self.stages[nxt].queue.push, self.backend.now()
+        if nxt < len(stages):
+            push = stages[nxt].queue.push
+            if now is None:
+                now = self.backend.now()
             for handle in outputs:
                 push(Entry(handle), now)
         else:

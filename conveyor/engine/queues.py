@@ -87,9 +87,15 @@ class EdgeQueue:
 
     def push(self, entry: Entry, now: float = 0.0) -> None:
         entry.since = now
-        self.fresh.append(entry)
+        fresh = self.fresh
+        fresh.append(entry)
         self.bytes += entry.handle.nbytes
-        self._grew()
+        # ``_grew``, inline: every task of every stage passes here
+        size = len(fresh) + len(self.suspects)
+        if size > self.hwm_tasks:
+            self.hwm_tasks = size
+        if self.bytes > self.hwm_bytes:
+            self.hwm_bytes = self.bytes
 
     def push_suspect(self, entry: Entry) -> None:
         self.suspects.append(entry)
@@ -107,6 +113,10 @@ class EdgeQueue:
         nothing waits long behind local work)."""
         fresh = self.fresh
         if node is None or not fresh or fresh[0].handle.node in (None, node):
+            if count == 1 and fresh:  # the common batch of one, without the list's loop
+                entry = fresh.popleft()
+                self.bytes -= entry.handle.nbytes
+                return [entry]
             batch = [fresh.popleft() for _ in range(min(count, len(fresh)))]
         else:
             window = [fresh.popleft() for _ in range(min(self.LOOKAHEAD, len(fresh)))]
