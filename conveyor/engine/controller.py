@@ -744,7 +744,7 @@ class Controller:
         worker = self.workers.get(worker_id)
         if worker is not None:
             stage.pool.batch_done(worker, batch_id, now)
-            if not worker.messages:  # ``in_flight``
+            if not worker.in_flight:
                 self.cpu_book.release(worker)
         return batch
 

@@ -87,15 +87,9 @@ class EdgeQueue:
 
     def push(self, entry: Entry, now: float = 0.0) -> None:
         entry.since = now
-        fresh = self.fresh
-        fresh.append(entry)
+        self.fresh.append(entry)
         self.bytes += entry.handle.nbytes
-        # ``_grew``, inline: every task of every stage passes here
-        size = len(fresh) + len(self.suspects)
-        if size > self.hwm_tasks:
-            self.hwm_tasks = size
-        if self.bytes > self.hwm_bytes:
-            self.hwm_bytes = self.bytes
+        self._grew()
 
     def push_suspect(self, entry: Entry) -> None:
         self.suspects.append(entry)
