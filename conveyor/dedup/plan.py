@@ -10,9 +10,10 @@ worker's memory is bounded by those sizes, never by the number of items.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -61,6 +62,16 @@ class MissingColumns(SemanticDedupError):
             f"INPUT {self.path!r} has no column {', '.join(map(repr, self.missing))} (it has "
             f"{', '.join(self.names)}); {note}{hint}"
         )
+
+    @classmethod
+    @contextlib.contextmanager
+    def explained(cls, hint: str) -> Iterator[None]:
+        """Within it, a missing column is a ``SemanticDedupError`` saying ``hint`` (a
+        command's own tables, written by an earlier version without a keep rule's column)."""
+        try:
+            yield
+        except cls as exc:
+            raise SemanticDedupError(exc.explain(hint)) from None
 
 
 @dataclass(frozen=True)

@@ -209,10 +209,11 @@ def _semantic(
     executor: Executor | None,
     keep: str,
 ) -> tuple[int, dict[str, tuple[str, float]]]:
-    from conveyor.dedup.plan import MissingColumns, SemanticDedupError
+    from conveyor.dedup.plan import MissingColumns
     from conveyor.dedup.semantic import semantic_dedup
 
-    try:
+    older = f"an earlier version wrote it, and keeping the {keep} image reads them: write to "
+    with MissingColumns.explained(older + "a new OUTPUT, or pass --overwrite"):
         result = semantic_dedup(
             files,
             str(layout.local),
@@ -222,13 +223,6 @@ def _semantic(
             n_clusters=clusters,
             executor=executor,
         )
-    except MissingColumns as exc:  # embeddings written before the keep rules
-        raise SemanticDedupError(
-            exc.explain(
-                f"an earlier version wrote it, and keeping the {keep} image reads them: "
-                "write to a new OUTPUT, or pass --overwrite"
-            )
-        ) from None
     return result.items, _read_marks(layout)
 
 

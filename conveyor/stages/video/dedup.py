@@ -160,7 +160,7 @@ def deduplicate(
     ``keep`` says which clip of a set stays unmarked (``DEDUP_KEEP``); clips without the
     score it reads come after those with one. ``executor`` runs the passes (default:
     streaming on the local backend)."""
-    from conveyor.dedup.plan import MissingColumns, SemanticDedupError
+    from conveyor.dedup.plan import MissingColumns
     from conveyor.dedup.semantic import run_pass, semantic_dedup
     from conveyor.pipeline import Pipeline
     from conveyor.storage import atomic_write
@@ -178,7 +178,8 @@ def deduplicate(
             out.write((layout.root / DUPLICATES).read_bytes())
     videos = sorted(p.name[: -len(".parquet")] for p in layout.embeddings.glob("*.parquet"))
     if videos:
-        try:
+        older = f"an earlier version wrote it, and keeping the {keep} clip reads them: run "
+        with MissingColumns.explained(older + "its video again (--overwrite), or keep the first"):
             result = semantic_dedup(
                 str(layout.embeddings),
                 str(layout.root),
@@ -188,13 +189,6 @@ def deduplicate(
                 n_clusters=n_clusters,
                 executor=executor,
             )
-        except MissingColumns as exc:  # embeddings written before the keep rules
-            raise SemanticDedupError(
-                exc.explain(
-                    f"an earlier version wrote it, and keeping the {keep} clip reads them: "
-                    "run its video again (--overwrite), or keep the first"
-                )
-            ) from None
         clips, duplicates = result.items, result.duplicates
         tasks = [videos[i : i + VIDEOS_PER_TASK] for i in range(0, len(videos), VIDEOS_PER_TASK)]
         marking = Pipeline("dedup-marks", [MarkDuplicates(str(layout.root), previous)])
