@@ -4,8 +4,8 @@ On a GPU without NVENC (A100, H100, H200) the transcoder encodes on the CPUs, an
 most of the shots pipeline's CPU time there: ``veryfast`` (the default) took 1,956 of its
 3,608 CPU seconds per video-hour on the H200 machine (docs/measurements/
 2026-11-26-video-gpu-h200.md). ``conveyor video --preset`` trades that time for bytes and
-quality; this measures the trade on this machine, one thread and CRF 23 as the transcoder
-encodes a clip, over the first ``--frames`` frames of two 720p30 sources:
+quality; this measures the trade on this machine, on one thread as the transcoder encodes a
+clip, over the first ``--frames`` frames of two 720p30 sources:
 
 - ``generated``: the benchmarks' generated timeline (gradients and moving shapes, encoded
   with x264 ``medium``), which x264 finds easy;
@@ -13,8 +13,10 @@ encodes a clip, over the first ``--frames`` frames of two 720p30 sources:
   pixel, as a camera's sensor adds it (what makes real footage expensive), encoded with
   x264 ``medium`` at CRF 23 as an upload is, and decoded again.
 
-CRF does not mean the same quality from preset to preset (the faster presets leave out the
-analysis that decides where bits go): compare the bitrate and the PSNR with the CPU time.
+Every preset is run at one CRF (``--crf``, 23). CRF does not mean the same quality from
+preset to preset (the faster presets leave out the analysis that decides where bits go), so
+the presets faster than ``veryfast`` are also run at the highest CRF at which they still
+reach ``veryfast``'s PSNR: the fewest bits for its quality.
 
 Every preset encodes the same frames (decoded once, before timing), alternating, median of
 ``--repeats``. For each: CPU seconds per video-hour, the bitrate, PSNR of the luma against
@@ -40,6 +42,8 @@ from typing import Any
 import numpy as np
 from _common import fmt, table
 from nvdec_paths import one_thread_x264, source
+
+from conveyor.stages.video.transcode import X264_PRESETS
 
 #: libx264's presets from fastest, as far as anyone encodes clips for training
 PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium")
@@ -203,7 +207,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print_table(f"{title}; every preset at CRF {args.crf}", same_crf, same_crf[baseline])
         # the faster presets at the CRF that gives the baseline's quality for fewer bits
         target = same_crf[baseline]["psnr_y_db"]
-        faster = presets[: presets.index(BASELINE)] if BASELINE in PRESETS else []
+        faster = [p for p in presets if p in X264_PRESETS[: X264_PRESETS.index(BASELINE)]]
         matched = [(p, same_quality_crf(frames, rate, p, target)) for p in faster]
         same_quality = measure(frames, rate, [(BASELINE, args.crf), *matched], args.repeats)
         print_table(f"{title}; as good as it", same_quality, same_quality[baseline])
