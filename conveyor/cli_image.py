@@ -108,6 +108,21 @@ def image(
     aesthetic_threshold: Annotated[
         float, typer.Option(help="Aesthetic: least score kept (LAION's scale, 1-10).")
     ] = 4.5,
+    clip_score_model: Annotated[
+        Path | None,
+        typer.Option(
+            help="CLIP score: a Hugging Face CLIP directory; each captioned image's cosine "
+            "similarity to its caption."
+        ),
+    ] = None,
+    clip_score_threshold: Annotated[
+        float,
+        typer.Option(
+            min=-1.0,
+            max=1.0,
+            help="CLIP score: least kept (LAION-5B: 0.28 with OpenAI's ViT-B/32).",
+        ),
+    ] = 0.28,
     embed: Annotated[bool, typer.Option("--embed/--no-embed", help="Image embeddings.")] = True,
     embed_model: Annotated[
         str,
@@ -201,6 +216,7 @@ def image(
             (not quality, ["min_size", "max_aspect", "min_contrast"], "--quality"),
             (not nsfw, ["nsfw_threshold"], "--nsfw"),
             (aesthetic_model is None, ["aesthetic_threshold"], "--aesthetic-model"),
+            (clip_score_model is None, ["clip_score_threshold"], "--clip-score-model"),
             (not embed, ["embed_model"], "--embed"),
             (dedup is not DedupChoice.phash, ["phash_distance"], "--dedup phash"),
             (dedup not in (DedupChoice.phash, DedupChoice.semantic), ["dedup_keep"], keep_needs),
@@ -223,6 +239,8 @@ def image(
             nsfw_threshold=nsfw_threshold,
             aesthetic_model=str(aesthetic_model) if aesthetic_model else None,
             aesthetic_threshold=aesthetic_threshold,
+            clip_score_model=str(clip_score_model) if clip_score_model else None,
+            clip_score_threshold=clip_score_threshold,
             embed=embed,
             embed_model=embed_model,
             tags=tags,

@@ -135,6 +135,8 @@ def one_error_line(output: str) -> str:
             "error: --phash-distance has no effect without --dedup phash",
         ),
         (["{folder}", "{tmp}/out", "--semantic-threshold", "0.9"], "without --dedup semantic"),
+        (["{folder}", "{tmp}/out", "--clip-score-threshold", "0.3"], "without --clip-score-model"),
+        (["{folder}", "{tmp}/out", "--clip-score-model", "{tmp}/notes.pt"], "is a file: give a"),
         (
             ["{folder}", "{tmp}/out", "--dedup-keep", "largest"],
             "error: --dedup-keep has no effect without --dedup phash or semantic (copies of the "

@@ -365,6 +365,19 @@ def clip_image_embeds(model: Any, processor: Any, frames: Any, device: str) -> A
     return embeds / embeds.norm(dim=-1, keepdim=True).clamp_min(1e-12)
 
 
+def clip_text_embeds(model: Any, tokenizer: Any, texts: Sequence[str], device: str) -> Any:
+    """L2-normalised CLIP text embeddings (float ``N x D`` on ``device``) of ``texts``
+    through a whole ``CLIPModel`` (``load_clip(text=True)``), each cut to the model's
+    longest text (77 tokens for OpenAI's)."""
+    longest = model.config.text_config.max_position_embeddings
+    tokens = tokenizer(
+        list(texts), padding=True, truncation=True, max_length=longest, return_tensors="pt"
+    ).to(device)
+    out = model.get_text_features(**tokens)
+    embeds = getattr(out, "pooler_output", out).float()  # an output object in transformers 5
+    return embeds / embeds.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+
+
 def _load_hf(path: Path, device: str, trust_remote_code: bool) -> FrameEncoder:
     from transformers import AutoModel, AutoProcessor
 

@@ -59,6 +59,7 @@ def build_image_pipeline(config: ImageConfig) -> Pipeline:
     from conveyor.stages.image.decode import ImageDecoder
     from conveyor.stages.image.models import (
         ImageAestheticFilter,
+        ImageClipScoreFilter,
         ImageEmbedder,
         ImageNSFWFilter,
         ImageTagger,
@@ -71,6 +72,7 @@ def build_image_pipeline(config: ImageConfig) -> Pipeline:
         (
             config.nsfw,
             config.aesthetic_model is not None,
+            config.clip_score_model is not None,
             config.embed,
             config.tags and not config.tags_from_embedder,
         )
@@ -95,6 +97,11 @@ def build_image_pipeline(config: ImageConfig) -> Pipeline:
             config.aesthetic_model, config.aesthetic_threshold, score_only=config.score_only
         )
         scored.append(aesthetic.with_(resources=on_gpu))  # type: ignore[arg-type]
+    if config.clip_score_model is not None:
+        clip_score = ImageClipScoreFilter(
+            config.clip_score_model, config.clip_score_threshold, score_only=config.score_only
+        )
+        scored.append(clip_score.with_(resources=on_gpu))  # type: ignore[arg-type]
     if config.embed:
         embedder = ImageEmbedder(config.embed_model, tags=config.tags_from_embedder)
         scored.append(embedder.with_(resources=on_gpu))  # type: ignore[arg-type]
@@ -118,6 +125,8 @@ def describe(config: ImageConfig) -> str:
         filters.append(f"nsfw < {config.nsfw_threshold:g}")
     if config.aesthetic_model is not None:
         filters.append(f"aesthetic >= {config.aesthetic_threshold:g}")
+    if config.clip_score_model is not None:
+        filters.append(f"CLIP score of the caption >= {config.clip_score_threshold:g}")
     if filters:
         parts.append(("scored by " if config.score_only else "filtered by ") + ", ".join(filters))
     if config.embed:

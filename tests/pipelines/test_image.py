@@ -263,7 +263,7 @@ def test_an_image_packed_by_an_earlier_run_stays_kept_when_a_larger_copy_comes(
     assert report.summary["images"]["duplicates"] == 1
 
 
-def test_an_output_from_before_the_keep_rules_resumes_only_keeping_the_first(
+def test_an_output_from_before_the_keep_rules_and_clip_score_resumes_without_them(
     tmp_path: Path,
 ) -> None:
     """An older output recorded no ``dedup_keep``: its shards were packed keeping the
@@ -284,11 +284,56 @@ def test_an_output_from_before_the_keep_rules_resumes_only_keeping_the_first(
     largest = config(tmp_path / "in", output, dedup="semantic", dedup_keep="largest")
     with pytest.raises(ConfigMismatch, match="dedup_keep: 'first' -> 'largest'"):
         check_resume(largest)
+    # nor with a filter it did not have: its parts were kept without it
+    del recorded["clip_score_model"], recorded["clip_score_threshold"]
+    (output / ".conveyor" / "config.json").write_text(json.dumps(recorded))
+    from tests.stages.video.conftest import save_whole_clip
+
+    model = str(save_whole_clip(tmp_path / "clip"))
+    scored = config(tmp_path / "in", output, dedup="semantic", clip_score_model=model)
+    with pytest.raises(ConfigMismatch, match="clip_score_model: None ->"):
+        check_resume(scored)
     layout = ImageLayout(output)
     for path in (output / "embeddings").glob("*.parquet"):
         pq.write_table(pq.read_table(path).drop(["pixels", "aesthetic"]), path)
     with pytest.raises(SemanticDedupError, match="keeping the largest image reads them"):
         deduplicate(layout, [0], "semantic", keep="largest", clusters=1)
+
+
+def test_the_clip_score_filter_runs_after_the_safety_filter_on_a_gpu_share(
+    tmp_path: Path,
+) -> None:
+    from tests.stages.video.conftest import save_whole_clip
+
+    model = str(save_whole_clip(tmp_path / "clip"))
+    built = build_image_pipeline(
+        config(tmp_path, tmp_path / "out", clip_score_model=model, gpus=True)
+    )
+    names = [s.name for s in built.stages]
+    assert names.index("ImageClipScoreFilter") == names.index("ImageNSFWFilter") + 1
+    (stage,) = [s for s in built.stages if s.name == "ImageClipScoreFilter"]
+    assert stage.resources.gpus == 0.25 and stage.threshold == 0.28
+
+
+@pytest.mark.slow
+def test_the_clip_score_of_each_captioned_image_is_in_its_metadata(tmp_path: Path) -> None:
+    """img2dataset's captions against their images, through a whole CLIP model; an image
+    without a caption has none."""
+    from tests.stages.video.conftest import save_whole_clip
+
+    folder = tmp_path / "in"
+    write_shards(folder / "shards", 4, 4, seed=40, sizes=[(160, 120)])
+    (folder / "plain.png").write_bytes(encode(render_image(5, 160, 120), "PNG"))
+    model = str(save_whole_clip(tmp_path / "clip"))
+    changes = {"embed": False, "tags": False, "nsfw": False, "clip_score_threshold": -1}
+    report = run_image(config(folder, tmp_path / "out", clip_score_model=model, **changes), local())
+    rows = metadata(tmp_path / "out")
+    assert [r["caption"] is not None for r in rows.values()].count(True) == 4
+    assert all(-1 <= r["clip_score"] <= 1 for r in rows.values() if r["caption"])
+    assert rows["plain.png"]["clip_score"] is None and rows["plain.png"]["filtered_by"] is None
+    assert "CLIP score of the caption >= -1" in report.summary["pipeline"]
+    metas = [json.loads(s["json"]) for s in shard_samples(tmp_path / "out")]
+    assert sorted(m["clip_score"] is not None for m in metas) == [False, True, True, True, True]
 
 
 def test_model_stages_share_a_gpu_where_there_is_one(tmp_path: Path) -> None:
@@ -410,6 +455,8 @@ def test_a_part_with_images_it_could_not_read_for_now_is_done_again(tmp_path: Pa
         ({"shard_mb": 0}, "shard_mb"),
         ({"semantic_threshold": 0}, "semantic_threshold"),
         ({"aesthetic_model": "/no/such/model.pt"}, "aesthetic model path"),
+        ({"clip_score_model": "/no/such/clip"}, "clip score model path"),
+        ({"clip_score_threshold": 28}, r"clip_score_threshold must be a cosine in \[-1, 1\]"),
         ({"max_aspect": 0.5}, "max_aspect"),
         ({"limit": 0}, "limit"),
     ],

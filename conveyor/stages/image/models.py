@@ -1,15 +1,21 @@
-"""The models on images: embeddings, ImageNet tags, NSFW and aesthetic scores.
+"""The models on images: embeddings, ImageNet tags, NSFW, aesthetic and CLIP scores.
 
 They are the video pipeline's models (``conveyor.stages.video``: EfficientNet-Lite0 and its
 ImageNet head, Open-NSFW, the user's aesthetic scorer), run on each image's working copy
 instead of a clip's frames, a part's images in the batches each model takes
 (``frame_batches``). The embedder of the packaged EfficientNet-Lite0 also ranks the tags: its
 classifier head is one matrix product past the features it pools, so no second network runs.
+
+The CLIP score (``ImageClipScoreFilter``) is how LAION-5B and DataComp keep image-text pairs
+whose caption says what the image shows: the cosine similarity of the image's and the
+caption's embeddings in a CLIP model the user gives (LAION kept pairs at 0.28 and above with
+OpenAI's ViT-B/32; the scale differs from one CLIP model to another).
 """
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 from conveyor.media.models import EFFICIENTNET_LITE0, check_model_path, load_frame_encoder
@@ -159,6 +165,86 @@ class ImageAestheticFilter(ImageStage, TorchStage):
         scores = self._scorer.scores([image.pixels for image in ready])
         for image, score in zip(ready, scores, strict=True):
             if not scored(image, self.name, "aesthetic", score):
+                continue
+            if not self.score_only and score < self.threshold:
+                image.reject(self.filter_name)
+
+
+#: LAION-5B's CLIP score threshold with OpenAI's ViT-B/32 (English pairs)
+CLIP_SCORE_THRESHOLD = 0.28
+
+
+def check_clip_score_model(model: str) -> None:
+    """``FileNotFoundError``/``ValueError`` where ``model`` is no whole CLIP directory."""
+    from conveyor.stages.video.video_type import model_problem
+
+    problem = model_problem(model, "clip score model", "the image-text score")
+    if problem is not None and not Path(model).expanduser().exists():
+        raise FileNotFoundError(problem)
+    if problem is not None:
+        raise ValueError(problem)
+
+
+class ImageClipScoreFilter(ImageStage, TorchStage):
+    """``scores["clip_score"]``: the cosine similarity of each image and its caption in the
+    user's CLIP model; a captioned image below ``threshold`` is filtered as ``clip_score``.
+    An image without a caption has nothing to compare: no score, never filtered for it."""
+
+    resources = Resources(cpus=1)
+    # the local backend imports these once per machine, before forking workers
+    preload_modules = ("torch", "transformers.models.clip.modeling_clip")
+    max_threads = ELASTIC_THREADS
+    filter_name = "clip_score"
+
+    def __init__(
+        self, model: str, threshold: float = CLIP_SCORE_THRESHOLD, *, score_only: bool = False
+    ) -> None:
+        check_clip_score_model(model)
+        if not -1.0 <= threshold <= 1.0:
+            raise ValueError(f"threshold must be a cosine in [-1, 1], got {threshold}")
+        self.model = str(Path(model).expanduser())
+        self.threshold = threshold
+        self.score_only = score_only
+        self._clip: Any = None
+        self._processor: Any = None
+        self._tokenizer: Any = None
+        self._device = "cpu"
+
+    def setup(self, worker: Any) -> None:
+        from transformers import AutoTokenizer
+
+        from conveyor.media.models import load_clip
+
+        self.limit_threads()
+        self._device = self.torch_device(worker)
+        self._clip, self._processor = load_clip(
+            Path(self.model), self._device, "the CLIP score", text=True
+        )
+        self._tokenizer = AutoTokenizer.from_pretrained(self.model)
+
+    def scores(self, pixels: list[Any], captions: list[str]) -> list[float]:
+        """The cosine similarity of each image (H x W x 3 uint8 RGB) and its caption."""
+        import torch
+
+        from conveyor.media.models import clip_image_embeds, clip_text_embeds, frame_batches
+
+        out: list[float] = []
+        with torch.inference_mode():
+            for part in frame_batches(len(pixels), self._device):
+                images = clip_image_embeds(self._clip, self._processor, pixels[part], self._device)
+                texts = clip_text_embeds(self._clip, self._tokenizer, captions[part], self._device)
+                out += (images * texts).sum(dim=-1).double().cpu().tolist()
+        return out
+
+    def process_images(self, images: list[ImageRecord], task: ImageBatch) -> None:
+        ready = [image for image in self.working_copies(images) if (image.caption or "").strip()]
+        if not ready:
+            return
+        assert self._clip is not None, "setup() loads the model"
+        self.limit_threads()
+        scores = self.scores([image.pixels for image in ready], [image.caption for image in ready])
+        for image, score in zip(ready, scores, strict=True):
+            if not scored(image, self.name, "clip_score", score):
                 continue
             if not self.score_only and score < self.threshold:
                 image.reject(self.filter_name)

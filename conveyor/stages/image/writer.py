@@ -25,7 +25,7 @@ from conveyor.stages.image.layout import ImageLayout
 from conveyor.tasks.image import ERROR_FILTER, ImageBatch, ImageRecord
 
 #: the score columns of the metadata (``None`` where the stage did not run)
-SCORES = ("aspect_ratio", "contrast", "nsfw", "aesthetic")
+SCORES = ("aspect_ratio", "contrast", "nsfw", "aesthetic", "clip_score")
 
 
 def metadata_schema() -> Any:

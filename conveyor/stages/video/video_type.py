@@ -51,33 +51,35 @@ def split_labels(text: str) -> tuple[str, ...]:
     return tuple(label.strip() for label in text.split(",") if label.strip())
 
 
-def model_problem(model: str) -> str | None:
-    """What makes ``model`` unusable as a zero-shot CLIP directory, found without loading
-    it (``None``: nothing): a missing path, a file, no readable CLIP ``config.json``, no
-    tokenizer or image processor."""
+def model_problem(
+    model: str, what: str = "video type model", use: str = "zero-shot classification"
+) -> str | None:
+    """What makes ``model`` unusable as a whole CLIP model directory (``what``, for
+    ``use``), found without loading it (``None``: nothing): a missing path, a file, no
+    readable CLIP ``config.json``, no tokenizer or image processor."""
     path = Path(model).expanduser()
     if not path.exists():
-        return f"video type model path {model!r} does not exist"
+        return f"{what} path {model!r} does not exist"
     if not path.is_dir():
         return (
-            f"video type model {model!r} is a file: give a Hugging Face CLIP model directory "
+            f"{what} {model!r} is a file: give a Hugging Face CLIP model directory "
             "(save_pretrained of a CLIPModel, with its tokenizer and image processor)"
         )
     try:
         config = json.loads((path / "config.json").read_text())
     except (OSError, ValueError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        return f"video type model {model!r}: config.json cannot be read ({reason})"
+        return f"{what} {model!r}: config.json cannot be read ({reason})"
     kind = config.get("model_type") if isinstance(config, dict) else None
     if kind != "clip":
         return (
-            f"video type model {model!r} holds a {kind!r} model: zero-shot classification "
-            "needs a whole CLIP model (CLIPModel: image and text towers)"
+            f"{what} {model!r} holds a {kind!r} model: {use} needs a whole CLIP model "
+            "(CLIPModel: image and text towers)"
         )
     if not any((path / name).is_file() for name in TOKENIZER_FILES):
-        return f"video type model {model!r} has no tokenizer ({' or '.join(TOKENIZER_FILES)})"
+        return f"{what} {model!r} has no tokenizer ({' or '.join(TOKENIZER_FILES)})"
     if not (path / IMAGE_PROCESSOR_FILE).is_file():
-        return f"video type model {model!r} has no image processor ({IMAGE_PROCESSOR_FILE})"
+        return f"{what} {model!r} has no image processor ({IMAGE_PROCESSOR_FILE})"
     return None
 
 
@@ -152,7 +154,7 @@ class VideoTypeClassifier(FrameConsumer, TorchStage):
         import torch
         from transformers import AutoTokenizer
 
-        from conveyor.media.models import load_clip
+        from conveyor.media.models import clip_text_embeds, load_clip
 
         self.limit_threads()
         self._device = self.torch_device(worker)
@@ -161,14 +163,8 @@ class VideoTypeClassifier(FrameConsumer, TorchStage):
             path, self._device, "video type classification", text=True
         )
         tokenizer = AutoTokenizer.from_pretrained(str(path))
-        longest = self._clip.config.text_config.max_position_embeddings
-        tokens = tokenizer(
-            self.prompts, padding=True, truncation=True, max_length=longest, return_tensors="pt"
-        ).to(self._device)
         with torch.inference_mode():
-            out = self._clip.get_text_features(**tokens)
-            text = getattr(out, "pooler_output", out).float()  # an output object in 5.x
-            text = text / text.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+            text = clip_text_embeds(self._clip, tokenizer, self.prompts, self._device)
             # the logit scale folded in: a frame's logits are one product away
             self._prompts = (text * self._clip.logit_scale.exp().float()).T.contiguous()
 

@@ -14,6 +14,7 @@ from conveyor.resources import Resources
 from conveyor.samples.image import render_image
 from conveyor.stages.image.models import (
     ImageAestheticFilter,
+    ImageClipScoreFilter,
     ImageEmbedder,
     ImageNSFWFilter,
     ImageTagger,
@@ -186,3 +187,61 @@ def test_the_last_reader_of_the_working_copies_drops_them() -> None:
     found = images(render_image(0, 100, 100))
     run(stage, found)
     assert found[0].kept and found[0].pixels is None and "contrast" in found[0].scores
+
+
+@pytest.fixture(scope="module")
+def whole_clip(tmp_path_factory: pytest.TempPathFactory) -> str:
+    pytest.importorskip("transformers")
+    from tests.stages.video.conftest import save_whole_clip
+
+    return str(save_whole_clip(tmp_path_factory.mktemp("clip-score") / "clip"))
+
+
+def cosines(model_dir: str, pixels: list[np.ndarray], captions: list[str]) -> list[float]:
+    """Each pair's cosine recomputed through CLIPModel's own forward pass: its logits are
+    the cosines times the logit scale."""
+    import torch
+    from transformers import AutoImageProcessor, AutoTokenizer, CLIPModel
+
+    model = CLIPModel.from_pretrained(model_dir).eval()
+    tokens = AutoTokenizer.from_pretrained(model_dir)(captions, padding=True, return_tensors="pt")
+    inputs = AutoImageProcessor.from_pretrained(model_dir)(images=pixels, return_tensors="pt")
+    with torch.inference_mode():
+        logits = model(**tokens, **inputs).logits_per_image / model.logit_scale.exp()
+    return [float(logits[i, i]) for i in range(len(captions))]
+
+
+def test_the_clip_score_is_the_cosine_of_image_and_caption(whole_clip: str) -> None:
+    """What LAION and DataComp filter on; a captionless image has nothing to compare."""
+    pixels = [render_image(i, 120, 90) for i in range(4)]
+    captions = ["a red square", "blue rings on grey", "", None]
+    expected = cosines(whole_clip, pixels[:2], captions[:2])
+    threshold = sum(expected) / 2  # one above, one below
+    found = images(*pixels)
+    for image, caption in zip(found, captions, strict=True):
+        image.caption = caption
+    run(ready(ImageClipScoreFilter(whole_clip, threshold=threshold)), found)
+    got = [image.scores.get("clip_score") for image in found]
+    assert got[:2] == pytest.approx(expected, abs=1e-5)
+    assert got[2:] == [None, None] and found[2].kept and found[3].kept
+    low = int(np.argmin(expected))
+    assert found[low].filtered_by == "clip_score" and found[1 - low].kept
+    again = images(*pixels[:2])
+    for image, caption in zip(again, captions[:2], strict=True):
+        image.caption = caption
+    run(ready(ImageClipScoreFilter(whole_clip, threshold=threshold, score_only=True)), again)
+    assert all(image.kept for image in again)
+
+
+def test_a_clip_score_model_that_cannot_score_is_refused_before_the_run(
+    whole_clip: str, tmp_path: Path
+) -> None:
+    with pytest.raises(FileNotFoundError, match="clip score model path"):
+        ImageClipScoreFilter(str(tmp_path / "none"))
+    vision_only = tmp_path / "vision"
+    vision_only.mkdir()
+    (vision_only / "config.json").write_text('{"model_type": "clip_vision_model"}')
+    with pytest.raises(ValueError, match="the image-text score needs a whole CLIP model"):
+        ImageClipScoreFilter(str(vision_only))
+    with pytest.raises(ValueError, match=r"threshold must be a cosine in \[-1, 1\]"):
+        ImageClipScoreFilter(whole_clip, threshold=28)

@@ -169,6 +169,43 @@ def save_clip_processor(directory: Path) -> None:
     )
 
 
+def save_letter_tokenizer(directory: Path) -> None:
+    """A CLIP tokenizer over single letters (no merges: a word is its letters), within the
+    tiny model's 64 tokens."""
+    import json
+    import shutil
+    import string
+
+    from transformers import CLIPTokenizer
+
+    vocab = {"<|startoftext|>": 0, "<|endoftext|>": 1}
+    for letter in string.ascii_lowercase:
+        vocab[letter] = len(vocab)
+        vocab[letter + "</w>"] = len(vocab)
+    source = directory / "letters"
+    source.mkdir()
+    (source / "vocab.json").write_text(json.dumps(vocab))
+    (source / "merges.txt").write_text("#version: 0.2\n")
+    CLIPTokenizer(str(source / "vocab.json"), str(source / "merges.txt")).save_pretrained(directory)
+    shutil.rmtree(source)
+
+
+def save_whole_clip(directory: Path, max_positions: int = 48) -> Path:
+    """A whole random ``CLIPModel`` (both towers) in ``directory`` with its tokenizer and
+    image processor, as ``save_pretrained`` leaves a real one; texts up to
+    ``max_positions`` tokens (letters)."""
+    import torch
+    from transformers import CLIPModel
+
+    config = tiny_clip_config(8)
+    config.text_config.max_position_embeddings = max_positions
+    torch.manual_seed(0)
+    CLIPModel(config).save_pretrained(directory)
+    save_clip_processor(directory)
+    save_letter_tokenizer(directory)
+    return directory
+
+
 #: (file name, container, codec) of the interlaced sources users have: AVCHD camcorders
 #: (H.264 fields in MPEG-TS), broadcast captures and DVDs (MPEG-2 in TS and PS)
 INTERLACED_SOURCES = [

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import string
 from pathlib import Path
 
 import numpy as np
@@ -22,41 +21,15 @@ from conveyor.stages.video.video_type import DEFAULT_VIDEO_TYPES, VideoTypeClass
 from conveyor.stages.video.writer import clip_meta
 from conveyor.tasks.video import Clip, Video
 
-from .conftest import Media, pattern_frames, save_clip_processor, tiny_clip_config
+from .conftest import Media, pattern_frames, save_whole_clip
 
 runner = CliRunner()
-
-
-def save_tokenizer(directory: Path) -> None:
-    """A CLIP tokenizer over single letters (no merges: a word is its letters), within the
-    tiny model's 64 tokens."""
-    from transformers import CLIPTokenizer
-
-    vocab = {"<|startoftext|>": 0, "<|endoftext|>": 1}
-    for letter in string.ascii_lowercase:
-        vocab[letter] = len(vocab)
-        vocab[letter + "</w>"] = len(vocab)
-    source = directory / "letters"
-    source.mkdir()
-    (source / "vocab.json").write_text(json.dumps(vocab))
-    (source / "merges.txt").write_text("#version: 0.2\n")
-    CLIPTokenizer(str(source / "vocab.json"), str(source / "merges.txt")).save_pretrained(directory)
-    shutil.rmtree(source)
 
 
 @pytest.fixture(scope="module")
 def clip_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A whole CLIPModel checkpoint with its tokenizer and image processor."""
-    from transformers import CLIPModel
-
-    directory = tmp_path_factory.mktemp("video-type") / "clip"
-    config = tiny_clip_config(8)
-    config.text_config.max_position_embeddings = 48  # the longest prompt is 30 letters
-    torch.manual_seed(0)
-    CLIPModel(config).save_pretrained(directory)
-    save_clip_processor(directory)
-    save_tokenizer(directory)
-    return directory
+    return save_whole_clip(tmp_path_factory.mktemp("video-type") / "clip")
 
 
 @pytest.fixture(scope="module")
