@@ -623,6 +623,7 @@ def test_a_gpu_without_video_encoders_lends_the_decoding_stages_nvdec_units_not_
     assert "ClipTranscoder" in gpu_load(on_cpu)
 
 
+@pytest.mark.slow  # (28 s; each fallback it shows is also tested alone: test_nvdec.py)
 def test_the_gpu_pipeline_runs_on_one_gpu(inputs: Path, tmp_path: Path) -> None:
     """Every stage at once on one (declared) GPU: shot detection, NVENC's share, embeddings
     and tags; the models fall back to the CPU here, where CUDA is not there."""
