@@ -446,17 +446,23 @@ class AssignClusters(ProcessingStage[Chunk, Assigned]):
 
 
 # -- pass 3: compare ---------------------------------------------------------------------------
+def sort_keys(order_by: Sequence[str], descending: Sequence[bool] = ()) -> list[tuple[str, ...]]:
+    """pyarrow's sort keys for a keep order: ``order_by`` ascending, or descending where
+    ``descending`` says so, nulls last either way."""
+    flags = [*descending, *[False] * (len(order_by) - len(descending))]
+    return [
+        (name, "descending" if down else "ascending", "at_end")
+        for name, down in zip(order_by, flags, strict=False)
+    ]
+
+
 def ranks(table: Any, order_by: Sequence[str], descending: Sequence[bool] = ()) -> np.ndarray:
     """Each row's place in the keep order: ``order_by`` (spilled names) ascending, or
     descending where ``descending`` says so (nulls last either way), then input position."""
     import pyarrow.compute as pc
 
-    flags = [*descending, *[False] * (len(order_by) + 1 - len(descending))]
-    keys = [
-        (name, "descending" if down else "ascending", "at_end")
-        for name, down in zip((*order_by, "pos"), flags, strict=False)
-    ]
-    order = pc.sort_indices(table, sort_keys=keys).to_numpy()
+    order = pc.sort_indices(table, sort_keys=sort_keys((*order_by, "pos"), descending))
+    order = order.to_numpy()
     rank = np.empty(len(order), np.int64)
     rank[order] = np.arange(len(order))
     return rank

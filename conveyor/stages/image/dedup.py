@@ -86,6 +86,7 @@ def _kept_hashes(
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    from conveyor.dedup.passes import sort_keys
     from conveyor.dedup.plan import Columns
 
     tables = []
@@ -100,10 +101,7 @@ def _kept_hashes(
     pixels = pc.multiply(table.column("width").cast(pa.int64()), table.column("height"))
     table = table.append_column("pixels", pixels)
     order = Columns.of("id", column, DEDUP_KEEP[keep])
-    keys = [
-        (name, "descending" if down else "ascending", "at_end")
-        for name, down in zip(order.order_by, order.descending, strict=True)
-    ]
+    keys = sort_keys(order.order_by, order.descending)
     return table.take(pc.sort_indices(table, sort_keys=keys)).select(["id", column])
 
 
